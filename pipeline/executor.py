@@ -1,0 +1,367 @@
+"""Hashed, resumable steps run as one Ray task per shard.
+
+A `Step` is a pure function of (its config, its inputs). Its output directory is
+`steps/<name>-<hash8>/`, where the hash covers the step's kind, code version, config and
+the hashes of the steps it reads. The directory holds:
+
+    step.json              resolved config, input hashes, shard specs, versions
+    part-00000.parquet     data, written to a temporary name and renamed into place
+    _markers/part-00000.json   the shard's stats, written last: "this shard is done"
+    _SUCCESS               written when every marker exists
+
+A rerun skips a step with `_SUCCESS` and, inside an unfinished step, every shard with a
+marker; a config edit changes the hash, so only the steps it touches (and those
+downstream) run again. Shard specs and stats are small; documents never pass through the
+driver. In-flight tasks are bounded (`ray.wait` backpressure); Ray retries a shard lost
+with its worker or node (`max_retries`), and since names are deterministic and writes
+atomic, a retry produces the same bytes.
+
+Example:
+
+    ingest = Step("ingest-web", "ingest", {"files": [...]}, [], "pipeline.steps.ingest:run_shard",
+                  shards=lambda step, stats: [...])
+    Executor(run_dir, workers=2).run([ingest, ...])
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline import __version__
+from pipeline.config import hash_json
+from pipeline.errors import CurateError, RunError
+from pipeline.io import atomic
+
+MARKERS = "_markers"
+SUCCESS = "_SUCCESS"
+
+
+def shard_name(index: int) -> str:
+    return f"part-{index:05d}"
+
+
+@dataclass
+class Step:
+    name: str  # unique in a run, e.g. "ingest-web"
+    kind: str  # ingest | filter | mix ...
+    config: dict  # everything that changes the output, JSON-able
+    inputs: list[Step]
+    fn: str  # "module:function" run per shard: fn(spec, ShardOutput) -> stats dict
+    shards: Callable[[Step, dict], list[dict]]  # (step, stats of finished steps), called once inputs are done
+    version: str = "1"  # bump when the step's code changes its output
+    meta: dict = field(default_factory=dict)  # not hashed: e.g. the source name
+
+    @property
+    def config_hash(self) -> str:
+        return hash_json({"kind": self.kind, "version": self.version, "config": self.config})
+
+    @property
+    def inputs_hash(self) -> str:
+        return hash_json(sorted(i.hash for i in self.inputs))
+
+    @property
+    def hash(self) -> str:
+        return hash_json([self.config_hash, self.inputs_hash])
+
+    def dir(self, run_dir: Path) -> Path:
+        return run_dir / "steps" / f"{self.name}-{self.hash[:8]}"
+
+
+class ShardOutput:
+    """Where a shard task writes: final names, temporary names, and the commit."""
+
+    def __init__(self, step_dir: str, index: int):
+        self.dir = Path(step_dir)
+        self.index = index
+        self.name = shard_name(index)
+
+    def path(self, suffix: str = ".parquet", sub: str | None = None) -> Path:
+        d = self.dir / sub if sub else self.dir
+        d.mkdir(parents=True, exist_ok=True)
+        return d / f"{self.name}{suffix}"
+
+
+def _resolve(fn: str) -> Callable:
+    mod, _, name = fn.partition(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def run_shard(fn: str, spec: dict, step_dir: str, index: int) -> dict:
+    """Body of one shard task (also callable in-process): run, then write the marker."""
+    started = time.time()
+    out = ShardOutput(step_dir, index)
+    try:
+        stats = _resolve(fn)(spec, out)
+    except CurateError:
+        raise
+    except Exception as e:  # a bug or an unexpected input: keep the traceback in a file
+        tb = out.path(".txt", "_errors")
+        tb.write_text(traceback.format_exc())
+        raise RunError(f"{type(e).__name__}: {e} (traceback: {tb})") from None
+    stats["seconds"] = round(time.time() - started, 3)
+    atomic.write_json(out.path(".json", MARKERS), stats)
+    return stats
+
+
+# ---------------------------------------------------------------- status of steps
+
+
+def read_markers(step_dir: Path) -> dict[int, dict]:
+    out = {}
+    mdir = step_dir / MARKERS
+    if mdir.is_dir():
+        for p in mdir.glob("part-*.json"):
+            out[int(p.stem.split("-")[1])] = atomic.read_json(p)
+    return out
+
+
+def step_status(step: Step, run_dir: Path, previous: dict | None) -> tuple[str, str]:
+    """('run' | 'skip', why) for the plan: done, resume, new, config or inputs changed."""
+    d = step.dir(run_dir)
+    if (d / SUCCESS).exists():
+        return "skip", "done"
+    if d.exists() and (d / MARKERS).is_dir():
+        n = len(list((d / MARKERS).glob("*.json")))
+        if n:
+            return "run", f"resume ({n} shards done)"
+    prev = (previous or {}).get(step.name)
+    if prev is None:
+        return "run", "new"
+    if prev.get("config_hash") != step.config_hash:
+        return "run", "config changed"
+    if prev.get("inputs_hash") != step.inputs_hash:
+        return "run", "inputs changed"
+    return "run", "output missing"
+
+
+# ---------------------------------------------------------------- Ray
+
+
+def _clear_stale_local_ray() -> str | None:
+    """A Ray killed without shutdown leaves its address file; clear it if nothing lives."""
+    import tempfile
+
+    import psutil
+
+    root = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir())) / "ray"
+    current = root / "ray_current_cluster"
+    if not current.exists():
+        return None
+    alive = [
+        p for p in psutil.process_iter(["name", "cmdline"])
+        if (p.info["name"] or "").startswith(("gcs_server", "raylet"))
+    ]
+    if alive:
+        return None
+    address = current.read_text().strip()
+    current.unlink(missing_ok=True)
+    return f"note: cleared a stale local Ray address file ({address}) left by a run that was killed; starting a fresh Ray"
+
+
+def start_ray(workers: int | None) -> bool:
+    """Join RAY_ADDRESS if set, else start an embedded Ray. Returns True if we started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    env = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], runtime_env={"env_vars": env}, log_to_driver=True)
+        return True
+    msg = _clear_stale_local_ray()
+    if msg:
+        print(msg, file=sys.stderr)
+    ray.init(
+        address="local",
+        num_cpus=workers or os.cpu_count(),
+        include_dashboard=False,
+        runtime_env={"env_vars": env},
+        log_to_driver=True,
+        logging_level="ERROR",
+        configure_logging=True,
+    )
+    return True
+
+
+# ---------------------------------------------------------------- progress
+
+
+class Progress:
+    """One line per step: tqdm bars on a terminal, plain periodic lines in job logs."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.bars: dict[str, object] = {}
+        self.state: dict[str, dict] = {}
+        self.last_print = 0.0
+
+    def start(self, name: str, total: int, done: int, docs: int):
+        self.state[name] = {"total": total, "done": done, "docs": docs, "t0": time.time(), "docs0": docs}
+        if self.tty:
+            from tqdm import tqdm
+
+            self.bars[name] = tqdm(total=total, initial=done, desc=name, unit="shard", file=self.stream, leave=True, dynamic_ncols=True)
+        else:
+            print(f"[{name}] {total} shards ({done} already done)", file=self.stream, flush=True)
+
+    def update(self, name: str, docs: int):
+        s = self.state[name]
+        s["done"] += 1
+        s["docs"] += docs
+        rate = (s["docs"] - s["docs0"]) / max(time.time() - s["t0"], 1e-6)
+        if self.tty:
+            bar = self.bars[name]
+            bar.set_postfix_str(f"{s['docs']:,} docs, {rate:,.0f} docs/s", refresh=False)
+            bar.update(1)
+        elif time.time() - self.last_print > 5 or s["done"] == s["total"]:
+            self.last_print = time.time()
+            print(f"[{name}] {s['done']}/{s['total']} shards, {s['docs']:,} docs, {rate:,.0f} docs/s", file=self.stream, flush=True)
+
+    def finish(self, name: str, seconds: float):
+        if self.tty and name in self.bars:
+            self.bars.pop(name).close()
+        s = self.state.get(name, {})
+        print(f"[{name}] done: {s.get('docs', 0):,} docs in {seconds:.1f}s", file=self.stream, flush=True)
+
+
+# ---------------------------------------------------------------- the executor
+
+
+def _versions() -> dict:
+    import pyarrow
+    import ray
+
+    return {"curate": __version__, "python": sys.version.split()[0], "ray": ray.__version__, "pyarrow": pyarrow.__version__}
+
+
+class Executor:
+    """Runs steps in dependency order; the shards of every ready step share one task pool."""
+
+    def __init__(self, run_dir: Path, workers: int | None = None, max_retries: int = 3, progress: Progress | None = None):
+        self.run_dir = Path(run_dir)
+        self.workers = workers
+        self.max_retries = max_retries
+        self.progress = progress or Progress()
+        self.stats: dict[str, dict[int, dict]] = {}  # step name -> shard index -> marker stats
+        self.timings: dict[str, float] = {}
+        self.status: dict[str, str] = {}
+
+    def _ensure_ray(self):
+        import ray
+
+        if not ray.is_initialized():
+            self.started_ray = start_ray(self.workers)
+        return ray
+
+    def run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
+        for s in steps:
+            d = s.dir(self.run_dir)
+            if (d / SUCCESS).exists():
+                self.stats[s.name] = read_markers(d)
+                self.status[s.name] = "SKIPPED"
+        todo = [s for s in steps if s.name not in self.stats]
+        if not todo:
+            return self.stats
+        ray = self._ensure_ray()
+        remote = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)(run_shard)
+        cap = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers or 1)))
+        queue: deque = deque()
+        in_flight: dict = {}
+        remaining: dict[str, int] = {}
+        started: dict[str, float] = {}
+        waiting = list(todo)
+
+        def activate_ready():
+            for s in list(waiting):
+                if all(i.name in self.stats and i.name not in remaining for i in s.inputs):
+                    waiting.remove(s)
+                    self._activate(s, queue, remaining, started)
+
+        activate_ready()
+        while queue or in_flight:
+            while queue and len(in_flight) < cap:
+                s, idx, spec = queue.popleft()
+                ref = remote.remote(s.fn, spec, str(s.dir(self.run_dir)), idx)
+                in_flight[ref] = (s, idx)
+            done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+            for ref in done:
+                s, idx = in_flight.pop(ref)
+                try:
+                    st = ray.get(ref)
+                except Exception as e:  # noqa: BLE001
+                    for r in in_flight:
+                        ray.cancel(r, force=True)
+                    self.status[s.name] = "FAILED"
+                    raise RunError(f"step {s.name}, shard {idx} ({_describe(s, idx)}) failed: {_cause(e)}") from None
+                self.stats[s.name][idx] = st
+                self.progress.update(s.name, st.get("docs_out", st.get("rows", 0)))
+                remaining[s.name] -= 1
+                if remaining[s.name] == 0:
+                    self._finish(s, remaining, started)
+            if not queue and not in_flight:
+                activate_ready()
+            elif len(in_flight) < cap:
+                activate_ready()
+        if waiting:
+            raise RunError(f"steps never became ready: {', '.join(s.name for s in waiting)} (a dependency cycle?)")
+        return self.stats
+
+    def _activate(self, s: Step, queue: deque, remaining: dict, started: dict):
+        d = s.dir(self.run_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        specs = s.shards(s, self.stats)
+        atomic.write_json(
+            d / "step.json",
+            {
+                "name": s.name, "kind": s.kind, "version": s.version, "hash": s.hash,
+                "config_hash": s.config_hash, "inputs_hash": s.inputs_hash,
+                "config": s.config, "inputs": {i.name: i.hash for i in s.inputs},
+                "shards": specs, "versions": _versions(),
+            },
+        )
+        markers = read_markers(d)
+        self.stats[s.name] = {i: m for i, m in markers.items() if i < len(specs)}
+        s.meta["n_shards"] = len(specs)
+        s.meta["specs"] = specs
+        todo = [i for i in range(len(specs)) if i not in self.stats[s.name]]
+        remaining[s.name] = len(todo)
+        started[s.name] = time.time()
+        self.status[s.name] = "RUNNING"
+        done_docs = sum(m.get("docs_out", m.get("rows", 0)) for m in self.stats[s.name].values())
+        self.progress.start(s.name, len(specs), len(specs) - len(todo), done_docs)
+        for i in todo:
+            queue.append((s, i, specs[i]))
+        if not todo:
+            self._finish(s, remaining, started)
+
+    def _finish(self, s: Step, remaining: dict, started: dict):
+        d = s.dir(self.run_dir)
+        atomic.clean_tmp(d)
+        atomic.write_json(d / SUCCESS, {"shards": len(self.stats.get(s.name, {})), "finished": time.time()})
+        remaining.pop(s.name, None)
+        self.timings[s.name] = time.time() - started.get(s.name, time.time())
+        self.status[s.name] = "SUCCESS"
+        self.progress.finish(s.name, self.timings[s.name])
+
+
+def _describe(s: Step, idx: int) -> str:
+    spec = (s.meta.get("specs") or [{}])[idx] if idx < len(s.meta.get("specs") or []) else {}
+    return spec.get("describe") or f"{s.name}/{shard_name(idx)}"
+
+
+def _cause(e: Exception) -> str:
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, CurateError):
+        return str(cause)
+    if cause is not None:
+        return f"{type(cause).__name__}: {cause}"
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

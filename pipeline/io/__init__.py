@@ -1,0 +1,1 @@
+"""Inputs and outputs: discovering files, reading splits, writing shards atomically."""

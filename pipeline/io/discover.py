@@ -1,0 +1,117 @@
+"""From a source's `paths` (files, globs, directories) to a sorted list of input files.
+
+Each file gets a fingerprint (size, mtime) that enters the ingest step's hash, so an
+edited or replaced input file re-runs ingest; content is not read here. Formats are
+inferred from file names when `format` is omitted. A path that matches nothing is an
+error naming the YAML key.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pipeline.config import LoadedMixture, SourceSpec
+from pipeline.errors import UsageError
+
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str  # absolute
+    rel: str  # relative to the pattern's fixed prefix: stable provenance in source_id
+    format: str  # jsonl | parquet | hf
+    compression: str | None
+    size: int
+    mtime_ns: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _is_hf_dir(p: Path) -> bool:
+    return p.is_dir() and any((p / n).exists() for n in ("dataset_info.json", "state.json", "dataset_dict.json"))
+
+
+def infer_format(p: Path) -> tuple[str | None, str | None]:
+    """(format, compression) from a path, or (None, None) when it says nothing."""
+    if _is_hf_dir(p):
+        return "hf", None
+    name = p.name.lower()
+    compression = None
+    for suf, comp in COMPRESSIONS.items():
+        if name.endswith(suf):
+            compression, name = comp, name[: -len(suf)]
+            break
+    if name.endswith(JSONL_SUFFIXES):
+        return "jsonl", compression
+    if name.endswith(".parquet"):
+        return "parquet", compression
+    return None, compression
+
+
+def _fixed_prefix(pattern: str) -> str:
+    parts = Path(pattern).parts
+    fixed = []
+    for part in parts:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    base = Path(*fixed) if fixed else Path(".")
+    return str(base if (glob.has_magic(pattern) or base.is_dir()) else base.parent)
+
+
+def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[InputFile], list[str]]:
+    """Files of one source and a list of problems (each a located message)."""
+    files: dict[str, InputFile] = {}
+    problems: list[str] = []
+    for i, pattern in enumerate(spec.paths):
+        where = lm.where(("sources", sname, "paths", i))
+        full = pattern if os.path.isabs(pattern) else str(lm.base_dir / pattern)
+        matches = sorted(glob.glob(full, recursive=True))
+        if not matches:
+            problems.append(f"{where}: {pattern!r} matches no file (looked in {Path(full).parent})")
+            continue
+        base = _fixed_prefix(full)
+        for m in matches:
+            p = Path(m)
+            fmt, comp = infer_format(p)
+            fmt = spec.format or fmt
+            if p.is_dir() and fmt != "hf":
+                inside = [c for c in sorted(p.iterdir())[:5]]
+                hint = f"; it holds {', '.join(c.name for c in inside)}" if inside else " (empty)"
+                problems.append(
+                    f"{where}: {m} is a directory, not a {fmt or 'data'} file{hint}; "
+                    f"use a glob such as {pattern.rstrip('/')}/*.jsonl.zst, or format: hf for a saved HF dataset"
+                )
+                continue
+            if fmt is None:
+                problems.append(
+                    f"{where}: cannot tell the format of {m}; name it .jsonl[.gz|.zst] or .parquet, or set sources.{sname}.format"
+                )
+                continue
+            if fmt == "hf" and not _is_hf_dir(p):
+                problems.append(f"{where}: {m} is not a saved HF dataset directory (no dataset_info.json or state.json)")
+                continue
+            if not os.access(m, os.R_OK):
+                problems.append(f"{where}: {m} is not readable (permissions); fix them or remove it from the glob")
+                continue
+            st = p.stat()
+            rel = os.path.relpath(m, base)
+            files[str(p.resolve())] = InputFile(str(p.resolve()), rel, fmt, comp, st.st_size, st.st_mtime_ns)
+    return [files[k] for k in sorted(files)], problems
+
+
+def resolve_inputs(lm: LoadedMixture) -> dict[str, list[InputFile]]:
+    """Every source's files; raises UsageError listing every path problem."""
+    out, problems = {}, []
+    for sname, spec in lm.mixture.sources.items():
+        out[sname], p = source_files(lm, sname, spec)
+        problems += p
+    if problems:
+        raise UsageError("\n".join(problems))
+    return out

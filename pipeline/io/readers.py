@@ -1,0 +1,173 @@
+"""Streaming readers for one split of one input file.
+
+A *split* is the unit of ingest work (one Ray task, one output shard):
+- Parquet: a run of row groups (`row_groups`, with the row number of the first row);
+- uncompressed JSONL: a byte range `[start, end)` that owns every line *starting* in it;
+- compressed JSONL (.gz, .zst): a record range `[first, last)` of the decompressed lines,
+  the file's line count coming from a scan task (`count_lines`);
+- a saved HF dataset: a row range.
+
+JSONL readers yield `(line_no, byte_offset, raw_line)` and leave parsing to ingest, so a
+bad line becomes a quarantine record with its place. A stream that breaks part way
+(corrupt zstd frame, truncated gzip) yields everything before the break, then one
+`StreamError` with the line where reading stopped. Memory is bounded by the batch size.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+READ_CHUNK = 1 << 20
+
+
+@dataclass
+class StreamError:
+    line_no: int  # the first line that could not be read
+    offset: int  # decompressed byte offset where reading stopped
+    message: str
+
+
+def open_binary(path: str, compression: str | None) -> io.BufferedIOBase:
+    raw = open(path, "rb")
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if compression == "zstd":
+        dctx = zstandard.ZstdDecompressor()
+        return io.BufferedReader(dctx.stream_reader(raw, read_across_frames=True, closefd=True), READ_CHUNK)
+    return io.BufferedReader(raw, READ_CHUNK)
+
+
+STREAM_ERRORS = (zstandard.ZstdError, EOFError, zlib.error, gzip.BadGzipFile, OSError)
+
+
+def iter_lines(path: str, compression: str | None, split: dict) -> Iterator[tuple[int, int, bytes] | StreamError]:
+    """Lines of one JSONL split: (1-based line number, byte offset, line without newline)."""
+    if compression is None and "start" in split:
+        yield from _iter_byte_range(path, split["start"], split["end"])
+        return
+    first = split.get("first", 0)
+    last = split.get("last")  # None: to the end
+    line_no, offset = 0, 0
+    f = open_binary(path, compression)
+    try:
+        while True:
+            try:
+                line = f.readline()
+            except STREAM_ERRORS as e:
+                yield StreamError(line_no + 1, offset, f"{type(e).__name__}: {e}")
+                return
+            if not line:
+                return
+            if last is not None and line_no >= last:
+                return
+            if line_no >= first:
+                yield line_no + 1, offset, line.rstrip(b"\r\n")
+            line_no += 1
+            offset += len(line)
+    finally:
+        f.close()
+
+
+def _count_newlines(f, upto: int) -> int:
+    n, pos = 0, 0
+    f.seek(0)
+    while pos < upto:
+        chunk = f.read(min(READ_CHUNK, upto - pos))
+        if not chunk:
+            break
+        n += chunk.count(b"\n")
+        pos += len(chunk)
+    return n
+
+
+def _iter_byte_range(path: str, start: int, end: int) -> Iterator[tuple[int, int, bytes]]:
+    with open(path, "rb", buffering=READ_CHUNK) as f:
+        pos = 0
+        if start > 0:
+            f.seek(start - 1)
+            skipped = f.readline()  # the line that started before us belongs to the previous split
+            pos = start - 1 + len(skipped)
+        line_no = _count_newlines(f, pos) if pos else 0
+        f.seek(pos)
+        while pos < end:
+            line = f.readline()
+            if not line:
+                return
+            line_no += 1
+            yield line_no, pos, line.rstrip(b"\r\n")
+            pos += len(line)
+
+
+def count_lines(path: str, compression: str | None) -> dict:
+    """Scan a (compressed) file: its line count, and whether the stream broke."""
+    n, broken = 0, None
+    f = open_binary(path, compression)
+    try:
+        last_byte = b"\n"
+        while True:
+            try:
+                chunk = f.read(READ_CHUNK)
+            except STREAM_ERRORS as e:
+                broken = f"{type(e).__name__}: {e}"
+                break
+            if not chunk:
+                break
+            n += chunk.count(b"\n")
+            last_byte = chunk[-1:]
+        if last_byte != b"\n":
+            n += 1  # a last line without a newline
+    finally:
+        f.close()
+    return {"lines": n, "broken": broken}
+
+
+# ---------------------------------------------------------------- Arrow-backed inputs
+
+
+def parquet_row_groups(path: str) -> list[int]:
+    md = pq.ParquetFile(path).metadata
+    return [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+
+
+def iter_parquet(path: str, split: dict, columns: list[str] | None, batch_rows: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(row number of the batch's first row, batch) over the split's row groups."""
+    pf = pq.ParquetFile(path)
+    row = split["first_row"]
+    for batch in pf.iter_batches(batch_size=batch_rows, row_groups=split["row_groups"], columns=columns):
+        yield row, batch
+        row += batch.num_rows
+
+
+def load_hf(path: str, split_name: str | None):
+    import datasets
+
+    ds = datasets.load_from_disk(path)
+    if isinstance(ds, datasets.DatasetDict):
+        if split_name is None:
+            raise KeyError(f"{path} is a DatasetDict with splits {', '.join(ds)}; set hf_split to one of them")
+        if split_name not in ds:
+            raise KeyError(f"{path} has no split {split_name!r}; splits: {', '.join(ds)}")
+        ds = ds[split_name]
+    return ds
+
+
+def iter_hf(path: str, split_name: str | None, split: dict, batch_rows: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(row number, batch) over rows [first_row, last_row) of a saved dataset, memory-mapped."""
+    ds = load_hf(path, split_name)
+    if ds._indices is not None:  # a saved select()/shuffle() view: read rows through the index
+        ds = ds.flatten_indices()
+    table = ds.data.table
+    row = split["first_row"]
+    for off in range(split["first_row"], split["last_row"], batch_rows):
+        n = min(batch_rows, split["last_row"] - off)
+        for b in table.slice(off, n).to_batches():
+            yield row, b
+            row += b.num_rows

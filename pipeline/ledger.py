@@ -1,0 +1,82 @@
+"""The ledger: every document of every source, counted through every stage.
+
+Built from the shard markers (small JSON), never from the documents. Per source:
+
+    in           records read (documents written + records quarantined)
+    kept         documents in the mixture
+    removed      by stage and reason, e.g. {"filter:len": {"too_few_chars": 12}}
+    quarantined  by reason, e.g. {"invalid_json": 1}
+    conservation in == kept + removed + quarantined
+    stages       docs, chars and tokens in and out of each stage, in order
+
+A run whose ledger does not balance for any source fails (exit 1).
+"""
+
+from __future__ import annotations
+
+
+def _sum(markers: dict[int, dict], key: str) -> int:
+    return sum(int(m.get(key) or 0) for m in markers.values())
+
+
+def _merge_counts(into: dict, counts: dict) -> None:
+    for k, v in counts.items():
+        into[k] = into.get(k, 0) + v
+
+
+def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | None, filter_names: list[str],
+                 mix_per_source: dict) -> dict:
+    records_in = _sum(ingest, "records_in")
+    quarantined: dict[str, int] = {}
+    for m in ingest.values():
+        _merge_counts(quarantined, m.get("quarantined") or {})
+    stream_errors = [m["stream_error"] for m in ingest.values() if m.get("stream_error")]
+    stages = [{
+        "stage": "ingest", "docs_in": records_in, "docs_out": _sum(ingest, "docs_out"),
+        "chars_out": _sum(ingest, "chars"), "tokens_out": _sum(ingest, "tokens"),
+        "quarantined": sum(quarantined.values()),
+    }]
+    removed: dict[str, dict[str, int]] = {}
+    for fname in filter_names if filt else []:
+        agg = {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": 0, "tokens_out": 0}
+        reasons: dict[str, int] = {}
+        for m in filt.values():
+            st = m["stages"][fname]
+            for k in agg:
+                agg[k] += st[k]
+            _merge_counts(reasons, st["removed"])
+        if reasons:
+            removed[f"filter:{fname}"] = dict(sorted(reasons.items()))
+        stages.append({"stage": f"filter:{fname}", **agg, "removed": sum(reasons.values())})
+    mixed = mix_per_source.get(name, {"docs": 0, "tokens": 0})
+    kept = mixed["docs"]
+    removed_total = sum(sum(r.values()) for r in removed.values())
+    q_total = sum(quarantined.values())
+    stages.append({"stage": "mix", "docs_out": kept, "tokens_out": mixed["tokens"]})
+    return {
+        "in": records_in,
+        "kept": kept,
+        "removed": removed,
+        "removed_total": removed_total,
+        "quarantined": q_total,
+        "quarantined_by_reason": dict(sorted(quarantined.items())),
+        "unreadable_streams": stream_errors,
+        "conservation": records_in == kept + removed_total + q_total,
+        "stages": stages,
+    }
+
+
+def build(entries: dict[str, dict]) -> dict:
+    return {
+        "sources": entries,
+        "conservation": all(e["conservation"] for e in entries.values()),
+        "totals": {k: sum(e[k] for e in entries.values()) for k in ("in", "kept", "removed_total", "quarantined")},
+    }
+
+
+def imbalance(ledger: dict) -> list[str]:
+    return [
+        f"source {s}: in={e['in']} but kept+removed+quarantined={e['kept'] + e['removed_total'] + e['quarantined']} "
+        f"(kept={e['kept']}, removed={e['removed_total']}, quarantined={e['quarantined']})"
+        for s, e in ledger["sources"].items() if not e["conservation"]
+    ]

@@ -1,0 +1,324 @@
+"""Ingest: one input split in, one normalised document shard out.
+
+Every record becomes a row of `part-XXXXX.parquet` with the columns
+
+    id, text, source, source_id, metadata (JSON of the other fields), n_chars, n_tokens
+
+or, when it cannot be read, a line of `quarantine/part-XXXXX.jsonl` with its file, line
+(or row), byte offset, error and an excerpt. `on_bad_record: fail` stops at the first bad
+record with `path:line: what is wrong; what to do` instead.
+
+Ids: the record's own id when `id_field` is set; otherwise the xxh3-128 hash of the
+record's place (file relative to its glob's fixed prefix, and line or row) and its text.
+`source_id` keeps the original id, or that place. The same input gives the same ids on
+any machine and any worker count, and no two records of a source share one.
+
+Blank lines in JSONL are not records and are not counted.
+"""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from pipeline import tokens
+from pipeline.errors import InputError
+from pipeline.io import atomic
+from pipeline.io import readers
+from pipeline.io.readers import StreamError
+
+DOC_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("text", pa.string()),
+        ("source", pa.string()),
+        ("source_id", pa.string()),
+        ("metadata", pa.string()),
+        ("n_chars", pa.int64()),
+        ("n_tokens", pa.int64()),
+    ]
+)
+FLUSH_DOCS = 4096
+FLUSH_BYTES = 32 << 20
+EXCERPT = 200
+SCAN_MIN_BYTES = 8 << 20  # compressed files larger than this are scanned for a line count, then split
+
+
+def content_id(place: str, text: str) -> str:
+    return xxhash.xxh3_128_hexdigest(place.encode("utf-8", "surrogatepass") + b"\n" + text.encode("utf-8", "surrogatepass"))
+
+
+# ---------------------------------------------------------------- planning splits
+
+
+def needs_scan(f: dict, max_shard_bytes: int) -> bool:
+    return f["format"] == "jsonl" and f["compression"] is not None and f["size"] > min(SCAN_MIN_BYTES, max_shard_bytes)
+
+
+def plan_splits(files: list[dict], spec: dict, line_counts: dict[str, int]) -> list[dict]:
+    """Deterministic splits of a source's files: a function of file sizes, counts and limits."""
+    max_rows, max_bytes = spec["max_shard_rows"], spec["max_shard_bytes"]
+    out = []
+    for f in files:
+        if f["format"] == "parquet":
+            group, rows, first = [], 0, 0
+            for i, n in enumerate(readers.parquet_row_groups(f["path"])):
+                if group and rows + n > max_rows:
+                    out.append({"file": f, "row_groups": group, "first_row": first})
+                    first += rows
+                    group, rows = [], 0
+                group.append(i)
+                rows += n
+            out.append({"file": f, "row_groups": group, "first_row": first})
+        elif f["format"] == "hf":
+            n = len(readers.load_hf(f["path"], spec.get("hf_split")))
+            for a in range(0, max(n, 1), max_rows):
+                out.append({"file": f, "first_row": a, "last_row": min(n, a + max_rows)})
+        elif f["compression"] is None:
+            k = max(1, math.ceil(f["size"] / max_bytes))
+            step = math.ceil(f["size"] / k) if f["size"] else 1
+            for a in range(0, max(f["size"], 1), step):
+                out.append({"file": f, "start": a, "end": min(f["size"], a + step)})
+        else:
+            n = line_counts.get(f["path"])
+            if n is None or n <= max_rows:
+                out.append({"file": f})
+            else:
+                for a in range(0, n, max_rows):
+                    last = a + max_rows
+                    out.append({"file": f, "first": a, "last": None if last >= n else last})
+    for s in out:
+        s["describe"] = describe(s)
+    return out
+
+
+def describe(split: dict) -> str:
+    f = split["file"]
+    if "start" in split:
+        return f"{f['path']} bytes {split['start']}-{split['end']}"
+    if "first" in split:
+        return f"{f['path']} lines {split['first'] + 1}-{split['last'] or 'end'}"
+    if "row_groups" in split:
+        return f"{f['path']} row groups {split['row_groups'][:1]}..{split['row_groups'][-1:]}"
+    if "first_row" in split:
+        return f"{f['path']} rows {split['first_row']}-{split['last_row']}"
+    return f["path"]
+
+
+def scan_shard(spec: dict, out) -> dict:
+    """Scan task: the line count of one compressed file (for splitting by records)."""
+    res = readers.count_lines(spec["path"], spec["compression"])
+    return {"path": spec["path"], **res, "rows": 0}
+
+
+# ---------------------------------------------------------------- the shard task
+
+
+class _Shard:
+    """Accumulates documents and quarantine records; streams them to temporary files."""
+
+    def __init__(self, spec: dict, out):
+        self.spec = spec
+        self.source = spec["source"]
+        self.tokenizer = spec["tokenizer"]
+        self.final = out.path(".parquet")
+        self.tmp = atomic.tmp_path(self.final)
+        self.writer = pq.ParquetWriter(self.tmp, DOC_SCHEMA, compression="zstd")
+        self.qfinal = out.path(".jsonl", "quarantine")
+        self.qtmp = atomic.tmp_path(self.qfinal)
+        self.qfile = open(self.qtmp, "wb")
+        self.cols: dict[str, list] = {"id": [], "text": [], "source_id": [], "metadata": []}
+        self.pending_bytes = 0
+        self.stats = {"records_in": 0, "docs_out": 0, "chars": 0, "tokens": 0, "quarantined": {}, "stream_error": None}
+
+    def add(self, id_: str, text: str, source_id: str, meta: str | None):
+        self.stats["records_in"] += 1
+        c = self.cols
+        c["id"].append(id_)
+        c["text"].append(text)
+        c["source_id"].append(source_id)
+        c["metadata"].append(meta)
+        self.pending_bytes += len(text)
+        if len(c["id"]) >= FLUSH_DOCS or self.pending_bytes >= FLUSH_BYTES:
+            self.flush()
+
+    def bad(self, reason: str, error: str, file: dict, line: int | None = None, row: int | None = None,
+            offset: int | None = None, raw: bytes | str | None = None, count: bool = True):
+        if self.spec["on_bad_record"] == "fail":
+            place = f"{file['path']}:{line}" if line is not None else f"{file['path']} row {row}"
+            raise InputError(
+                f"{place}: {error}; fix the record, or set sources.{self.source}.on_bad_record: quarantine to set it aside"
+            )
+        if count:
+            self.stats["records_in"] += 1
+        q = self.stats["quarantined"]
+        q[reason] = q.get(reason, 0) + 1
+        if isinstance(raw, bytes):
+            raw = raw[: EXCERPT * 4].decode("utf-8", "replace")
+        rec = {"source": self.source, "file": file["path"], "line": line, "row": row, "offset": offset,
+               "reason": reason, "error": error, "excerpt": (raw or "")[:EXCERPT]}
+        self.qfile.write(orjson.dumps(rec) + b"\n")
+
+    def flush(self):
+        c = self.cols
+        if not c["id"]:
+            return
+        texts = c["text"]
+        n_chars = [len(t) for t in texts]
+        n_tok = tokens.count(self.tokenizer, texts)
+        table = pa.table(
+            {
+                "id": pa.array(c["id"], pa.string()),
+                "text": pa.array(texts, pa.string()),
+                "source": pa.array([self.source] * len(texts), pa.string()),
+                "source_id": pa.array(c["source_id"], pa.string()),
+                "metadata": pa.array(c["metadata"], pa.string()),
+                "n_chars": pa.array(n_chars, pa.int64()),
+                "n_tokens": pa.array(n_tok, pa.int64()) if n_tok is not None else pa.nulls(len(texts), pa.int64()),
+            },
+            schema=DOC_SCHEMA,
+        )
+        self.writer.write_table(table, row_group_size=len(texts))
+        self.stats["docs_out"] += len(texts)
+        self.stats["chars"] += sum(n_chars)
+        self.stats["tokens"] += sum(n_tok or [])
+        for v in c.values():
+            v.clear()
+        self.pending_bytes = 0
+
+    def close(self) -> dict:
+        self.flush()
+        self.writer.close()
+        self.qfile.close()
+        atomic.commit(self.tmp, self.final)
+        if sum(self.stats["quarantined"].values()):
+            atomic.commit(self.qtmp, self.qfinal)
+            self.stats["quarantine_file"] = str(self.qfinal)
+        else:
+            self.qtmp.unlink()
+        self.stats["rows"] = self.stats["docs_out"]
+        return self.stats
+
+    def abort(self):
+        self.writer.close()
+        self.qfile.close()
+        self.tmp.unlink(missing_ok=True)
+        self.qtmp.unlink(missing_ok=True)
+
+
+def run_shard(spec: dict, out) -> dict:
+    shard = _Shard(spec, out)
+    try:
+        split = spec["split"]
+        fmt = split["file"]["format"]
+        if fmt == "jsonl":
+            _ingest_jsonl(shard, split)
+        else:
+            _ingest_arrow(shard, split, fmt)
+        return shard.close()
+    except BaseException:
+        shard.abort()
+        raise
+
+
+def _ingest_jsonl(shard: _Shard, split: dict):
+    f = split["file"]
+    tf, idf = shard.spec["text_field"], shard.spec["id_field"]
+    rel = f["rel"]
+    for item in readers.iter_lines(f["path"], f["compression"], split):
+        if isinstance(item, StreamError):
+            shard.stats["stream_error"] = item.message
+            shard.bad("corrupt_stream", f"the compressed stream is unreadable from here on ({item.message}); "
+                      "records after this point could not be counted", f, line=item.line_no, offset=item.offset)
+            return
+        line_no, offset, raw = item
+        if not raw.strip():
+            continue
+        try:
+            rec = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as u:
+                shard.bad("invalid_utf8", f"invalid UTF-8 at byte {u.start} of the line", f, line_no, offset=offset, raw=raw)
+                continue
+            shard.bad("invalid_json", f"invalid JSON: {e}", f, line_no, offset=offset, raw=raw)
+            continue
+        if not isinstance(rec, dict):
+            shard.bad("not_an_object", f"the line is a JSON {type(rec).__name__}, not an object", f, line_no, offset=offset, raw=raw)
+            continue
+        text = rec.pop(tf, _MISSING)
+        if text is _MISSING:
+            keys = ", ".join(list(rec)[:12]) or "(none)"
+            shard.bad("missing_text", f"no field {tf!r}; fields present: {keys}; set sources.{shard.source}.text_field",
+                      f, line_no, offset=offset, raw=raw)
+            continue
+        if not isinstance(text, str):
+            shard.bad("text_not_string", f"field {tf!r} is {_jtype(text)}, not a string", f, line_no, offset=offset, raw=raw)
+            continue
+        place = f"{rel}:{line_no}"
+        if idf is not None:
+            rid = rec.pop(idf, None)
+            if rid is None or isinstance(rid, (dict, list)) or rid == "":
+                shard.bad("missing_id", f"field {idf!r} is missing or not a scalar", f, line_no, offset=offset, raw=raw)
+                continue
+            id_ = source_id = str(rid)
+        else:
+            source_id, id_ = place, content_id(place, text)
+        meta = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS, default=str).decode() if rec else None
+        shard.add(id_, text, source_id, meta)
+
+
+_MISSING = object()
+
+
+def _jtype(v) -> str:
+    return {type(None): "null", bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
+        type(v), type(v).__name__
+    )
+
+
+def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
+    f = split["file"]
+    tf, idf = shard.spec["text_field"], shard.spec["id_field"]
+    if fmt == "parquet":
+        names = pq.ParquetFile(f["path"]).schema_arrow.names
+        batches = readers.iter_parquet(f["path"], split, None, FLUSH_DOCS)
+    else:
+        names = None
+        batches = readers.iter_hf(f["path"], shard.spec.get("hf_split"), split, FLUSH_DOCS)
+    for first_row, batch in batches:
+        names = batch.schema.names
+        if tf not in names:
+            raise InputError(
+                f"{f['path']}: no column {tf!r}; columns: {', '.join(names)}; set sources.{shard.source}.text_field"
+            )
+        if idf is not None and idf not in names:
+            raise InputError(f"{f['path']}: no column {idf!r} (id_field); columns: {', '.join(names)}")
+        col = batch.column(tf)
+        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            raise InputError(f"{f['path']}: column {tf!r} has type {col.type}, not string; set text_field to the text column")
+        texts = col.to_pylist()
+        ids = batch.column(idf).to_pylist() if idf is not None else None
+        others = [n for n in names if n not in (tf, idf)]
+        metas = batch.select(others).to_pylist() if others else None
+        for i, text in enumerate(texts):
+            row = first_row + i
+            if text is None:
+                shard.bad("text_not_string", f"column {tf!r} is null at row {row}", f, row=row)
+                continue
+            place = f"{f['rel']}#{row}"
+            if ids is not None:
+                rid = ids[i]
+                if rid is None or rid == "":
+                    shard.bad("missing_id", f"column {idf!r} is null at row {row}", f, row=row, raw=text)
+                    continue
+                id_ = source_id = str(rid)
+            else:
+                source_id, id_ = place, content_id(place, text)
+            meta = orjson.dumps(metas[i], option=orjson.OPT_SORT_KEYS, default=str).decode() if metas else None
+            shard.add(id_, text, source_id, meta)
