@@ -128,10 +128,9 @@ def step_status(step: Step, run_dir: Path, previous: dict | None) -> tuple[str, 
     d = step.dir(run_dir)
     if (d / SUCCESS).exists():
         return "skip", "done"
-    if d.exists() and (d / MARKERS).is_dir():
-        n = len(list((d / MARKERS).glob("*.json")))
-        if n:
-            return "run", f"resume ({n} shards done)"
+    if (d / "step.json").exists():
+        n = len(list((d / MARKERS).glob("*.json"))) if (d / MARKERS).is_dir() else 0
+        return "run", f"resume ({n} shards done)"
     prev = (previous or {}).get(step.name)
     if prev is None:
         return "run", "new"
@@ -146,24 +145,24 @@ def step_status(step: Step, run_dir: Path, previous: dict | None) -> tuple[str, 
 
 
 def _clear_stale_local_ray() -> str | None:
-    """A Ray killed without shutdown leaves its address file; clear it if nothing lives."""
+    """A Ray killed without shutdown leaves `ray_current_cluster` behind, and tools that read
+    it then try to join a dead cluster. Clear it when nothing answers at its address."""
+    import socket
     import tempfile
 
-    import psutil
-
-    root = Path(os.environ.get("RAY_TMPDIR", tempfile.gettempdir())) / "ray"
+    root = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray"
     current = root / "ray_current_cluster"
-    if not current.exists():
+    if not current.is_file():
         return None
-    alive = [
-        p for p in psutil.process_iter(["name", "cmdline"])
-        if (p.info["name"] or "").startswith(("gcs_server", "raylet"))
-    ]
-    if alive:
-        return None
-    address = current.read_text().strip()
+    address = current.read_text().strip().splitlines()[0] if current.stat().st_size else ""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=1.0):
+            return None  # a live cluster: leave it alone
+    except (OSError, ValueError):
+        pass
     current.unlink(missing_ok=True)
-    return f"note: cleared a stale local Ray address file ({address}) left by a run that was killed; starting a fresh Ray"
+    return f"note: cleared a stale Ray address file ({current}: {address or 'empty'}) left by a Ray that was killed; starting a fresh local Ray"
 
 
 def start_ray(workers: int | None) -> bool:

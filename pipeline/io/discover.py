@@ -55,14 +55,16 @@ def infer_format(p: Path) -> tuple[str | None, str | None]:
 
 
 def _fixed_prefix(pattern: str) -> str:
-    parts = Path(pattern).parts
+    """The folder a match's name is made relative to: the part of a glob before its first
+    wildcard, or a plain path's parent (so a file or directory keeps its own name)."""
+    if not glob.has_magic(pattern):
+        return str(Path(pattern).parent)
     fixed = []
-    for part in parts:
+    for part in Path(pattern).parts:
         if glob.has_magic(part):
             break
         fixed.append(part)
-    base = Path(*fixed) if fixed else Path(".")
-    return str(base if (glob.has_magic(pattern) or base.is_dir()) else base.parent)
+    return str(Path(*fixed)) if fixed else "."
 
 
 def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[InputFile], list[str]]:
@@ -82,11 +84,13 @@ def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[
             fmt, comp = infer_format(p)
             fmt = spec.format or fmt
             if p.is_dir() and fmt != "hf":
-                inside = [c for c in sorted(p.iterdir())[:5]]
-                hint = f"; it holds {', '.join(c.name for c in inside)}" if inside else " (empty)"
+                inside = sorted(c.name for c in p.iterdir())
+                data = [n for n in inside if infer_format(Path(n))[0]]
+                suffix = "".join(Path(data[0]).suffixes) if data else ".jsonl.zst"
+                hint = f"; it holds {', '.join(inside[:5])}" if inside else " (empty)"
                 problems.append(
-                    f"{where}: {m} is a directory, not a {fmt or 'data'} file{hint}; "
-                    f"use a glob such as {pattern.rstrip('/')}/*.jsonl.zst, or format: hf for a saved HF dataset"
+                    f"{where}: {m} is a directory{hint}; use a glob such as {pattern.rstrip('/')}/*{suffix}"
+                    " (or format: hf for a saved HF dataset)"
                 )
                 continue
             if fmt is None:

@@ -35,17 +35,38 @@ class StreamError:
     message: str
 
 
-def open_binary(path: str, compression: str | None) -> io.BufferedIOBase:
+def open_binary(path: str, compression: str | None):
+    """A binary stream with `read1`: each call returns what one decompression step gave."""
     raw = open(path, "rb")
     if compression == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if compression == "zstd":
-        dctx = zstandard.ZstdDecompressor()
-        return io.BufferedReader(dctx.stream_reader(raw, read_across_frames=True, closefd=True), READ_CHUNK)
+        return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
     return io.BufferedReader(raw, READ_CHUNK)
 
 
 STREAM_ERRORS = (zstandard.ZstdError, EOFError, zlib.error, gzip.BadGzipFile, OSError)
+
+
+def _stream_lines(f) -> Iterator[bytes | StreamError]:
+    """Lines with their newline; a broken stream yields every complete line before the break,
+    then the exception (the cut line is not a record we can read)."""
+    pending = b""
+    while True:
+        try:
+            chunk = f.read1(READ_CHUNK)
+        except STREAM_ERRORS as e:
+            *lines, pending = pending.split(b"\n")
+            yield from (ln + b"\n" for ln in lines)
+            yield e
+            return
+        if not chunk:
+            if pending:
+                yield pending
+            return
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        yield from (ln + b"\n" for ln in lines)
 
 
 def iter_lines(path: str, compression: str | None, split: dict) -> Iterator[tuple[int, int, bytes] | StreamError]:
@@ -56,15 +77,10 @@ def iter_lines(path: str, compression: str | None, split: dict) -> Iterator[tupl
     first = split.get("first", 0)
     last = split.get("last")  # None: to the end
     line_no, offset = 0, 0
-    f = open_binary(path, compression)
-    try:
-        while True:
-            try:
-                line = f.readline()
-            except STREAM_ERRORS as e:
-                yield StreamError(line_no + 1, offset, f"{type(e).__name__}: {e}")
-                return
-            if not line:
+    with open_binary(path, compression) as f:
+        for line in _stream_lines(f):
+            if isinstance(line, Exception):
+                yield StreamError(line_no + 1, offset, f"{type(line).__name__}: {line}")
                 return
             if last is not None and line_no >= last:
                 return
@@ -72,8 +88,6 @@ def iter_lines(path: str, compression: str | None, split: dict) -> Iterator[tupl
                 yield line_no + 1, offset, line.rstrip(b"\r\n")
             line_no += 1
             offset += len(line)
-    finally:
-        f.close()
 
 
 def _count_newlines(f, upto: int) -> int:
@@ -108,13 +122,11 @@ def _iter_byte_range(path: str, start: int, end: int) -> Iterator[tuple[int, int
 
 def count_lines(path: str, compression: str | None) -> dict:
     """Scan a (compressed) file: its line count, and whether the stream broke."""
-    n, broken = 0, None
-    f = open_binary(path, compression)
-    try:
-        last_byte = b"\n"
+    n, broken, last_byte = 0, None, b"\n"
+    with open_binary(path, compression) as f:
         while True:
             try:
-                chunk = f.read(READ_CHUNK)
+                chunk = f.read1(READ_CHUNK)
             except STREAM_ERRORS as e:
                 broken = f"{type(e).__name__}: {e}"
                 break
@@ -122,10 +134,8 @@ def count_lines(path: str, compression: str | None) -> dict:
                 break
             n += chunk.count(b"\n")
             last_byte = chunk[-1:]
-        if last_byte != b"\n":
-            n += 1  # a last line without a newline
-    finally:
-        f.close()
+    if last_byte != b"\n":
+        n += 1  # a last line without a newline
     return {"lines": n, "broken": broken}
 
 

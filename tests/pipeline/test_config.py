@@ -1,0 +1,130 @@
+"""Config errors name the file, the line, the key path, and what to do."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import config
+from pipeline.errors import UsageError
+from pipeline.io.discover import resolve_inputs
+from tests.conftest import curate, write_yaml
+
+GOOD = """
+name: t
+sources:
+  web:
+    paths: ["*.jsonl"]
+    filters: [english, gopher_quality]
+filters:
+  english: {type: length, min_words: 3}
+  gopher_quality: {type: length, max_chars: 1000}
+"""
+
+
+def _err(tmp_path, text) -> str:
+    p = write_yaml(tmp_path / "x.yaml", text)
+    with pytest.raises(UsageError) as e:
+        config.load(p)
+    return str(e.value).replace(str(p), "x.yaml")
+
+
+def test_good_file_loads_with_defaults(tmp_path):
+    lm = config.load(write_yaml(tmp_path / "x.yaml", GOOD))
+    src = lm.mixture.sources["web"]
+    assert src.text_field == "text" and src.on_bad_record == "quarantine" and src.id_field is None
+    assert lm.mixture.filters["english"].min_words == 3
+    assert lm.mixture.filters["english"].max_words is None
+    assert lm.output_dir() == (tmp_path / "out" / "t").resolve()
+
+
+def test_unknown_key_names_line_and_allowed_keys(tmp_path):
+    msg = _err(tmp_path, GOOD.replace("    paths:", "    pathz: []\n    paths:"))
+    assert msg.startswith("x.yaml:4: sources.web.pathz: unknown key 'pathz'; allowed keys: filters, format,")
+
+
+def test_unknown_filter_reference(tmp_path):
+    msg = _err(tmp_path, GOOD.replace("[english, gopher_quality]", "[english, gopher_quality, gopher]"))
+    assert msg == "x.yaml:5: sources.web.filters[2]: unknown filter 'gopher'; defined: english, gopher_quality"
+
+
+def test_unknown_filter_type_lists_known_types(tmp_path):
+    msg = _err(tmp_path, GOOD.replace("{type: length, min_words: 3}", "{type: lenght}"))
+    assert msg.startswith("x.yaml:7: filters.english.type: unknown filter type 'lenght'; known types: ")
+    assert "length" in msg
+
+
+def test_filter_param_typo_and_bad_type(tmp_path):
+    msg = _err(tmp_path, GOOD.replace("min_words: 3", "min_word: 3").replace("max_chars: 1000", "max_chars: lots"))
+    assert "x.yaml:7: filters.english.min_word: unknown key 'min_word'; allowed keys: max_chars, max_words, min_chars, min_words, type" in msg
+    assert "x.yaml:8: filters.gopher_quality.max_chars: Input should be a valid integer" in msg
+    assert "(got 'lots')" in msg
+
+
+def test_bad_type_in_source(tmp_path):
+    msg = _err(tmp_path, GOOD.replace('paths: ["*.jsonl"]', 'paths: ["*.jsonl"]\n    max_shard_rows: -3'))
+    assert msg == "x.yaml:5: sources.web.max_shard_rows: Input should be greater than or equal to 1 (got -3)"
+
+
+def test_missing_required_and_every_problem_reported(tmp_path):
+    msg = _err(tmp_path, "name: t\nseed: x\n")
+    assert "x.yaml:1: (top level)" not in msg
+    assert "sources: required key is missing" in msg
+    assert "x.yaml:2: seed: Input should be a valid integer" in msg
+
+
+def test_weights_must_name_sources_and_sum_to_one(tmp_path):
+    msg = _err(tmp_path, GOOD + "mixture:\n  weights: {web: 0.5, code: 0.4}\n")
+    assert "x.yaml:10: mixture.weights.code: code has weight 0.4 but no source named code; defined: web" in msg
+    assert "x.yaml:10: mixture.weights: weights sum to 0.9, not 1; fix them or set mixture.normalize: true" in msg
+
+
+def test_yaml_syntax_error_has_line(tmp_path):
+    msg = _err(tmp_path, "name: t\nsources:\n  web: [a\n")
+    assert msg.startswith("x.yaml:4: not valid YAML")
+
+
+def test_glob_with_no_match(tmp_path):
+    lm = config.load(write_yaml(tmp_path / "x.yaml", GOOD))
+    with pytest.raises(UsageError) as e:
+        resolve_inputs(lm)
+    assert str(e.value) == f"{tmp_path / 'x.yaml'}:4: sources.web.paths[0]: '*.jsonl' matches no file (looked in {tmp_path})"
+
+
+def test_directory_instead_of_files(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.jsonl").write_text('{"text": "x"}\n')
+    lm = config.load(write_yaml(tmp_path / "x.yaml", GOOD.replace('"*.jsonl"', '"d"')))
+    with pytest.raises(UsageError) as e:
+        resolve_inputs(lm)
+    assert "d is a directory; it holds a.jsonl; use a glob such as d/*.jsonl (or format: hf for a saved HF dataset)" in str(e.value).replace(str(tmp_path) + "/", "")
+
+
+def test_later_capabilities_parse_and_are_refused_by_run(tmp_path):
+    text = GOOD + """
+dedup:
+  exact: {}
+  fuzzy: {ngram: 5, num_perm: 112, bands: 14, threshold: 0.8}
+classifiers:
+  wiki_vs_web: {type: fasttext, positive: [web], negative: [web]}
+mixture:
+  target_tokens: 1000
+  weights: {web: 1.0}
+samples: {kept_per_source: 5}
+"""
+    lm = config.load(write_yaml(tmp_path / "x.yaml", text))
+    todo = [str(t) for t in config.unimplemented(lm)]
+    assert any("dedup: not implemented yet: deduplication (issue 4)" in t for t in todo)
+    assert any("mixture.weights: not implemented yet: weighted mixtures (issue 6)" in t for t in todo)
+
+
+def test_cli_validate_exit_codes(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"text": "hello there world"}\n')
+    good = write_yaml(tmp_path / "good.yaml", GOOD)
+    r = curate("validate", str(good))
+    assert r.returncode == 0, r.stderr
+    assert "ok (1 sources, 1 input files)" in r.stdout
+    bad = write_yaml(tmp_path / "bad.yaml", GOOD.replace("gopher_quality]", "gopher]"))
+    r = curate("validate", str(bad))
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"error: {bad}:5: sources.web.filters[1]: unknown filter 'gopher'; defined: english, gopher_quality"
+    assert "Traceback" not in r.stderr

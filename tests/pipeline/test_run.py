@@ -1,0 +1,148 @@
+"""The whole chain through the real CLI and a real embedded Ray: determinism, caching, resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.io import atomic
+from tests.conftest import ROOT, curate, write_yaml
+
+
+@pytest.fixture(scope="module")
+def demo_yaml(demo_corpus, tmp_path_factory) -> Path:
+    """mixtures/demo.yaml as shipped, pointed at the test's demo corpus."""
+    d = tmp_path_factory.mktemp("mix")
+    text = (ROOT / "mixtures" / "demo.yaml").read_text().replace("../data/demo", str(demo_corpus))
+    return write_yaml(d / "demo.yaml", text)
+
+
+def _shas(run_dir: Path) -> dict:
+    return {f["path"]: f["sha256"] for f in atomic.read_json(run_dir / "manifest.json")["files"]}
+
+
+def test_demo_is_accounted_for_and_identical_across_worker_counts(demo_yaml, tmp_path):
+    r1 = curate("run", str(demo_yaml), "--workers", "1", "--output", str(tmp_path / "w1"))
+    assert r1.returncode == 0, r1.stderr
+    r2 = curate("run", str(demo_yaml), "--workers", "2", "--output", str(tmp_path / "w2"))
+    assert r2.returncode == 0, r2.stderr
+    d1, d2 = tmp_path / "w1" / "demo", tmp_path / "w2" / "demo"
+    assert f"run directory: {d2}" in r2.stdout
+    assert _shas(d1) == _shas(d2) and len(_shas(d1)) >= 2
+    for path, sha in _shas(d2).items():  # the manifest tells the truth about the files
+        assert atomic.file_digest(d2 / path)[1] == sha
+    led = atomic.read_json(d2 / "ledger.json")
+    assert led["conservation"] is True
+    for name, e in led["sources"].items():
+        assert e["conservation"] is True and e["in"] == e["kept"] + e["removed_total"] + e["quarantined"], name
+    web = led["sources"]["web"]
+    assert web["in"] == 3000 and web["removed"]["filter:web_length"]["too_few_words"] > 100
+    assert led["sources"]["wiki"]["in"] == 26227 and led["sources"]["code"]["kept"] == led["sources"]["code"]["in"]
+    man = atomic.read_json(d2 / "manifest.json")
+    assert man["total_docs"] == led["totals"]["kept"]
+    assert sum(s["realized_tokens"] for s in man["sources"].values()) == man["total_tokens"] > 5_000_000
+
+
+def test_mixture_reads_with_pyarrow_dataset_and_hf_datasets(demo_yaml, tmp_path):
+    r = curate("run", str(demo_yaml), "--workers", "2", "--output", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    import datasets
+    import pyarrow.dataset as pads
+
+    files = sorted(str(p) for p in (tmp_path / "demo" / "mixture").glob("*.parquet"))
+    t = pads.dataset(files, format="parquet").to_table()
+    assert t.column_names == ["id", "text", "source", "source_id", "n_tokens"]
+    ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hfcache"))
+    assert len(ds) == t.num_rows and ds[0]["text"] == t.column("text")[0].as_py()
+    assert len(set(t.column("id").to_pylist())) == t.num_rows
+
+
+def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_yaml, tmp_path):
+    out = str(tmp_path)
+    assert curate("run", str(demo_yaml), "--output", out).returncode == 0
+    t0 = time.time()
+    r = curate("run", str(demo_yaml), "--output", out)
+    took = time.time() - t0
+    assert r.returncode == 0, r.stderr
+    assert took < 15, took
+    steps = atomic.read_json(tmp_path / "demo" / "run.json")["steps"]
+    assert {s["status"] for s in steps.values()} == {"SKIPPED"}
+    first = _shas(tmp_path / "demo")
+
+    edited = write_yaml(demo_yaml.with_name("edited.yaml"), demo_yaml.read_text().replace("shard_rows: 20000", "shard_rows: 7000"))
+    plan = curate("plan", str(edited), "--output", out)
+    assert plan.returncode == 0, plan.stderr
+    actions = {ln.split()[0]: ln.split()[2:] for ln in plan.stdout.splitlines() if ln.startswith(("ingest-", "filter-", "mix"))}
+    assert actions["mix"] == ["run", "config", "changed"]
+    assert all(v == ["skip", "done"] for k, v in actions.items() if k != "mix"), actions
+    r = curate("run", str(edited), "--output", out)
+    assert r.returncode == 0, r.stderr
+    steps = atomic.read_json(tmp_path / "demo" / "run.json")["steps"]
+    assert {k for k, s in steps.items() if s["status"] == "SUCCESS"} == {"mix"}
+    man = atomic.read_json(tmp_path / "demo" / "manifest.json")
+    assert all(f["rows"] <= 7000 for f in man["files"]) and len(man["files"]) > len(first)
+    assert not (tmp_path / "demo" / "mixture" / "part-99999.parquet").exists()
+    assert sorted(p.name for p in (tmp_path / "demo" / "mixture").iterdir()) == sorted(Path(f["path"]).name for f in man["files"])
+
+
+def test_resume_after_a_killed_run_gives_the_same_bytes(demo_corpus, tmp_path):
+    y = write_yaml(tmp_path / "k.yaml", f"""
+        name: k
+        sources:
+          wiki: {{paths: ["{demo_corpus}/wiki/*.parquet"], id_field: id, max_shard_rows: 1000, filters: [short]}}
+        filters:
+          short: {{type: length, min_words: 20}}
+    """)
+    ref = curate("run", str(y), "--workers", "2", "--output", str(tmp_path / "ref"))
+    assert ref.returncode == 0, ref.stderr
+
+    env = {**os.environ}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(y), "--workers", "1", "--output", str(tmp_path / "o")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    markers = None
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        found = list((tmp_path / "o" / "k" / "steps").glob("ingest-wiki-*/_markers/*.json"))
+        if len(found) >= 3:
+            markers = len(found)
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert markers is not None, "the run never finished three shards"
+    step_dir = next((tmp_path / "o" / "k" / "steps").glob("ingest-wiki-*"))
+    assert not (step_dir / "_SUCCESS").exists()
+
+    r = curate("run", str(y), "--workers", "1", "--output", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    done_before = int(r.stderr.split("ingest-wiki")[1].split("resume (")[1].split()[0])
+    assert done_before >= 3
+    assert _shas(tmp_path / "o" / "k") == _shas(tmp_path / "ref" / "k")
+    assert not list(step_dir.glob("*.tmp-*")) and (step_dir / "_SUCCESS").exists()
+    assert atomic.read_json(tmp_path / "o" / "k" / "ledger.json")["conservation"] is True
+
+
+def test_stale_ray_address_file_is_cleared_with_a_message(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.jsonl").write_text('{"text": "one two three"}\n')
+    y = write_yaml(tmp_path / "m.yaml", """
+        name: s
+        sources:
+          s: {paths: ["d/*.jsonl"]}
+    """)
+    short = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # Ray's socket paths must stay short
+    (short / "ray").mkdir()
+    stale = short / "ray" / "ray_current_cluster"
+    stale.write_text("127.0.0.1:1\n")  # nothing listens on port 1
+    r = curate("run", str(y), "--workers", "1", env={"RAY_TMPDIR": str(short)})
+    assert r.returncode == 0, r.stderr
+    assert f"note: cleared a stale Ray address file ({stale}: 127.0.0.1:1)" in r.stderr
+    assert atomic.read_json(tmp_path / "out" / "s" / "ledger.json")["totals"]["kept"] == 1
