@@ -125,3 +125,17 @@ def describe_registry() -> str:
         lines.append("")
     lines.append("thresholds are min_*/max_* with their unit; None (null in YAML) switches one off")
     return "\n".join(lines)
+
+
+def reference_markdown() -> str:
+    """The README's filter table, generated from the registry."""
+    from pipeline.config import _type_name
+
+    rows = ["| type | parameter | type | default | meaning |", "| --- | --- | --- | --- | --- |"]
+    for name, cls in registry().items():
+        rows.append(f"| `{name}` | | | | {cls.description} |")
+        for fname, f in cls.Params.model_fields.items():
+            if fname != "type":
+                default = "required" if f.is_required() else repr(f.get_default(call_default_factory=True))
+                rows.append(f"| | `{fname}` | {_type_name(f.annotation)} | {default} | {f.description or ''} |")
+    return "\n".join(rows)

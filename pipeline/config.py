@@ -49,7 +49,7 @@ class SourceSpec(Model):
     id_field: str | None = Field(None, description="the field holding a stable id; a content hash is used when omitted")
     hf_split: str | None = Field(None, description="for a saved DatasetDict: which split to read")
     filters: list[str] = Field(default_factory=list, description="names from the `filters` section, applied in order")
-    quality: QualitySpec | None = None
+    quality: QualitySpec | None = Field(None, description="score with a classifier and keep the best")
     on_bad_record: Literal["quarantine", "fail"] = Field(
         "quarantine", description="quarantine: keep going and record file, line and error; fail: stop at the first bad record"
     )
@@ -59,56 +59,56 @@ class SourceSpec(Model):
 
 class ExactDedupSpec(Model):
     normalize: list[Literal["whitespace", "case", "punctuation", "digits"]] = Field(
-        default_factory=lambda: ["whitespace", "case"]
+        default_factory=lambda: ["whitespace", "case"], description="what to fold before hashing the text"
     )
 
 
 class FuzzyDedupSpec(Model):
-    ngram: int = Field(5, ge=1)
-    num_perm: int = Field(112, ge=1)
-    bands: int = Field(14, ge=1)
-    rows: int | None = Field(None, ge=1)
-    threshold: float = Field(0.8, gt=0, le=1)
-    seed: int = 0
-    verify: bool = True
+    ngram: int = Field(5, ge=1, description="word n-gram shingle size")
+    num_perm: int = Field(112, ge=1, description="MinHash permutations")
+    bands: int = Field(14, ge=1, description="LSH bands")
+    rows: int | None = Field(None, ge=1, description="rows per band; default num_perm // bands")
+    threshold: float = Field(0.8, gt=0, le=1, description="Jaccard similarity at which documents are near-duplicates")
+    seed: int = Field(0, description="MinHash seed")
+    verify: bool = Field(True, description="check every candidate pair's true Jaccard similarity before removing")
 
 
 class ParagraphDedupSpec(Model):
-    min_chars: int = Field(50, ge=0)
-    max_occurrences: int = Field(5, ge=1)
+    min_chars: int = Field(50, ge=0, description="paragraphs shorter than this are never removed")
+    max_occurrences: int = Field(5, ge=1, description="a paragraph seen more often than this is removed after its first occurrences")
 
 
 class DedupSpec(Model):
-    exact: ExactDedupSpec | None = None
-    fuzzy: FuzzyDedupSpec | None = None
-    paragraph: ParagraphDedupSpec | None = None
+    exact: ExactDedupSpec | None = Field(None, description="exact duplicates of normalised text")
+    fuzzy: FuzzyDedupSpec | None = Field(None, description="near-duplicates: MinHash LSH, verified")
+    paragraph: ParagraphDedupSpec | None = Field(None, description="repeated paragraphs")
     priority: list[str] | None = Field(None, description="source order for choosing survivors; default: YAML order")
 
 
 class ClassifierSpec(Model):
-    type: Literal["fasttext"] = "fasttext"
-    positive: list[str] = Field(default_factory=list)
-    negative: list[str] = Field(default_factory=list)
+    type: Literal["fasttext"] = Field("fasttext", description="the classifier kind")
+    positive: list[str] = Field(default_factory=list, description="sources (or file paths) of positive examples")
+    negative: list[str] = Field(default_factory=list, description="sources (or file paths) of negative examples")
     model: str | None = Field(None, description="a pretrained fastText model file instead of training")
-    label: str = "__label__hq"
-    max_examples_per_class: int = Field(20_000, ge=1)
-    epochs: int = Field(5, ge=1)
-    lr: float = Field(0.1, gt=0)
-    word_ngrams: int = Field(2, ge=1)
-    dim: int = Field(100, ge=1)
-    min_count: int = Field(1, ge=1)
-    loss: Literal["softmax", "hs", "ns", "ova"] = "softmax"
-    lowercase: bool = False
-    seed: int = 0
+    label: str = Field("__label__hq", description="the positive label")
+    max_examples_per_class: int = Field(20_000, ge=1, description="cap on training examples per class")
+    epochs: int = Field(5, ge=1, description="fastText epochs")
+    lr: float = Field(0.1, gt=0, description="fastText learning rate")
+    word_ngrams: int = Field(2, ge=1, description="fastText word n-grams")
+    dim: int = Field(100, ge=1, description="fastText vector size")
+    min_count: int = Field(1, ge=1, description="fastText minimum word count")
+    loss: Literal["softmax", "hs", "ns", "ova"] = Field("softmax", description="fastText loss")
+    lowercase: bool = Field(False, description="lowercase text before training and scoring")
+    seed: int = Field(0, description="sampling seed")
 
 
 class MixtureSpec(Model):
-    target_tokens: int | None = Field(None, ge=1)
+    target_tokens: int | None = Field(None, ge=1, description="tokens in the final mixture")
     weights: dict[str, float] | None = Field(None, description="token shares of the final mixture; sum to 1")
     normalize: bool = Field(False, description="scale weights to sum to 1 instead of rejecting them")
-    max_epochs: float | None = Field(None, gt=0)
-    on_shortfall: Literal["error", "renormalize"] = "error"
-    shard_tokens: int | None = Field(None, ge=1)
+    max_epochs: float | None = Field(None, gt=0, description="no source is repeated more than this")
+    on_shortfall: Literal["error", "renormalize"] = Field("error", description="when a source cannot fill its share")
+    shard_tokens: int | None = Field(None, ge=1, description="tokens per mixture shard")
     shard_rows: int = Field(100_000, ge=1, description="rows per mixture Parquet shard")
 
     @field_validator("weights")
@@ -122,21 +122,22 @@ class MixtureSpec(Model):
 
 
 class SamplesSpec(Model):
-    kept_per_source: int = Field(50, ge=0)
-    removed_per_reason: int = Field(10, ge=0)
+    kept_per_source: int = Field(50, ge=0, description="kept documents published per source")
+    removed_per_reason: int = Field(10, ge=0, description="removed documents published per (source, stage, reason)")
 
 
 class Mixture(Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the run directory is <output>/<name>")
     output: str = Field("out", description="where run directories go; relative to the YAML file")
-    seed: int = 0
+    seed: int = Field(0, description="seed of every sampled or shuffled choice")
     tokenizer: str | None = Field("gpt2", description="gpt2 (offline BPE), a path to a tokenizer.json, or null for no token counts")
-    sources: dict[str, SourceSpec] = Field(min_length=1)
-    filters: dict[str, filter_base.FilterParams] = Field(default_factory=dict)
-    dedup: DedupSpec | None = None
-    classifiers: dict[str, ClassifierSpec] = Field(default_factory=dict)
-    mixture: MixtureSpec = Field(default_factory=MixtureSpec)
-    samples: SamplesSpec = Field(default_factory=SamplesSpec)
+    sources: dict[str, SourceSpec] = Field(min_length=1, description="named input corpora")
+    filters: dict[str, filter_base.FilterParams] = Field(
+        default_factory=dict, description="named filter instances; `type` picks a registered filter (`curate filters`)")
+    dedup: DedupSpec | None = Field(None, description="deduplication across all sources")
+    classifiers: dict[str, ClassifierSpec] = Field(default_factory=dict, description="named quality classifiers")
+    mixture: MixtureSpec = Field(default_factory=MixtureSpec, description="how kept documents become the mixture")
+    samples: SamplesSpec = Field(default_factory=SamplesSpec, description="published samples of kept and removed documents")
 
     @field_validator("sources")
     @classmethod
@@ -393,8 +394,58 @@ def unimplemented(lm: LoadedMixture) -> list[NotImplementedYet]:
     for s, src in m.sources.items():
         if src.quality:
             add(("sources", s, "quality"), "quality classification (issue 5)")
+    if "samples" in lm.raw:
+        add(("samples",), "published samples (issue 7)")
     mx = m.mixture
     for key in ("target_tokens", "weights", "max_epochs", "shard_tokens"):
         if getattr(mx, key) is not None:
             add(("mixture", key), "weighted mixtures (issue 6)")
     return todo
+
+
+# ---------------------------------------------------------------- docs from the models
+
+
+def _type_name(ann: Any) -> str:
+    import types
+    import typing
+
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin in (typing.Union, types.UnionType):
+        named = " or ".join(_type_name(a) for a in args if a is not type(None))
+        return named + (" or null" if type(None) in args else "")
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in args)
+    if origin is list:
+        return f"list of {_type_name(args[0])}"
+    if origin is dict:
+        return f"map of {_type_name(args[1])}"
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return "mapping"
+    return getattr(ann, "__name__", str(ann))
+
+
+def reference_markdown() -> str:
+    """The README's YAML key table, generated from the models' fields and descriptions."""
+    import typing
+
+    rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+
+    def walk(model: type[BaseModel], prefix: str):
+        for name, f in model.model_fields.items():
+            key = f"{prefix}{name}"
+            value = None if f.is_required() else f.get_default(call_default_factory=True)
+            default = "required" if f.is_required() else ("see below" if isinstance(value, BaseModel) else repr(value))
+            desc = (f.description or "").replace("|", "/")
+            rows.append(f"| `{key}` | {_type_name(f.annotation)} | {default} | {desc} |")
+            args = typing.get_args(f.annotation)
+            if typing.get_origin(f.annotation) is dict:
+                if isinstance(args[1], type) and issubclass(args[1], BaseModel) and args[1] is not filter_base.FilterParams:
+                    walk(args[1], f"{key}.<name>.")
+                continue
+            for m in args or (f.annotation,):
+                if isinstance(m, type) and issubclass(m, BaseModel):
+                    walk(m, f"{key}.")
+
+    walk(Mixture, "")
+    return "\n".join(rows)

@@ -133,3 +133,24 @@ def test_a_failing_shard_names_step_and_input(ray_local, tmp_path):
         _run(y)
     assert f"step ingest-s, shard 0 ({tmp_path}/pq/a.parquet row groups [0]..[0]) failed: " in str(e.value)
     assert f"{tmp_path}/pq/a.parquet: no column 'text'; columns: body; set sources.s.text_field" in str(e.value)
+
+
+def test_large_compressed_file_is_scanned_then_split_by_records(ray_local, tmp_path, wiki_texts):
+    import zstandard
+
+    (tmp_path / "z").mkdir()
+    data = b"".join(orjson.dumps({"text": t, "n": i}) + b"\n" for i, t in enumerate(wiki_texts[:1050]))
+    (tmp_path / "z" / "a.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(data))
+    y = write_yaml(tmp_path / "m.yaml", """
+        name: z
+        tokenizer: null
+        sources:
+          web: {paths: ["z/*.jsonl.zst"], max_shard_rows: 200, max_shard_bytes: 1024}
+    """)
+    run_dir = _run(y)
+    rj = atomic.read_json(run_dir / "run.json")
+    assert rj["steps"]["scan-web"]["status"] == "SUCCESS"
+    assert rj["steps"]["ingest-web"]["shards"] == 6  # 1050 lines in ranges of 200
+    rows = _mixture_rows(run_dir)
+    assert [orjson.loads(r["source_id"].split(":")[1]) for r in rows] == list(range(1, 1051))
+    assert [r["text"] for r in rows] == wiki_texts[:1050]

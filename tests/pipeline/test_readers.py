@@ -33,6 +33,16 @@ def _file(path, fmt="jsonl", comp=None) -> dict:
     return InputFile(str(path), path.name, fmt, comp, st.st_size, st.st_mtime_ns).to_dict()
 
 
+def _arrow_rows(batches) -> list[int]:
+    """The `n` column over (first row, batch) pairs, checking each batch's row number."""
+    rows = []
+    for first, batch in batches:
+        ns = batch.column("n").to_pylist()
+        assert ns[0] == first
+        rows += ns
+    return rows
+
+
 def _read_all(f: dict, splits: list[dict]):
     got = []
     for sp in splits:
@@ -89,12 +99,7 @@ def test_parquet_split_by_row_groups(tmp_path, wiki_texts):
     splits = ingest.plan_splits([f], {"max_shard_rows": 1000, "max_shard_bytes": 1 << 20}, {})
     assert [s["row_groups"] for s in splits] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
     assert [s["first_row"] for s in splits] == [0, 900, 1800]
-    rows = []
-    for sp in splits:
-        for first, batch in readers.iter_parquet(str(p), sp, ["n"], 128):
-            ns = batch.column("n").to_pylist()
-            assert ns[0] == first
-            rows += ns
+    rows = [n for sp in splits for n in _arrow_rows(readers.iter_parquet(str(p), sp, ["n"], 128))]
     assert rows == list(range(2500))
 
 
@@ -107,12 +112,7 @@ def test_hf_saved_dataset_split_by_rows(tmp_path, wiki_texts):
     f = _file(d, fmt="hf")
     splits = ingest.plan_splits([f], {"max_shard_rows": 300, "max_shard_bytes": 1 << 20}, {})
     assert [(s["first_row"], s["last_row"]) for s in splits] == [(0, 300), (300, 600), (600, 900), (900, 1000)]
-    rows = []
-    for sp in splits:
-        for first, batch in readers.iter_hf(str(d), None, sp, 128):
-            ns = batch.column("n").to_pylist()
-            assert ns[0] == first
-            rows += ns
+    rows = [n for sp in splits for n in _arrow_rows(readers.iter_hf(str(d), None, sp, 128))]
     assert rows == list(range(1000))
 
 
