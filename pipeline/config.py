@@ -324,9 +324,41 @@ def load(path: str | Path) -> LoadedMixture:
         )
     if mixture is not None and not problems:
         problems.extend(check_references(mixture))
+        mixture = _resolve_filter_paths(mixture, path.parent.resolve())
     if problems:
         raise UsageError(format_problems(path, lines, problems))
     return LoadedMixture(mixture, path, lines, raw)
+
+
+def _resolve_filter_paths(m: Mixture, base: Path) -> Mixture:
+    """File parameters of filters (`is_path`) are relative to the YAML file: make them absolute."""
+    fixed = {}
+    for name, params in m.filters.items():
+        update = {}
+        for field in filter_base.path_fields(params):
+            value = getattr(params, field, None)
+            if isinstance(value, str) and not Path(value).is_absolute():
+                update[field] = str((base / value).resolve())
+        fixed[name] = params.model_copy(update=update) if update else params
+    return m.model_copy(update={"filters": fixed})
+
+
+def check_filter_files(lm: "LoadedMixture") -> list[str]:
+    """Every file a used filter reads must exist; the message names the key and the fix."""
+    from filters import models
+
+    out = []
+    used = {f for s in lm.mixture.sources.values() for f in s.filters}
+    for name, params in lm.mixture.filters.items():
+        if name not in used:
+            continue
+        for field, value in filter_base.path_fields(params).items():
+            if not Path(value).is_file():
+                if field == "model" and getattr(params, "model", None) is None:
+                    out.append(f"{lm.where(('filters', name))}: {models.missing_model_message('language filter', Path(value))}")
+                else:
+                    out.append(f"{lm.where(('filters', name, field))}: no such file: {value}")
+    return out
 
 
 def format_problems(path: Path, lines: dict, problems: list[tuple[tuple, str]]) -> str:

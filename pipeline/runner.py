@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from pipeline import __version__, ledger, tokens
-from pipeline.config import LoadedMixture, unimplemented
+from filters import base as filter_base
+from pipeline.config import LoadedMixture, check_filter_files, unimplemented
 from pipeline.errors import RunError, UsageError
 from pipeline.executor import SUCCESS, Executor, Step, read_markers, shard_name, step_status
 from pipeline.io import atomic
@@ -52,6 +53,9 @@ class Plan:
         self.lm = lm
         self.run_dir = run_dir
         self.files = resolve_inputs(lm)
+        missing = check_filter_files(lm)
+        if missing:
+            raise UsageError("\n".join(missing))
         self.tokenizer = tokens.check(lm.mixture.tokenizer, lm.base_dir)
         self.steps: list[Step] = []
         self.ingest: dict[str, Step] = {}
@@ -103,7 +107,9 @@ class Plan:
                 return [{"documents": str(d / f"{shard_name(i)}.parquet"), "filters": fl,
                          "describe": f"{ing.name}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
 
-            flt = Step(f"filter-{sname}", "filter", {"filters": fl}, [ing], "pipeline.steps.filter:run_shard",
+            files = {f"{n}.{k}": atomic.file_digest(Path(v))[1] for n, _ in fl
+                     for k, v in filter_base.path_fields(self.lm.mixture.filters[n]).items()}
+            flt = Step(f"filter-{sname}", "filter", {"filters": fl, "files": files}, [ing], "pipeline.steps.filter:run_shard",
                        shards=filter_shards, meta={"source": sname})
             self.steps.append(flt)
             self.filter[sname] = flt

@@ -28,7 +28,7 @@ def run_shard(spec: dict, out) -> dict:
     stages = {name: {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": 0, "tokens_out": 0, "removed": {}}
               for name, _ in filters}
     tables = []
-    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["id", "text", "n_chars", "n_tokens"]):
+    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["id", "text", "metadata", "n_chars", "n_tokens"]):
         tables.append(_filter_batch(batch, filters, stages))
     table = pa.concat_tables(tables, promote_options="default") if tables else pa.table(
         {"id": pa.array([], pa.string()), "keep": pa.array([], pa.bool_()), "stage": pa.array([], pa.string()), "reason": pa.array([], pa.string())}

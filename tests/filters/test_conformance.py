@@ -1,0 +1,149 @@
+"""Our filters against datatrove's own, on the same real documents: decisions must agree.
+
+The corpus is the demo's real text: 1,500 English Wikipedia summaries and 1,500 crawl-like
+pages built around them (boilerplate, spam, copies). Disagreements, if any, are written
+with both reasons to `$CURATE_ARTIFACTS/conformance-<filter>.jsonl` (default: the test's
+temporary directory) so they can be read.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from filters import base, models
+
+# datatrove's reason -> ours, where we renamed it to say what failed
+REASONS = {
+    "gopher_short_doc": "too_few_words", "gopher_long_doc": "too_many_words",
+    "gopher_below_avg_threshold": "avg_word_length_below_min", "gopher_above_avg_threshold": "avg_word_length_above_max",
+    "gopher_too_many_hashes": "too_many_hashes", "gopher_too_many_ellipsis": "too_many_ellipses",
+    "gopher_too_many_bullets": "too_many_bullet_lines", "gopher_too_many_end_ellipsis": "too_many_ellipsis_lines",
+    "gopher_below_alpha_threshold": "too_few_alpha_words", "gopher_enough_stop_words": "too_few_stop_words",
+    "< 3 paragraphs": "too_few_paragraphs",
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(demo_corpus) -> list[str]:
+    wiki = pq.read_table(demo_corpus / "wiki" / "summaries_en.parquet", columns=["text"]).column("text").to_pylist()[:1500]
+    raw = zstandard.ZstdDecompressor().stream_reader(open(demo_corpus / "web" / "crawl-00000.jsonl.zst", "rb")).read()
+    web = [orjson.loads(x)["text"] for x in raw.splitlines()]
+    raw = zstandard.ZstdDecompressor().stream_reader(open(demo_corpus / "web" / "crawl-00001.jsonl.zst", "rb")).read()
+    web += [orjson.loads(x)["text"] for x in raw.splitlines()]
+    return wiki + web[:1500]
+
+
+def _datatrove(name: str):
+    from datatrove.pipeline import filters as dt
+
+    return {
+        "gopher_quality": lambda: dt.GopherQualityFilter(),
+        "gopher_repetition": lambda: dt.GopherRepetitionFilter(),
+        "c4_quality": lambda: dt.C4QualityFilter(filter_no_terminal_punct=False),
+        "c4_paragraph": lambda: dt.C4ParagraphFilter(),
+        "fineweb_quality": lambda: dt.FineWebQualityFilter(),
+    }[name]()
+
+
+OURS = {"c4_quality": {"filter_no_terminal_punct": False}}
+
+
+@pytest.mark.parametrize("name", ["gopher_quality", "gopher_repetition", "c4_quality", "c4_paragraph", "fineweb_quality"])
+def test_decisions_agree_with_datatrove(name, corpus, tmp_path):
+    from datatrove.data import Document
+
+    dt_filter = _datatrove(name)
+    theirs = []
+    for i, text in enumerate(corpus):
+        r = dt_filter.filter(Document(text=text, id=str(i)))
+        theirs.append(r if isinstance(r, tuple) else (bool(r), None))
+    ours = base.build(base.parse_params({"type": name, **OURS.get(name, {})}))
+    res = ours.apply(pa.RecordBatch.from_pydict({"id": [str(i) for i in range(len(corpus))], "text": corpus}))
+    agree = 0
+    out_dir = Path(os.environ.get("CURATE_ARTIFACTS") or tmp_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / f"conformance-{name}.jsonl", "wb") as f:
+        for i, ((keep, reason), k, ours_reason) in enumerate(zip(theirs, res.keep, res.reasons)):
+            same = bool(keep) == bool(k) and (keep or REASONS.get(reason, reason) == ours_reason)
+            agree += same
+            if not same:
+                f.write(orjson.dumps({"i": i, "datatrove": [keep, reason], "ours": [bool(k), ours_reason], "text": corpus[i][:500]}) + b"\n")
+    rate = agree / len(corpus)
+    print(f"{name}: {agree}/{len(corpus)} documents agree with datatrove ({rate:.2%}), decision and reason")
+    assert len(corpus) >= 2000
+    assert rate >= 0.99
+    assert (~res.keep).sum() > 20 or name == "c4_paragraph"  # the corpus does exercise the filter
+
+
+@pytest.fixture(scope="module")
+def lid_model() -> Path:
+    p = models.lid176_path()
+    if not p.is_file():
+        pytest.fail(models.missing_model_message("tests", p))
+    return p
+
+
+def test_language_filter_agrees_with_datatrove_on_the_same_model(lid_model, demo_corpus, corpus):
+    import datatrove.utils.lid as lid
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import LanguageFilter
+
+    fr = pq.read_table(demo_corpus / "wiki" / "summaries_fr.parquet", columns=["text"]).column("text").to_pylist()[:300]
+    texts = corpus[:1700] + fr
+    lid.FT176LID.MODEL_URL = str(lid_model)
+    dt = LanguageFilter(languages=["en"], language_threshold=0.65)
+    theirs = [bool(dt.filter(Document(text=t, id=str(i)))) for i, t in enumerate(texts)]
+    res = base.build(base.parse_params({"type": "language", "languages": ["en"], "min_score": 0.65})).apply(
+        pa.RecordBatch.from_pydict({"id": [str(i) for i in range(len(texts))], "text": texts}))
+    agree = sum(a == b for a, b in zip(theirs, res.keep))
+    print(f"language: {agree}/{len(texts)} agree with datatrove")
+    assert agree / len(texts) >= 0.99
+    assert res.scores["lang"].to_pylist()[-1] == "fr" and res.reasons[-1] == "wrong_language:fr"
+
+
+def test_language_id_accuracy_on_wiki_en_fr_es(lid_model, demo_corpus):
+    flt = base.build(base.parse_params({"type": "language", "label_only": True}))
+    total = correct = 0
+    for lang in ("en", "fr", "es"):
+        texts = pq.read_table(demo_corpus / "wiki" / f"summaries_{lang}.parquet", columns=["text"]).column("text").to_pylist()[:1000]
+        res = flt.apply(pa.RecordBatch.from_pydict({"id": ["x"] * len(texts), "text": texts}))
+        got = res.scores["lang"].to_pylist()
+        acc = sum(g == lang for g in got) / len(got)
+        print(f"language id {lang}: {acc:.2%} of {len(got)}")
+        assert acc >= 0.95
+        assert res.keep.all()
+        total += len(got)
+        correct += sum(g == lang for g in got)
+    assert correct / total >= 0.95
+
+
+def test_language_filter_runs_with_no_network(lid_model, tmp_path):
+    """In a network namespace with no interfaces up: no download is possible, and none is needed."""
+    code = (
+        "import socket, pyarrow as pa\n"
+        "from filters import base\n"
+        "try:\n    socket.create_connection(('pypi.org', 443), timeout=3); print('NETWORK')\n"
+        "except OSError:\n    print('no network')\n"
+        "f = base.build(base.parse_params({'type': 'language', 'languages': ['en']}))\n"
+        "r = f.apply(pa.RecordBatch.from_pydict({'id': ['a', 'b'], 'text': ['The cat sat on the mat and looked at the dog.', 'El gato se sentó en la alfombra.']}))\n"
+        "print(r.keep.tolist(), r.scores['lang'].to_pylist())\n"
+    )
+    r = subprocess.run(["unshare", "-n", sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["no network", "[True, False] ['en', 'es']"]
+
+
+def test_missing_model_is_a_clear_error_not_a_download(tmp_path, monkeypatch):
+    monkeypatch.setenv("CURATE_MODEL_DIR", str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match=r"run `curate fetch-models`.*never downloaded at run time"):
+        base.build(base.parse_params({"type": "language", "languages": ["en"]}))
