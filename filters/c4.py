@@ -53,7 +53,7 @@ class C4Quality(PerDocFilter):
         for line in text.splitlines():
             line = line.strip()
             words = line.split()
-            if p.max_word_length is not None and any(len(w) > p.max_word_length for w in words):
+            if p.max_word_length is not None and max(map(len, words), default=0) > p.max_word_length:
                 continue
             if p.remove_citations:
                 line = CITATION.sub("", line)
@@ -70,7 +70,7 @@ class C4Quality(PerDocFilter):
                 return "curly_bracket"
             if p.filter_policy and any(x in low for x in POLICY):
                 continue
-            if p.min_sentences is not None:
+            if p.min_sentences is not None and sentences < p.min_sentences:  # enough counted: the rest can't change it
                 sentences += max(1, count_sentences(line, p.language))
         if p.min_sentences is not None and sentences < p.min_sentences:
             return "too_few_sentences"

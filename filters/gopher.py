@@ -71,14 +71,16 @@ class GopherQuality(PerDocFilter):
         p: GopherQualityParams = self.params
         words = split_into_words(text, p.language)
         n_words = len(words)
-        non_symbol = [w for w in words if not PUNCTUATION_SET.issuperset(w)]
-        n_ns = len(non_symbol)
+        # most words are purely alphabetic: decide those in C, look closer only at the rest
+        others = [w for w in words if not w.isalpha()]
+        symbols = [w for w in others if PUNCTUATION_SET.issuperset(w)]
+        n_ns = n_words - len(symbols)
         if p.min_words is not None and n_ns < p.min_words:
             return "too_few_words"
         if p.max_words is not None and n_ns > p.max_words:
             return "too_many_words"
         if n_ns and (p.min_avg_word_length is not None or p.max_avg_word_length is not None):
-            avg = sum(map(len, non_symbol)) / n_ns
+            avg = (sum(map(len, words)) - sum(map(len, symbols))) / n_ns
             if p.min_avg_word_length is not None and avg < p.min_avg_word_length:
                 return "avg_word_length_below_min"
             if p.max_avg_word_length is not None and avg > p.max_avg_word_length:
@@ -98,7 +100,7 @@ class GopherQuality(PerDocFilter):
             if ell / len(lines) > p.max_ellipsis_lines_ratio:
                 return "too_many_ellipsis_lines"
         if p.min_alpha_words_ratio is not None and n_words:
-            alpha = sum(1 for w in words if w.isalpha() or _has_alpha(w))
+            alpha = n_words - len(others) + sum(1 for w in others if _has_alpha(w))
             if alpha / n_words < p.min_alpha_words_ratio:
                 return "too_few_alpha_words"
         if p.min_stop_words is not None and len(self.stop.intersection(words)) < p.min_stop_words:
@@ -145,7 +147,8 @@ def _top_ngram_chars(words: list[str], n: int) -> int:
     grams = Counter(zip(*(words[i:] for i in range(n))))
     if not grams:
         return 0
-    top, count = max(grams.items(), key=lambda kv: kv[1])  # first-seen wins ties, as Counter.most_common(1)
+    count = max(grams.values())
+    top = next(k for k, v in grams.items() if v == count)  # first seen wins ties, as Counter.most_common(1)
     return (sum(map(len, top)) + n - 1) * count
 
 

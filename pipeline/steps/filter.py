@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from filters import base as filter_base
 from pipeline.io import atomic
 
-BATCH_ROWS = 8192
+BATCH_ROWS = 1024  # filters/words.py caches one batch of word lists
 
 
 def run_shard(spec: dict, out) -> dict:
