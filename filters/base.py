@@ -41,11 +41,14 @@ class FilterResult:
     keep: np.ndarray  # bool, len == batch rows
     reasons: list[str | None]  # None where kept
     scores: dict[str, pa.Array] = field(default_factory=dict)
+    texts: list[str | None] | None = None  # a rewriting filter's new text for kept rows (None: unchanged)
 
     def __post_init__(self):
         n = len(self.keep)
         if len(self.reasons) != n or any(len(v) != n for v in self.scores.values()):
             raise ValueError("FilterResult: keep, reasons and scores must have one entry per row")
+        if self.texts is not None and len(self.texts) != n:
+            raise ValueError("FilterResult: texts must have one entry per row")
 
 
 class Filter:
@@ -131,6 +134,7 @@ def describe_registry() -> str:
     for name, cls in registry().items():
         lines.append(f"{name} (v{cls.version}): {cls.description}")
         for fname, field in cls.Params.model_fields.items():
+            fname = field.alias or fname
             if fname == "type":
                 continue
             default = "required" if field.is_required() else f"default {field.get_default(call_default_factory=True)!r}"
@@ -149,6 +153,7 @@ def reference_markdown() -> str:
     for name, cls in registry().items():
         rows.append(f"| `{name}` | | | | {cls.description} |")
         for fname, f in cls.Params.model_fields.items():
+            fname = f.alias or fname
             if fname != "type":
                 default = "required" if f.is_required() else repr(f.get_default(call_default_factory=True))
                 rows.append(f"| | `{fname}` | {_type_name(f.annotation)} | {default} | {f.description or ''} |")

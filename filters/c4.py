@@ -5,8 +5,10 @@ terminal punctuation (unless `filter_no_terminal_punct: false`), with fewer than
 `min_words_per_line` words, mentioning javascript, or with policy/cookie phrases are
 dropped; "lorem ipsum" or a curly bracket drops the document; fewer than `min_sentences`
 sentences in the lines left drops it too (`too_few_sentences`). Sentences are counted by
-spaCy's sentencizer rule over our words (filters/words.py). This filter decides only: the
-document's text is not rewritten.
+spaCy's sentencizer rule over our words (filters/words.py). By default the filter decides
+only; with `rewrite: true` a kept document's text becomes its kept lines (stripped, citations
+removed, joined by newlines), as C4 and datatrove do, and later filters, token counts and
+the mixture see that text.
 `c4_paragraph` (mC4): fewer than 3 lines, or fewer than 3 lines of at least 200 characters.
 """
 
@@ -18,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from filters.base import FilterParams, register_filter
+from filters.base import FilterParams, FilterResult, register_filter
 from filters.gopher import PerDocFilter
 from filters.words import count_sentences
 
@@ -39,6 +41,7 @@ class C4QualityParams(FilterParams):
     filter_curly_bracket: bool = Field(True, description="'{' in a kept line drops the document: curly_bracket")
     filter_policy: bool = Field(True, description="drop lines with cookie / terms-of-use phrases")
     language: str = Field("en", description="sentence splitting language (spaCy rules)")
+    rewrite: bool = Field(False, description="also replace a kept document's text by its kept lines, as C4 does")
 
 
 @register_filter("c4_quality")
@@ -47,7 +50,21 @@ class C4Quality(PerDocFilter):
 
     Params = C4QualityParams
 
-    def check(self, text: str) -> str | None:
+    def apply(self, batch):
+        if not self.params.rewrite:
+            return super().apply(batch)
+        import numpy as np
+
+        reasons, texts = [], []
+        for text in batch.column("text").to_pylist():
+            kept: list[str] = []
+            r = self.check(text, kept)
+            reasons.append(r)
+            new = "\n".join(kept).strip() if r is None else None
+            texts.append(new if new != text else None)
+        return FilterResult(np.array([r is None for r in reasons], dtype=bool), reasons, texts=texts)
+
+    def check(self, text: str, kept_lines: list[str] | None = None) -> str | None:
         p: C4QualityParams = self.params
         sentences = 0
         for line in text.splitlines():
@@ -72,6 +89,8 @@ class C4Quality(PerDocFilter):
                 continue
             if p.min_sentences is not None and sentences < p.min_sentences:  # enough counted: the rest can't change it
                 sentences += max(1, count_sentences(line, p.language))
+            if kept_lines is not None:
+                kept_lines.append(line)
         if p.min_sentences is not None and sentences < p.min_sentences:
             return "too_few_sentences"
         return None

@@ -216,7 +216,7 @@ def _allowed_keys(loc: tuple, raw: dict) -> list[str]:
     if len(loc) == 2 and loc[0] == "filters":
         spec = (raw.get("filters") or {}).get(loc[1])
         try:
-            return sorted(filter_base.filter_class(spec["type"]).Params.model_fields)
+            return sorted(f.alias or n for n, f in filter_base.filter_class(spec["type"]).Params.model_fields.items())
         except (KeyError, TypeError):
             return []
     model: Any = Mixture

@@ -63,6 +63,9 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
                 info["removed_by"] = {"stage": f"filter:{fname}", "reason": rec["reason"]}
                 break
             info["stages"].append({"stage": f"filter:{fname}", "result": "kept", "scores": scores})
+        if info["status"] == "kept" and rec.get("text") is not None:
+            info["stages"].append({"stage": "text rewritten", "result": f"{doc['n_chars']:,} -> {rec['n_chars']:,} chars"})
+            info["excerpt"] = rec["text"][:200]
         keep = attrs.column("keep").slice(0, row).to_numpy(zero_copy_only=False)
         kept_index = int(keep.sum())
     if info["status"] == "kept":

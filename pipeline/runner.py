@@ -104,12 +104,13 @@ class Plan:
 
             def filter_shards(st, stats, ing=ing, fl=fl):
                 d = ing.dir(self.run_dir)
-                return [{"documents": str(d / f"{shard_name(i)}.parquet"), "filters": fl,
+                return [{"documents": str(d / f"{shard_name(i)}.parquet"), "filters": fl, "tokenizer": self.tokenizer,
                          "describe": f"{ing.name}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
 
             files = {f"{n}.{k}": atomic.file_digest(Path(v))[1] for n, _ in fl
                      for k, v in filter_base.path_fields(self.lm.mixture.filters[n]).items()}
-            flt = Step(f"filter-{sname}", "filter", {"filters": fl, "files": files}, [ing], "pipeline.steps.filter:run_shard",
+            cfg = {"filters": fl, "files": files, "tokenizer": _tokenizer_id(self.tokenizer)}
+            flt = Step(f"filter-{sname}", "filter", cfg, [ing], "pipeline.steps.filter:run_shard",
                        shards=filter_shards, meta={"source": sname})
             self.steps.append(flt)
             self.filter[sname] = flt

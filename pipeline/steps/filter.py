@@ -5,9 +5,12 @@ Writes `part-XXXXX.parquet` with the same rows in the same order as the document
     id, keep, stage, reason, <filter>.<score>...
 
 A document's first failing filter is its removal stage (the filter's name in the YAML)
-and reason; later filters do not see it, so their scores are null for it. The marker
-carries per-stage counts (docs, chars, tokens in and out; removals by reason) for the
-ledger. Changing a filter's parameters changes this step's hash, not ingest's.
+and reason; later filters do not see it, so their scores are null for it. A rewriting
+filter (`c4_quality` with `rewrite: true`) hands its new text to the filters after it; the
+shard then also gets `text`, `n_chars` and `n_tokens` columns, null where the text is
+unchanged, which the mix step prefers to the document's own. The marker carries per-stage
+counts (docs, chars, tokens in and out; removals by reason) for the ledger. Changing a
+filter's parameters changes this step's hash, not ingest's.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from filters import base as filter_base
+from pipeline import tokens
 from pipeline.io import atomic
 
 BATCH_ROWS = 1024  # filters/words.py caches one batch of word lists
@@ -29,7 +33,7 @@ def run_shard(spec: dict, out) -> dict:
               for name, _ in filters}
     tables = []
     for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["id", "text", "metadata", "n_chars", "n_tokens"]):
-        tables.append(_filter_batch(batch, filters, stages))
+        tables.append(_filter_batch(batch, filters, stages, spec.get("tokenizer")))
     table = pa.concat_tables(tables, promote_options="default") if tables else pa.table(
         {"id": pa.array([], pa.string()), "keep": pa.array([], pa.bool_()), "stage": pa.array([], pa.string()), "reason": pa.array([], pa.string())}
     )
@@ -41,14 +45,15 @@ def run_shard(spec: dict, out) -> dict:
     return {"rows": table.num_rows, "docs_in": table.num_rows, "docs_out": kept, "stages": stages}
 
 
-def _filter_batch(batch: pa.RecordBatch, filters, stages) -> pa.Table:
+def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None = None) -> pa.Table:
     n = batch.num_rows
     keep = np.ones(n, dtype=bool)
     stage = [None] * n
     reason = [None] * n
-    chars = batch.column("n_chars").to_numpy(zero_copy_only=False)
-    toks = batch.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False)
+    chars = batch.column("n_chars").to_numpy(zero_copy_only=False).copy()
+    toks = batch.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).copy()
     scores: dict[str, pa.ChunkedArray | pa.Array] = {}
+    rewritten: dict[int, str] = {}  # row -> current text, once a filter rewrote it
     for name, flt in filters:
         idx = np.flatnonzero(keep)
         st = stages[name]
@@ -57,6 +62,10 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages) -> pa.Table:
         st["tokens_in"] += int(toks[idx].sum())
         if len(idx):
             sub = batch.take(pa.array(idx))
+            if rewritten:
+                texts = sub.column("text").to_pylist()
+                sub = sub.set_column(sub.schema.get_field_index("text"), "text",
+                                     pa.array([rewritten.get(int(i), t) for i, t in zip(idx, texts)], pa.string()))
             res = flt.apply(sub)
             dropped = idx[~res.keep]
             for local in np.flatnonzero(~res.keep):
@@ -66,6 +75,8 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages) -> pa.Table:
                 reason[i] = r
                 st["removed"][r] = st["removed"].get(r, 0) + 1
             keep[dropped] = False
+            if res.texts is not None:
+                _apply_rewrites(res, idx, rewritten, chars, toks, tokenizer)
             for key, arr in res.scores.items():
                 full = pa.nulls(n, arr.type).to_pylist()
                 vals = arr.to_pylist()
@@ -82,5 +93,20 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages) -> pa.Table:
         "stage": pa.array(stage, pa.string()),
         "reason": pa.array(reason, pa.string()),
     }
+    if rewritten:
+        cols["text"] = pa.array([rewritten.get(i) for i in range(n)], pa.string())
+        cols["n_chars"] = pa.array([int(chars[i]) if i in rewritten else None for i in range(n)], pa.int64())
+        cols["n_tokens"] = pa.array([int(toks[i]) if i in rewritten else None for i in range(n)], pa.int64())
     cols.update(scores)
     return pa.table(cols)
+
+
+def _apply_rewrites(res, idx, rewritten: dict, chars, toks, tokenizer):
+    changed = [(int(idx[local]), t) for local, t in enumerate(res.texts) if t is not None and res.keep[local]]
+    if not changed:
+        return
+    counts = tokens.count(tokenizer, [t for _, t in changed])
+    for k, (i, t) in enumerate(changed):
+        rewritten[i] = t
+        chars[i] = len(t)
+        toks[i] = counts[k] if counts is not None else 0

@@ -46,16 +46,25 @@ def plan(inputs: list[dict], shard_rows: int) -> list[dict]:
 
 
 def _kept_slices(piece: dict):
-    """Batches of the piece's kept rows [start, end), streamed from its document shard."""
-    keep = None
+    """Batches of the piece's kept rows [start, end), streamed from its document shard;
+    text and token counts rewritten by a filter replace the document's own."""
+    keep, override = None, None
     if piece["attributes"]:
-        keep = pq.read_table(piece["attributes"], columns=["keep"]).column("keep").to_numpy(zero_copy_only=False)
+        names = pq.ParquetFile(piece["attributes"]).schema_arrow.names
+        cols = ["keep"] + (["text", "n_tokens"] if "text" in names else [])
+        attrs = pq.read_table(piece["attributes"], columns=cols)
+        keep = attrs.column("keep").to_numpy(zero_copy_only=False)
+        override = attrs if "text" in names else None
     pf = pq.ParquetFile(piece["documents"])
     row = 0  # position in the document shard
     seen = 0  # kept rows before this batch
     for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["id", "text", "source", "source_id", "n_tokens"]):
         n = batch.num_rows
         mask = keep[row : row + n] if keep is not None else np.ones(n, dtype=bool)
+        if override is not None:
+            for col in ("text", "n_tokens"):
+                new = override.column(col).slice(row, n).combine_chunks().cast(batch.schema.field(col).type)
+                batch = batch.set_column(batch.schema.get_field_index(col), col, pc.coalesce(new, batch.column(col)))
         row += n
         kept_here = int(mask.sum())
         lo, hi = max(piece["start"] - seen, 0), min(piece["end"] - seen, kept_here)

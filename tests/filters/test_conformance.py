@@ -147,3 +147,21 @@ def test_missing_model_is_a_clear_error_not_a_download(tmp_path, monkeypatch):
     monkeypatch.setenv("CURATE_MODEL_DIR", str(tmp_path / "empty"))
     with pytest.raises(FileNotFoundError, match=r"run `curate fetch-models`.*never downloaded at run time"):
         base.build(base.parse_params({"type": "language", "languages": ["en"]}))
+
+
+def test_c4_rewrite_gives_datatrove_text(corpus):
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import C4QualityFilter
+
+    dt = C4QualityFilter(filter_no_terminal_punct=False)
+    theirs = []
+    for i, text in enumerate(corpus):
+        doc = Document(text=text, id=str(i))
+        r = dt.filter(doc)
+        theirs.append(doc.text if (r[0] if isinstance(r, tuple) else r) else None)
+    ours = base.build(base.parse_params({"type": "c4_quality", "filter_no_terminal_punct": False, "rewrite": True}))
+    res = ours.apply(pa.RecordBatch.from_pydict({"id": [str(i) for i in range(len(corpus))], "text": corpus}))
+    mine = [None if not k else (t if t is not None else orig) for k, t, orig in zip(res.keep, res.texts, corpus)]
+    same = sum(a == b for a, b in zip(theirs, mine))
+    print(f"c4 rewrite: {same}/{len(corpus)} identical texts (or both removed)")
+    assert same / len(corpus) >= 0.99 and sum(t is not None for t in res.texts) > 100

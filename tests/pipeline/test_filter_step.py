@@ -1,0 +1,53 @@
+"""The filter step in a real run: order, first failing filter, scores, and C4's rewrite flowing downstream."""
+
+from __future__ import annotations
+
+import orjson
+import pyarrow.parquet as pq
+
+from pipeline import config, runner, tokens
+from pipeline.io import atomic
+from tests.conftest import curate, write_yaml
+
+GOOD = "The cat sat on the mat and looked at the dog."
+DOC = "\n".join([GOOD] * 5 + ["Enable javascript to see the menu please.", "We use cookies to track you here."])
+
+
+def _run(tmp_path, c4_extra: str):
+    (tmp_path / "d").mkdir(exist_ok=True)
+    recs = [{"text": DOC}, {"text": "Buy cookies now"}, {"text": GOOD}]
+    (tmp_path / "d" / "a.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs))
+    y = write_yaml(tmp_path / "m.yaml", f"""
+        name: rw
+        sources:
+          s: {{paths: ["d/*.jsonl"], filters: [c4, no_cookies]}}
+        filters:
+          c4: {{type: c4_quality, min_sentences: 5{c4_extra}}}
+          no_cookies: {{type: regex, pattern: cookies, reason: mentions_cookies}}
+    """)
+    return runner.run(config.load(y), log=lambda m: None)
+
+
+def test_first_failing_filter_is_the_stage_and_later_filters_do_not_run(ray_local, tmp_path):
+    run_dir = _run(tmp_path, "")
+    attrs = pq.read_table(next((run_dir / "steps").glob("filter-s-*")) / "part-00000.parquet").to_pylist()
+    assert [(a["keep"], a["stage"], a["reason"]) for a in attrs] == [
+        (False, "no_cookies", "mentions_cookies"),  # c4 decides only: the cookie line is still in the text
+        (False, "c4", "too_few_sentences"),
+        (False, "c4", "too_few_sentences")]
+    led = atomic.read_json(run_dir / "ledger.json")["sources"]["s"]
+    assert led["removed"] == {"filter:c4": {"too_few_sentences": 2}, "filter:no_cookies": {"mentions_cookies": 1}}
+    assert [st["docs_in"] for st in led["stages"][1:3]] == [3, 1]
+
+
+def test_c4_rewrite_changes_the_text_downstream(ray_local, tmp_path):
+    run_dir = _run(tmp_path, ", rewrite: true")
+    rows = pq.read_table(run_dir / "mixture").to_pylist()
+    expected = "\n".join([GOOD] * 5)
+    assert [r["text"] for r in rows] == [expected]  # javascript and cookie lines dropped; the regex no longer matches
+    assert rows[0]["n_tokens"] == tokens.count("gpt2", [expected])[0]
+    led = atomic.read_json(run_dir / "ledger.json")["sources"]["s"]
+    c4 = next(st for st in led["stages"] if st["stage"] == "filter:c4")
+    assert c4["chars_out"] == len(expected) and led["conservation"]
+    r = curate("explain", str(run_dir), "--id", rows[0]["id"])
+    assert f"text rewritten               {len(DOC):,} -> {len(expected):,} chars" in r.stdout
