@@ -66,6 +66,17 @@ class Filter:
         raise NotImplementedError
 
 
+class PerDocFilter(Filter):
+    """A filter whose rules read one document at a time: `check(text) -> reason | None`."""
+
+    def check(self, text: str) -> str | None:
+        raise NotImplementedError
+
+    def apply(self, batch: pa.RecordBatch) -> FilterResult:
+        reasons = [self.check(t) for t in batch.column("text").to_pylist()]
+        return FilterResult(np.array([r is None for r in reasons], dtype=bool), reasons)
+
+
 _REGISTRY: dict[str, type[Filter]] = {}
 
 
@@ -133,13 +144,13 @@ def describe_registry() -> str:
     lines = []
     for name, cls in registry().items():
         lines.append(f"{name} (v{cls.version}): {cls.description}")
-        for fname, field in cls.Params.model_fields.items():
-            fname = field.alias or fname
+        for fname, f in cls.Params.model_fields.items():
+            fname = f.alias or fname
             if fname == "type":
                 continue
-            default = "required" if field.is_required() else f"default {field.get_default(call_default_factory=True)!r}"
-            ann = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
-            lines.append(f"    {fname}: {ann}, {default}" + (f". {field.description}" if field.description else ""))
+            default = "required" if f.is_required() else f"default {f.get_default(call_default_factory=True)!r}"
+            ann = getattr(f.annotation, "__name__", None) or str(f.annotation).replace("typing.", "")
+            lines.append(f"    {fname}: {ann}, {default}" + (f". {f.description}" if f.description else ""))
         lines.append("")
     lines.append("thresholds are min_*/max_* with their unit; None (null in YAML) switches one off")
     return "\n".join(lines)

@@ -18,10 +18,10 @@ import heapq
 import re
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
-from filters.base import FilterParams, FilterResult, register_filter
-from filters.gopher import PerDocFilter
+from filters.base import FilterParams, FilterResult, PerDocFilter, register_filter
 from filters.words import count_sentences
 
 CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
@@ -53,7 +53,6 @@ class C4Quality(PerDocFilter):
     def apply(self, batch):
         if not self.params.rewrite:
             return super().apply(batch)
-        import numpy as np
 
         reasons, texts = [], []
         for text in batch.column("text").to_pylist():

@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from filters.base import FilterParams, register_filter
-from filters.gopher import PerDocFilter, find_duplicates
+from filters.base import FilterParams, PerDocFilter, register_filter
+from filters.gopher import find_duplicates
 from filters.words import split_into_words
 
 try:

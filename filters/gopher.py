@@ -12,14 +12,13 @@ no repeated longer n-gram, so those checks are skipped, and n-gram counts run ov
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Literal
 
-import numpy as np
-import pyarrow as pa
 from pydantic import Field
 
-from filters.base import Filter, FilterParams, FilterResult, register_filter
+from filters.base import FilterParams, PerDocFilter, register_filter
 from filters.words import split_into_words
 
 try:  # the punctuation datatrove counts as "symbol" characters
@@ -27,19 +26,9 @@ try:  # the punctuation datatrove counts as "symbol" characters
 except ImportError:  # pragma: no cover - datatrove is a dependency
     PUNCTUATION_SET = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
+_PARA = re.compile(r"\n{2,}")
+_LINES = re.compile(r"\n+")
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
-
-
-class PerDocFilter(Filter):
-    """A filter whose rules read one document at a time: `check(text) -> reason | None`."""
-
-    def check(self, text: str) -> str | None:
-        raise NotImplementedError
-
-    def apply(self, batch: pa.RecordBatch) -> FilterResult:
-        reasons = [self.check(t) for t in batch.column("text").to_pylist()]
-        keep = np.array([r is None for r in reasons], dtype=bool)
-        return FilterResult(keep, reasons)
 
 
 class GopherQualityParams(FilterParams):
@@ -205,6 +194,3 @@ class GopherRepetition(PerDocFilter):
                 break
         return None
 
-
-_PARA = __import__("re").compile(r"\n{2,}")
-_LINES = __import__("re").compile(r"\n+")

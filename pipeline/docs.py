@@ -25,7 +25,7 @@ def render(readme: str) -> str:
         pat = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(<!-- END {name} -->)", re.S)
         if not pat.search(readme):
             raise SystemExit(f"README.md has no <!-- BEGIN {name} --> ... <!-- END {name} --> markers")
-        readme = pat.sub(lambda m: m.group(1) + body + "\n" + m.group(2), readme)
+        readme = pat.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), readme)
     return readme
 
 
