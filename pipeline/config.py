@@ -48,6 +48,9 @@ class SourceSpec(Model):
     text_field: str = Field("text", description="the field holding the document text")
     id_field: str | None = Field(None, description="the field holding a stable id; a content hash is used when omitted")
     hf_split: str | None = Field(None, description="for a saved DatasetDict: which split to read")
+    hf_builder: str | None = Field(
+        None, description="read the matched files through datasets.load_dataset(hf_builder, data_files=...), "
+        "streaming: csv, json, text, parquet, ...; implies format: hf")
     filters: list[str] = Field(default_factory=list, description="names from the `filters` section, applied in order")
     quality: QualitySpec | None = Field(None, description="score with a classifier and keep the best")
     on_bad_record: Literal["quarantine", "fail"] = Field(

@@ -84,7 +84,7 @@ class Plan:
         ing_cfg = {
             "source": sname, "files": [_fingerprint(f) for f in self.files[sname]],
             "text_field": spec.text_field, "id_field": spec.id_field, "hf_split": spec.hf_split,
-            "on_bad_record": spec.on_bad_record, "max_shard_rows": spec.max_shard_rows,
+            "hf_builder": spec.hf_builder, "on_bad_record": spec.on_bad_record, "max_shard_rows": spec.max_shard_rows,
             "max_shard_bytes": spec.max_shard_bytes, "tokenizer": _tokenizer_id(self.tokenizer),
         }
 

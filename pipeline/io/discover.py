@@ -82,8 +82,8 @@ def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[
         for m in matches:
             p = Path(m)
             fmt, comp = infer_format(p)
-            fmt = spec.format or fmt
-            if p.is_dir() and fmt != "hf":
+            fmt = "hf" if spec.hf_builder else (spec.format or fmt)
+            if p.is_dir() and (fmt != "hf" or spec.hf_builder):
                 inside = sorted(c.name for c in p.iterdir())
                 data = [n for n in inside if infer_format(Path(n))[0]]
                 suffix = "".join(Path(data[0]).suffixes) if data else ".jsonl.zst"
@@ -98,7 +98,7 @@ def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[
                     f"{where}: cannot tell the format of {m}; name it .jsonl[.gz|.zst] or .parquet, or set sources.{sname}.format"
                 )
                 continue
-            if fmt == "hf" and not _is_hf_dir(p):
+            if fmt == "hf" and not spec.hf_builder and not _is_hf_dir(p):
                 problems.append(f"{where}: {m} is not a saved HF dataset directory (no dataset_info.json or state.json)")
                 continue
             if not os.access(m, os.R_OK):

@@ -5,7 +5,8 @@ A *split* is the unit of ingest work (one Ray task, one output shard):
 - uncompressed JSONL: a byte range `[start, end)` that owns every line *starting* in it;
 - compressed JSONL (.gz, .zst): a record range `[first, last)` of the decompressed lines,
   the file's line count coming from a scan task (`count_lines`);
-- a saved HF dataset: a row range.
+- a saved HF dataset: a row range; local data files read through `datasets` (`hf_builder`):
+  a whole file, streamed (a stream cannot seek).
 
 JSONL readers yield `(line_no, byte_offset, raw_line)` and leave parsing to ingest, so a
 bad line becomes a quarantine record with its place. A stream that breaks part way
@@ -181,3 +182,15 @@ def iter_hf(path: str, split_name: str | None, split: dict, batch_rows: int) -> 
         for b in table.slice(off, n).to_batches():
             yield row, b
             row += b.num_rows
+
+
+def iter_hf_files(path: str, builder: str, batch_rows: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(row number, batch) over one data file read by a `datasets` builder, streaming: no cache written."""
+    import datasets
+
+    ds = datasets.load_dataset(builder, data_files=[path], split="train", streaming=True)
+    row = 0
+    for batch in ds.iter(batch_size=batch_rows):
+        rb = pa.RecordBatch.from_pydict(batch)
+        yield row, rb
+        row += rb.num_rows

@@ -74,6 +74,8 @@ def plan_splits(files: list[dict], spec: dict, line_counts: dict[str, int]) -> l
                 group.append(i)
                 rows += n
             out.append({"file": f, "row_groups": group, "first_row": first})
+        elif f["format"] == "hf" and spec.get("hf_builder"):
+            out.append({"file": f, "hf_builder": spec["hf_builder"]})
         elif f["format"] == "hf":
             n = len(readers.load_hf(f["path"], spec.get("hf_split")))
             for a in range(0, max(n, 1), max_rows):
@@ -286,10 +288,10 @@ def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
     f = split["file"]
     tf, idf = shard.spec["text_field"], shard.spec["id_field"]
     if fmt == "parquet":
-        names = pq.ParquetFile(f["path"]).schema_arrow.names
         batches = readers.iter_parquet(f["path"], split, None, FLUSH_DOCS)
+    elif split.get("hf_builder"):
+        batches = readers.iter_hf_files(f["path"], split["hf_builder"], FLUSH_DOCS)
     else:
-        names = None
         batches = readers.iter_hf(f["path"], shard.spec.get("hf_split"), split, FLUSH_DOCS)
     for first_row, batch in batches:
         names = batch.schema.names

@@ -154,3 +154,26 @@ def test_large_compressed_file_is_scanned_then_split_by_records(ray_local, tmp_p
     rows = _mixture_rows(run_dir)
     assert [orjson.loads(r["source_id"].split(":")[1]) for r in rows] == list(range(1, 1051))
     assert [r["text"] for r in rows] == wiki_texts[:1050]
+
+
+def test_local_data_files_through_hf_datasets(ray_local, tmp_path, wiki_texts):
+    import csv
+
+    (tmp_path / "c").mkdir()
+    for k in range(2):
+        with open(tmp_path / "c" / f"part{k}.csv", "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["title", "body"])
+            for i in range(25):
+                w.writerow([f"t{k}-{i}", wiki_texts[k * 25 + i]])
+    y = write_yaml(tmp_path / "m.yaml", """
+        name: csv
+        tokenizer: null
+        sources:
+          c: {paths: ["c/*.csv"], hf_builder: csv, text_field: body}
+    """)
+    run_dir = _run(y)
+    rows = _mixture_rows(run_dir)
+    assert [r["text"] for r in rows] == wiki_texts[:50]
+    assert rows[26]["source_id"] == "part1.csv#1"
+    assert atomic.read_json(run_dir / "run.json")["steps"]["ingest-c"]["shards"] == 2
