@@ -258,7 +258,7 @@ class Executor:
         import ray
 
         if not ray.is_initialized():
-            self.started_ray = start_ray(self.workers)
+            start_ray(self.workers)
         return ray
 
     def run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
@@ -306,9 +306,7 @@ class Executor:
                 remaining[s.name] -= 1
                 if remaining[s.name] == 0:
                     self._finish(s, remaining, started)
-            if not queue and not in_flight:
-                activate_ready()
-            elif len(in_flight) < cap:
+            if len(in_flight) < cap:  # room for more: start any step whose inputs just finished
                 activate_ready()
         if waiting:
             raise RunError(f"steps never became ready: {', '.join(s.name for s in waiting)} (a dependency cycle?)")

@@ -241,13 +241,19 @@ def _finish_record(record: dict, plan: Plan, run_dir: Path, ex: Executor, t0: fl
     atomic.write_json(run_dir / "run.json", record)
 
 
-def _ledger(plan: Plan, stats: dict) -> dict:
+def _mixed_per_source(markers: dict[int, dict]) -> dict[str, dict]:
+    """Documents and tokens each source has in the mixture, summed over the mix shards' markers."""
     per_source: dict[str, dict] = {}
-    for m in stats[plan.mix.name].values():
+    for m in markers.values():
         for s, v in m["per_source"].items():
             agg = per_source.setdefault(s, {"docs": 0, "tokens": 0})
             agg["docs"] += v["docs"]
             agg["tokens"] += v["tokens"]
+    return per_source
+
+
+def _ledger(plan: Plan, stats: dict) -> dict:
+    per_source = _mixed_per_source(stats[plan.mix.name])
     entries = {}
     for sname, spec in plan.lm.mixture.sources.items():
         flt = plan.filter.get(sname)
@@ -292,12 +298,7 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
             if m.get("quarantine_file"):
                 qpairs.append((Path(m["quarantine_file"]), f"{sname}/{shard_name(i)}.jsonl"))
     _link_tree(qpairs, run_dir / "quarantine")
-    per_source: dict[str, dict] = {}
-    for m in markers.values():
-        for s, v in m["per_source"].items():
-            agg = per_source.setdefault(s, {"docs": 0, "tokens": 0})
-            agg["docs"] += v["docs"]
-            agg["tokens"] += v["tokens"]
+    per_source = _mixed_per_source(markers)
     total = sum(v["tokens"] for v in per_source.values()) or 1
     sources = {}
     for sname in plan.lm.mixture.sources:
