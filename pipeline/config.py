@@ -223,17 +223,11 @@ def _allowed_keys(loc: tuple, raw: dict) -> list[str]:
         except (KeyError, TypeError):
             return []
     model: Any = Mixture
-    node: Any = raw
     for part in loc:
-        if isinstance(model, type) and issubclass(model, BaseModel):
-            if part not in model.model_fields:
-                return []
-            ann = model.model_fields[part].annotation
-            node = node.get(part) if isinstance(node, dict) else None
-            model = _unwrap(ann, node)
-        elif isinstance(model, tuple) and model[0] == "dict":
-            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(model, tuple):  # ("dict", value model): `part` is a name the user chose
             model = model[1]
+        elif isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
+            model = _unwrap(model.model_fields[part].annotation)
         else:
             return []
     if isinstance(model, type) and issubclass(model, BaseModel):
@@ -241,18 +235,16 @@ def _allowed_keys(loc: tuple, raw: dict) -> list[str]:
     return []
 
 
-def _unwrap(ann: Any, node: Any) -> Any:
+def _unwrap(ann: Any) -> Any:
+    """The model behind an annotation: `X | None` -> X, `dict[str, X]` -> ("dict", X)."""
+    import types
     import typing
 
     origin = typing.get_origin(ann)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        for arg in typing.get_args(ann):
-            if arg is not type(None):
-                return _unwrap(arg, node)
+    if origin in (typing.Union, types.UnionType):
+        return next(_unwrap(a) for a in typing.get_args(ann) if a is not type(None))
     if origin is dict:
-        return ("dict", _unwrap(typing.get_args(ann)[1], None))
-    if isinstance(ann, type) and issubclass(ann, filter_base.FilterParams):
-        return ann
+        return ("dict", _unwrap(typing.get_args(ann)[1]))
     return ann
 
 

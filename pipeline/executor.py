@@ -54,10 +54,11 @@ class Step:
     kind: str  # ingest | filter | mix ...
     config: dict  # everything that changes the output, JSON-able
     inputs: list[Step]
-    fn: str  # "module:function" run per shard: fn(spec, ShardOutput) -> stats dict
+    fn: str  # "module:function" run per shard: fn(spec, ShardOutput) -> stats dict, whose "rows" is
+    #          the documents the shard processed (progress counts it)
     shards: Callable[[Step, dict], list[dict]]  # (step, stats of finished steps), called once inputs are done
     version: str = "1"  # bump when the step's code changes its output
-    meta: dict = field(default_factory=dict)  # not hashed: e.g. the source name
+    meta: dict = field(default_factory=dict)  # not hashed: the shard specs once listed, for error messages
 
     @property
     def config_hash(self) -> str:
@@ -302,7 +303,7 @@ class Executor:
                     self.status[s.name] = "FAILED"
                     raise RunError(f"step {s.name}, shard {idx} ({_describe(s, idx)}) failed: {_cause(e)}") from None
                 self.stats[s.name][idx] = st
-                self.progress.update(s.name, st.get("docs_out", st.get("rows", 0)))
+                self.progress.update(s.name, st.get("rows", 0))
                 remaining[s.name] -= 1
                 if remaining[s.name] == 0:
                     self._finish(s, remaining, started)
@@ -327,13 +328,12 @@ class Executor:
         )
         markers = read_markers(d)
         self.stats[s.name] = {i: m for i, m in markers.items() if i < len(specs)}
-        s.meta["n_shards"] = len(specs)
         s.meta["specs"] = specs
         todo = [i for i in range(len(specs)) if i not in self.stats[s.name]]
         remaining[s.name] = len(todo)
         started[s.name] = time.time()
         self.status[s.name] = "RUNNING"
-        done_docs = sum(m.get("docs_out", m.get("rows", 0)) for m in self.stats[s.name].values())
+        done_docs = sum(m.get("rows", 0) for m in self.stats[s.name].values())
         self.progress.start(s.name, len(specs), len(specs) - len(todo), done_docs)
         for i in todo:
             queue.append((s, i, specs[i]))
@@ -351,7 +351,8 @@ class Executor:
 
 
 def _describe(s: Step, idx: int) -> str:
-    spec = (s.meta.get("specs") or [{}])[idx] if idx < len(s.meta.get("specs") or []) else {}
+    specs = s.meta.get("specs") or []
+    spec = specs[idx] if idx < len(specs) else {}
     return spec.get("describe") or f"{s.name}/{shard_name(idx)}"
 
 

@@ -44,7 +44,7 @@ def find(run_dir: Path, doc_id: str) -> list[dict]:
 
 
 def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> dict:
-    doc = pq.read_table(part, columns=["id", "source_id", "n_chars", "n_tokens", "text"]).slice(row, 1).to_pylist()[0]
+    doc = _read_row(part, row, ["id", "source_id", "n_chars", "n_tokens", "text"])
     info = {"id": doc["id"], "source": source, "source_id": doc["source_id"], "n_chars": doc["n_chars"],
             "n_tokens": doc["n_tokens"], "excerpt": doc["text"][:200], "stages": [], "status": "kept"}
     info["stages"].append({"stage": "ingest", "result": "ok", "shard": f"{rj['steps'][f'ingest-{source}']['dir']}/{part.name}"})
@@ -71,6 +71,17 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
     if info["status"] == "kept":
         info["mixture_file"] = _mixture_file(run_dir, rj, str(part), kept_index)
     return info
+
+
+def _read_row(path: Path, row: int, columns: list[str]) -> dict:
+    """One row, reading only the row group that holds it."""
+    pf = pq.ParquetFile(path)
+    for k in range(pf.metadata.num_row_groups):
+        n = pf.metadata.row_group(k).num_rows
+        if row < n:
+            return pf.read_row_group(k, columns=columns).slice(row, 1).to_pylist()[0]
+        row -= n
+    raise IndexError(f"{path} has no row {row}")
 
 
 def _mixture_file(run_dir: Path, rj: dict, doc_path: str, kept_index: int) -> str | None:

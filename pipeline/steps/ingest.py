@@ -130,9 +130,8 @@ class _Shard:
         self.final = out.path(".parquet")
         self.tmp = atomic.tmp_path(self.final)
         self.writer = pq.ParquetWriter(self.tmp, DOC_SCHEMA, compression="zstd")
-        self.qfinal = out.path(".jsonl", "quarantine")
-        self.qtmp = atomic.tmp_path(self.qfinal)
-        self.qfile = open(self.qtmp, "wb")
+        self.out = out
+        self.qfile = None  # opened at the first bad record
         self.cols: dict[str, list] = {"id": [], "text": [], "source_id": [], "metadata": []}
         self.pending_bytes = 0
         self.stats = {"records_in": 0, "docs_out": 0, "chars": 0, "tokens": 0, "quarantined": {}, "stream_error": None}
@@ -149,18 +148,21 @@ class _Shard:
             self.flush()
 
     def bad(self, reason: str, error: str, file: dict, line: int | None = None, row: int | None = None,
-            offset: int | None = None, raw: bytes | str | None = None, count: bool = True):
+            offset: int | None = None, raw: bytes | str | None = None):
         if self.spec["on_bad_record"] == "fail":
             place = f"{file['path']}:{line}" if line is not None else f"{file['path']} row {row}"
             raise InputError(
                 f"{place}: {error}; fix the record, or set sources.{self.source}.on_bad_record: quarantine to set it aside"
             )
-        if count:
-            self.stats["records_in"] += 1
+        self.stats["records_in"] += 1
         q = self.stats["quarantined"]
         q[reason] = q.get(reason, 0) + 1
         if isinstance(raw, bytes):
             raw = raw[: EXCERPT * 4].decode("utf-8", "replace")
+        if self.qfile is None:
+            self.qfinal = self.out.path(".jsonl", "quarantine")
+            self.qtmp = atomic.tmp_path(self.qfinal)
+            self.qfile = open(self.qtmp, "wb")
         rec = {"source": self.source, "file": file["path"], "line": line, "row": row, "offset": offset,
                "reason": reason, "error": error, "excerpt": (raw or "")[:EXCERPT]}
         self.qfile.write(orjson.dumps(rec) + b"\n")
@@ -195,21 +197,20 @@ class _Shard:
     def close(self) -> dict:
         self.flush()
         self.writer.close()
-        self.qfile.close()
         atomic.commit(self.tmp, self.final)
-        if sum(self.stats["quarantined"].values()):
+        if self.qfile is not None:
+            self.qfile.close()
             atomic.commit(self.qtmp, self.qfinal)
             self.stats["quarantine_file"] = str(self.qfinal)
-        else:
-            self.qtmp.unlink()
-        self.stats["rows"] = self.stats["docs_out"]
+        self.stats["rows"] = self.stats["records_in"]
         return self.stats
 
     def abort(self):
         self.writer.close()
-        self.qfile.close()
         self.tmp.unlink(missing_ok=True)
-        self.qtmp.unlink(missing_ok=True)
+        if self.qfile is not None:
+            self.qfile.close()
+            self.qtmp.unlink(missing_ok=True)
 
 
 def run_shard(spec: dict, out) -> dict:

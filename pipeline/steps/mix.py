@@ -90,4 +90,4 @@ def run_shard(spec: dict, out) -> dict:
                 rows += b.num_rows
     atomic.commit(tmp, final)
     size, sha = atomic.file_digest(final)
-    return {"rows": rows, "docs_out": rows, "bytes": size, "sha256": sha, "file": final.name, "per_source": per_source}
+    return {"rows": rows, "bytes": size, "sha256": sha, "file": final.name, "per_source": per_source}

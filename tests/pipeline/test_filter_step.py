@@ -51,3 +51,23 @@ def test_c4_rewrite_changes_the_text_downstream(ray_local, tmp_path):
     assert c4["chars_out"] == len(expected) and led["conservation"]
     r = curate("explain", str(run_dir), "--id", rows[0]["id"])
     assert f"text rewritten               {len(DOC):,} -> {len(expected):,} chars" in r.stdout
+
+
+def test_scores_stay_on_their_rows_and_are_null_where_a_filter_did_not_look():
+    import pyarrow as pa
+
+    from filters import base
+    from pipeline.steps.filter import _filter_batch
+
+    texts = ["a b c d e f", "x", "one two three four", "", "p q r s t u v w"]
+    batch = pa.RecordBatch.from_pydict({"id": list("abcde"), "text": texts, "metadata": [None] * 5,
+                                        "n_chars": [len(t) for t in texts], "n_tokens": [1] * 5})
+    chain = [("short", base.build(base.parse_params({"type": "length", "min_words": 2}))),
+             ("long", base.build(base.parse_params({"type": "length", "max_words": 5})))]
+    stages = {k: {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": 0, "tokens_out": 0, "removed": {}}
+              for k, _ in chain}
+    t = _filter_batch(batch, chain, stages)
+    assert t.column("short.n_words").to_pylist() == [6, 1, 4, 0, 8]
+    assert t.column("long.n_words").to_pylist() == [6, None, 4, None, 8]
+    assert t.column("stage").to_pylist() == ["long", "short", None, "short", "long"]
+    assert (stages["long"]["docs_in"], stages["long"]["docs_out"]) == (3, 1)
