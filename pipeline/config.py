@@ -10,7 +10,7 @@ Globs are checked by `resolve_inputs` (pipeline/io/discover.py), used by `valida
 An error reads `mixtures/x.yaml:12: sources.web.filters[2]: unknown filter 'gopher';
 defined: english, gopher_quality`.
 
-Sections whose steps are later capabilities (dedup, classifiers, weighted mixtures)
+Sections whose steps are later capabilities (classifiers, weighted mixtures)
 parse and validate now; `unimplemented()` names them so `run` refuses clearly rather
 than skipping them silently.
 """
@@ -60,10 +60,14 @@ class SourceSpec(Model):
     max_shard_bytes: int = Field(64 << 20, ge=1 << 10, description="split uncompressed JSONL into byte ranges of about this size")
 
 
+Normalize = list[Literal["whitespace", "case", "punctuation", "digits"]]
+
+
 class ExactDedupSpec(Model):
-    normalize: list[Literal["whitespace", "case", "punctuation", "digits"]] = Field(
-        default_factory=lambda: ["whitespace", "case"], description="what to fold before hashing the text"
-    )
+    normalize: Normalize = Field(
+        default_factory=lambda: ["whitespace", "case"],
+        description="what to fold before hashing: whitespace (runs to one space), case, punctuation (to spaces), "
+        "digits (numbers to 0), as datatrove's simplify_text")
 
 
 class FuzzyDedupSpec(Model):
@@ -74,11 +78,16 @@ class FuzzyDedupSpec(Model):
     threshold: float = Field(0.8, gt=0, le=1, description="Jaccard similarity at which documents are near-duplicates")
     seed: int = Field(0, description="MinHash seed")
     verify: bool = Field(True, description="check every candidate pair's true Jaccard similarity before removing")
+    normalize: Normalize = Field(
+        default_factory=lambda: ["case", "punctuation", "digits"],
+        description="what to fold before shingling (words are split on whitespace either way)")
 
 
 class ParagraphDedupSpec(Model):
     min_chars: int = Field(50, ge=0, description="paragraphs shorter than this are never removed")
     max_occurrences: int = Field(5, ge=1, description="a paragraph seen more often than this is removed after its first occurrences")
+    unit: Literal["paragraph", "line"] = Field("paragraph", description="paragraphs are split on blank lines, lines on newlines")
+    min_doc_chars: int = Field(0, ge=0, description="a document left shorter than this after cuts is removed (empty ones always are)")
 
 
 class DedupSpec(Model):
@@ -86,6 +95,7 @@ class DedupSpec(Model):
     fuzzy: FuzzyDedupSpec | None = Field(None, description="near-duplicates: MinHash LSH, verified")
     paragraph: ParagraphDedupSpec | None = Field(None, description="repeated paragraphs")
     priority: list[str] | None = Field(None, description="source order for choosing survivors; default: YAML order")
+    partitions: int | None = Field(None, ge=1, description="shuffle partitions; default: from the number of documents")
 
 
 class ClassifierSpec(Model):
@@ -414,8 +424,6 @@ def unimplemented(lm: LoadedMixture) -> list[NotImplementedYet]:
     def add(loc, capability):
         todo.append(NotImplementedYet(lm.where(loc), capability))
 
-    if m.dedup and any(getattr(m.dedup, k) for k in ("exact", "fuzzy", "paragraph")):
-        add(("dedup",), "deduplication (issue 4)")
     if m.classifiers:
         add(("classifiers",), "quality classification (issue 5)")
     for s, src in m.sources.items():

@@ -173,6 +173,8 @@ def start_ray(workers: int | None) -> bool:
     if ray.is_initialized():
         return False
     env = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    # after a failed shard the others are cancelled; their errors are not news
+    os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env={"env_vars": env}, log_to_driver=True)
         return True

@@ -2,8 +2,9 @@
 
 Reads the run's step outputs, not the documents in memory: the ingest shards' `id`
 column finds the document's shard and row; the filter attributes of the same shard and
-row say which filters it passed, with their scores, and which removed it; the mix step's
-shard specs say which mixture file holds it.
+row say which filters it passed, with their scores, and which removed it; so do the dedup
+attributes (`<step>/<source>/part-XXXXX.parquet`), with the survivor's id and, for a
+near-duplicate, its cluster; the mix step's shard specs say which mixture file holds it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import UsageError
 from pipeline.io import atomic
+from pipeline.steps import view
 
 
 def _steps(run_dir: Path) -> dict:
@@ -49,7 +51,6 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             "n_tokens": doc["n_tokens"], "excerpt": doc["text"][:200], "stages": [], "status": "kept"}
     info["stages"].append({"stage": "ingest", "result": "ok", "shard": f"{rj['steps'][f'ingest-{source}']['dir']}/{part.name}"})
     filt = rj["steps"].get(f"filter-{source}")
-    kept_index = row
     if filt:
         fdir = run_dir / filt["dir"]
         attrs = pq.read_table(fdir / part.name)
@@ -66,11 +67,46 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         if info["status"] == "kept" and rec.get("text") is not None:
             info["stages"].append({"stage": "text rewritten", "result": f"{doc['n_chars']:,} -> {rec['n_chars']:,} chars"})
             info["excerpt"] = rec["text"][:200]
-        keep = attrs.column("keep").slice(0, row).to_numpy(zero_copy_only=False)
-        kept_index = int(keep.sum())
+    layers = [str(run_dir / filt["dir"] / part.name)] if filt else []
+    for name in _dedup_steps(rj):
+        path = run_dir / rj["steps"][name]["dir"] / source / part.name
+        layers.append(str(path))
+        if info["status"] != "kept":
+            continue
+        rec = pq.read_table(path).slice(row, 1).to_pylist()[0]
+        stage = "dedup:" + name.split("-", 1)[1]
+        if rec["keep"] is False:
+            info["stages"].append({"stage": stage, "result": "removed", "reason": rec["reason"]})
+            info["status"] = "removed"
+            info["removed_by"] = {"stage": stage, "reason": rec["reason"]}
+            if rec.get("cluster"):
+                info["cluster"] = _cluster(run_dir, rj, rec["cluster"])
+        elif rec.get("cut_spans"):
+            spans = rec["cut_spans"]
+            info["stages"].append({"stage": stage, "result": f"kept, {len(spans)} repeated paragraph(s) cut "
+                                   f"({rec['cut_chars']:,} chars; first kept in {spans[0]['kept_in']})"})
+            info["excerpt"] = rec["text"][:200]
+        else:
+            info["stages"].append({"stage": stage, "result": "kept"})
     if info["status"] == "kept":
+        state = view.Layers(layers, view.num_rows(str(part)))
+        kept_index = int(state.keep[:row].sum())
         info["mixture_file"] = _mixture_file(run_dir, rj, str(part), kept_index)
     return info
+
+
+def _dedup_steps(rj: dict) -> list[str]:
+    return [n for n in ("dedup-exact", "dedup-fuzzy", "dedup-paragraph") if n in rj["steps"]]
+
+
+def _cluster(run_dir: Path, rj: dict, cluster: str) -> dict | None:
+    st = rj["steps"].get("dedup-fuzzy-clusters")
+    if not st:
+        return None
+    t = pq.read_table(run_dir / st["dir"] / "clusters.parquet", filters=[("cluster", "=", cluster)])
+    if not t.num_rows:
+        return None
+    return t.to_pylist()[0]
 
 
 def _read_row(path: Path, row: int, columns: list[str]) -> dict:
@@ -111,6 +147,10 @@ def render(infos: list[dict], doc_id: str) -> str:
             lines.append(f"  {st['stage']:<28} {st['result']}{extra}{('  (' + scores + ')') if scores else ''}{where}")
         if info["status"] == "removed":
             lines.append(f"  => removed at {info['removed_by']['stage']}: {info['removed_by']['reason']}")
+            cl = info.get("cluster")
+            if cl:
+                lines.append(f"  cluster of {cl['size']} (survivor first): " + ", ".join(cl["members"][:10])
+                             + (" ..." if cl["size"] > 10 else ""))
         else:
             lines.append(f"  => kept, in {info.get('mixture_file') or 'the mixture'}")
         lines.append(f"  text: {info['excerpt']!r}")

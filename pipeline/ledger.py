@@ -4,7 +4,8 @@ Built from the shard markers (small JSON), never from the documents. Per source:
 
     in           records read (documents written + records quarantined)
     kept         documents in the mixture
-    removed      by stage and reason, e.g. {"filter:len": {"too_few_chars": 12}}
+    removed      by stage and reason, e.g. {"filter:len": {"too_few_chars": 12},
+                 "dedup:exact": {"exact_duplicate": 40}} (attributes hold each survivor's id)
     quarantined  by reason, e.g. {"invalid_json": 1}
     conservation in == kept + removed + quarantined
     stages       docs, chars and tokens in and out of each stage, in order
@@ -25,7 +26,8 @@ def _merge_counts(into: dict, counts: dict) -> None:
 
 
 def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | None, filter_names: list[str],
-                 mix_per_source: dict) -> dict:
+                 mix_per_source: dict, global_stages: list[tuple[str, list[dict]]] = ()) -> dict:
+    """`global_stages`: (stage, this source's shard markers) of the dedup kinds, in order."""
     records_in = _sum(ingest, "records_in")
     quarantined: dict[str, int] = {}
     for m in ingest.values():
@@ -48,6 +50,15 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
         if reasons:
             removed[f"filter:{fname}"] = dict(sorted(reasons.items()))
         stages.append({"stage": f"filter:{fname}", **agg, "removed": sum(reasons.values())})
+    for stage, markers in global_stages:
+        agg = {k: sum(m[k] for m in markers) for k in ("docs_in", "docs_out", "chars_in", "chars_out", "tokens_in", "tokens_out")}
+        reasons = {}
+        for m in markers:
+            _merge_counts(reasons, m["removed"])
+        if reasons:
+            removed[stage] = dict(sorted(reasons.items()))
+        extra = {k: sum(m[k] for m in markers) for k in ("paragraphs_cut", "chars_cut", "docs_rewritten") if markers and k in markers[0]}
+        stages.append({"stage": stage, **agg, "removed": sum(reasons.values()), **extra})
     mixed = mix_per_source.get(name, {"docs": 0, "tokens": 0})
     kept = mixed["docs"]
     removed_total = sum(sum(r.values()) for r in removed.values())

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pipeline import __version__, ledger, tokens
 from filters import base as filter_base
+from pipeline.dedup import plan as dedup_plan
 from pipeline.config import LoadedMixture, check_filter_files, unimplemented
 from pipeline.errors import RunError, UsageError
 from pipeline.executor import SUCCESS, Executor, Step, read_markers, shard_name, step_status
@@ -57,16 +58,18 @@ class Plan:
         if missing:
             raise UsageError("\n".join(missing))
         self.tokenizer = tokens.check(lm.mixture.tokenizer, lm.base_dir)
+        self.tokenizer_id = _tokenizer_id(self.tokenizer)
         self.steps: list[Step] = []
         self.ingest: dict[str, Step] = {}
         self.filter: dict[str, Step] = {}
         m = lm.mixture
         for sname, spec in m.sources.items():
             self._source_steps(sname, spec)
+        base = [self.filter.get(s) or self.ingest[s] for s in m.sources]
+        self.layers = dedup_plan.add_steps(self, base)  # global attribute steps, in order
         self.mix = Step(
             "mix", "mix", {"shard_rows": m.mixture.shard_rows, "sources": list(m.sources)},
-            [self.filter.get(s) or self.ingest[s] for s in m.sources], "pipeline.steps.mix:run_shard",
-            shards=self._mix_shards,
+            base + self.layers, "pipeline.steps.mix:run_shard", shards=self._mix_shards,
         )
         self.steps.append(self.mix)
 
@@ -85,7 +88,7 @@ class Plan:
             "source": sname, "files": [_fingerprint(f) for f in self.files[sname]],
             "text_field": spec.text_field, "id_field": spec.id_field, "hf_split": spec.hf_split,
             "hf_builder": spec.hf_builder, "on_bad_record": spec.on_bad_record, "max_shard_rows": spec.max_shard_rows,
-            "max_shard_bytes": spec.max_shard_bytes, "tokenizer": _tokenizer_id(self.tokenizer),
+            "max_shard_bytes": spec.max_shard_bytes, "tokenizer": self.tokenizer_id,
         }
 
         def ingest_shards(st, stats, fdicts=fdicts, spec=spec, scan=scan, sname=sname):
@@ -109,26 +112,15 @@ class Plan:
 
             files = {f"{n}.{k}": atomic.file_digest(Path(v))[1] for n, _ in fl
                      for k, v in filter_base.path_fields(self.lm.mixture.filters[n]).items()}
-            cfg = {"filters": fl, "files": files, "tokenizer": _tokenizer_id(self.tokenizer)}
+            cfg = {"filters": fl, "files": files, "tokenizer": self.tokenizer_id}
             flt = Step(f"filter-{sname}", "filter", cfg, [ing], "pipeline.steps.filter:run_shard",
                        shards=filter_shards)
             self.steps.append(flt)
             self.filter[sname] = flt
 
     def _mix_shards(self, st, stats) -> list[dict]:
-        inputs = []
-        for sname in self.lm.mixture.sources:
-            ing = self.ingest[sname]
-            flt = self.filter.get(sname)
-            for i in sorted(stats[ing.name]):
-                docs = ing.dir(self.run_dir) / f"{shard_name(i)}.parquet"
-                if flt:
-                    attrs = str(flt.dir(self.run_dir) / f"{shard_name(i)}.parquet")
-                    kept = stats[flt.name][i]["docs_out"]
-                else:
-                    attrs, kept = None, stats[ing.name][i]["docs_out"]
-                inputs.append({"source": sname, "documents": str(docs), "attributes": attrs, "kept": kept})
-        return mix_mod.plan(inputs, self.lm.mixture.mixture.shard_rows)
+        docs = dedup_plan.doc_shards(self, stats, self.layers)
+        return mix_mod.plan(docs, self.lm.mixture.mixture.shard_rows)
 
 
 # ---------------------------------------------------------------- plan / dry run
@@ -257,8 +249,10 @@ def _ledger(plan: Plan, stats: dict) -> dict:
     entries = {}
     for sname, spec in plan.lm.mixture.sources.items():
         flt = plan.filter.get(sname)
+        dedup = [(f"dedup:{st.name.split('-', 1)[1]}", [m for m in stats[st.name].values() if m["source"] == sname])
+                 for st in plan.layers]
         entries[sname] = ledger.source_entry(
-            sname, stats[plan.ingest[sname].name], stats[flt.name] if flt else None, spec.filters, per_source
+            sname, stats[plan.ingest[sname].name], stats[flt.name] if flt else None, spec.filters, per_source, dedup
         )
     return ledger.build(entries)
 

@@ -11,12 +11,12 @@ The weighted mixture (token targets, epochs, a global shuffle) replaces this lat
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.io import atomic
+from pipeline.steps import view
 
 MIX_SCHEMA = pa.schema(
     [("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("source_id", pa.string()), ("n_tokens", pa.int64())]
@@ -25,13 +25,13 @@ BATCH_ROWS = 4096
 
 
 def plan(inputs: list[dict], shard_rows: int) -> list[dict]:
-    """inputs: [{source, documents, attributes|None, kept}] in order -> one spec per output shard."""
+    """inputs: [{source, documents, layers, kept}] in order -> one spec per output shard."""
     specs, pieces, filled = [], [], 0
     for inp in inputs:
         start = 0
         while start < inp["kept"]:
             take = min(shard_rows - filled, inp["kept"] - start)
-            pieces.append({"source": inp["source"], "documents": inp["documents"], "attributes": inp["attributes"],
+            pieces.append({"source": inp["source"], "documents": inp["documents"], "layers": inp["layers"],
                            "start": start, "end": start + take})
             start += take
             filled += take
@@ -46,31 +46,16 @@ def plan(inputs: list[dict], shard_rows: int) -> list[dict]:
 
 
 def _kept_slices(piece: dict):
-    """Batches of the piece's kept rows [start, end), streamed from its document shard;
-    text and token counts rewritten by a filter replace the document's own."""
-    keep, override = None, None
-    if piece["attributes"]:
-        names = pq.ParquetFile(piece["attributes"]).schema_arrow.names
-        cols = ["keep"] + (["text", "n_tokens"] if "text" in names else [])
-        attrs = pq.read_table(piece["attributes"], columns=cols)
-        keep = attrs.column("keep").to_numpy(zero_copy_only=False)
-        override = attrs if "text" in names else None
-    pf = pq.ParquetFile(piece["documents"])
-    row = 0  # position in the document shard
+    """Batches of the piece's kept rows [start, end), streamed from its document shard,
+    with the latest rewritten text and token counts (pipeline/steps/view.py)."""
     seen = 0  # kept rows before this batch
-    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["id", "text", "source", "source_id", "n_tokens"]):
+    cols = ["id", "text", "source", "source_id", "n_tokens"]
+    for _rows, batch in view.kept_batches(piece["documents"], piece["layers"], cols, batch_rows=BATCH_ROWS):
         n = batch.num_rows
-        mask = keep[row : row + n] if keep is not None else np.ones(n, dtype=bool)
-        if override is not None:
-            for col in ("text", "n_tokens"):
-                new = override.column(col).slice(row, n).combine_chunks().cast(batch.schema.field(col).type)
-                batch = batch.set_column(batch.schema.get_field_index(col), col, pc.coalesce(new, batch.column(col)))
-        row += n
-        kept_here = int(mask.sum())
-        lo, hi = max(piece["start"] - seen, 0), min(piece["end"] - seen, kept_here)
-        seen += kept_here
+        lo, hi = max(piece["start"] - seen, 0), min(piece["end"] - seen, n)
+        seen += n
         if hi > lo:
-            yield batch.filter(pa.array(mask)).slice(lo, hi - lo)
+            yield batch.slice(lo, hi - lo)
         if seen >= piece["end"]:
             return
 

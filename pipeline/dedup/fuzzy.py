@@ -1,0 +1,230 @@
+"""Near-duplicate dedup: MinHash LSH candidates, verified by true Jaccard, then clusters.
+
+signatures (per document shard): each kept document's word n-gram shingles, MinHash
+    signature and LSH band buckets (pipeline/dedup/text.py); one row per (document, band),
+    hash-partitioned by bucket.
+buckets (per bucket partition): documents sharing a bucket are candidate pairs. In a
+    bucket of up to ALL_PAIRS members every pair is a candidate; in a larger one each
+    member is paired with the first and with the one before it (members ordered by
+    source priority and id hash), which keeps templated pages from exploding into k^2
+    pairs while every member still meets the cluster. Pairs go to the lower member's shard.
+verify (per document shard): the pairs, deduplicated; with `verify: true`, the true
+    Jaccard similarity of the two documents' shingle sets, recomputed from their current
+    text (only candidates are read back), and only pairs at or above `threshold` are edges.
+clusters (one task): connected components of the edges by min-label propagation with
+    pointer jumping; the survivor of a component is its smallest (source priority, id);
+    every other member is removed with `near_duplicate_of:<survivor id> (jaccard=0.87)`,
+    the Jaccard being that of the member's closest verified neighbour. Memory: about 40
+    bytes per edge and per clustered document -- the duplicates, not the corpus.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from pipeline.dedup import shuffle, text
+from pipeline.io import atomic
+from pipeline.steps import view
+
+ALL_PAIRS = 32
+COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string", "jaccard": "float64",
+           "cluster": "string", "cluster_size": "int64"}
+BATCH = 1024
+
+
+def _okey(rank: int, ids: list[str]) -> np.ndarray:
+    """An order key that does not depend on sharding: source priority, then a hash of the id."""
+    h = np.array([xxhash.xxh3_64_intdigest(i) for i in ids], dtype=np.uint64) >> np.uint64(8)
+    return (np.uint64(rank) << np.uint64(56)) | h
+
+
+def sig_shard(spec: dict, out) -> dict:
+    doc, p = spec["doc"], spec["params"]
+    a, b = text.permutations(p["num_perm"], p["seed"])
+    bands, rows_per = p["bands"], p["rows"]
+    keys, okeys, gids = [], [], []
+    nbytes = ndocs = 0
+    for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"], batch_rows=BATCH):
+        texts = [text.normalize(t, p["normalize"], join_words=False) for t in batch.column("text").to_pylist()]
+        nbytes += sum(len(t) for t in texts)
+        h, d = text.shingles(texts, p["ngram"])
+        sig, which = text.minhash(h, d, len(texts), a, b)
+        if not len(which):
+            continue
+        bk = text.band_buckets(sig, bands, rows_per)
+        ok = _okey(doc["rank"], batch.column("id").take(pa.array(which)).to_pylist())
+        g = shuffle.gid(doc["src"], doc["part"], rows[which])
+        keys.append(bk.ravel())
+        okeys.append(np.repeat(ok, bands))
+        gids.append(np.repeat(g, bands))
+        ndocs += len(which)
+    files = 0
+    if keys:
+        k = np.concatenate(keys)
+        table = pa.table({"bucket": k, "okey": np.concatenate(okeys), "gid": np.concatenate(gids)})
+        files = shuffle.write_partitions(table, shuffle.partition_of(k, spec["partitions"]), Path(out.dir) / "buckets",
+                                         f"{doc['source']}-part-{doc['part']:05d}")
+    return {"rows": ndocs, "docs": ndocs, "text_bytes": nbytes, "partitions": spec["partitions"], "files": files}
+
+
+def buckets_shard(spec: dict, out) -> dict:
+    t = shuffle.read_dir(spec["inputs"])
+    if t is None or t.num_rows == 0:
+        return {"rows": 0, "pairs": 0, "buckets": 0, "largest": 0}
+    bucket = t.column("bucket").to_numpy()
+    okey = t.column("okey").to_numpy()
+    g = t.column("gid").to_numpy()
+    order = np.lexsort((g, okey, bucket))
+    bucket, g = bucket[order], g[order]
+    cuts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
+    size = np.diff(cuts)
+    lo_parts, hi_parts = [], []
+    big = 0
+    for start, k in zip(cuts[:-1][size > 1], size[size > 1]):
+        members = g[start : start + k]
+        if k <= ALL_PAIRS:
+            i, j = np.triu_indices(k, 1)
+        else:
+            big += 1
+            j = np.arange(1, k)
+            i = np.concatenate([np.zeros(k - 1, np.int64), j[1:] - 1])
+            j = np.concatenate([j, j[1:]])
+        lo_parts.append(members[i])
+        hi_parts.append(members[j])
+    npairs = 0
+    if lo_parts:
+        lo, hi = np.concatenate(lo_parts), np.concatenate(hi_parts)
+        pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
+        npairs = len(pairs)
+        shuffle.write_to_shards(pa.table({"other": pairs[:, 1]}), pairs[:, 0], spec["sources"], Path(out.dir),
+                                f"p-{spec['partition']:05d}")
+    return {"rows": t.num_rows, "pairs": npairs, "buckets": int((size > 1).sum()), "largest": int(size.max()),
+            "large_buckets": big}
+
+
+def _shingle_sets(docs: dict, p: dict, g: np.ndarray) -> tuple[dict[int, np.ndarray], dict[int, str]]:
+    """Shingle sets and ids of the documents `g` (gids), read back from their shards."""
+    src, part, row = shuffle.split_gid(g)
+    sets, ids = {}, {}
+    key = (src << np.int64(24)) | part
+    for k in np.unique(key):
+        d = docs[f"{int(k) >> 24}:{int(k) & 0xFFFFFF}"]
+        sel = key == k
+        rows = np.unique(row[sel])
+        t = view.read_rows(d["documents"], d["layers"], rows, ["id", "text"])
+        base = shuffle.gid(d["src"], d["part"], rows)
+        for gg, i, txt in zip(base.tolist(), t.column("id").to_pylist(), t.column("text").to_pylist()):
+            ids[gg] = i
+            if p["verify"]:
+                sets[gg] = text.shingle_set(text.normalize(txt, p["normalize"], join_words=False), p["ngram"])
+    return sets, ids
+
+
+def verify_shard(spec: dict, out) -> dict:
+    doc, p = spec["doc"], spec["params"]
+    t = shuffle.decisions(spec["pairs"], doc["source"], doc["part"])
+    final = out.path(".parquet")
+    schema = pa.schema([("lo", pa.int64()), ("hi", pa.int64()), ("lo_id", pa.string()), ("hi_id", pa.string()),
+                        ("jaccard", pa.float64()), ("edge", pa.bool_())])
+    if t is None or t.num_rows == 0:
+        tmp = atomic.tmp_path(final)
+        pq.write_table(schema.empty_table(), tmp)
+        atomic.commit(tmp, final)
+        return {"rows": 0, "candidates": 0, "edges": 0}
+    lo = shuffle.gid(doc["src"], doc["part"], t.column("row").to_numpy())
+    hi = t.column("other").to_numpy()
+    pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
+    lo, hi = pairs[:, 0], pairs[:, 1]
+    sets, ids = _shingle_sets(atomic.read_json(Path(spec["docs_index"])), p, np.concatenate([lo, hi]))
+    if p["verify"]:
+        jac = np.array([text.jaccard(sets[a], sets[b]) for a, b in zip(lo.tolist(), hi.tolist())])
+        edge = jac >= p["threshold"]
+    else:
+        jac = np.full(len(lo), np.nan)
+        edge = np.ones(len(lo), bool)
+    table = pa.table({"lo": lo, "hi": hi, "lo_id": [ids[x] for x in lo.tolist()], "hi_id": [ids[x] for x in hi.tolist()],
+                      "jaccard": pa.array(jac, mask=np.isnan(jac)), "edge": edge}, schema=schema)
+    tmp = atomic.tmp_path(final)
+    pq.write_table(table, tmp, compression="zstd")
+    atomic.commit(tmp, final)
+    return {"rows": len(lo), "candidates": len(lo), "edges": int(edge.sum())}
+
+
+def components(lo: np.ndarray, hi: np.ndarray, n: int) -> np.ndarray:
+    """Component label (smallest member index) of each of n nodes, given edges (lo, hi)."""
+    label = np.arange(n)
+    while True:
+        m = np.minimum(label[lo], label[hi])
+        new = label.copy()
+        np.minimum.at(new, lo, m)
+        np.minimum.at(new, hi, m)
+        new = new[new]  # pointer jumping
+        while True:
+            nxt = new[new]
+            if np.array_equal(nxt, new):
+                break
+            new = nxt
+        if np.array_equal(new, label):
+            return label
+        label = new
+
+
+def clusters_shard(spec: dict, out) -> dict:
+    files = sorted(Path(spec["edges"]).glob("part-*.parquet"))
+    t = pa.concat_tables([pq.read_table(f) for f in files]) if files else None
+    if t is None or t.num_rows == 0:
+        return {"rows": 0, "candidates": 0, "edges": 0, "clusters": 0, "removed": 0, "largest": 0}
+    candidates = t.num_rows
+    t = t.filter(t.column("edge"))
+    lo, hi = t.column("lo").to_numpy(), t.column("hi").to_numpy()
+    jac = t.column("jaccard").to_numpy(zero_copy_only=False)
+    nodes, inv = np.unique(np.concatenate([lo, hi]), return_inverse=True)
+    ilo, ihi = inv[: len(lo)], inv[len(lo) :]
+    ids = np.empty(len(nodes), dtype=object)
+    ids[ilo] = t.column("lo_id").to_pylist()
+    ids[ihi] = t.column("hi_id").to_pylist()
+    src = shuffle.split_gid(nodes)[0]
+    rank = np.array(spec["src_rank"])[src]
+    label = components(ilo, ihi, len(nodes))
+    # the survivor of each component: smallest (rank, id)
+    order = sorted(range(len(nodes)), key=lambda i: (label[i], rank[i], ids[i]))
+    order = np.array(order, dtype=np.int64)
+    lab = label[order]
+    head = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])
+    size = np.diff(np.r_[head, len(order)])
+    survivor = np.empty(len(nodes), np.int64)
+    csize = np.empty(len(nodes), np.int64)
+    for h, s in zip(head, size):
+        survivor[order[h : h + s]] = order[h]
+        csize[order[h : h + s]] = s
+    best = np.full(len(nodes), np.nan)  # closest verified neighbour
+    if len(jac):
+        jj = np.where(np.isnan(jac), -1.0, jac)
+        np.fmax.at(best, ilo, jj)
+        np.fmax.at(best, ihi, jj)
+        best[best < 0] = np.nan
+    removed = np.flatnonzero(survivor != np.arange(len(nodes)))
+    names = spec["sources"]
+    sid = ids[survivor[removed]]
+    ssrc = [names[s] for s in src[survivor[removed]]]
+    cluster = [f"{names[src[survivor[i]]]}:{ids[survivor[i]]}" for i in removed]
+    reasons = [f"near_duplicate_of:{s}" + (f" (jaccard={b:.2f})" if not np.isnan(b) else " (unverified)")
+               for s, b in zip(sid, best[removed])]
+    dec = pa.table({"reason": pa.array(reasons, pa.string()), "duplicate_of": pa.array(list(sid), pa.string()),
+                    "duplicate_of_source": pa.array(ssrc, pa.string()), "jaccard": pa.array(best[removed], mask=np.isnan(best[removed])),
+                    "cluster": pa.array(cluster, pa.string()), "cluster_size": pa.array(csize[removed])})
+    shuffle.write_to_shards(dec, nodes[removed], names, Path(out.dir), "p-00000")
+    # one row per cluster: its survivor and members, for `curate explain`
+    members = [[f"{names[src[i]]}:{ids[i]}" for i in order[h : h + s]] for h, s in zip(head, size)]
+    ctab = pa.table({"cluster": [m[0] for m in members], "size": pa.array(size, pa.int64()), "members": members})
+    final = out.path(".parquet", None).with_name("clusters.parquet")
+    tmp = atomic.tmp_path(final)
+    pq.write_table(ctab, tmp, compression="zstd")
+    atomic.commit(tmp, final)
+    return {"rows": len(nodes), "candidates": candidates, "edges": len(lo), "clusters": len(head),
+            "removed": len(removed), "largest": int(size.max()) if len(size) else 0}

@@ -1,0 +1,154 @@
+"""The dedup steps of a plan, and the document shards they work on.
+
+A *document shard* is one ingest shard of one source with its layers: the attribute files
+of the stages before (its source's filters, then earlier dedup kinds). Every dedup step
+that works per document shard lists them in the same global order, so shard index k is
+the same (source, shard) in every step.
+
+Partitions: `dedup.partitions`, or one per PARTITION_ROWS shuffle rows (documents for
+exact, documents x bands for fuzzy, paragraphs for paragraph dedup), so a reduce task
+holds at most about PARTITION_ROWS rows (~40 bytes each, plus the id strings).
+"""
+
+from __future__ import annotations
+
+import math
+
+from pipeline.dedup import exact, fuzzy
+from pipeline.dedup.apply import attribute_path
+from pipeline.executor import Step, shard_name
+from pipeline.io import atomic
+
+PARTITION_ROWS = 4_000_000
+PARAGRAPHS_PER_DOC = 8  # a planning guess: web pages have a few to a few dozen
+
+
+def ranks(mixture) -> dict[str, int]:
+    """Source priority for survivors: `dedup.priority` first, then the rest in YAML order."""
+    prio = list((mixture.dedup.priority if mixture.dedup else None) or [])
+    order = prio + [s for s in mixture.sources if s not in prio]
+    return {s: i for i, s in enumerate(order)}
+
+
+def doc_shards(plan, stats: dict, layers: list[Step]) -> list[dict]:
+    m = plan.lm.mixture
+    rk = ranks(m)
+    out = []
+    for si, sname in enumerate(m.sources):
+        ing = plan.ingest[sname]
+        flt = plan.filter.get(sname)
+        for i in sorted(stats[ing.name]):
+            paths, kept = [], stats[ing.name][i]["docs_out"]
+            if flt:
+                paths.append(str(flt.dir(plan.run_dir) / f"{shard_name(i)}.parquet"))
+                kept = stats[flt.name][i]["docs_out"]
+            for st in layers:
+                paths.append(str(attribute_path(st.dir(plan.run_dir), sname, i)))
+                kept = stats[st.name][len(out)]["docs_out"]
+            out.append({"source": sname, "src": si, "rank": rk[sname], "part": i,
+                        "documents": str(ing.dir(plan.run_dir) / f"{shard_name(i)}.parquet"),
+                        "layers": paths, "kept": kept})
+    return out
+
+
+def _partitions(cfg, rows: int) -> int:
+    return cfg.partitions or max(1, math.ceil(rows / PARTITION_ROWS))
+
+
+def _describe(d: dict) -> str:
+    return f"{d['source']}/{shard_name(d['part'])}"
+
+
+def add_steps(plan, base: list[Step]) -> list[Step]:
+    """Append the dedup steps to plan.steps; returns the attribute steps, in order."""
+    dd = plan.lm.mixture.dedup
+    if dd is None:
+        return []
+    m = plan.lm.mixture
+    names = list(m.sources)
+    rk = ranks(m)
+    rank_source = sorted(rk, key=rk.get)
+    common = {"ranks": rk, "partitions": dd.partitions}
+    layers: list[Step] = []
+
+    def add(step: Step) -> Step:
+        plan.steps.append(step)
+        return step
+
+    def per_doc(fn, extra, prev):
+        def shards(st, stats):
+            docs = doc_shards(plan, stats, prev)
+            return [{"doc": d, **extra(docs, d), "describe": _describe(d)} for d in docs]
+        return shards
+
+    def partitions_of(map_step):
+        def count(stats):
+            ms = stats[map_step.name]
+            return next(iter(ms.values()))["partitions"] if ms else 0
+        return count
+
+    def reduce_specs(map_step, extra):
+        count = partitions_of(map_step)
+
+        def shards(st, stats):
+            return [{"inputs": str(map_step.dir(plan.run_dir) / "buckets" / f"p-{p:05d}"), "partition": p,
+                     "sources": names, "rank_source": rank_source, **extra, "describe": f"partition {p}"}
+                    for p in range(count(stats))]
+        return shards
+
+    def apply_step(kind: str, decisions: Step, fn: str, columns: dict | None, prev, cfg=None, extra=None) -> Step:
+        return add(Step(
+            f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn,
+            shards=per_doc(fn, lambda docs, d: {"decisions": str(decisions.dir(plan.run_dir)), "columns": columns,
+                                                 **(cfg or {}), **(extra or {})}, prev),
+        ))
+
+    if dd.exact:
+        prev = list(layers)
+        cfg = {"normalize": dd.exact.normalize, **common}
+        mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, "pipeline.dedup.exact:map_shard",
+                      shards=per_doc(None, lambda docs, d: {"normalize": dd.exact.normalize,
+                                                            "partitions": _partitions(dd, sum(x["kept"] for x in docs))}, prev)))
+        rd = add(Step("dedup-exact-reduce", "dedup-exact-reduce", {}, [mp], "pipeline.dedup.exact:reduce_shard",
+                      shards=reduce_specs(mp, {})))
+        layers.append(apply_step("exact", rd, "pipeline.dedup.apply:run_shard", exact.COLUMNS, prev))
+
+    if dd.fuzzy:
+        prev = list(layers)
+        fz = dd.fuzzy
+        params = {**fz.model_dump(mode="json"), "rows": fz.rows or fz.num_perm // fz.bands}
+        cfg = {"params": params, **common}
+        sig = add(Step("dedup-fuzzy-signatures", "dedup-fuzzy-signatures", cfg, base + prev,
+                       "pipeline.dedup.fuzzy:sig_shard",
+                       shards=per_doc(None, lambda docs, d, params=params: {"params": params, "partitions": _partitions(
+                           dd, sum(x["kept"] for x in docs) * fz.bands)}, prev)))
+        bk = add(Step("dedup-fuzzy-buckets", "dedup-fuzzy-buckets", {}, [sig], "pipeline.dedup.fuzzy:buckets_shard",
+                      shards=reduce_specs(sig, {})))
+
+        def verify_shards(st, stats, prev=prev, params=params, bk=bk):
+            docs = doc_shards(plan, stats, prev)
+            index = st.dir(plan.run_dir) / "docs.json"
+            atomic.write_json(index, {f"{d['src']}:{d['part']}": d for d in docs})
+            return [{"doc": d, "pairs": str(bk.dir(plan.run_dir)), "docs_index": str(index), "params": params,
+                     "describe": _describe(d)} for d in docs]
+
+        vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [bk],
+                      "pipeline.dedup.fuzzy:verify_shard", shards=verify_shards))
+        src_rank = [rk[s] for s in names]
+        cl = add(Step("dedup-fuzzy-clusters", "dedup-fuzzy-clusters", {}, [vf], "pipeline.dedup.fuzzy:clusters_shard",
+                      shards=lambda st, stats, vf=vf: [{"edges": str(vf.dir(plan.run_dir)), "sources": names,
+                                                 "src_rank": src_rank, "describe": "connected components"}]))
+        layers.append(apply_step("fuzzy", cl, "pipeline.dedup.apply:run_shard", fuzzy.COLUMNS, prev))
+
+    if dd.paragraph:
+        prev = list(layers)
+        params = dd.paragraph.model_dump(mode="json")
+        cfg = {"params": params, **common}
+        mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, "pipeline.dedup.paragraph:map_shard",
+                      shards=per_doc(None, lambda docs, d, params=params: {"params": params, "partitions": _partitions(
+                          dd, sum(x["kept"] for x in docs) * PARAGRAPHS_PER_DOC)}, prev)))
+        rd = add(Step("dedup-paragraph-reduce", "dedup-paragraph-reduce", {"params": params}, [mp],
+                      "pipeline.dedup.paragraph:reduce_shard", shards=reduce_specs(mp, {"params": params})))
+        layers.append(apply_step("paragraph", rd, "pipeline.dedup.paragraph:apply_shard", None, prev,
+                                 {"params": params, "tokenizer_id": plan.tokenizer_id}, {"tokenizer": plan.tokenizer}))
+    return layers
