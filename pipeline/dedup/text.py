@@ -40,8 +40,7 @@ def _tables():
         if ord(c) < 128:
             table[ord(c)] = 32
     spaces = [chr(i) for i in range(128, sys.maxunicode + 1) if chr(i).isspace()]
-    wide_punct = frozenset({c for c in PUNCTUATION if ord(c) >= 128} | set(spaces))
-    return bytes(table), wide_punct, frozenset(spaces)
+    return bytes(table), frozenset(c for c in PUNCTUATION if ord(c) >= 128), frozenset(spaces)
 
 
 _NUMBERS = re.compile(r"\d+([.,،٫⎖⎗⎘]\d+)?")  # simplify_text's number pattern (\d is Unicode Nd)
@@ -57,15 +56,14 @@ def normalize(text: str, options, join_words: bool = True) -> bytes:
     if "case" in options:
         text = text.lower()
     ascii_only = text.isascii()
+    fold_space = "whitespace" in options or not join_words
     if not ascii_only:
         if "digits" in options:
             text = _NUMBERS.sub("0", text)
         wide_punct, wide_space = _tables()[1:]
-        wide = wide_punct if "punctuation" in options else wide_space if "whitespace" in options or not join_words else ()
-        for c in wide.intersection(text) if wide else ():
+        wide = (wide_punct if "punctuation" in options else frozenset()) | (wide_space if fold_space else frozenset())
+        for c in wide.intersection(text):
             text = text.replace(c, " ")
-    if "whitespace" not in options and join_words:
-        text = text.strip()  # as simplify_text always does
     data = text.encode("utf-8", "surrogatepass")
     if "digits" in options and ascii_only:
         data = _NUMBERS_ASCII.sub(b"0", data)
@@ -73,6 +71,8 @@ def normalize(text: str, options, join_words: bool = True) -> bytes:
         data = data.translate(_tables()[0])
     if "whitespace" in options and join_words:
         data = b" ".join(data.split())
+    elif join_words:  # simplify_text always strips
+        data = data.strip() if ascii_only else data.decode("utf-8", "surrogatepass").strip().encode("utf-8", "surrogatepass")
     return data
 
 
@@ -139,9 +139,9 @@ def shingles(texts: list[bytes], n: int) -> tuple[np.ndarray, np.ndarray]:
         d_parts.append(word_doc[:m][ok])
     first = np.concatenate([[0], np.cumsum(counts)[:-1]])
     for d in np.flatnonzero((counts > 0) & (counts < n)):  # fewer words than n: one shingle of all
-        acc = word[first[d]].copy()
+        acc = int(word[first[d]])
         for k in range(1, counts[d]):
-            acc = acc * _WORD_MUL + word[first[d] + k]
+            acc = (acc * int(_WORD_MUL) + int(word[first[d] + k])) & 0xFFFFFFFFFFFFFFFF
         h_parts.append(np.array([acc], np.uint64))
         d_parts.append(np.array([d]))
     if not h_parts:

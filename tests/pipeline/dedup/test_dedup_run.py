@@ -1,0 +1,190 @@
+"""Dedup through the real CLI and Ray on planted duplicates built from real text.
+
+The corpus: 300 base documents (three Wikipedia summaries each) in source `a`; edited
+copies of 260 of them with known word-5-gram Jaccard between about 0.5 and 1.0, split
+between `a` and `b`; 30 exact copies; documents that share one boilerplate paragraph.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.dedup import text as T
+from pipeline.io import atomic
+from tests.conftest import curate, write_yaml
+
+FUZZY_NORM = ["case", "punctuation", "digits"]
+BOILER = "Subscribe to our newsletter for weekly updates on science, culture and the arts."
+
+
+def _shingles(t: str) -> set:
+    w = T.normalize(t, FUZZY_NORM, join_words=False).split()
+    return {tuple(w[i : i + 5]) for i in range(max(1, len(w) - 4))}
+
+
+def _jaccard(x: str, y: str) -> float:
+    a, b = _shingles(x), _shingles(y)
+    return len(a & b) / len(a | b)
+
+
+@pytest.fixture(scope="module")
+def planted(wiki_texts, tmp_path_factory):
+    rng = random.Random(7)
+    d = tmp_path_factory.mktemp("planted")
+    texts = [t for t in wiki_texts if len(t.split()) >= 60]
+    bases = [" ".join(texts[3 * i : 3 * i + 3]) for i in range(300)]
+    a = [{"id": f"a{i:04d}", "text": t} for i, t in enumerate(bases)]
+    b = []
+    pairs = []  # (base id, copy id, jaccard)
+    for i in range(260):
+        words = bases[i].split(" ")
+        target = rng.uniform(0.45, 1.0)  # k isolated edits change about 5k of the ~len(words) shingles
+        for _ in range(max(1, round(len(words) * (1 - target) / (5 * (1 + target))))):
+            words[rng.randrange(len(words))] = f"zq{rng.randint(0, 10**6)}"
+        copy = " ".join(words)
+        rec = {"id": f"c{i:04d}", "text": copy}
+        (a if i % 2 else b).append(rec)
+        pairs.append((f"a{i:04d}", rec["id"], _jaccard(bases[i], copy)))
+    exact = []
+    for i in range(260, 290):
+        rec = {"id": f"x{i:04d}", "text": bases[i].upper() if i % 3 == 0 else bases[i]}  # case folds by default
+        b.append(rec)
+        exact.append((f"a{i:04d}", rec["id"]))
+    para = []
+    for i in range(8):
+        t = texts[900 + i] + "\n\n" + BOILER
+        a.append({"id": f"p{i:04d}", "text": t})
+        para.append(f"p{i:04d}")
+    a.append({"id": "p_only", "text": BOILER})
+    for name, recs in (("a", a), ("b", b)):
+        rng.shuffle(recs)
+        (d / name).mkdir()
+        for k in range(3):
+            with open(d / name / f"part-{k}.jsonl", "w") as f:
+                for r in recs[k::3]:
+                    f.write(json.dumps(r) + "\n")
+    return {"dir": d, "pairs": pairs, "exact": exact, "para": para}
+
+
+def _yaml(path: Path, data: Path, extra: str = "", max_shard_bytes: int = 1 << 26) -> Path:
+    return write_yaml(path, f"""
+        name: planted
+        tokenizer: null
+        sources:
+          a: {{paths: ["{data}/a/*.jsonl"], id_field: id, max_shard_bytes: {max_shard_bytes}}}
+          b: {{paths: ["{data}/b/*.jsonl"], id_field: id, max_shard_bytes: {max_shard_bytes}}}
+        dedup:
+          exact: {{}}
+          fuzzy: {{}}
+          paragraph: {{min_chars: 50, max_occurrences: 5}}
+        {extra}
+    """)
+
+
+def decisions(run_dir: Path) -> dict[str, dict[str, dict]]:
+    """stage -> id -> attribute row, for every row a dedup stage saw."""
+    steps = atomic.read_json(run_dir / "run.json")["steps"]
+    out = {}
+    for kind in ("exact", "fuzzy", "paragraph"):
+        st = steps[f"dedup-{kind}"]
+        rows = {}
+        for f in sorted((run_dir / st["dir"]).glob("*/part-*.parquet")):
+            for r in pq.read_table(f).to_pylist():
+                if r["keep"] is not None:
+                    rows[r["id"]] = r
+        out[kind] = rows
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(planted, tmp_path_factory):
+    d = tmp_path_factory.mktemp("runs")
+    y1 = _yaml(d / "one.yaml", planted["dir"])
+    r1 = curate("run", str(y1), "--workers", "2", "--output", str(d / "w2"))
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    # other shard counts, one worker, three shuffle partitions
+    y2 = _yaml(d / "two.yaml", planted["dir"], "  partitions: 3", max_shard_bytes=20_000)
+    r2 = curate("run", str(y2), "--workers", "1", "--output", str(d / "w1"))
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    return d / "w2" / "planted", d / "w1" / "planted"
+
+
+def test_planted_near_duplicates_recall_and_precision(planted, runs):
+    fz = decisions(runs[0])["fuzzy"]
+    high = [p for p in planted["pairs"] if p[2] >= 0.85]
+    low = [p for p in planted["pairs"] if p[2] < 0.7]
+    assert len(high) >= 60 and len(low) >= 40, (len(high), len(low))
+
+    def found(base, copy):
+        return (fz[copy]["keep"] is False and fz[copy]["duplicate_of"] == base) or (
+            fz[base]["keep"] is False and fz[base]["duplicate_of"] == copy)
+
+    recall = sum(found(b, c) for b, c, _ in high) / len(high)
+    wrong = [(b, c, j) for b, c, j in low if fz[b]["keep"] is False or fz[c]["keep"] is False]
+    mid = [p for p in planted["pairs"] if 0.7 <= p[2] < 0.85]
+    print(f"\nplanted pairs: {len(high)} with Jaccard >= 0.85, recall {recall:.3f}; "
+          f"{len(low)} below 0.7, {len(wrong)} removed (precision {1 - len(wrong) / len(low):.3f}); "
+          f"{sum(found(b, c) for b, c, _ in mid)}/{len(mid)} found between 0.7 and 0.85")
+    assert recall >= 0.95
+    assert not wrong
+    # every removal names its survivor and the verified Jaccard with it (pairs: the survivor is the neighbour)
+    for b, c, j in high:
+        if fz[c]["keep"] is False:
+            assert fz[c]["reason"] == f"near_duplicate_of:{b} (jaccard={j:.2f})"
+            assert fz[c]["jaccard"] == pytest.approx(j) and fz[c]["cluster"] == f"a:{b}" and fz[c]["cluster_size"] == 2
+
+
+def test_exact_copies_removed_with_their_survivor_in_the_first_source(planted, runs):
+    ex = decisions(runs[0])["exact"]
+    for base, copy in planted["exact"]:
+        assert ex[base]["keep"] is True
+        assert ex[copy]["keep"] is False and ex[copy]["reason"] == f"exact_duplicate_of:{base}"
+        assert ex[copy]["duplicate_of_source"] == "a"
+    assert sum(r["keep"] is False for r in ex.values()) == len(planted["exact"])
+
+
+def test_paragraph_cut_after_max_occurrences_in_id_order(planted, runs):
+    pg = decisions(runs[0])["paragraph"]
+    holders = sorted(planted["para"] + ["p_only"])  # rank is equal (source a): id order decides
+    first = holders[:5]
+    for i in holders:
+        r = pg[i]
+        if i in first:
+            assert r["keep"] is True and r["text"] is None and r["cut_spans"] is None
+        elif i == "p_only":
+            assert r["keep"] is False and r["reason"] == "paragraph_dedup:empty"
+        else:
+            assert r["keep"] is True and BOILER not in r["text"] and r["cut_chars"] == len(BOILER) + 2
+            assert r["cut_spans"][0]["kept_in"] == f"a:{first[0]}"
+    led = atomic.read_json(runs[0] / "ledger.json")
+    assert led["conservation"] is True
+    assert led["sources"]["a"]["removed"]["dedup:paragraph"] == {"paragraph_dedup:empty": 1}
+
+
+def test_same_removals_and_survivors_for_any_workers_shards_and_partitions(runs):
+    one, two = decisions(runs[0]), decisions(runs[1])
+    steps = atomic.read_json(runs[1] / "run.json")["steps"]
+    assert steps["ingest-a"]["shards"] > 3  # really other shard counts
+    for kind in ("exact", "fuzzy", "paragraph"):
+        a = {i: (r["keep"], r["reason"], r.get("duplicate_of")) for i, r in one[kind].items()}
+        b = {i: (r["keep"], r["reason"], r.get("duplicate_of")) for i, r in two[kind].items()}
+        assert a == b, kind
+    ma = pq.read_table(sorted((runs[0] / "mixture").glob("*.parquet"))).column("id").to_pylist()
+    mb = pq.read_table(sorted((runs[1] / "mixture").glob("*.parquet"))).column("id").to_pylist()
+    assert sorted(ma) == sorted(mb)
+
+
+def test_priority_picks_survivors_from_the_listed_source(planted, tmp_path):
+    y = _yaml(tmp_path / "p.yaml", planted["dir"], "  priority: [b]")
+    r = curate("run", str(y), "--workers", "2", "--output", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    ex = decisions(tmp_path / "planted")["exact"]
+    for base, copy in planted["exact"]:
+        assert ex[copy]["keep"] is True and ex[base]["reason"] == f"exact_duplicate_of:{copy}"
+    out = curate("explain", str(tmp_path / "planted"), "--id", planted["pairs"][0][1]).stdout
+    assert "dedup:exact" in out

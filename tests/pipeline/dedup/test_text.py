@@ -1,0 +1,98 @@
+"""Dedup keys on real text: normalisation against datatrove, shingles and Jaccard against
+plain Python sets, MinHash estimates against true Jaccard, paragraph spans."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.dedup import text as T
+
+OPTION_SETS = [["whitespace", "case"], ["whitespace", "case", "punctuation", "digits"], ["punctuation"], ["digits", "whitespace"]]
+
+
+@pytest.fixture(scope="module")
+def real_texts(demo_corpus) -> list[str]:
+    out = []
+    for lang in ("en", "fr", "es"):
+        out += pq.read_table(demo_corpus / "wiki" / f"summaries_{lang}.parquet", columns=["text"]).column("text").to_pylist()[:700]
+    out += ["  Tabs\tand\u00a0non-breaking\u2003spaces , « quotes » — 1,000.5 apples; ٣٤ ", "", "...", "1 2 3"]
+    return out
+
+
+@pytest.mark.parametrize("options", OPTION_SETS, ids=["+".join(o) for o in OPTION_SETS])
+def test_normalize_agrees_with_datatrove_simplify_text(real_texts, options):
+    from datatrove.utils.text import TextNormConfig, simplify_text
+
+    cfg = TextNormConfig(lowercase="case" in options, norm_whitespace="whitespace" in options,
+                         remove_punctuation="punctuation" in options, norm_unicode_diacritics=False,
+                         norm_numbers="digits" in options)
+    bad = [t for t in real_texts if T.normalize(t, options) != simplify_text(t, cfg).encode()]
+    assert not bad, f"{len(bad)}/{len(real_texts)} differ, e.g. {bad[0][:120]!r}"
+
+
+def _naive_shingles(t: bytes, n: int) -> set:
+    w = t.split()
+    if not w:
+        return set()
+    return {tuple(w[i : i + n]) for i in range(max(1, len(w) - n + 1))}
+
+
+def test_shingle_sets_and_jaccard_match_python_sets(real_texts):
+    rng = random.Random(0)
+    texts = [T.normalize(t, ["case", "punctuation"], join_words=False) for t in real_texts[:300]]
+    h, d = T.shingles(texts, 5)
+    for i, t in enumerate(texts):
+        assert len(np.unique(h[d == i])) == len(_naive_shingles(t, 5))
+    for _ in range(200):
+        a, b = rng.choice(texts), rng.choice(texts)
+        words = b.split()
+        if rng.random() < 0.7 and words:  # an edited copy of a, for Jaccards across the range
+            words = a.split()
+            for _ in range(rng.randint(0, 20)):
+                words[rng.randrange(len(words))] = b"zz%d" % rng.randint(0, 99)
+            b = b"  ".join(words)  # extra spaces do not change the shingles
+        sa, sb = _naive_shingles(a, 5), _naive_shingles(b, 5)
+        want = len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+        assert T.jaccard(T.shingle_set(a, 5), T.shingle_set(b, 5)) == pytest.approx(want)
+
+
+def test_minhash_estimates_jaccard(real_texts):
+    rng = random.Random(1)
+    a_, b_ = T.permutations(256, 0)
+    errs = []
+    for t in real_texts[:150]:
+        x = T.normalize(t, ["case", "punctuation"], join_words=False)
+        words = x.split()
+        for _ in range(rng.randint(1, max(1, len(words) // 8))):
+            words[rng.randrange(len(words))] = b"qq%d" % rng.randint(0, 999)
+        y = b" ".join(words)
+        h, d = T.shingles([x, y], 5)
+        sig, which = T.minhash(h, d, 2, a_, b_)
+        if len(which) < 2:
+            continue
+        est = float((sig[0] == sig[1]).mean())
+        errs.append(est - T.jaccard(T.shingle_set(x, 5), T.shingle_set(y, 5)))
+    errs = np.array(errs)
+    # 256 permutations: the standard error of an estimate is at most 1/32
+    assert abs(errs.mean()) < 0.01 and np.abs(errs).max() < 0.15, (errs.mean(), np.abs(errs).max())
+
+
+def test_identical_signatures_share_every_bucket_and_short_texts_get_one_shingle():
+    a, b = T.permutations(112, 3)
+    h, d = T.shingles([b"one two", b"", b"one two", b"three four five six seven eight"], 5)
+    assert sorted(set(d.tolist())) == [0, 2, 3] and (d == 0).sum() == 1 and (d == 3).sum() == 2
+    sig, which = T.minhash(h, d, 4, a, b)
+    bk = T.band_buckets(sig, 14, 8)
+    assert which.tolist() == [0, 2, 3] and (bk[0] == bk[1]).all() and not (bk[0] == bk[2]).any()
+
+
+def test_segments_cover_the_text_with_their_separators():
+    t = "First para.\n\nSecond para\nstill second.\n \n\nThird."
+    spans = T.segments(t, "paragraph")
+    assert "".join(t[s:e] for s, e in spans) == t
+    assert [t[s:e].strip() for s, e in spans] == ["First para.", "Second para\nstill second.", "Third."]
+    assert [t[s:e].strip() for s, e in T.segments(t, "line")] == ["First para.", "", "Second para", "still second.", "", "", "Third."]
