@@ -90,6 +90,15 @@ class ShardOutput:
         return d / f"{self.name}{suffix}"
 
 
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this worker process so far (Ray reuses workers, so an upper
+    bound for the shard that just ran)."""
+    import resource
+
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(kb / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
+
+
 def _resolve(fn: str) -> Callable:
     mod, _, name = fn.partition(":")
     return getattr(importlib.import_module(mod), name)
@@ -108,6 +117,7 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int) -> dict:
         tb.write_text(traceback.format_exc())
         raise RunError(f"{type(e).__name__}: {e} (traceback: {tb})") from None
     stats["seconds"] = round(time.time() - started, 3)
+    stats["peak_rss_mb"] = _peak_rss_mb()
     atomic.write_json(out.path(".json", MARKERS), stats)
     return stats
 

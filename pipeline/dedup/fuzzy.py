@@ -50,9 +50,10 @@ def sig_shard(spec: dict, out) -> dict:
     keys, okeys, gids = [], [], []
     nbytes = ndocs = 0
     for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"], batch_rows=BATCH):
-        texts = [text.normalize(t, p["normalize"], join_words=False) for t in batch.column("text").to_pylist()]
-        nbytes += sum(len(t) for t in texts)
-        h, d = text.shingles(texts, p["ngram"])
+        col = batch.column("text")
+        texts = col.to_pylist()
+        nbytes += int(pa.compute.sum(pa.compute.binary_length(col)).as_py() or 0)
+        h, d = text.shingles(texts, p["ngram"], p["normalize"])
         sig, which = text.minhash(h, d, len(texts), a, b)
         if not len(which):
             continue
@@ -121,7 +122,7 @@ def _shingle_sets(docs: dict, p: dict, g: np.ndarray) -> tuple[dict[int, np.ndar
         for gg, i, txt in zip(base.tolist(), t.column("id").to_pylist(), t.column("text").to_pylist()):
             ids[gg] = i
             if p["verify"]:
-                sets[gg] = text.shingle_set(text.normalize(txt, p["normalize"], join_words=False), p["ngram"])
+                sets[gg] = text.shingle_set(txt, p["ngram"], p["normalize"])
     return sets, ids
 
 

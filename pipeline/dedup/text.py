@@ -1,14 +1,15 @@
 """Text to dedup keys: normalisation, word n-gram shingles, MinHash, LSH bands, paragraphs.
 
-Normalisation follows datatrove's `simplify_text` for the options it shares (case,
-digits, punctuation to spaces, whitespace; tests compare the two), but works on UTF-8
-bytes where it can: ASCII punctuation goes through `bytes.translate` and whitespace
-through `bytes.split`, about 10x faster than the str regexes.
+`normalize` (exact dedup) gives the same bytes as datatrove's `simplify_text` for the
+options they share (case, digits, punctuation to spaces, whitespace; a test compares
+them), working on UTF-8 bytes where it can (`bytes.translate`, `bytes.split`).
 
-Shingles are word n-grams of the normalised text, hashed as the byte span "w1 w2 ... wn"
-with a polynomial hash over the whole batch at once (prefix sums mod 2^64 with an odd
-base, so a span's hash is (H[e] - H[s]) * base^-s), then mixed with murmur3's
-finaliser. A document with fewer than n words is one shingle of all its words.
+`fold` (fuzzy dedup) normalises a whole batch at once in numpy, since only word
+boundaries matter there: punctuation and whitespace become spaces, digit runs one 0.
+Words are hashed with a polynomial hash over the batch (prefix sums mod 2^64 with an odd
+base, so a word's hash is (H[e] - H[s]) * base^-s, then murmur3's finaliser), and each
+word n-gram from its n word hashes. A document with fewer than n words is one shingle
+of all its words.
 
 MinHash uses `num_perm` multiply-add permutations of 32-bit shingle values, mod 2^32,
 computed for a whole batch of documents per permutation and reduced per document with
@@ -47,16 +48,13 @@ _NUMBERS = re.compile(r"\d+([.,،٫⎖⎗⎘]\d+)?")  # simplify_text's number p
 _NUMBERS_ASCII = re.compile(rb"[0-9]+([.,][0-9]+)?")
 
 
-def normalize(text: str, options, join_words: bool = True) -> bytes:
-    """The normalised text as UTF-8 bytes; `options` is a subset of NORMALIZE_OPTIONS.
-
-    With `join_words=False` runs of ASCII whitespace are left as they are (non-ASCII
-    whitespace still becomes a space): for callers that split into words themselves.
-    """
+def normalize(text: str, options) -> bytes:
+    """The normalised text as UTF-8 bytes (for exact dedup); `options` is a subset of
+    NORMALIZE_OPTIONS, with simplify_text's meaning."""
     if "case" in options:
         text = text.lower()
     ascii_only = text.isascii()
-    fold_space = "whitespace" in options or not join_words
+    fold_space = "whitespace" in options
     if not ascii_only:
         if "digits" in options:
             text = _NUMBERS.sub("0", text)
@@ -69,9 +67,9 @@ def normalize(text: str, options, join_words: bool = True) -> bytes:
         data = _NUMBERS_ASCII.sub(b"0", data)
     if "punctuation" in options:
         data = data.translate(_tables()[0])
-    if "whitespace" in options and join_words:
+    if "whitespace" in options:
         data = b" ".join(data.split())
-    elif join_words:  # simplify_text always strips
+    else:  # simplify_text always strips
         data = data.strip() if ascii_only else data.decode("utf-8", "surrogatepass").strip().encode("utf-8", "surrogatepass")
     return data
 
@@ -97,13 +95,73 @@ def _powers(base: int, n: int) -> np.ndarray:
     return np.cumprod(p, dtype=np.uint64)
 
 
-_IS_SPACE = np.zeros(256, bool)
-_IS_SPACE[[9, 10, 11, 12, 13, 32]] = True
+@lru_cache(maxsize=4)
+def _fold_tables(punctuation: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(byte table, sorted non-ASCII code points that become spaces) for `fold`."""
+    table, wide_punct, wide_space = _tables()
+    t = np.frombuffer(table if punctuation else bytes(range(256)), np.uint8).copy()
+    t[[9, 10, 11, 12, 13, 28, 29, 30, 31]] = 32  # ASCII whitespace (str.split's) to " "
+    t[0] = 0  # NUL separates documents in `fold`'s output (texts' own NULs are replaced first)
+    wide = set(wide_space) | (set(wide_punct) if punctuation else set())
+    return t, np.array(sorted(ord(c) for c in wide), dtype=np.int64)
+
+
+def fold(texts: list[str], options) -> np.ndarray:
+    """Texts normalised for shingling, as one uint8 array with NUL between documents.
+
+    The folding is vectorised over the batch: case (str.lower), punctuation and every
+    whitespace character to spaces (datatrove's punctuation set; non-ASCII characters are
+    matched by decoded code point), and with "digits" each run of ASCII digits becomes
+    one 0 (simplify_text also folds a decimal part and non-ASCII digits; here its
+    separator becomes a space). Word boundaries are all that matter downstream.
+    """
+    if "case" in options:
+        texts = [t.lower() for t in texts]
+    texts = [t.replace("\x00", " ") if "\x00" in t else t for t in texts]
+    arr = np.frombuffer("\x00".join(texts).encode("utf-8", "surrogatepass"), np.uint8)
+    table, wide = _fold_tables("punctuation" in options)
+    arr = table[arr]  # a copy
+    lead = np.flatnonzero(arr >= 0xC0)
+    if len(lead):
+        a = np.concatenate([arr, np.zeros(3, np.uint8)]).astype(np.int64)
+        b0, b1, b2, b3 = a[lead], a[lead + 1] & 0x3F, a[lead + 2] & 0x3F, a[lead + 3] & 0x3F
+        two, three = b0 < 0xE0, (b0 >= 0xE0) & (b0 < 0xF0)
+        cp = np.where(two, ((b0 & 0x1F) << 6) | b1,
+                      np.where(three, ((b0 & 0x0F) << 12) | (b1 << 6) | b2, ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3))
+        hit = np.isin(cp, wide)
+        if hit.any():
+            width = np.where(two, 2, np.where(three, 3, 4))[hit]
+            starts = lead[hit]
+            for k in range(4):
+                sel = starts[width > k] + k
+                arr[sel] = 32
+    if "digits" in options:
+        d = (arr >= 48) & (arr <= 57)
+        arr[d] = 48
+        again = d[1:] & d[:-1]
+        if again.any():
+            arr = arr[np.r_[True, ~again]]
+    # NUL marks document ends; the table mapped every text NUL to a space above
+    return arr
+
+
+_POWERS: dict[int, np.ndarray] = {}
+
+
+def _power_table(base: int, n: int) -> np.ndarray:
+    """base^0 .. base^(n-1) mod 2^64, cached and grown geometrically."""
+    have = _POWERS.get(base)
+    if have is None or len(have) < n:
+        have = _powers(base, max(n, 2 * len(have) if have is not None else n, 1 << 16))
+        _POWERS[base] = have
+    return have[:n]
+
+
 _WORD_MUL = _U64(0x9E3779B97F4A7C15)
 
 
-def shingles(texts: list[bytes], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Hashes of the word n-grams of normalised texts (words split on ASCII whitespace).
+def shingles(texts: list[str], n: int, options=("case", "punctuation", "digits")) -> tuple[np.ndarray, np.ndarray]:
+    """Hashes of the word n-grams of texts after `fold` (words split on whitespace).
 
     Returns (hashes uint64, doc index int64), doc-major; a text with no words has none.
     Each word is hashed from its bytes, each n-gram from its n word hashes, so the hash
@@ -111,21 +169,20 @@ def shingles(texts: list[bytes], n: int) -> tuple[np.ndarray, np.ndarray]:
     """
     if not texts:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
-    data = b"\n".join(texts)
-    arr = np.frombuffer(data, dtype=np.uint8)
+    arr = fold(texts, options)
+    # fold mapped text NULs to spaces: the NULs left are document ends; 32 is every space
+    arr_nul = arr == 0
     size = len(arr)
-    pw = _powers(_BASE, size + 1)
     prefix = np.zeros(size + 1, np.uint64)
-    np.cumsum(arr.astype(np.uint64) * pw[:size], out=prefix[1:])
-    space = np.concatenate([[True], _IS_SPACE[arr], [True]])
+    np.cumsum(arr.astype(np.uint64) * _power_table(_BASE, size), out=prefix[1:])
+    space = np.concatenate([[True], (arr == 32) | arr_nul, [True]])
     edge = np.diff(space.view(np.int8))
     starts = np.flatnonzero(edge == -1)  # space -> word
     ends = np.flatnonzero(edge == 1)  # word -> space
     if len(starts) == 0:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
-    word = fmix64((prefix[ends] - prefix[starts]) * _powers(_BASE_INV, size + 1)[starts])
-    doc_starts = np.cumsum([0] + [len(t) + 1 for t in texts[:-1]])
-    word_doc = np.searchsorted(doc_starts, starts, side="right") - 1
+    word = fmix64((prefix[ends] - prefix[starts]) * _power_table(_BASE_INV, size + 1)[starts])
+    word_doc = np.cumsum(arr_nul)[starts]
     counts = np.bincount(word_doc, minlength=len(texts))
     m = len(word) - n + 1
     h_parts, d_parts = [], []
@@ -188,9 +245,9 @@ def band_buckets(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return out
 
 
-def shingle_set(text: bytes, n: int) -> np.ndarray:
-    """Sorted unique shingle hashes of one normalised text (for verification)."""
-    h, _ = shingles([text], n)
+def shingle_set(text: str, n: int, options=("case", "punctuation", "digits")) -> np.ndarray:
+    """Sorted unique shingle hashes of one text (for verification)."""
+    h, _ = shingles([text], n, options)
     return np.unique(h)
 
 

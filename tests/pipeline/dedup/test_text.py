@@ -4,6 +4,7 @@ plain Python sets, MinHash estimates against true Jaccard, paragraph spans."""
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -34,8 +35,17 @@ def test_normalize_agrees_with_datatrove_simplify_text(real_texts, options):
     assert not bad, f"{len(bad)}/{len(real_texts)} differ, e.g. {bad[0][:120]!r}"
 
 
-def _naive_shingles(t: bytes, n: int) -> set:
-    w = t.split()
+def _naive_words(t: str) -> list[str]:
+    """fold's rules, written plainly: lowercase, datatrove's punctuation and all whitespace
+    to spaces, ASCII digit runs to 0, split."""
+    from datatrove.utils.text import PUNCTUATION
+
+    t = "".join(" " if c in PUNCTUATION or c.isspace() else c for c in t.lower())
+    return re.sub("[0-9]+", "0", t).split()
+
+
+def _naive_shingles(t: str, n: int) -> set:
+    w = _naive_words(t)
     if not w:
         return set()
     return {tuple(w[i : i + n]) for i in range(max(1, len(w) - n + 1))}
@@ -43,18 +53,17 @@ def _naive_shingles(t: bytes, n: int) -> set:
 
 def test_shingle_sets_and_jaccard_match_python_sets(real_texts):
     rng = random.Random(0)
-    texts = [T.normalize(t, ["case", "punctuation"], join_words=False) for t in real_texts[:300]]
+    texts = real_texts[:700] + real_texts[-300:]
     h, d = T.shingles(texts, 5)
     for i, t in enumerate(texts):
-        assert len(np.unique(h[d == i])) == len(_naive_shingles(t, 5))
+        assert len(np.unique(h[d == i])) == len(_naive_shingles(t, 5)), t[:200]
     for _ in range(200):
         a, b = rng.choice(texts), rng.choice(texts)
-        words = b.split()
-        if rng.random() < 0.7 and words:  # an edited copy of a, for Jaccards across the range
+        if rng.random() < 0.7 and a.split():  # an edited copy of a, for Jaccards across the range
             words = a.split()
             for _ in range(rng.randint(0, 20)):
-                words[rng.randrange(len(words))] = b"zz%d" % rng.randint(0, 99)
-            b = b"  ".join(words)  # extra spaces do not change the shingles
+                words[rng.randrange(len(words))] = "zz%d" % rng.randint(0, 99)
+            b = "  ".join(words)  # extra spaces do not change the shingles
         sa, sb = _naive_shingles(a, 5), _naive_shingles(b, 5)
         want = len(sa & sb) / len(sa | sb) if sa | sb else 1.0
         assert T.jaccard(T.shingle_set(a, 5), T.shingle_set(b, 5)) == pytest.approx(want)
@@ -64,12 +73,11 @@ def test_minhash_estimates_jaccard(real_texts):
     rng = random.Random(1)
     a_, b_ = T.permutations(256, 0)
     errs = []
-    for t in real_texts[:150]:
-        x = T.normalize(t, ["case", "punctuation"], join_words=False)
+    for x in real_texts[:150]:
         words = x.split()
         for _ in range(rng.randint(1, max(1, len(words) // 8))):
-            words[rng.randrange(len(words))] = b"qq%d" % rng.randint(0, 999)
-        y = b" ".join(words)
+            words[rng.randrange(len(words))] = "qq%d" % rng.randint(0, 999)
+        y = " ".join(words)
         h, d = T.shingles([x, y], 5)
         sig, which = T.minhash(h, d, 2, a_, b_)
         if len(which) < 2:
@@ -83,7 +91,7 @@ def test_minhash_estimates_jaccard(real_texts):
 
 def test_identical_signatures_share_every_bucket_and_short_texts_get_one_shingle():
     a, b = T.permutations(112, 3)
-    h, d = T.shingles([b"one two", b"", b"one two", b"three four five six seven eight"], 5)
+    h, d = T.shingles(["One, two!", "", "one two", "three four five six seven eight"], 5)
     assert sorted(set(d.tolist())) == [0, 2, 3] and (d == 0).sum() == 1 and (d == 3).sum() == 2
     sig, which = T.minhash(h, d, 4, a, b)
     bk = T.band_buckets(sig, 14, 8)

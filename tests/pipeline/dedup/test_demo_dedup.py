@@ -1,0 +1,52 @@
+"""The shipped demo mixture: the crawl's planted exact and near copies are removed by dedup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from pipeline.io import atomic
+from tests.conftest import ROOT, curate, write_yaml
+from tests.pipeline.dedup.test_dedup_run import decisions
+
+
+def test_demo_ledger_shows_dedup_and_planted_copies_are_removed(demo_corpus, tmp_path):
+    y = write_yaml(tmp_path / "demo.yaml", (ROOT / "mixtures" / "demo.yaml").read_text().replace("../data/demo", str(demo_corpus)))
+    r = curate("run", str(y), "--workers", "2", "--output", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "demo"
+    led = atomic.read_json(run / "ledger.json")
+    assert led["conservation"] is True
+    web = led["sources"]["web"]["removed"]
+    assert web["dedup:exact"]["exact_duplicate"] > 50 and web["dedup:fuzzy"]["near_duplicate"] > 50, web
+    stages = [s["stage"] for s in led["sources"]["web"]["stages"]]
+    assert stages[-4:] == ["dedup:exact", "dedup:fuzzy", "dedup:paragraph", "mix"]
+
+    steps = atomic.read_json(run / "run.json")["steps"]
+    kind, text = {}, {}
+    for f in sorted((run / steps["ingest-web"]["dir"]).glob("part-*.parquet")):
+        t = pq.read_table(f, columns=["id", "text", "metadata"])
+        for i, x, m in zip(t.column("id").to_pylist(), t.column("text").to_pylist(), t.column("metadata").to_pylist()):
+            kind[i] = json.loads(m)["kind"]
+            text[i] = x
+    dec = decisions(run)
+    ex, fz = dec["exact"], dec["fuzzy"]
+    # every group of identical pages that reached dedup keeps exactly one, the smallest id
+    groups: dict[str, list[str]] = {}
+    for i in ex:
+        if i in text:
+            groups.setdefault(text[i].lower(), []).append(i)
+    copies = [g for g in groups.values() if len(g) > 1]
+    assert len(copies) > 50
+    for g in copies:
+        keep = [i for i in g if ex[i]["keep"]]
+        assert keep == [min(g)], g
+        assert all(ex[i]["reason"] == f"exact_duplicate_of:{min(g)}" for i in g if i != min(g))
+    # the planted near copies that reached fuzzy dedup are in clusters: removed, or the survivor of one
+    survivors = {r["duplicate_of"] for r in fz.values() if r["keep"] is False}
+    near = [i for i in fz if kind.get(i) == "near_copy"]
+    found = [i for i in near if fz[i]["keep"] is False or i in survivors]
+    print(f"\ndemo: {len(copies)} groups of exact copies, {len(found)}/{len(near)} planted near copies in clusters")
+    assert len(near) > 50 and len(found) >= 0.9 * len(near)
