@@ -40,19 +40,19 @@ def curate_signatures(texts: list[str]) -> float:
     import numpy as np
 
     from pipeline.dedup import text as T
+    from pipeline.dedup.fuzzy import CHUNK_BYTES, _chunks, _okey
 
     a, b = T.permutations(112, 0)
     ids = [str(i) for i in range(len(texts))]
     t0 = time.perf_counter()
-    for i in range(0, len(texts), 1024):
+    for i in range(0, len(texts), 1024):  # as sig_shard: batches of documents, numpy passes of <= 1 MB
         batch = texts[i : i + 1024]
-        h, d = T.shingles(batch, 5, ["case", "punctuation", "digits"])
-        sig, which = T.minhash(h, d, len(batch), a, b)
-        T.band_buckets(sig, 14, 8)
-        from pipeline.dedup.fuzzy import _okey
-
-        _okey(0, [ids[i + int(k)] for k in which])
-    del np
+        lengths = np.array([len(t.encode()) for t in batch])
+        for lo, hi in _chunks(lengths, CHUNK_BYTES):
+            h, d = T.shingles(batch[lo:hi], 5, ["case", "punctuation", "digits"])
+            sig, which = T.minhash(h, d, hi - lo, a, b)
+            T.band_buckets(sig, 14, 8)
+            _okey(0, [ids[i + lo + int(k)] for k in which])
     return time.perf_counter() - t0
 
 
@@ -118,14 +118,15 @@ def curate_all(data_dir: Path, out_dir: Path, workers: int) -> dict:
     run = out_dir / "bench"
     steps = json.loads((run / "run.json").read_text())["steps"]
     out = {"command": wall}
-    peak = 0.0
+    peaks = {}
     for name, st in steps.items():
         if name.startswith("dedup-fuzzy"):
-            out[name.removeprefix("dedup-fuzzy-") if name != "dedup-fuzzy" else "apply"] = st.get("seconds", 0.0)
-            for m in (run / st["dir"] / "_markers").glob("*.json"):
-                peak = max(peak, json.loads(m.read_text()).get("peak_rss_mb", 0))
+            key = name.removeprefix("dedup-fuzzy-") if name != "dedup-fuzzy" else "apply"
+            out[key] = st.get("seconds", 0.0)
+            peaks[key] = max([json.loads(m.read_text()).get("peak_rss_mb", 0) for m in (run / st["dir"] / "_markers").glob("*.json")] or [0])
     out["total"] = sum(v for k, v in out.items() if k != "command")
-    out["peak_rss_mb"] = peak
+    out["peak_rss_mb"] = max(peaks.values() or [0])
+    out["peaks"] = peaks
     import pyarrow.parquet as pq
 
     removed = set()
@@ -179,8 +180,27 @@ def main(argv=None):
           f"(whole `curate run` incl. Ray start and reading JSONL: {cu['command']:.1f} s), peak worker RSS {cu['peak_rss_mb']:.0f} MB")
     print(f"   ratio curate/datatrove: {dt['total'] / cu['total']:.1f}x (steps), {dt['total'] / cu['command']:.1f}x (whole command)")
     a, b = set(dt["removed"]), set(cu["removed"])
-    print(f"   removed: datatrove {len(a):,}, curate {len(b):,}, both {len(a & b):,}; "
-          f"only datatrove {len(a - b):,} (unverified bucket matches), only curate {len(b - a):,}")
+    print(f"   removed: datatrove {len(a):,}, curate {len(b):,}, both {len(a & b):,}")
+    explain_differences(texts, a - b, b - a)
+    print("   peak worker RSS by Curate step (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in cu["peaks"].items()))
+
+
+def explain_differences(texts: list[str], only_dt: set, only_cu: set):
+    """Why the removed sets differ: the best true Jaccard each datatrove-only removal has
+    with any other document, and how many Curate-only removals are shorter than 5 words."""
+    from pipeline.dedup import text as T
+
+    sets = [set(T.shingle_set(t, 5).tolist()) for t in texts]
+    best = []
+    for i in sorted(only_dt):
+        k = int(i[1:])
+        best.append(max((len(sets[k] & s) / len(sets[k] | s) for j, s in enumerate(sets) if j != k and s), default=0.0))
+    short = sum(len(texts[int(i[1:])].split()) < 5 for i in only_cu)
+    if best:
+        print(f"   only datatrove: {len(best)}; their best true Jaccard with any other document: "
+              f"max {max(best):.2f}, median {sorted(best)[len(best) // 2]:.2f} (under the 0.8 threshold: {sum(x < 0.8 for x in best)})")
+    print(f"   only curate: {len(only_cu)}, of which {short} have fewer than 5 words (datatrove gives them no signature;"
+          " Curate makes them one shingle, so identical short pages are duplicates)")
 
 
 if __name__ == "__main__":

@@ -90,9 +90,26 @@ class ShardOutput:
         return d / f"{self.name}{suffix}"
 
 
-def _peak_rss_mb() -> float:
-    """Peak resident memory of this worker process so far (Ray reuses workers, so an upper
-    bound for the shard that just ran)."""
+def _reset_peak_rss() -> bool:
+    """Linux lets a process reset its peak RSS (VmHWM); then a marker's peak is the shard's own."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_mb(reset: bool) -> float:
+    """Peak resident memory of this worker during the shard (if the reset worked) or so far
+    (Ray reuses workers, so then an upper bound)."""
+    if reset:
+        try:
+            for line in open("/proc/self/status"):
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+        except OSError:
+            pass
     import resource
 
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -107,6 +124,7 @@ def _resolve(fn: str) -> Callable:
 def run_shard(fn: str, spec: dict, step_dir: str, index: int) -> dict:
     """Body of one shard task (also callable in-process): run, then write the marker."""
     started = time.time()
+    reset = _reset_peak_rss()
     out = ShardOutput(step_dir, index)
     try:
         stats = _resolve(fn)(spec, out)
@@ -117,7 +135,7 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int) -> dict:
         tb.write_text(traceback.format_exc())
         raise RunError(f"{type(e).__name__}: {e} (traceback: {tb})") from None
     stats["seconds"] = round(time.time() - started, 3)
-    stats["peak_rss_mb"] = _peak_rss_mb()
+    stats["peak_rss_mb"] = _peak_rss_mb(reset)
     atomic.write_json(out.path(".json", MARKERS), stats)
     return stats
 

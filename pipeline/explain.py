@@ -103,7 +103,7 @@ def _cluster(run_dir: Path, rj: dict, cluster: str) -> dict | None:
     st = rj["steps"].get("dedup-fuzzy-clusters")
     if not st:
         return None
-    t = pq.read_table(run_dir / st["dir"] / "clusters.parquet", filters=[("cluster", "=", cluster)])
+    t = pq.read_table(run_dir / st["dir"] / "clusters", filters=[("cluster", "=", cluster)])
     if not t.num_rows:
         return None
     return t.to_pylist()[0]

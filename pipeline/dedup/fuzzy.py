@@ -11,11 +11,10 @@ buckets (per bucket partition): documents sharing a bucket are candidate pairs. 
 verify (per document shard): the pairs, deduplicated; with `verify: true`, the true
     Jaccard similarity of the two documents' shingle sets, recomputed from their current
     text (only candidates are read back), and only pairs at or above `threshold` are edges.
-clusters (one task): connected components of the edges by min-label propagation with
-    pointer jumping; the survivor of a component is its smallest (source priority, id);
-    every other member is removed with `near_duplicate_of:<survivor id> (jaccard=0.87)`,
-    the Jaccard being that of the member's closest verified neighbour. Memory: about 40
-    bytes per edge and per clustered document -- the duplicates, not the corpus.
+clusters: connected components of the edges, partitioned (pipeline/dedup/components.py);
+    the survivor of a component is its smallest (source priority, id); every other
+    member is removed with `near_duplicate_of:<survivor id> (jaccard=0.87)`, the Jaccard
+    being that of the member's closest verified neighbour.
 """
 
 from __future__ import annotations
@@ -27,14 +26,28 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from pipeline.dedup import shuffle, text
+from pipeline.dedup import components, shuffle, text
 from pipeline.io import atomic
 from pipeline.steps import view
 
 ALL_PAIRS = 32
+EDGES_PER_PARTITION = 5_000_000
 COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string", "jaccard": "float64",
            "cluster": "string", "cluster_size": "int64"}
 BATCH = 1024
+CHUNK_BYTES = 1 << 20  # text per numpy pass: the pass holds about 40 bytes per byte of text
+
+
+def _chunks(lengths, limit: int):
+    """[lo, hi) ranges of consecutive documents of at most `limit` bytes (at least one document)."""
+    lo, acc = 0, 0
+    for i, n in enumerate(lengths.tolist()):
+        if acc and acc + n > limit:
+            yield lo, i
+            lo, acc = i, 0
+        acc += n
+    if lo < len(lengths):
+        yield lo, len(lengths)
 
 
 def _okey(rank: int, ids: list[str]) -> np.ndarray:
@@ -50,20 +63,21 @@ def sig_shard(spec: dict, out) -> dict:
     keys, okeys, gids = [], [], []
     nbytes = ndocs = 0
     for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"], batch_rows=BATCH):
-        col = batch.column("text")
-        texts = col.to_pylist()
-        nbytes += int(pa.compute.sum(pa.compute.binary_length(col)).as_py() or 0)
-        h, d = text.shingles(texts, p["ngram"], p["normalize"])
-        sig, which = text.minhash(h, d, len(texts), a, b)
-        if not len(which):
-            continue
-        bk = text.band_buckets(sig, bands, rows_per)
-        ok = _okey(doc["rank"], batch.column("id").take(pa.array(which)).to_pylist())
-        g = shuffle.gid(doc["src"], doc["part"], rows[which])
-        keys.append(bk.ravel())
-        okeys.append(np.repeat(ok, bands))
-        gids.append(np.repeat(g, bands))
-        ndocs += len(which)
+        lengths = pa.compute.binary_length(batch.column("text")).to_numpy(zero_copy_only=False)
+        nbytes += int(lengths.sum())
+        for lo, hi in _chunks(lengths, CHUNK_BYTES):
+            texts = batch.column("text").slice(lo, hi - lo).to_pylist()
+            h, d = text.shingles(texts, p["ngram"], p["normalize"])
+            sig, which = text.minhash(h, d, len(texts), a, b)
+            if not len(which):
+                continue
+            bk = text.band_buckets(sig, bands, rows_per)
+            ok = _okey(doc["rank"], batch.column("id").slice(lo, hi - lo).take(pa.array(which)).to_pylist())
+            g = shuffle.gid(doc["src"], doc["part"], rows[lo:hi][which])
+            keys.append(bk.ravel())
+            okeys.append(np.repeat(ok, bands))
+            gids.append(np.repeat(g, bands))
+            ndocs += len(which)
     files = 0
     if keys:
         k = np.concatenate(keys)
@@ -156,76 +170,19 @@ def verify_shard(spec: dict, out) -> dict:
     return {"rows": len(lo), "candidates": len(lo), "edges": int(edge.sum())}
 
 
-def components(lo: np.ndarray, hi: np.ndarray, n: int) -> np.ndarray:
-    """Component label (smallest member index) of each of n nodes, given edges (lo, hi)."""
-    label = np.arange(n)
-    while True:
-        m = np.minimum(label[lo], label[hi])
-        new = label.copy()
-        np.minimum.at(new, lo, m)
-        np.minimum.at(new, hi, m)
-        new = new[new]  # pointer jumping
-        while True:
-            nxt = new[new]
-            if np.array_equal(nxt, new):
-                break
-            new = nxt
-        if np.array_equal(new, label):
-            return label
-        label = new
-
-
 def clusters_shard(spec: dict, out) -> dict:
-    files = sorted(Path(spec["edges"]).glob("part-*.parquet"))
-    t = pa.concat_tables([pq.read_table(f) for f in files]) if files else None
-    if t is None or t.num_rows == 0:
-        return {"rows": 0, "candidates": 0, "edges": 0, "clusters": 0, "removed": 0, "largest": 0}
-    candidates = t.num_rows
-    t = t.filter(t.column("edge"))
-    lo, hi = t.column("lo").to_numpy(), t.column("hi").to_numpy()
-    jac = t.column("jaccard").to_numpy(zero_copy_only=False)
-    nodes, inv = np.unique(np.concatenate([lo, hi]), return_inverse=True)
-    ilo, ihi = inv[: len(lo)], inv[len(lo) :]
-    ids = np.empty(len(nodes), dtype=object)
-    ids[ilo] = t.column("lo_id").to_pylist()
-    ids[ihi] = t.column("hi_id").to_pylist()
-    src = shuffle.split_gid(nodes)[0]
-    rank = np.array(spec["src_rank"])[src]
-    label = components(ilo, ihi, len(nodes))
-    # the survivor of each component: smallest (rank, id)
-    order = sorted(range(len(nodes)), key=lambda i: (label[i], rank[i], ids[i]))
-    order = np.array(order, dtype=np.int64)
-    lab = label[order]
-    head = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])
-    size = np.diff(np.r_[head, len(order)])
-    survivor = np.empty(len(nodes), np.int64)
-    csize = np.empty(len(nodes), np.int64)
-    for h, s in zip(head, size):
-        survivor[order[h : h + s]] = order[h]
-        csize[order[h : h + s]] = s
-    best = np.full(len(nodes), np.nan)  # closest verified neighbour
-    if len(jac):
-        jj = np.where(np.isnan(jac), -1.0, jac)
-        np.fmax.at(best, ilo, jj)
-        np.fmax.at(best, ihi, jj)
-        best[best < 0] = np.nan
-    removed = np.flatnonzero(survivor != np.arange(len(nodes)))
-    names = spec["sources"]
-    sid = ids[survivor[removed]]
-    ssrc = [names[s] for s in src[survivor[removed]]]
-    cluster = [f"{names[src[survivor[i]]]}:{ids[survivor[i]]}" for i in removed]
-    reasons = [f"near_duplicate_of:{s}" + (f" (jaccard={b:.2f})" if not np.isnan(b) else " (unverified)")
-               for s, b in zip(sid, best[removed])]
-    dec = pa.table({"reason": pa.array(reasons, pa.string()), "duplicate_of": pa.array(list(sid), pa.string()),
-                    "duplicate_of_source": pa.array(ssrc, pa.string()), "jaccard": pa.array(best[removed], mask=np.isnan(best[removed])),
-                    "cluster": pa.array(cluster, pa.string()), "cluster_size": pa.array(csize[removed])})
-    shuffle.write_to_shards(dec, nodes[removed], names, Path(out.dir), "p-00000")
-    # one row per cluster: its survivor and members, for `curate explain`
-    members = [[f"{names[src[i]]}:{ids[i]}" for i in order[h : h + s]] for h, s in zip(head, size)]
-    ctab = pa.table({"cluster": [m[0] for m in members], "size": pa.array(size, pa.int64()), "members": members})
-    final = out.path(".parquet", None).with_name("clusters.parquet")
-    tmp = atomic.tmp_path(final)
-    pq.write_table(ctab, tmp, compression="zstd")
-    atomic.commit(tmp, final)
-    return {"rows": len(nodes), "candidates": candidates, "edges": len(lo), "clusters": len(head),
-            "removed": len(removed), "largest": int(size.max()) if len(size) else 0}
+    """Connected components of all verified edges (pipeline/dedup/components.py)."""
+    import shutil
+
+    files = sorted(str(f) for f in Path(spec["edges"]).glob("part-*.parquet"))
+    candidates = edges = 0
+    for f in files:
+        md = pq.read_table(f, columns=["edge"]).column("edge")
+        candidates += len(md)
+        edges += int(pa.compute.sum(md).as_py() or 0)
+    nparts = spec["partitions"] or max(1, -(-edges // EDGES_PER_PARTITION))
+    work = Path(out.dir) / "_work"
+    shutil.rmtree(work, ignore_errors=True)  # a retried or resumed coordinator starts over
+    res = components.run(files, work, Path(out.dir), nparts, spec["sources"], spec["src_rank"])
+    shutil.rmtree(work, ignore_errors=True)
+    return {"rows": edges, "candidates": candidates, "edges": edges, **res}

@@ -137,7 +137,8 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         src_rank = [rk[s] for s in names]
         cl = add(Step("dedup-fuzzy-clusters", "dedup-fuzzy-clusters", {}, [vf], "pipeline.dedup.fuzzy:clusters_shard",
                       shards=lambda st, stats, vf=vf: [{"edges": str(vf.dir(plan.run_dir)), "sources": names,
-                                                 "src_rank": src_rank, "describe": "connected components"}]))
+                                                 "src_rank": src_rank, "partitions": dd.partitions,
+                                                 "describe": "connected components"}]))
         layers.append(apply_step("fuzzy", cl, "pipeline.dedup.apply:run_shard", fuzzy.COLUMNS, prev))
 
     if dd.paragraph:

@@ -123,8 +123,8 @@ def fold(texts: list[str], options) -> np.ndarray:
     arr = table[arr]  # a copy
     lead = np.flatnonzero(arr >= 0xC0)
     if len(lead):
-        a = np.concatenate([arr, np.zeros(3, np.uint8)]).astype(np.int64)
-        b0, b1, b2, b3 = a[lead], a[lead + 1] & 0x3F, a[lead + 2] & 0x3F, a[lead + 3] & 0x3F
+        a = np.concatenate([arr, np.zeros(3, np.uint8)])
+        b0, b1, b2, b3 = (a[lead + k].astype(np.int64) & (0xFF if k == 0 else 0x3F) for k in range(4))
         two, three = b0 < 0xE0, (b0 >= 0xE0) & (b0 < 0xF0)
         cp = np.where(two, ((b0 & 0x1F) << 6) | b1,
                       np.where(three, ((b0 & 0x0F) << 12) | (b1 << 6) | b2, ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3))
@@ -174,7 +174,10 @@ def shingles(texts: list[str], n: int, options=("case", "punctuation", "digits")
     arr_nul = arr == 0
     size = len(arr)
     prefix = np.zeros(size + 1, np.uint64)
-    np.cumsum(arr.astype(np.uint64) * _power_table(_BASE, size), out=prefix[1:])
+    weighted = arr.astype(np.uint64)
+    weighted *= _power_table(_BASE, size)
+    np.cumsum(weighted, out=prefix[1:])
+    del weighted
     space = np.concatenate([[True], (arr == 32) | arr_nul, [True]])
     edge = np.diff(space.view(np.int8))
     starts = np.flatnonzero(edge == -1)  # space -> word

@@ -1,0 +1,77 @@
+"""Partitioned connected components against a plain union-find, on hard graphs: a long
+chain (the worst case for label propagation), stars, and random sparse edges."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.dedup import components, shuffle
+
+
+def _graph(seed: int):
+    rng = random.Random(seed)
+    nodes = [int(shuffle.gid(rng.randrange(2), rng.randrange(5), np.array([r]))[0]) for r in range(3000)]
+    nodes = list(dict.fromkeys(nodes))
+    edges = [(nodes[i], nodes[i + 1]) for i in range(300)]  # a chain of 301 nodes
+    edges += [(nodes[400], nodes[j]) for j in range(401, 450)]  # a star
+    edges += [(rng.choice(nodes[500:]), rng.choice(nodes[500:])) for _ in range(1200)]  # random, with repeats
+    edges = [(a, b) if a < b else (b, a) for a, b in edges if a != b]
+    ids = {n: f"id{rng.randrange(10**9):09d}" for n in nodes}
+    return edges, ids
+
+
+def _union_find(edges, ids, src_rank):
+    parent = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in edges:
+        parent[find(a)] = find(b)
+    comps = {}
+    for n in parent:
+        comps.setdefault(find(n), []).append(n)
+    key = lambda n: (src_rank[int(shuffle.split_gid(np.array([n]))[0][0])], ids[n])  # noqa: E731
+    return {min(c, key=key): sorted(c) for c in comps.values()}
+
+
+@pytest.mark.parametrize("nparts", [1, 3])
+def test_components_match_union_find(tmp_path, nparts, ray_local):
+    edges, ids = _graph(nparts)
+    src_rank = [1, 0]  # source 1 has priority
+    files = []
+    for k in range(4):  # as the verify step leaves them: one file per document shard
+        part = edges[k::4]
+        t = pa.table({"lo": pa.array([a for a, _ in part], pa.int64()), "hi": pa.array([b for _, b in part], pa.int64()),
+                      "lo_id": [ids[a] for a, _ in part], "hi_id": [ids[b] for _, b in part],
+                      "jaccard": pa.array([0.9] * len(part)), "edge": pa.array([True] * len(part))})
+        files.append(str(tmp_path / f"part-{k:05d}.parquet"))
+        pq.write_table(t, files[-1])
+    res = components.run(files, tmp_path / "work", tmp_path / "out", nparts, ["s0", "s1"], src_rank)
+    want = _union_find(edges, ids, src_rank)
+    clusters = pq.read_table(tmp_path / "out" / "clusters").to_pylist()
+    names = ["s0", "s1"]
+
+    def tag(n):
+        return f"{names[int(shuffle.split_gid(np.array([n]))[0][0])]}:{ids[n]}"
+
+    got = {c["cluster"]: sorted(c["members"]) for c in clusters}
+    assert got == {tag(s): sorted(tag(n) for n in members) for s, members in want.items()}
+    assert all(c["members"][0] == c["cluster"] for c in clusters)  # survivor first
+    assert res["removed"] == sum(len(m) - 1 for m in want.values()) and res["rounds"] >= 2
+    # every removed node got a decision file row naming its survivor
+    rows = 0
+    for f in (tmp_path / "out" / "to").rglob("*.parquet"):
+        t = pq.read_table(f).to_pylist()
+        rows += len(t)
+        for r in t:
+            assert r["cluster"].split(":", 1)[1] == r["duplicate_of"]
+    assert rows == res["removed"]
