@@ -168,7 +168,9 @@ def test_paragraph_cut_after_max_occurrences_in_id_order(planted, runs):
 def test_same_removals_and_survivors_for_any_workers_shards_and_partitions(runs):
     one, two = decisions(runs[0]), decisions(runs[1])
     steps = atomic.read_json(runs[1] / "run.json")["steps"]
-    assert steps["ingest-a"]["shards"] > 3  # really other shard counts
+    shards = {s: steps[f"ingest-{s}"]["shards"] for s in ("a", "b")}
+    print(f"\ninput shards per source: 3 and 3 vs {shards['a']} and {shards['b']}")
+    assert min(shards.values()) > 3  # really other shard counts
     for kind in ("exact", "fuzzy", "paragraph"):
         a = {i: (r["keep"], r["reason"], r.get("duplicate_of")) for i, r in one[kind].items()}
         b = {i: (r["keep"], r["reason"], r.get("duplicate_of")) for i, r in two[kind].items()}
