@@ -104,6 +104,7 @@ def test_later_capabilities_parse_and_are_refused_by_run(tmp_path):
 dedup:
   exact: {}
   fuzzy: {ngram: 5, num_perm: 112, bands: 14, threshold: 0.8}
+  priority: [web]
 classifiers:
   wiki_vs_web: {type: fasttext, positive: [web], negative: [web]}
 mixture:
@@ -113,8 +114,26 @@ samples: {kept_per_source: 5}
 """
     lm = config.load(write_yaml(tmp_path / "x.yaml", text))
     todo = [str(t) for t in config.unimplemented(lm)]
-    assert any("dedup: not implemented yet: deduplication (issue 4)" in t for t in todo)
+    assert not any(t.split(": ")[1].startswith("dedup") for t in todo)  # dedup runs now
+    assert any("classifiers: not implemented yet: quality classification (issue 5)" in t for t in todo)
     assert any("mixture.weights: not implemented yet: weighted mixtures (issue 6)" in t for t in todo)
+
+
+def test_dedup_errors_name_the_key(tmp_path):
+    refs = GOOD + """
+dedup:
+  fuzzy: {num_perm: 100, bands: 14, rows: 8}
+  priority: [webb]
+"""
+    with pytest.raises(UsageError) as e:
+        config.load(write_yaml(tmp_path / "x.yaml", refs))
+    msg = str(e.value)
+    assert "dedup.fuzzy: bands x rows = 112 exceeds num_perm = 100" in msg
+    assert "dedup.priority[0]: unknown source 'webb'; defined: web" in msg
+    shape = GOOD + "dedup:\n  paragraph: {unit: sentence}\n"
+    with pytest.raises(UsageError) as e:
+        config.load(write_yaml(tmp_path / "y.yaml", shape))
+    assert "dedup.paragraph.unit: Input should be 'paragraph' or 'line'" in str(e.value)
 
 
 def test_cli_validate_exit_codes(tmp_path):
