@@ -150,6 +150,23 @@ def _dispatch(args) -> int:
     return 0
 
 
+def _classifier_lines(run_dir: Path) -> list[str]:
+    """Each trained classifier's validation figures, from its eval.json."""
+    from pipeline.io import atomic
+
+    out = []
+    for name, st in atomic.read_json(run_dir / "run.json")["steps"].items():
+        if not (name.startswith("classify-") and name.endswith("-train")):
+            continue
+        ev = atomic.read_json(run_dir / st["dir"] / "eval.json")
+        ex = ev["examples"]
+        out.append(f"classifier {name[len('classify-'):-len('-train')]}: validation ROC AUC {ev['roc_auc']:.3f}, "
+                   f"F1 {ev['f1']:.3f} (precision {ev['precision']:.3f}, recall {ev['recall']:.3f}) at 0.5 on "
+                   f"{ex['validation']['positive']:,}+{ex['validation']['negative']:,} held-out documents; trained on "
+                   f"{ex['train']['positive']:,}+{ex['train']['negative']:,} ({st['dir']}/eval.json)")
+    return out
+
+
 def _summary(run_dir: Path):
     from pipeline.io import atomic
 
@@ -159,6 +176,8 @@ def _summary(run_dir: Path):
     for s, e in led["sources"].items():
         toks = man["sources"][s]["realized_tokens"]
         print(f"{s:<16} {e['in']:>9,} {e['kept']:>9,} {e['removed_total']:>9,} {e['quarantined']:>9,} {toks:>12,}  {e['conservation']}")
+    for line in _classifier_lines(run_dir):
+        print(line)
     print(f"run directory: {run_dir}")
     print(f"  mixture:  {run_dir / 'mixture'} ({len(man['files'])} files, {man['total_docs']:,} docs, {man['total_tokens']:,} tokens)")
     print(f"  ledger:   {run_dir / 'ledger.json'}")

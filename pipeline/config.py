@@ -10,7 +10,7 @@ Globs are checked by `resolve_inputs` (pipeline/io/discover.py), used by `valida
 An error reads `mixtures/x.yaml:12: sources.web.filters[2]: unknown filter 'gopher';
 defined: english, gopher_quality`.
 
-Sections whose steps are later capabilities (classifiers, weighted mixtures)
+Sections whose steps are later capabilities (weighted mixtures, samples)
 parse and validate now; `unimplemented()` names them so `run` refuses clearly rather
 than skipping them silently.
 """
@@ -100,9 +100,10 @@ class DedupSpec(Model):
 
 class ClassifierSpec(Model):
     type: Literal["fasttext"] = Field("fasttext", description="the classifier kind")
-    positive: list[str] = Field(default_factory=list, description="sources (or file paths) of positive examples")
-    negative: list[str] = Field(default_factory=list, description="sources (or file paths) of negative examples")
-    model: str | None = Field(None, description="a pretrained fastText model file instead of training")
+    positive: list[str] = Field(default_factory=list, description="sources (after their filters and dedup) or files "
+                                "(.txt a line each, .jsonl with `text`, .parquet; relative to the YAML file) of positive examples")
+    negative: list[str] = Field(default_factory=list, description="sources or files of negative examples")
+    model: str | None = Field(None, description="a pretrained fastText model file (relative to the YAML file) instead of training")
     label: str = Field("__label__hq", description="the positive label")
     max_examples_per_class: int = Field(20_000, ge=1, description="cap on training examples per class")
     epochs: int = Field(5, ge=1, description="fastText epochs")
@@ -111,6 +112,7 @@ class ClassifierSpec(Model):
     dim: int = Field(100, ge=1, description="fastText vector size")
     min_count: int = Field(1, ge=1, description="fastText minimum word count")
     loss: Literal["softmax", "hs", "ns", "ova"] = Field("softmax", description="fastText loss")
+    bucket: int = Field(200_000, ge=1, description="fastText hash buckets for word n-grams (model size: bucket x dim x 4 bytes)")
     lowercase: bool = Field(False, description="lowercase text before training and scoring")
     seed: int = Field(0, description="sampling seed")
 
@@ -330,9 +332,22 @@ def load(path: str | Path) -> LoadedMixture:
     if mixture is not None and not problems:
         problems.extend(check_references(mixture))
         mixture = _resolve_filter_paths(mixture, path.parent.resolve())
+        mixture = _resolve_classifier_paths(mixture, path.parent.resolve())
     if problems:
         raise UsageError(format_problems(path, lines, problems))
     return LoadedMixture(mixture, path, lines, raw)
+
+
+def _resolve_classifier_paths(m: Mixture, base: Path) -> Mixture:
+    """Classifier model files and example files are relative to the YAML file."""
+    fixed = {}
+    for name, c in m.classifiers.items():
+        def absolute(v: str) -> str:
+            return v if v in m.sources or Path(v).is_absolute() else str((base / v).resolve())
+        fixed[name] = c.model_copy(update={"positive": [absolute(v) for v in c.positive],
+                                           "negative": [absolute(v) for v in c.negative],
+                                           "model": absolute(c.model) if c.model else None})
+    return m.model_copy(update={"classifiers": fixed})
 
 
 def _resolve_filter_paths(m: Mixture, base: Path) -> Mixture:
@@ -366,6 +381,25 @@ def check_filter_files(lm: "LoadedMixture") -> list[str]:
     return out
 
 
+def check_classifier_files(lm: "LoadedMixture") -> list[str]:
+    """Model and example files of the classifiers in use must exist."""
+    out = []
+    used = {s.quality.classifier for s in lm.mixture.sources.values() if s.quality}
+    for name, c in lm.mixture.classifiers.items():
+        if name not in used:
+            continue
+        if c.model and not Path(c.model).is_file():
+            out.append(f"{lm.where(('classifiers', name, 'model'))}: no such model file: {c.model}; point it at a "
+                       "fastText .bin, or remove `model` to train the classifier from `positive` and `negative`")
+        if c.model:
+            continue
+        for side in ("positive", "negative"):
+            for i, v in enumerate(getattr(c, side)):
+                if v not in lm.mixture.sources and not Path(v).is_file():
+                    out.append(f"{lm.where(('classifiers', name, side, i))}: no such file: {v}")
+    return out
+
+
 def format_problems(path: Path, lines: dict, problems: list[tuple[tuple, str]]) -> str:
     problems = sorted(set(problems), key=lambda p: (line_of(lines, p[0]), dotted(p[0])))
     return "\n".join(f"{path}:{line_of(lines, loc)}: {dotted(loc)}: {msg}" for loc, msg in problems)
@@ -391,7 +425,8 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
         for side in ("positive", "negative"):
             for i, s in enumerate(getattr(c, side)):
                 if s not in m.sources and not any(ch in s for ch in "/*."):
-                    out.append((("classifiers", cname, side, i), f"unknown source {s!r}; defined: {defined_sources}"))
+                    out.append((("classifiers", cname, side, i), f"unknown source {s!r}; defined: {defined_sources} "
+                                "(a file path needs a '/' or an extension)"))
         if c.model is None and (not c.positive or not c.negative):
             out.append((("classifiers", cname), "a trained classifier needs both `positive` and `negative` sources (or set `model:`)"))
     if m.dedup and m.dedup.priority:
@@ -424,11 +459,6 @@ def unimplemented(lm: LoadedMixture) -> list[NotImplementedYet]:
     def add(loc, capability):
         todo.append(NotImplementedYet(lm.where(loc), capability))
 
-    if m.classifiers:
-        add(("classifiers",), "quality classification (issue 5)")
-    for s, src in m.sources.items():
-        if src.quality:
-            add(("sources", s, "quality"), "quality classification (issue 5)")
     if "samples" in lm.raw:
         add(("samples",), "published samples (issue 7)")
     mx = m.mixture

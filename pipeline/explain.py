@@ -68,13 +68,13 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["stages"].append({"stage": "text rewritten", "result": f"{doc['n_chars']:,} -> {rec['n_chars']:,} chars"})
             info["excerpt"] = rec["text"][:200]
     layers = [str(run_dir / filt["dir"] / part.name)] if filt else []
-    for name in _dedup_steps(rj):
+    for name, stage in _later_steps(rj, source):
         path = run_dir / rj["steps"][name]["dir"] / source / part.name
         layers.append(str(path))
         if info["status"] != "kept":
             continue
         rec = pq.read_table(path).slice(row, 1).to_pylist()[0]
-        stage = "dedup:" + name.split("-", 1)[1]
+        scores = {"score": rec["score"]} if rec.get("score") is not None else {}
         if rec["keep"] is False:
             info["stages"].append({"stage": stage, "result": "removed", "reason": rec["reason"]})
             info["status"] = "removed"
@@ -87,7 +87,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
                                    f"({rec['cut_chars']:,} chars; first kept in {spans[0]['kept_in']})"})
             info["excerpt"] = rec["text"][:200]
         else:
-            info["stages"].append({"stage": stage, "result": "kept"})
+            info["stages"].append({"stage": stage, "result": "kept", "scores": scores})
     if info["status"] == "kept":
         state = view.Layers(layers, view.num_rows(str(part)))
         kept_index = int(state.keep[:row].sum())
@@ -95,8 +95,13 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
     return info
 
 
-def _dedup_steps(rj: dict) -> list[str]:
-    return [n for n in ("dedup-exact", "dedup-fuzzy", "dedup-paragraph") if n in rj["steps"]]
+def _later_steps(rj: dict, source: str) -> list[tuple[str, str]]:
+    """(step, stage) of the stages after a source's filters: dedup kinds, then quality."""
+    out = [(n, "dedup:" + n.split("-", 1)[1]) for n in ("dedup-exact", "dedup-fuzzy", "dedup-paragraph") if n in rj["steps"]]
+    classifier = ((rj["config"]["sources"][source].get("quality")) or {}).get("classifier")
+    if f"quality-{source}" in rj["steps"]:
+        out.append((f"quality-{source}", f"quality:{classifier}"))
+    return out
 
 
 def _cluster(run_dir: Path, rj: dict, cluster: str) -> dict | None:

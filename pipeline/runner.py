@@ -24,7 +24,8 @@ from pathlib import Path
 from pipeline import __version__, ledger, tokens
 from filters import base as filter_base
 from pipeline.dedup import plan as dedup_plan
-from pipeline.config import LoadedMixture, check_filter_files, unimplemented
+from pipeline.steps import classify_plan
+from pipeline.config import LoadedMixture, check_classifier_files, check_filter_files, unimplemented
 from pipeline.errors import RunError, UsageError
 from pipeline.executor import SUCCESS, Executor, Step, read_markers, shard_name, step_status
 from pipeline.io import atomic
@@ -54,7 +55,7 @@ class Plan:
         self.lm = lm
         self.run_dir = run_dir
         self.files = resolve_inputs(lm)
-        missing = check_filter_files(lm)
+        missing = check_filter_files(lm) + check_classifier_files(lm)
         if missing:
             raise UsageError("\n".join(missing))
         self.tokenizer = tokens.check(lm.mixture.tokenizer, lm.base_dir)
@@ -67,9 +68,10 @@ class Plan:
             self._source_steps(sname, spec)
         base = [self.filter.get(s) or self.ingest[s] for s in m.sources]
         self.layers = dedup_plan.add_steps(self, base)  # global attribute steps, in order
+        self.quality = classify_plan.add_steps(self, dict(zip(m.sources, base, strict=True)), self.layers)
         self.mix = Step(
             "mix", "mix", {"shard_rows": m.mixture.shard_rows, "sources": list(m.sources)},
-            base + self.layers, "pipeline.steps.mix:run_shard", shards=self._mix_shards,
+            base + self.layers + list(self.quality.values()), "pipeline.steps.mix:run_shard", shards=self._mix_shards,
         )
         self.steps.append(self.mix)
 
@@ -119,7 +121,7 @@ class Plan:
             self.filter[sname] = flt
 
     def _mix_shards(self, st, stats) -> list[dict]:
-        docs = dedup_plan.doc_shards(self, stats, self.layers)
+        docs = dedup_plan.doc_shards(self, stats, self.layers, self.quality)
         return mix_mod.plan(docs, self.lm.mixture.mixture.shard_rows)
 
 
@@ -251,6 +253,8 @@ def _ledger(plan: Plan, stats: dict) -> dict:
         flt = plan.filter.get(sname)
         dedup = [(f"dedup:{st.name.split('-', 1)[1]}", [m for m in stats[st.name].values() if m["source"] == sname])
                  for st in plan.layers]
+        if sname in plan.quality:
+            dedup.append((f"quality:{spec.quality.classifier}", list(stats[plan.quality[sname].name].values())))
         entries[sname] = ledger.source_entry(
             sname, stats[plan.ingest[sname].name], stats[flt.name] if flt else None, spec.filters, per_source, dedup
         )

@@ -30,14 +30,17 @@ def ranks(mixture) -> dict[str, int]:
     return {s: i for i, s in enumerate(order)}
 
 
-def doc_shards(plan, stats: dict, layers: list[Step]) -> list[dict]:
+def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, Step] | None = None) -> list[dict]:
+    """Every document shard, with the attribute files of its filters, of the global `layers`
+    and of its source's step in `after` (per-source steps after dedup: quality)."""
     m = plan.lm.mixture
     rk = ranks(m)
     out = []
     for si, sname in enumerate(m.sources):
         ing = plan.ingest[sname]
         flt = plan.filter.get(sname)
-        for i in sorted(stats[ing.name]):
+        last = (after or {}).get(sname)
+        for j, i in enumerate(sorted(stats[ing.name])):
             paths, kept = [], stats[ing.name][i]["docs_out"]
             if flt:
                 paths.append(str(flt.dir(plan.run_dir) / f"{shard_name(i)}.parquet"))
@@ -45,7 +48,10 @@ def doc_shards(plan, stats: dict, layers: list[Step]) -> list[dict]:
             for st in layers:
                 paths.append(str(attribute_path(st.dir(plan.run_dir), sname, i)))
                 kept = stats[st.name][len(out)]["docs_out"]
-            out.append({"source": sname, "src": si, "rank": rk[sname], "part": i,
+            if last:
+                paths.append(str(attribute_path(last.dir(plan.run_dir), sname, i)))
+                kept = stats[last.name][j]["docs_out"]
+            out.append({"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j,
                         "documents": str(ing.dir(plan.run_dir) / f"{shard_name(i)}.parquet"),
                         "layers": paths, "kept": kept})
     return out

@@ -1,0 +1,80 @@
+"""fastText quality classifiers: preprocessing, training, scoring, evaluation.
+
+Preprocessing is DCLM's: the text's lines joined with single spaces (fastText reads one
+example a line), lowercased when the classifier says so. Training is fastText's
+supervised mode with one thread and a fixed seed, so the same sample gives the same
+model bytes. A score is the probability fastText gives the positive label (for softmax
+with two labels, 1 - P(negative) when the positive label is not the top one).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+NEGATIVE_LABEL = "__label__cc"  # DCLM's name for the random-web class
+
+
+def preprocess(text: str, lowercase: bool) -> str:
+    t = " ".join(text.strip().splitlines())
+    return t.lower() if lowercase else t
+
+
+@functools.lru_cache(maxsize=4)
+def load(path: str):
+    """One model per worker process and path."""
+    from fasttext.FastText import _FastText  # fasttext.load_model without its stderr warning
+
+    return _FastText(model_path=path)
+
+
+def scores(model, texts: list[str], label: str, lowercase: bool) -> np.ndarray:
+    """P(label) for each text, batched through fastText's predict."""
+    if not texts:
+        return np.zeros(0, np.float32)
+    labels, probs = model.predict([preprocess(t, lowercase) for t in texts], k=-1, threshold=0.0)
+    out = np.empty(len(texts), np.float32)
+    for i, (ls, ps) in enumerate(zip(labels, probs, strict=True)):
+        out[i] = next((float(p) for lab, p in zip(ls, ps, strict=True) if lab == label), 0.0)
+    out = np.clip(out, 0.0, 1.0)
+    out[out <= 0] = 0.0  # never -0.0: thresholds compare the float bits
+    return out
+
+
+def train(path: str, params: dict, seed: int):
+    import fasttext
+
+    return fasttext.train_supervised(
+        input=path, epoch=params["epochs"], lr=params["lr"], wordNgrams=params["word_ngrams"], dim=params["dim"],
+        minCount=params["min_count"], loss=params["loss"], bucket=params["bucket"], thread=1, seed=seed, verbose=0,
+    )
+
+
+def evaluate(y: np.ndarray, s: np.ndarray) -> dict:
+    """Precision, recall and F1 at 0.5 and ROC AUC (ties counted half) of scores s for labels y."""
+    y = y.astype(bool)
+    pred = s >= 0.5
+    tp, fp, fn = int((pred & y).sum()), int((pred & ~y).sum()), int((~pred & y).sum())
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    auc = None
+    if n_pos and n_neg:
+        order = np.argsort(s, kind="stable")
+        ranks = np.empty(len(s))
+        sorted_s = s[order]
+        # average ranks over ties
+        i = 0
+        while i < len(s):
+            j = i
+            while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
+                j += 1
+            ranks[order[i : j + 1]] = (i + j) / 2 + 1
+            i = j + 1
+        auc = (ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    r = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else round(float(v), 6)  # noqa: E731
+    return {"precision": r(precision), "recall": r(recall), "f1": r(f1), "roc_auc": r(auc), "accuracy": r((pred == y).mean()),
+            "positives": n_pos, "negatives": n_neg}

@@ -1,0 +1,271 @@
+"""Quality classification: train a fastText classifier, score documents, threshold, apply.
+
+    classify-<name>-train       one task: a balanced, seeded sample of the positive and negative
+                                sources (after their filters and dedup) or files; 90/10 split;
+                                model.bin, sample.parquet (what was trained on), eval.json
+    classify-<name>-<source>    per document shard: P(positive) for every row (its current
+                                text), plus a tie-break hash of the id
+    quality-<source>-threshold  one task: the threshold; for keep_fraction, the exact k-th
+                                largest (score, id hash) key among the documents that reached
+                                this stage, by a 4-pass radix select streaming the score files
+    quality-<source>            per document shard: keep, reason, score -> attributes
+
+The sample is the k documents of each class with the smallest hash(seed, source, id):
+the same for any sharding. Thresholds and keep fractions touch only the last two steps.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from filters import quality
+from pipeline.dedup.apply import attribute_path, scatter, sizes
+from pipeline.io import atomic, readers
+from pipeline.io.discover import infer_format
+from pipeline.steps import view
+
+VALIDATION_EVERY = 10  # one example in ten, per class, is held out
+
+
+def _h(seed: int, *parts) -> int:
+    return xxhash.xxh3_64_intdigest(":".join(str(p) for p in (seed, *parts)))
+
+
+class _BottomK:
+    """The k smallest hashes seen, with their payloads; memory O(k + one batch)."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.h = np.zeros(0, np.uint64)
+        self.payload: list = []
+
+    def add(self, hashes: np.ndarray, payload: list):
+        self.h = np.concatenate([self.h, hashes])
+        self.payload += payload
+        if len(self.h) > 2 * self.k:
+            self._prune()
+
+    def _prune(self):
+        if len(self.h) > self.k:
+            keep = np.argpartition(self.h, self.k - 1)[: self.k]
+            self.h = self.h[keep]
+            self.payload = [self.payload[i] for i in keep]
+
+    def result(self) -> list[tuple[int, object]]:
+        self._prune()
+        order = np.argsort(self.h, kind="stable")
+        return [(int(self.h[i]), self.payload[i]) for i in order]
+
+
+def _file_examples(path: str):
+    """(line or row, text) of an example file: .txt (a line each), JSONL with `text`, Parquet."""
+    import orjson
+
+    fmt, comp = infer_format(Path(path))
+    if fmt == "parquet":
+        row = 0
+        for b in pq.ParquetFile(path).iter_batches(columns=["text"]):
+            for t in b.column("text").to_pylist():
+                yield row, t
+                row += 1
+        return
+    if comp is None and path.endswith((".gz", ".zst")):
+        comp = "gzip" if path.endswith(".gz") else "zstd"
+    for line_no, _, raw in readers.iter_lines(path, comp, {}):
+        if fmt == "jsonl":
+            yield line_no, orjson.loads(raw)["text"]
+        else:
+            yield line_no, raw.decode("utf-8", "replace")
+
+
+def _sample(side: dict, k: int, seed: int) -> list[tuple[int, str, str]]:
+    """(hash, origin, text) of the k examples of one class with the smallest hashes."""
+    bk = _BottomK(k)
+    for d in side["shards"]:
+        for rows, b in view.kept_batches(d["documents"], d["layers"], ["id"]):
+            ids = b.column("id").to_pylist()
+            h = np.array([_h(seed, d["source"], i) for i in ids], np.uint64)
+            bk.add(h, [(d["documents"], d["layers"], d["source"], int(r), i) for r, i in zip(rows.tolist(), ids, strict=True)])
+    for path in side["files"]:
+        for line, text in _file_examples(path):
+            if text:
+                bk.add(np.array([_h(seed, path, line)], np.uint64), [(None, None, path, line, text)])
+    chosen = bk.result()
+    out: dict[int, tuple[int, str, str]] = {}
+    by_shard: dict[str, list] = {}
+    for pos, (h, (docs, layers, origin, row, x)) in enumerate(chosen):
+        if docs is None:
+            out[pos] = (h, f"{origin}:{row}", x)
+        else:
+            by_shard.setdefault(docs, []).append((pos, h, layers, origin, row, x))
+    for docs, items in by_shard.items():
+        rows = np.array(sorted(r for *_, r, _ in items))
+        t = view.read_rows(docs, items[0][2], rows, ["id", "text"])
+        text_of = dict(zip(rows.tolist(), t.column("text").to_pylist(), strict=True))
+        for pos, h, _, origin, row, x in items:
+            out[pos] = (h, f"{origin}:{x}", text_of[row])
+    return [out[i] for i in range(len(chosen))]
+
+
+def train_shard(spec: dict, out) -> dict:
+    p, seed = spec["params"], spec["params"]["seed"]
+    cap = p["max_examples_per_class"]
+    pos = _sample(spec["positive"], cap, seed)
+    neg = _sample(spec["negative"], cap, seed)
+    k = min(len(pos), len(neg))
+    if k < 20:
+        raise ValueError(f"classifier {spec['name']}: only {len(pos)} positive and {len(neg)} negative examples; "
+                         "fastText needs a few MB of text per class (thousands of documents)")
+    label = p["label"]
+    rows = []  # (hash, label, origin, text, split)
+    for lab, side in ((label, pos[:k]), (quality.NEGATIVE_LABEL, neg[:k])):
+        for j, (h, origin, text) in enumerate(side):
+            rows.append((h, lab, origin, text, "validation" if j % VALIDATION_EVERY == VALIDATION_EVERY - 1 else "train"))
+    rows.sort(key=lambda r: (r[0], r[1]))  # a seeded interleaving of the two classes
+    d = Path(out.dir)
+    fd, train_path = tempfile.mkstemp(prefix="train-", suffix=".txt", dir=d)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        for _, lab, _, text, split in rows:
+            if split == "train":
+                f.write(f"{lab} {quality.preprocess(text, p['lowercase'])}\n")
+    try:
+        model = quality.train(train_path, p, seed)
+    finally:
+        os.unlink(train_path)
+    final = d / "model.bin"
+    tmp = atomic.tmp_path(final)
+    model.save_model(str(tmp))
+    atomic.commit(tmp, final)
+    val = [r for r in rows if r[4] == "validation"]
+    s = quality.scores(model, [r[3] for r in val], label, p["lowercase"])
+    ev = quality.evaluate(np.array([r[1] == label for r in val]), s)
+    ev["examples"] = {"train": {"positive": sum(1 for r in rows if r[4] == "train" and r[1] == label),
+                                "negative": sum(1 for r in rows if r[4] == "train" and r[1] != label)},
+                      "validation": {"positive": ev["positives"], "negative": ev["negatives"]},
+                      "available_capped": {"positive": len(pos), "negative": len(neg)}}
+    atomic.write_json(d / "eval.json", ev)
+    manifest = pa.table({"origin": [r[2] for r in rows], "label": [r[1] for r in rows], "split": [r[4] for r in rows],
+                         "hash": pa.array([r[0] for r in rows], pa.uint64())})
+    tmp = atomic.tmp_path(d / "sample.parquet")
+    pq.write_table(manifest, tmp)
+    atomic.commit(tmp, d / "sample.parquet")
+    size, sha = atomic.file_digest(final)
+    return {"rows": len(rows), "eval": ev, "model": str(final), "model_bytes": size, "model_sha256": sha}
+
+
+# ---------------------------------------------------------------- scoring
+
+
+def _tie(ids: list[str]) -> np.ndarray:
+    return np.array([xxhash.xxh32_intdigest(i) for i in ids], np.uint32)
+
+
+def score_shard(spec: dict, out) -> dict:
+    model = quality.load(spec["model"])
+    doc = spec["doc"]
+    pf = pq.ParquetFile(doc["documents"])
+    state = view.Layers(doc["layers"], pf.metadata.num_rows)
+    parts_s, parts_t, ids = [], [], []
+    start = 0
+    for batch in pf.iter_batches(batch_size=view.BATCH_ROWS, columns=["id", "text"]):
+        batch = state.apply(batch, start)
+        start += batch.num_rows
+        parts_s.append(quality.scores(model, batch.column("text").to_pylist(), spec["label"], spec["lowercase"]))
+        i = batch.column("id").to_pylist()
+        parts_t.append(_tie(i))
+        ids += i
+    table = pa.table({"id": pa.array(ids, pa.string()),
+                      "score": np.concatenate(parts_s) if parts_s else np.zeros(0, np.float32),
+                      "tie": np.concatenate(parts_t) if parts_t else np.zeros(0, np.uint32)})
+    final = out.path(".parquet")
+    tmp = atomic.tmp_path(final)
+    pq.write_table(table, tmp, compression="zstd")
+    atomic.commit(tmp, final)
+    return {"rows": table.num_rows}
+
+
+# ---------------------------------------------------------------- threshold
+
+
+def _keys(shard: dict) -> np.ndarray:
+    """(score bits << 32 | tie) of the rows still kept before this stage; larger is better."""
+    t = pq.read_table(shard["scores"], columns=["score", "tie"])
+    keep = view.Layers(shard["layers"], t.num_rows).keep
+    bits = t.column("score").to_numpy().astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits << np.uint64(32)) | t.column("tie").to_numpy().astype(np.uint64))[keep]
+
+
+def kth_largest(shards: list[dict], k: int) -> int:
+    """The k-th largest key over all shards, exactly, by radix select on 16-bit digits
+    (4 passes over the score files; memory: one shard's keys and 65,536 counters)."""
+    prefix, mask = 0, 0
+    for shift in (48, 32, 16, 0):
+        counts = np.zeros(1 << 16, np.int64)
+        for sh in shards:
+            keys = _keys(sh)
+            keys = keys[(keys & np.uint64(mask)) == np.uint64(prefix)]
+            counts += np.bincount(((keys >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.int64), minlength=1 << 16)
+        above = np.cumsum(counts[::-1])  # above[i]: keys with digit >= 65535 - i
+        i = int(np.searchsorted(above, k))
+        digit = (1 << 16) - 1 - i
+        k -= int(above[i - 1]) if i else 0
+        prefix |= digit << shift
+        mask |= 0xFFFF << shift
+    return prefix
+
+
+def threshold_shard(spec: dict, out) -> dict:
+    shards = spec["shards"]
+    n = sum(int(view.Layers(s["layers"], view.num_rows(s["scores"])).keep.sum()) for s in shards)
+    if spec["min_score"] is not None:
+        return {"rows": n, "docs_in": n, "kind": "min_score", "threshold": spec["min_score"], "key": None}
+    k = round(spec["keep_fraction"] * n)
+    if k == 0:
+        return {"rows": n, "docs_in": n, "kind": "keep_fraction", "k": 0, "threshold": 1.0, "key": str(2**64 - 1)}
+    key = kth_largest(shards, k)
+    score = float(np.array([key >> 32], np.uint32).view(np.float32)[0])
+    return {"rows": n, "docs_in": n, "kind": "keep_fraction", "k": k, "threshold": score, "key": str(key)}
+
+
+# ---------------------------------------------------------------- apply
+
+
+def apply_shard(spec: dict, out) -> dict:
+    doc = spec["doc"]
+    t = pq.read_table(spec["scores"], columns=["id", "score", "tie"])
+    n = t.num_rows
+    rows, chars, toks = sizes(doc)
+    seen = np.zeros(n, bool)
+    seen[rows] = True
+    score = t.column("score").to_numpy()
+    thr = spec["threshold"]
+    if spec["key"] is not None:
+        bits = score.astype(np.float32).view(np.uint32).astype(np.uint64)
+        key = (bits << np.uint64(32)) | t.column("tie").to_numpy().astype(np.uint64)
+        passed = key >= np.uint64(int(spec["key"]))
+    else:
+        passed = score >= thr
+    keep = seen & passed
+    drop = np.flatnonzero(seen & ~passed)
+    label = f"quality_below:{thr:.4g}"
+    reasons = pa.array([f"{label} (score={score[i]:.4g})" for i in drop], pa.string())
+    table = pa.table({"id": t.column("id"), "keep": pa.array(np.where(seen, keep, False), pa.bool_(), mask=~seen),
+                      "reason": scatter(n, drop, reasons) if len(drop) else pa.nulls(n, pa.string()),
+                      "score": t.column("score")})
+    final = attribute_path(out.dir, doc["source"], doc["part"])
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = atomic.tmp_path(final)
+    pq.write_table(table, tmp, compression="zstd")
+    atomic.commit(tmp, final)
+    kept_here = keep[rows]
+    return {"rows": len(rows), "source": doc["source"], "part": doc["part"], "docs_in": len(rows),
+            "docs_out": int(kept_here.sum()), "chars_in": int(chars.sum()), "chars_out": int(chars[kept_here].sum()),
+            "tokens_in": int(toks.sum()), "tokens_out": int(toks[kept_here].sum()),
+            "removed": {label: len(drop)} if len(drop) else {}}

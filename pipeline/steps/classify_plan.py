@@ -1,0 +1,93 @@
+"""The classification steps of a plan (pipeline/steps/classify.py says what each does).
+
+A classifier is trained once (`classify-<name>-train`) and scores only the sources whose
+`quality` names it (`classify-<name>-<source>`); each such source then gets its own
+threshold and attributes (`quality-<source>-threshold`, `quality-<source>`). The step
+hashes make iteration cheap: `min_score` and `keep_fraction` are in the threshold step
+only, so editing them skips training and scoring.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.dedup.plan import doc_shards
+from pipeline.executor import Step, shard_name
+from pipeline.io import atomic
+
+MODEL = "model.bin"
+
+
+def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]:
+    """Append the steps; returns source -> its `quality-<source>` step."""
+    m = plan.lm.mixture
+    used = {s: spec.quality for s, spec in m.sources.items() if spec.quality}
+    if not used:
+        return {}
+    everything = list(base.values()) + dedup
+    models: dict[str, tuple[Step | None, str, str]] = {}  # classifier -> (train step, model path, model id)
+    for cname in sorted({q.classifier for q in used.values()}):
+        c = m.classifiers[cname]
+        if c.model:
+            models[cname] = (None, c.model, atomic.file_digest(Path(c.model))[1])
+            continue
+        params = c.model_dump(mode="json")
+        sides = {}
+        for side in ("positive", "negative"):
+            names = [v for v in params[side] if v in m.sources]
+            files = [v for v in params[side] if v not in m.sources]
+            sides[side] = (names, files)
+        digests = {f: atomic.file_digest(Path(f))[1] for names, files in sides.values() for f in files}
+        cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model")},
+               "positive": sides["positive"][0], "negative": sides["negative"][0], "files": digests}
+
+        def train_shards(st, stats, cname=cname, params=params, sides=sides):
+            docs = doc_shards(plan, stats, dedup)
+            spec = {"name": cname, "params": params, "describe": f"train classifier {cname}"}
+            for side, (names, files) in sides.items():
+                spec[side] = {"shards": [d for d in docs if d["source"] in names], "files": files}
+            return [spec]
+
+        train = Step(f"classify-{cname}-train", "classify-train", cfg, everything, "pipeline.steps.classify:train_shard",
+                     shards=train_shards)
+        plan.steps.append(train)
+        models[cname] = (train, str(train.dir(plan.run_dir) / MODEL), None)
+
+    out = {}
+    for sname, q in used.items():
+        c = m.classifiers[q.classifier]
+        train, model_path, model_id = models[q.classifier]
+
+        def source_docs(stats, sname=sname):
+            return [d for d in doc_shards(plan, stats, dedup) if d["source"] == sname]
+
+        score_cfg = {"model": model_id, "label": c.label, "lowercase": c.lowercase}
+        score = Step(
+            f"classify-{q.classifier}-{sname}", "classify-score", score_cfg,
+            ([train] if train else []) + [base[sname]] + dedup, "pipeline.steps.classify:score_shard",
+            shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c: [
+                {"doc": d, "model": model_path, "label": c.label, "lowercase": c.lowercase,
+                 "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)],
+        )
+        plan.steps.append(score)
+
+        def scores_of(stats, score=score, source_docs=source_docs):
+            return [(d, str(score.dir(plan.run_dir) / f"{shard_name(j)}.parquet")) for j, d in enumerate(source_docs(stats))]
+
+        thr_cfg = {"min_score": q.min_score, "keep_fraction": q.keep_fraction}
+        thr = Step(
+            f"quality-{sname}-threshold", "quality-threshold", thr_cfg, [score], "pipeline.steps.classify:threshold_shard",
+            shards=lambda st, stats, scores_of=scores_of, q=q, sname=sname: [
+                {"shards": [{"scores": p, "layers": d["layers"]} for d, p in scores_of(stats)],
+                 "min_score": q.min_score, "keep_fraction": q.keep_fraction, "describe": f"threshold of {sname}"}],
+        )
+        plan.steps.append(thr)
+        apply = Step(
+            f"quality-{sname}", "quality-apply", {}, [thr], "pipeline.steps.classify:apply_shard",
+            shards=lambda st, stats, scores_of=scores_of, thr=thr: [
+                {"doc": d, "scores": p, "threshold": stats[thr.name][0]["threshold"], "key": stats[thr.name][0]["key"],
+                 "describe": f"{d['source']}/{shard_name(d['part'])}"} for d, p in scores_of(stats)],
+        )
+        plan.steps.append(apply)
+        out[sname] = apply
+    return out

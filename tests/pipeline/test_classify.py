@@ -1,0 +1,149 @@
+"""Quality classification through the real CLI: a fastText model trained on real text
+(Wikipedia summaries against the demo crawl), scores, exact keep fractions, cheap
+re-thresholding, determinism, a pretrained model."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from filters import quality
+from pipeline.io import atomic
+from pipeline.steps import classify
+from tests.conftest import curate, write_yaml
+
+
+def test_roc_auc_equals_pair_counting():
+    rng = np.random.default_rng(0)
+    y = rng.random(300) < 0.4
+    s = np.round(np.where(y, rng.random(300) + 0.3, rng.random(300)), 2)  # rounded: many ties
+    pos, neg = s[y], s[~y]
+    want = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
+    assert quality.evaluate(y, s)["roc_auc"] == pytest.approx(want, abs=1e-6)
+
+
+def test_kth_largest_is_exact_across_shards(tmp_path):
+    rng = np.random.default_rng(1)
+    shards, keys = [], []
+    for j in range(4):
+        n = 500
+        score = np.concatenate([rng.random(n - 100), np.full(100, 0.5)]).astype(np.float32)  # ties in score
+        tie = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        f = tmp_path / f"s{j}.parquet"
+        pq.write_table(pa.table({"score": score, "tie": tie}), f)
+        shards.append({"scores": str(f), "layers": []})
+        keys += [(int(a) << 32) | int(b) for a, b in zip(score.view(np.uint32), tie, strict=True)]
+    keys.sort(reverse=True)
+    for k in (1, 2, 137, 1000, 1999, 2000):
+        assert classify.kth_largest(shards, k) == keys[k - 1]
+
+
+def _yaml(path, corpus, quality_line: str, classifier: str = "", extra_sources: str = ""):
+    return write_yaml(path, f"""
+        name: cls
+        tokenizer: null
+        sources:
+          wiki:
+            paths: ["{corpus}/wiki/summaries_en.parquet"]
+            id_field: id
+            {quality_line}
+          web:
+            paths: ["{corpus}/web/*.jsonl.zst"]
+        {extra_sources}
+        classifiers:
+          wiki_vs_web:
+            {classifier or "positive: [wiki]"}
+            negative: [web]
+            epochs: 5
+            bucket: 50000
+            dim: 32
+    """)
+
+
+def _attrs(run, source):
+    steps = atomic.read_json(run / "run.json")["steps"]
+    return pq.read_table(sorted((run / steps[f"quality-{source}"]["dir"] / source).glob("*.parquet"))).to_pylist()
+
+
+@pytest.fixture(scope="module")
+def trained(demo_corpus, tmp_path_factory):
+    d = tmp_path_factory.mktemp("cls")
+    y = _yaml(d / "a.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, keep_fraction: 0.3}")
+    r = curate("run", str(y), "--workers", "2", "--output", str(d / "one"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return d, y, r
+
+
+def test_training_evaluates_and_keep_fraction_is_exact(trained):
+    d, _, r = trained
+    run = d / "one" / "cls"
+    assert "classifier wiki_vs_web: validation ROC AUC" in r.stdout
+    steps = atomic.read_json(run / "run.json")["steps"]
+    ev = atomic.read_json(run / steps["classify-wiki_vs_web-train"]["dir"] / "eval.json")
+    print(f"\nwiki vs web: ROC AUC {ev['roc_auc']:.4f}, F1 {ev['f1']:.4f}, examples {ev['examples']}")
+    assert ev["roc_auc"] >= 0.95 and ev["examples"]["train"]["positive"] == ev["examples"]["train"]["negative"] > 2000
+    sample = pq.read_table(run / steps["classify-wiki_vs_web-train"]["dir"] / "sample.parquet").to_pylist()
+    assert sum(s["split"] == "validation" for s in sample) * 10 == len(sample)
+    rows = _attrs(run, "wiki")
+    assert all(r["score"] is not None and 0 <= r["score"] <= 1 for r in rows)  # every row scored
+    kept = sum(r["keep"] is True for r in rows)
+    assert kept == round(0.3 * len(rows))
+    dropped = [r for r in rows if r["keep"] is False]
+    thr = min(r["score"] for r in rows if r["keep"])
+    assert all(r["score"] <= thr for r in dropped)
+    assert all(r["reason"].startswith("quality_below:") and "(score=" in r["reason"] for r in dropped)
+    led = atomic.read_json(run / "ledger.json")
+    assert led["conservation"] and sum(led["sources"]["wiki"]["removed"]["quality:wiki_vs_web"].values()) == len(dropped)
+
+
+def test_same_model_bytes_on_a_second_run(trained):
+    d, y, _ = trained
+    r = curate("run", str(y), "--workers", "1", "--output", str(d / "two"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    a = atomic.read_json(d / "one" / "cls" / "run.json")["steps"]["classify-wiki_vs_web-train"]["dir"]
+    b = atomic.read_json(d / "two" / "cls" / "run.json")["steps"]["classify-wiki_vs_web-train"]["dir"]
+    assert atomic.file_digest(d / "one" / "cls" / a / "model.bin") == atomic.file_digest(d / "two" / "cls" / b / "model.bin")
+    assert _attrs(d / "one" / "cls", "wiki") == _attrs(d / "two" / "cls", "wiki")
+
+
+def test_editing_the_threshold_skips_training_and_scoring(trained, demo_corpus):
+    d, y, _ = trained
+    edited = _yaml(d / "b.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, min_score: 0.9}")
+    plan = curate("plan", str(edited), "--output", str(d / "one")).stdout
+    lines = {ln.split()[0]: ln for ln in plan.splitlines() if ln.startswith(("classify-", "quality-", "mix"))}
+    assert " skip " in lines["classify-wiki_vs_web-train"] and " skip " in lines["classify-wiki_vs_web-wiki"]
+    assert "config changed" in lines["quality-wiki-threshold"]
+    r = curate("run", str(edited), "--output", str(d / "one"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    st = atomic.read_json(d / "one" / "cls" / "run.json")["steps"]
+    assert st["classify-wiki_vs_web-train"]["status"] == st["classify-wiki_vs_web-wiki"]["status"] == "SKIPPED"
+    rows = _attrs(d / "one" / "cls", "wiki")
+    assert all((r["keep"] is True) == (r["score"] >= 0.9) for r in rows)
+
+
+def test_pretrained_model_scores_like_the_trained_one(trained, demo_corpus, tmp_path):
+    d, _, _ = trained
+    run = d / "one" / "cls"
+    model = run / atomic.read_json(run / "run.json")["steps"]["classify-wiki_vs_web-train"]["dir"] / "model.bin"
+    y = _yaml(tmp_path / "p.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, keep_fraction: 0.3}",
+              classifier=f"model: {model}\n            label: __label__hq")
+    r = curate("run", str(y), "--workers", "2", "--output", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = atomic.read_json(tmp_path / "cls" / "run.json")["steps"]
+    assert "classify-wiki_vs_web-train" not in steps
+    a = [(x["id"], x["score"], x["keep"]) for x in _attrs(d / "two" / "cls", "wiki")]  # "one" was re-thresholded
+    b = [(x["id"], x["score"], x["keep"]) for x in _attrs(tmp_path / "cls", "wiki")]
+    assert a == b
+
+
+def test_missing_model_is_a_clear_error(demo_corpus, tmp_path):
+    y = _yaml(tmp_path / "m.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, min_score: 0.5}",
+              classifier="model: models/nope.bin")
+    r = curate("run", str(y), "--output", str(tmp_path))
+    assert r.returncode == 2
+    assert f"{y}:13: classifiers.wiki_vs_web.model: no such model file: {tmp_path}/models/nope.bin" in r.stderr
+    assert "Traceback" not in r.stderr
+
