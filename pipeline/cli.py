@@ -174,7 +174,7 @@ def _summary(run_dir: Path):
     man = atomic.read_json(run_dir / "manifest.json")
     print(f"{'source':<16} {'in':>9} {'kept':>9} {'removed':>9} {'quarant.':>9} {'tokens':>12}  balanced")
     for s, e in led["sources"].items():
-        toks = man["sources"][s]["realized_tokens"]
+        toks = man["sources"].get(s, {}).get("realized_tokens", 0)
         print(f"{s:<16} {e['in']:>9,} {e['kept']:>9,} {e['removed_total']:>9,} {e['quarantined']:>9,} {toks:>12,}  {e['conservation']}")
     for line in _classifier_lines(run_dir):
         print(line)

@@ -58,6 +58,7 @@ class SourceSpec(Model):
     )
     max_shard_rows: int = Field(50_000, ge=1, description="split inputs into shards of at most this many records")
     max_shard_bytes: int = Field(64 << 20, ge=1 << 10, description="split uncompressed JSONL into byte ranges of about this size")
+    max_epochs: float | None = Field(None, gt=0, description="this source's cap on repetition in the mixture (overrides mixture.max_epochs)")
 
 
 Normalize = list[Literal["whitespace", "case", "punctuation", "digits"]]
@@ -118,13 +119,16 @@ class ClassifierSpec(Model):
 
 
 class MixtureSpec(Model):
-    target_tokens: int | None = Field(None, ge=1, description="tokens in the final mixture")
-    weights: dict[str, float] | None = Field(None, description="token shares of the final mixture; sum to 1")
+    target_tokens: int | None = Field(None, ge=1, description="tokens in the final mixture; default: with weights, the most "
+                                      "that repeats no source; without, every kept token")
+    weights: dict[str, float] | None = Field(None, description="token shares of the final mixture; sum to 1; a source "
+                                             "missing here gets 0; default: every kept document once")
+    exclude: list[str] = Field(default_factory=list, description="sources processed (filters, dedup, classifiers) but left out of the mixture")
     normalize: bool = Field(False, description="scale weights to sum to 1 instead of rejecting them")
     max_epochs: float | None = Field(None, gt=0, description="no source is repeated more than this")
     on_shortfall: Literal["error", "renormalize"] = Field("error", description="when a source cannot fill its share")
-    shard_tokens: int | None = Field(None, ge=1, description="tokens per mixture shard")
-    shard_rows: int = Field(100_000, ge=1, description="rows per mixture Parquet shard")
+    shard_tokens: int | None = Field(None, ge=1, description="tokens per mixture shard (shards are filled by hash: sizes vary by a few %)")
+    shard_rows: int = Field(100_000, ge=1, description="rows per mixture Parquet shard, when shard_tokens is not set")
 
     @field_validator("weights")
     @classmethod
@@ -438,6 +442,13 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
         rows = fz.rows or (fz.num_perm // fz.bands)
         if fz.bands * rows > fz.num_perm:
             out.append((("dedup", "fuzzy"), f"bands x rows = {fz.bands * rows} exceeds num_perm = {fz.num_perm}"))
+    if m.tokenizer is None:
+        for key in ("weights", "target_tokens", "shard_tokens"):
+            if getattr(m.mixture, key) is not None:
+                out.append((("mixture", key), "needs token counts, but tokenizer is null; set tokenizer: gpt2 (or a tokenizer.json)"))
+    for i, s in enumerate(m.mixture.exclude):
+        if s not in m.sources:
+            out.append((("mixture", "exclude", i), f"unknown source {s!r}; defined: {defined_sources}"))
     w = m.mixture.weights
     if w is not None:
         for s in w:
@@ -453,7 +464,6 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
 
 def unimplemented(lm: LoadedMixture) -> list[NotImplementedYet]:
     """Config keys that parse but whose steps are later capabilities."""
-    m = lm.mixture
     todo = []
 
     def add(loc, capability):
@@ -461,10 +471,6 @@ def unimplemented(lm: LoadedMixture) -> list[NotImplementedYet]:
 
     if "samples" in lm.raw:
         add(("samples",), "published samples (issue 7)")
-    mx = m.mixture
-    for key in ("target_tokens", "weights", "max_epochs", "shard_tokens"):
-        if getattr(mx, key) is not None:
-            add(("mixture", key), "weighted mixtures (issue 6)")
     return todo
 
 

@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import UsageError
 from pipeline.io import atomic
-from pipeline.steps import view
 
 
 def _steps(run_dir: Path) -> dict:
@@ -67,10 +66,8 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         if info["status"] == "kept" and rec.get("text") is not None:
             info["stages"].append({"stage": "text rewritten", "result": f"{doc['n_chars']:,} -> {rec['n_chars']:,} chars"})
             info["excerpt"] = rec["text"][:200]
-    layers = [str(run_dir / filt["dir"] / part.name)] if filt else []
     for name, stage in _later_steps(rj, source):
         path = run_dir / rj["steps"][name]["dir"] / source / part.name
-        layers.append(str(path))
         if info["status"] != "kept":
             continue
         rec = pq.read_table(path).slice(row, 1).to_pylist()[0]
@@ -89,9 +86,10 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         else:
             info["stages"].append({"stage": stage, "result": "kept", "scores": scores})
     if info["status"] == "kept":
-        state = view.Layers(layers, view.num_rows(str(part)))
-        kept_index = int(state.keep[:row].sum())
-        info["mixture_file"] = _mixture_file(run_dir, rj, str(part), kept_index)
+        info["mixture_file"] = _mixture_file(run_dir, rj, source, doc["id"])
+        if info["mixture_file"] is None:
+            info["status"] = "removed"
+            info["removed_by"] = {"stage": "mix", "reason": "not_selected (down-sampled to meet the source's token target)"}
     return info
 
 
@@ -125,17 +123,27 @@ def _read_row(path: Path, row: int, columns: list[str]) -> dict:
     raise IndexError(f"{path} has no row {row}")
 
 
-def _mixture_file(run_dir: Path, rj: dict, doc_path: str, kept_index: int) -> str | None:
-    mix = rj["steps"].get("mix")
-    if not mix:
+def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str) -> str | None:
+    """Where the mixture holds this kept document: recomputed from the selection (its
+    priorities against the source's cutoff) and the routing hash, as the mix steps did."""
+    from pipeline.steps import mix
+
+    sel_step = rj["steps"].get("mix-select")
+    if not sel_step:
         return None
-    spec = atomic.read_json(run_dir / mix["dir"] / "step.json")
-    doc_path = str(Path(doc_path).resolve())
-    for i, shard in enumerate(spec["shards"]):
-        for piece in shard["pieces"]:
-            if str(Path(piece["documents"]).resolve()) == doc_path and piece["start"] <= kept_index < piece["end"]:
-                return f"mixture/part-{i:05d}.parquet"
-    return None
+    marker = atomic.read_json(run_dir / sel_step["dir"] / "_markers" / "part-00000.json")
+    sel = marker["sources"].get(source)
+    if sel is None:
+        return "not in the mixture: the source is excluded"
+    seed = rj["config"]["seed"]
+    epochs = list(range(sel["whole_epochs"]))
+    if sel["cutoff"] is not None and mix.priority(seed, source, [doc_id], sel["whole_epochs"])[0] <= int(sel["cutoff"]):
+        epochs.append(sel["whole_epochs"])
+    if not epochs:
+        return None
+    places = [f"mixture/part-{int(mix.order_key(seed, source, [doc_id], e)[0] % marker['n_shards']):05d}.parquet"
+              + (f" (epoch {e})" if len(epochs) > 1 else "") for e in epochs]
+    return ", ".join(places)
 
 
 def render(infos: list[dict], doc_id: str) -> str:

@@ -3,8 +3,8 @@
 Built from the shard markers (small JSON), never from the documents. Per source:
 
     in           records read (documents written + records quarantined)
-    kept         documents in the mixture
-    removed      by stage and reason, e.g. {"filter:len": {"too_few_chars": 12},
+    kept         distinct documents in the mixture (rows_out counts repeats)
+    removed      by stage and reason, e.g. {"filter:len": {"too_few_chars": 12}, "mix": {"not_selected": 9},
                  "dedup:exact": {"exact_duplicate": 40}} (attributes hold each survivor's id)
     quarantined  by reason, e.g. {"invalid_json": 1}
     conservation in == kept + removed + quarantined
@@ -26,8 +26,10 @@ def _merge_counts(into: dict, counts: dict) -> None:
 
 
 def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | None, filter_names: list[str],
-                 mix_per_source: dict, global_stages: list[tuple[str, list[dict]]] = ()) -> dict:
-    """`global_stages`: (stage, this source's shard markers) of the dedup kinds, in order."""
+                 mix: dict, global_stages: list[tuple[str, list[dict]]] = ()) -> dict:
+    """`global_stages`: (stage, this source's shard markers) after the filters (dedup kinds,
+    quality), in order; `mix`: kept (distinct documents in the mixture), rows, tokens,
+    repeats, and not_selected (down-sampled out) or excluded."""
     records_in = _sum(ingest, "records_in")
     quarantined: dict[str, int] = {}
     for m in ingest.values():
@@ -59,11 +61,16 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
             removed[stage] = dict(sorted(reasons.items()))
         extra = {k: sum(m[k] for m in markers) for k in ("paragraphs_cut", "chars_cut", "docs_rewritten") if markers and k in markers[0]}
         stages.append({"stage": stage, **agg, "removed": sum(reasons.values()), **extra})
-    mixed = mix_per_source.get(name, {"docs": 0, "tokens": 0})
-    kept = mixed["docs"]
+    available = stages[-1]["docs_out"] if len(stages) > 1 else stages[0]["docs_out"]
+    kept = mix["kept"]
+    if mix.get("excluded"):
+        removed["mix"] = {"excluded": available}
+    elif mix.get("not_selected"):
+        removed["mix"] = {"not_selected": mix["not_selected"]}
     removed_total = sum(sum(r.values()) for r in removed.values())
     q_total = sum(quarantined.values())
-    stages.append({"stage": "mix", "docs_out": kept, "tokens_out": mixed["tokens"]})
+    stages.append({"stage": "mix", "docs_in": available, "docs_out": kept, "rows_out": mix["rows"],
+                   "repeated_rows": mix["repeats"], "tokens_out": mix["tokens"]})
     return {
         "in": records_in,
         "kept": kept,

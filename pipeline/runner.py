@@ -69,11 +69,56 @@ class Plan:
         base = [self.filter.get(s) or self.ingest[s] for s in m.sources]
         self.layers = dedup_plan.add_steps(self, base)  # global attribute steps, in order
         self.quality = classify_plan.add_steps(self, dict(zip(m.sources, base, strict=True)), self.layers)
-        self.mix = Step(
-            "mix", "mix", {"shard_rows": m.mixture.shard_rows, "sources": list(m.sources)},
-            base + self.layers + list(self.quality.values()), "pipeline.steps.mix:run_shard", shards=self._mix_shards,
-        )
-        self.steps.append(self.mix)
+        self._mix_steps(base + self.layers + list(self.quality.values()))
+
+    def _mix_steps(self, upstream: list[Step]):
+        m = self.lm.mixture
+        mx = m.mixture
+        mixed = [s for s in m.sources if s not in mx.exclude]
+        max_epochs = {s: (m.sources[s].max_epochs or mx.max_epochs) for s in mixed}
+        cfg = {"seed": m.seed, "weights": mx.weights, "normalize": mx.normalize, "target_tokens": mx.target_tokens,
+               "max_epochs": max_epochs, "on_shortfall": mx.on_shortfall, "shard_tokens": mx.shard_tokens,
+               "shard_rows": mx.shard_rows, "sources": mixed}
+
+        def select_shards(st, stats):
+            docs = self.mixed_docs(stats)
+            avail = {s: sum(d["tokens"] for d in docs if d["source"] == s) for s in mixed}
+            avail_docs = {s: sum(d["kept"] for d in docs if d["source"] == s) for s in mixed}
+            b = mix_mod.budget(avail, self.weights(), mx.target_tokens, max_epochs, mx.on_shortfall)
+            return [{"docs": docs, "budget": b, "available": avail, "available_docs": avail_docs, "seed": m.seed,
+                     "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows, "describe": "mixture selection"}]
+
+        self.mix_select = Step("mix-select", "mix-select", cfg, upstream, "pipeline.steps.mix:select_shard",
+                               shards=select_shards)
+
+        def route_shards(st, stats):
+            sel = stats[self.mix_select.name][0]
+            return [{"doc": d, "selection": sel["sources"][d["source"]], "seed": m.seed, "n_shards": sel["n_shards"],
+                     "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in self.mixed_docs(stats)]
+
+        self.mix_route = Step("mix-route", "mix-route", {}, [self.mix_select], "pipeline.steps.mix:route_shard",
+                              shards=route_shards)
+
+        def write_shards(st, stats):
+            n = stats[self.mix_select.name][0]["n_shards"]
+            root = self.mix_route.dir(self.run_dir) / "to"
+            return [{"inputs": str(root / f"p-{p:05d}"), "describe": f"mixture shard {p}"} for p in range(n)]
+
+        self.mix = Step("mix", "mix", {}, [self.mix_route], "pipeline.steps.mix:write_shard", shards=write_shards)
+        self.steps += [self.mix_select, self.mix_route, self.mix]
+
+    def mixed_docs(self, stats: dict) -> list[dict]:
+        """The document shards of the sources in the mixture, with all their layers."""
+        exclude = self.lm.mixture.mixture.exclude
+        return [d for d in dedup_plan.doc_shards(self, stats, self.layers, self.quality) if d["source"] not in exclude]
+
+    def weights(self) -> dict[str, float] | None:
+        mx = self.lm.mixture.mixture
+        if mx.weights is None:
+            return None
+        w = {s: v for s, v in mx.weights.items() if s not in mx.exclude}
+        total = sum(w.values())
+        return {s: v / total for s, v in w.items()} if mx.normalize and total else w
 
     def _source_steps(self, sname: str, spec):
         fdicts = [f.to_dict() for f in self.files[sname]]
@@ -120,11 +165,6 @@ class Plan:
             self.steps.append(flt)
             self.filter[sname] = flt
 
-    def _mix_shards(self, st, stats) -> list[dict]:
-        docs = dedup_plan.doc_shards(self, stats, self.layers, self.quality)
-        return mix_mod.plan(docs, self.lm.mixture.mixture.shard_rows)
-
-
 # ---------------------------------------------------------------- plan / dry run
 
 
@@ -156,9 +196,45 @@ def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
             toks = f"{sum(m['tokens'] for m in mk.values()):,}"
         lines.append(f"{sname:<16} {len(fs):>6} {sum(f.size for f in fs) / 1e6:>10.1f} {docs:>10} {toks:>12}")
     lines.append("(docs and tokens after ingest; '?' until ingest has run)")
+    lines += ["", *_expected_mixture(plan, run_dir)]
     if problems:
         lines += ["", "cannot run yet:"] + [f"  {p}" for p in problems]
     return "\n".join(lines)
+
+
+def _expected_mixture(plan: Plan, run_dir: Path) -> list[str]:
+    """The mixture the current outputs would give: per source, kept tokens available, the
+    target and the epochs it needs; or which step must run first."""
+    import math
+
+    upstream = [s for s in plan.steps if s not in (plan.mix_select, plan.mix_route, plan.mix)]
+    pending = [s.name for s in upstream if not (s.dir(run_dir) / SUCCESS).exists()]
+    if pending:
+        return [f"expected mixture: unknown until {pending[0]} runs (and {len(pending) - 1} more steps)" if len(pending) > 1
+                else f"expected mixture: unknown until {pending[0]} runs"]
+    stats = {s.name: read_markers(s.dir(run_dir)) for s in upstream}
+    mx = plan.lm.mixture.mixture
+    docs = plan.mixed_docs(stats)
+    mixed = [s for s in plan.lm.mixture.sources if s not in mx.exclude]
+    avail = {s: sum(d["tokens"] for d in docs if d["source"] == s) for s in mixed}
+    max_epochs = {s: (plan.lm.mixture.sources[s].max_epochs or mx.max_epochs) for s in mixed}
+    try:
+        b = mix_mod.budget(avail, plan.weights(), mx.target_tokens, max_epochs, "renormalize")
+        strict = mix_mod.budget(avail, plan.weights(), mx.target_tokens, max_epochs, "error") if mx.on_shortfall == "error" else None
+    except RunError:
+        strict = "short"
+    lines = ["expected mixture (from the kept documents now):",
+             f"{'source':<16} {'weight':>7} {'available':>13} {'target':>13} {'epochs':>7}  note"]
+    for s in mixed:
+        e = b[s]
+        w = f"{e['weight']:.3f}" if e["weight"] is not None else "-"
+        note = "capped at max_epochs" if e.get("capped") else ""
+        if e["epochs"] > 1:
+            note = note or f"repeated: {math.floor(e['epochs'])} whole epochs + part"
+        lines.append(f"{s:<16} {w:>7} {avail[s]:>13,} {e['target']:>13,} {e['epochs']:>7.2f}  {note}")
+    if strict == "short":
+        lines.append("shortfall: with on_shortfall: error the run will stop before writing (see the table it prints)")
+    return lines
 
 
 # ---------------------------------------------------------------- run
@@ -236,27 +312,35 @@ def _finish_record(record: dict, plan: Plan, run_dir: Path, ex: Executor, t0: fl
 
 
 def _mixed_per_source(markers: dict[int, dict]) -> dict[str, dict]:
-    """Documents and tokens each source has in the mixture, summed over the mix shards' markers."""
+    """Rows (repeats included), tokens and repeated rows each source has in the mixture."""
     per_source: dict[str, dict] = {}
     for m in markers.values():
         for s, v in m["per_source"].items():
-            agg = per_source.setdefault(s, {"docs": 0, "tokens": 0})
-            agg["docs"] += v["docs"]
-            agg["tokens"] += v["tokens"]
+            agg = per_source.setdefault(s, {"docs": 0, "tokens": 0, "repeats": 0})
+            for k in agg:
+                agg[k] += v.get(k, 0)
     return per_source
 
 
 def _ledger(plan: Plan, stats: dict) -> dict:
-    per_source = _mixed_per_source(stats[plan.mix.name])
+    rows = _mixed_per_source(stats[plan.mix.name])
+    selection = stats[plan.mix_select.name][0]["sources"]
     entries = {}
     for sname, spec in plan.lm.mixture.sources.items():
         flt = plan.filter.get(sname)
-        dedup = [(f"dedup:{st.name.split('-', 1)[1]}", [m for m in stats[st.name].values() if m["source"] == sname])
+        later = [(f"dedup:{st.name.split('-', 1)[1]}", [m for m in stats[st.name].values() if m["source"] == sname])
                  for st in plan.layers]
         if sname in plan.quality:
-            dedup.append((f"quality:{spec.quality.classifier}", list(stats[plan.quality[sname].name].values())))
+            later.append((f"quality:{spec.quality.classifier}", list(stats[plan.quality[sname].name].values())))
+        sel = selection.get(sname)
+        r = rows.get(sname, {"docs": 0, "tokens": 0, "repeats": 0})
+        mix = {"rows": r["docs"], "tokens": r["tokens"], "repeats": r["repeats"]}
+        if sel is None:  # excluded from the mixture
+            mix.update({"kept": 0, "excluded": True})
+        else:
+            mix.update({"kept": sel["distinct_docs"], "not_selected": sel["available_docs"] - sel["distinct_docs"]})
         entries[sname] = ledger.source_entry(
-            sname, stats[plan.ingest[sname].name], stats[flt.name] if flt else None, spec.filters, per_source, dedup
+            sname, stats[plan.ingest[sname].name], stats[flt.name] if flt else None, spec.filters, mix, later
         )
     return ledger.build(entries)
 
@@ -288,7 +372,8 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
     for i in sorted(markers):
         m = markers[i]
         pairs.append((mix_dir / m["file"], m["file"]))
-        files.append({"path": f"mixture/{m['file']}", "rows": m["rows"], "bytes": m["bytes"], "sha256": m["sha256"]})
+        files.append({"path": f"mixture/{m['file']}", "rows": m["rows"], "tokens": m["tokens"], "bytes": m["bytes"],
+                      "sha256": m["sha256"]})
     _link_tree(pairs, run_dir / "mixture")
     qpairs = []
     for sname, ing in plan.ingest.items():
@@ -298,13 +383,22 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
     _link_tree(qpairs, run_dir / "quarantine")
     per_source = _mixed_per_source(markers)
     total = sum(v["tokens"] for v in per_source.values()) or 1
+    selection = stats[plan.mix_select.name][0]["sources"]
+    weights = plan.weights()
     sources = {}
-    for sname in plan.lm.mixture.sources:
-        v = per_source.get(sname, {"docs": 0, "tokens": 0})
-        sources[sname] = {"target_tokens": None, "realized_tokens": v["tokens"], "realized_weight": round(v["tokens"] / total, 6),
-                          "docs": v["docs"], "epochs": 1}
+    for sname, sel in selection.items():
+        v = per_source.get(sname, {"docs": 0, "tokens": 0, "repeats": 0})
+        sources[sname] = {
+            "weight": weights.get(sname, 0.0) if weights is not None else None,
+            "available_tokens": sel["available"], "available_docs": sel["available_docs"],
+            "target_tokens": sel["target"], "realized_tokens": v["tokens"], "realized_weight": round(v["tokens"] / total, 6),
+            "docs": v["docs"], "distinct_docs": sel["distinct_docs"], "docs_repeated": v["repeats"],
+            "epochs": round(v["tokens"] / sel["available"], 6) if sel["available"] else 0.0, "capped": sel.get("capped", False),
+        }
     return {
-        "name": plan.lm.mixture.name, "step": str(mix_dir.relative_to(run_dir)), "step_hash": plan.mix.hash,
-        "sources": sources, "total_docs": sum(f["rows"] for f in files),
-        "total_tokens": sum(v["tokens"] for v in per_source.values()), "files": files,
+        "name": plan.lm.mixture.name, "config_hash": plan.lm.config_hash(), "seed": plan.lm.mixture.seed,
+        "target_tokens": plan.lm.mixture.mixture.target_tokens, "step": str(mix_dir.relative_to(run_dir)),
+        "step_hash": plan.mix.hash, "steps": {s.name: s.hash for s in plan.steps}, "sources": sources,
+        "total_docs": sum(f["rows"] for f in files), "total_tokens": sum(v["tokens"] for v in per_source.values()),
+        "files": files,
     }

@@ -42,6 +42,13 @@ def ray_local():
     ray.shutdown()
 
 
+def demo_mixture(demo_corpus: Path) -> str:
+    """mixtures/demo.yaml as shipped, pointed at the test corpus. That corpus has a quarter
+    of the crawl, so a smaller token target keeps web within max_epochs."""
+    text = (ROOT / "mixtures" / "demo.yaml").read_text().replace("../data/demo", str(demo_corpus))
+    return text.replace("target_tokens: 2000000", "target_tokens: 400000")
+
+
 def write_yaml(path: Path, text: str) -> Path:
     path.write_text(textwrap.dedent(text).lstrip())
     return path

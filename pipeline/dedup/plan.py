@@ -41,19 +41,21 @@ def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, Step] | N
         flt = plan.filter.get(sname)
         last = (after or {}).get(sname)
         for j, i in enumerate(sorted(stats[ing.name])):
-            paths, kept = [], stats[ing.name][i]["docs_out"]
+            paths, kept, tokens = [], stats[ing.name][i]["docs_out"], stats[ing.name][i]["tokens"]
             if flt:
                 paths.append(str(flt.dir(plan.run_dir) / f"{shard_name(i)}.parquet"))
-                kept = stats[flt.name][i]["docs_out"]
+                mk = stats[flt.name][i]
+                kept = mk["docs_out"]
+                tokens = mk["stages"][list(mk["stages"])[-1]]["tokens_out"] if mk["stages"] else tokens
             for st in layers:
                 paths.append(str(attribute_path(st.dir(plan.run_dir), sname, i)))
-                kept = stats[st.name][len(out)]["docs_out"]
+                kept, tokens = stats[st.name][len(out)]["docs_out"], stats[st.name][len(out)]["tokens_out"]
             if last:
                 paths.append(str(attribute_path(last.dir(plan.run_dir), sname, i)))
-                kept = stats[last.name][j]["docs_out"]
+                kept, tokens = stats[last.name][j]["docs_out"], stats[last.name][j]["tokens_out"]
             out.append({"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j,
                         "documents": str(ing.dir(plan.run_dir) / f"{shard_name(i)}.parquet"),
-                        "layers": paths, "kept": kept})
+                        "layers": paths, "kept": kept, "tokens": tokens})
     return out
 
 

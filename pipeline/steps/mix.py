@@ -1,78 +1,241 @@
-"""Mix (first version): every kept document of every source, in a fixed order, as Parquet shards.
+"""The weighted mixture: token targets, epochs, a deterministic global shuffle.
 
-The order is the sources' YAML order, then document shard order, then row order; output
-shard k holds kept rows [k * shard_rows, (k + 1) * shard_rows) of that sequence. The
-driver plans the cut from per-shard kept counts in the markers, so each output shard is
-one task that reads only the pieces it needs, and the bytes depend on nothing but the
-inputs and `shard_rows`: not on workers, scheduling or retries.
+    mix-select   one task: each source's budget, and for a source that is down-sampled or
+                 needs a partial epoch, the priority cutoff (an exact token-weighted radix
+                 select over the kept documents' priorities, streamed from their shards)
+    mix-route    per document shard: every chosen (document, epoch) goes to output shard
+                 order % n_shards, where order = hash(seed, source, id, epoch)
+    mix          per output shard: its rows sorted by order, written as part-XXXXX.parquet
 
-The weighted mixture (token targets, epochs, a global shuffle) replaces this later.
+Budget: a source's target is weight x target_tokens. With more kept tokens than that, the
+documents are taken in priority order, priority = hash(seed, source, id, 0), until the
+target is met (the last one overshoots by less than one document). With fewer, every
+document is repeated for each whole epoch and the partial epoch takes documents in
+priority order hash(seed, source, id, epoch). A source may not need more than its
+`max_epochs`; then `on_shortfall: error` stops before anything is written, with a table,
+and `renormalize` caps that source and gives the rest of target_tokens to the others in
+proportion to their weights. Without weights, every kept document is taken once; with
+weights and no target_tokens, the largest target that needs no repetition.
+
+Nothing depends on workers, shards or retries: choices and order are hashes of ids.
 """
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import xxhash
 
+from pipeline.dedup import shuffle
+from pipeline.errors import RunError
 from pipeline.io import atomic
 from pipeline.steps import view
 
-MIX_SCHEMA = pa.schema(
-    [("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("source_id", pa.string()), ("n_tokens", pa.int64())]
-)
-BATCH_ROWS = 4096
+MIX_SCHEMA = pa.schema([
+    ("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("source_id", pa.string()),
+    ("n_tokens", pa.int64()), ("epoch", pa.int32()), ("quality_score", pa.float32()), ("lang", pa.string()),
+])
+ROW_GROUP = 2048
 
 
-def plan(inputs: list[dict], shard_rows: int) -> list[dict]:
-    """inputs: [{source, documents, layers, kept}] in order -> one spec per output shard."""
-    specs, pieces, filled = [], [], 0
-    for inp in inputs:
-        start = 0
-        while start < inp["kept"]:
-            take = min(shard_rows - filled, inp["kept"] - start)
-            pieces.append({"source": inp["source"], "documents": inp["documents"], "layers": inp["layers"],
-                           "start": start, "end": start + take})
-            start += take
-            filled += take
-            if filled == shard_rows:
-                specs.append({"pieces": pieces})
-                pieces, filled = [], 0
-    if pieces:
-        specs.append({"pieces": pieces})
-    for i, s in enumerate(specs):
-        s["describe"] = f"mixture shard {i}: " + ", ".join(f"{p['source']}[{p['start']}:{p['end']}]" for p in s["pieces"][:3])
-    return specs
+def priority(seed: int, source: str, ids: list[str], epoch: int) -> np.ndarray:
+    return np.array([xxhash.xxh3_64_intdigest(f"{seed}:{source}:{i}:{epoch}") for i in ids], np.uint64)
 
 
-def _kept_slices(piece: dict):
-    """Batches of the piece's kept rows [start, end), streamed from its document shard,
-    with the latest rewritten text and token counts (pipeline/steps/view.py)."""
-    seen = 0  # kept rows before this batch
-    cols = ["id", "text", "source", "source_id", "n_tokens"]
-    for _rows, batch in view.kept_batches(piece["documents"], piece["layers"], cols, batch_rows=BATCH_ROWS):
-        n = batch.num_rows
-        lo, hi = max(piece["start"] - seen, 0), min(piece["end"] - seen, n)
-        seen += n
-        if hi > lo:
-            yield batch.slice(lo, hi - lo)
-        if seen >= piece["end"]:
-            return
+def order_key(seed: int, source: str, ids: list[str], epoch: int) -> np.ndarray:
+    return np.array([xxhash.xxh3_64_intdigest(f"order:{seed}:{source}:{i}:{epoch}") for i in ids], np.uint64)
 
 
-def run_shard(spec: dict, out) -> dict:
+# ---------------------------------------------------------------- budget (small, exact)
+
+
+def budget(avail: dict[str, int], weights: dict[str, float] | None, target: int | None, max_epochs: dict[str, float | None],
+           on_shortfall: str) -> dict[str, dict]:
+    """Per source: target tokens and the epochs that need. Raises RunError on a shortfall
+    with `on_shortfall: error`."""
+    if weights is None:
+        if target is None:  # every kept document once, whatever the token counts
+            return {s: {"weight": None, "target": a, "epochs": 1.0, "all": True} for s, a in avail.items()}
+        total = sum(avail.values()) or 1
+        weights = {s: a / total for s, a in avail.items()}
+    w = {s: weights.get(s, 0.0) for s in avail}
+    if target is None:  # the largest target that repeats nothing
+        target = int(min((avail[s] / w[s] for s in avail if w[s] > 0), default=0))
+    cap = {s: (max_epochs.get(s) * avail[s] if max_epochs.get(s) is not None else math.inf) for s in avail}
+    want = {s: w[s] * target for s in avail}
+    short = {s for s in avail if want[s] > cap[s] + 1e-9 or (want[s] > 0 and avail[s] == 0)}
+    if short and on_shortfall == "error":
+        rows = [f"  {'source':<14} {'weight':>7} {'target':>14} {'available':>14} {'epochs needed':>14} {'max_epochs':>11}"]
+        for s in avail:
+            need = want[s] / avail[s] if avail[s] else math.inf
+            me = max_epochs.get(s)
+            rows.append(f"  {s:<14} {w[s]:>7.3f} {want[s]:>14,.0f} {avail[s]:>14,} {need:>14.2f} {me if me is not None else '-':>11}"
+                        + ("  <- short" if s in short else ""))
+        raise RunError("mixture: not enough tokens for the weights within max_epochs; nothing was written\n" + "\n".join(rows)
+                       + "\nlower target_tokens or that source's weight, raise max_epochs, or set mixture.on_shortfall: renormalize")
+    fixed: dict[str, float] = {}
+    while True:  # water-filling: capped sources take their cap, the rest share what is left
+        free = [s for s in avail if s not in fixed]
+        left = target - sum(fixed.values())
+        wsum = sum(w[s] for s in free)
+        newly = {s for s in free if wsum > 0 and w[s] * left / wsum > cap[s] + 1e-9}
+        if not newly:
+            break
+        for s in newly:
+            fixed[s] = cap[s]
+    out = {}
+    for s in avail:
+        t = fixed[s] if s in fixed else (w[s] * left / wsum if wsum > 0 else 0.0)
+        out[s] = {"weight": w[s], "target": int(round(t)), "epochs": (t / avail[s]) if avail[s] else 0.0,
+                  "capped": s in fixed}
+    return out
+
+
+def split_epochs(target: int, avail: int) -> tuple[int, int]:
+    """(whole epochs, tokens wanted from the partial epoch)."""
+    if avail <= 0 or target <= 0:
+        return 0, 0
+    whole = target // avail
+    return int(whole), int(target - whole * avail)
+
+
+# ---------------------------------------------------------------- token-weighted cutoff
+
+
+def _prio_tokens(d: dict, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    p, t = [], []
+    for _, b in view.kept_batches(d["documents"], d["layers"], ["id", "n_tokens"]):
+        p.append(priority(seed, d["source"], b.column("id").to_pylist(), epoch))
+        t.append(b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
+    if not p:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    return np.concatenate(p), np.concatenate(t)
+
+
+def cutoff(arrays, want: int) -> tuple[int, int, int]:
+    """The smallest priority c with sum(tokens of priority <= c) >= want, by a radix select
+    on 16-bit digits; `arrays()` yields (priorities, tokens) per shard, again for each pass.
+    Returns (c, documents chosen, tokens chosen)."""
+    prefix, mask, need = 0, 0, want
+    for shift in (48, 32, 16, 0):
+        sums = np.zeros(1 << 16, np.int64)
+        for p, t in arrays():
+            sel = (p & np.uint64(mask)) == np.uint64(prefix)
+            digit = ((p[sel] >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.int64)
+            sums += np.bincount(digit, weights=t[sel], minlength=1 << 16).astype(np.int64)
+        cum = np.cumsum(sums)
+        i = int(np.searchsorted(cum, need))  # first digit where the running total reaches need
+        i = min(i, (1 << 16) - 1)
+        need -= int(cum[i - 1]) if i else 0
+        prefix |= i << shift
+        mask |= 0xFFFF << shift
+    docs = toks = 0
+    for p, t in arrays():
+        sel = p <= np.uint64(prefix)
+        docs += int(sel.sum())
+        toks += int(t[sel].sum())
+    return prefix, docs, toks
+
+
+def select_shard(spec: dict, out) -> dict:
+    """The selection of every source (see the module docstring)."""
+    seed = spec["seed"]
+    plan = {}
+    total_tokens = total_rows = 0
+    for s, b in spec["budget"].items():
+        docs = [d for d in spec["docs"] if d["source"] == s]
+        avail, avail_docs = spec["available"][s], spec["available_docs"][s]
+        whole, partial = (1, 0) if b.get("all") else split_epochs(b["target"], avail)
+        entry = {**b, "available": avail, "available_docs": avail_docs, "whole_epochs": whole, "partial_tokens": partial,
+                 "cutoff": None, "partial_docs": 0, "partial_tokens_chosen": 0}
+        if partial > 0:
+            c, n, t = cutoff(lambda docs=docs, whole=whole: (_prio_tokens(d, seed, whole) for d in docs), partial)
+            entry.update({"cutoff": str(c), "partial_docs": n, "partial_tokens_chosen": t})
+        entry["rows"] = whole * avail_docs + entry["partial_docs"]
+        entry["tokens"] = whole * avail + entry["partial_tokens_chosen"]
+        entry["distinct_docs"] = avail_docs if whole else entry["partial_docs"]
+        plan[s] = entry
+        total_tokens += entry["tokens"]
+        total_rows += entry["rows"]
+    if spec["shard_tokens"]:
+        n_shards = max(1, math.ceil(total_tokens / spec["shard_tokens"]))
+    else:
+        n_shards = max(1, math.ceil(total_rows / spec["shard_rows"]))
+    return {"rows": total_rows, "sources": plan, "n_shards": n_shards, "tokens": total_tokens}
+
+
+# ---------------------------------------------------------------- route and write
+
+
+def _extra_columns(d: dict, n: int) -> tuple[pa.Array, pa.Array]:
+    """quality_score (from the source's quality attributes) and lang (from a language filter)."""
+    score = pa.nulls(n, pa.float32())
+    lang = pa.nulls(n, pa.string())
+    for path in d["layers"]:
+        names = pq.ParquetFile(path).schema_arrow.names
+        if "score" in names and Path(path).parent.parent.name.startswith("quality-"):
+            score = pq.read_table(path, columns=["score"]).column("score").combine_chunks().cast(pa.float32())
+        langs = [c for c in names if c.endswith(".lang")]
+        if langs:
+            lang = pq.read_table(path, columns=langs[:1]).column(0).combine_chunks().cast(pa.string())
+    return score, lang
+
+
+def route_shard(spec: dict, out) -> dict:
+    d, sel, seed, n_shards = spec["doc"], spec["selection"], spec["seed"], spec["n_shards"]
+    whole = sel["whole_epochs"]
+    cut = np.uint64(int(sel["cutoff"])) if sel["cutoff"] is not None else None
+    n = view.num_rows(d["documents"])
+    score_all, lang_all = _extra_columns(d, n)
+    parts = []
+    for rows, b in view.kept_batches(d["documents"], d["layers"], ["id", "text", "source", "source_id", "n_tokens"]):
+        ids = b.column("id").to_pylist()
+        r = pa.array(rows)
+        base = pa.table({"id": b.column("id"), "text": b.column("text"), "source": b.column("source"),
+                         "source_id": b.column("source_id"), "n_tokens": b.column("n_tokens"),
+                         "quality_score": score_all.take(r), "lang": lang_all.take(r)})
+        epochs = [(e, None) for e in range(whole)]
+        if cut is not None:
+            epochs.append((whole, priority(seed, d["source"], ids, whole) <= cut))
+        for e, mask in epochs:
+            t = base if mask is None else base.filter(pa.array(mask))
+            if t.num_rows == 0:
+                continue
+            chosen = ids if mask is None else [i for i, m in zip(ids, mask, strict=True) if m]
+            order = order_key(seed, d["source"], chosen, e)
+            parts.append(t.append_column("epoch", pa.array(np.full(t.num_rows, e, np.int32)))
+                         .append_column("order", pa.array(order)))
+    rows = 0
+    if parts:
+        table = pa.concat_tables(parts)
+        rows = table.num_rows
+        dest = (table.column("order").to_numpy() % np.uint64(n_shards)).astype(np.int64)
+        shuffle.write_partitions(table, dest, Path(out.dir) / "to", f"{d['source']}-part-{d['part']:05d}")
+    return {"rows": rows, "source": d["source"], "part": d["part"]}
+
+
+def write_shard(spec: dict, out) -> dict:
+    t = shuffle.read_dir(Path(spec["inputs"]))
     final = out.path(".parquet")
     tmp = atomic.tmp_path(final)
     per_source: dict[str, dict] = {}
-    rows = 0
-    with pq.ParquetWriter(tmp, MIX_SCHEMA, compression="zstd") as w:
-        for piece in spec["pieces"]:
-            for b in _kept_slices(piece):
-                w.write_table(pa.Table.from_batches([b]).cast(MIX_SCHEMA))
-                s = per_source.setdefault(piece["source"], {"docs": 0, "tokens": 0})
-                s["docs"] += b.num_rows
-                s["tokens"] += int(pc.sum(b.column("n_tokens")).as_py() or 0)
-                rows += b.num_rows
+    if t is None:
+        t = MIX_SCHEMA.empty_table()
+    else:
+        t = t.sort_by([("order", "ascending"), ("source", "ascending"), ("id", "ascending"), ("epoch", "ascending")])
+        t = t.drop_columns(["order"]).select(MIX_SCHEMA.names).cast(MIX_SCHEMA)
+    pq.write_table(t, tmp, compression="zstd", row_group_size=ROW_GROUP)
     atomic.commit(tmp, final)
+    if t.num_rows:
+        for s in pc.unique(t.column("source")).to_pylist():
+            sub = t.filter(pc.equal(t.column("source"), s))
+            per_source[s] = {"docs": sub.num_rows, "tokens": int(pc.sum(sub.column("n_tokens")).as_py() or 0),
+                             "repeats": int(pc.sum(pc.greater(sub.column("epoch"), 0)).as_py() or 0)}
     size, sha = atomic.file_digest(final)
-    return {"rows": rows, "bytes": size, "sha256": sha, "file": final.name, "per_source": per_source}
+    return {"rows": t.num_rows, "bytes": size, "sha256": sha, "file": final.name, "per_source": per_source,
+            "tokens": int(pc.sum(t.column("n_tokens")).as_py() or 0) if t.num_rows else 0}

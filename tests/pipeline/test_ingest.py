@@ -21,9 +21,21 @@ def _run(yaml_path, output=None):
 
 
 def _mixture_rows(run_dir) -> list[dict]:
+    """The mixture's rows in input order (the mixture itself is shuffled): sources in YAML
+    order, then ingest shard and row."""
     import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
-    return ds.dataset(run_dir / "mixture", format="parquet").to_table().to_pylist()
+    rj = atomic.read_json(run_dir / "run.json")
+    position = {}
+    order = atomic.read_json(run_dir / rj["steps"]["mix-select"]["dir"] / "step.json")["config"]["sources"]  # YAML order
+    for name in order:
+        st = rj["steps"][f"ingest-{name}"]
+        for f in sorted((run_dir / st["dir"]).glob("part-*.parquet")):
+            for i in pq.read_table(f, columns=["id"]).column("id").to_pylist():
+                position[(name, i)] = len(position)
+    rows = ds.dataset(run_dir / "mixture", format="parquet").to_table().to_pylist()
+    return sorted(rows, key=lambda r: (position[(r["source"], r["id"])], r["epoch"]))
 
 
 @pytest.fixture

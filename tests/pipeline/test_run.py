@@ -13,15 +13,14 @@ from pathlib import Path
 import pytest
 
 from pipeline.io import atomic
-from tests.conftest import ROOT, curate, write_yaml
+from tests.conftest import curate, demo_mixture, write_yaml
 
 
 @pytest.fixture(scope="module")
 def demo_yaml(demo_corpus, tmp_path_factory) -> Path:
     """mixtures/demo.yaml as shipped, pointed at the test's demo corpus."""
     d = tmp_path_factory.mktemp("mix")
-    text = (ROOT / "mixtures" / "demo.yaml").read_text().replace("../data/demo", str(demo_corpus))
-    return write_yaml(d / "demo.yaml", text)
+    return write_yaml(d / "demo.yaml", demo_mixture(demo_corpus))
 
 
 def _shas(run_dir: Path) -> dict:
@@ -29,7 +28,7 @@ def _shas(run_dir: Path) -> dict:
 
 
 def test_demo_is_accounted_for_and_identical_across_worker_counts(demo_yaml, tmp_path):
-    demo_yaml = write_yaml(tmp_path / "demo.yaml", demo_yaml.read_text().replace("shard_rows: 20000", "shard_rows: 3000"))
+    demo_yaml = write_yaml(tmp_path / "demo.yaml", demo_yaml.read_text().replace("shard_tokens: 500000", "shard_tokens: 100000"))
     r1 = curate("run", str(demo_yaml), "--workers", "1", "--output", str(tmp_path / "w1"))
     assert r1.returncode == 0, r1.stderr
     r2 = curate("run", str(demo_yaml), "--workers", "2", "--output", str(tmp_path / "w2"))
@@ -48,14 +47,17 @@ def test_demo_is_accounted_for_and_identical_across_worker_counts(demo_yaml, tmp
     assert web["removed"]["filter:gopher_quality"]["too_few_alpha_words"] > 50  # keyword stuffing
     assert set(web["removed"]) >= {"filter:english", "filter:gopher_quality", "filter:c4_quality"}
     assert wiki["in"] == 26227 and wiki["removed"]["filter:english"]["wrong_language:fr"] > 9000
-    code = led["sources"]["code"]  # no filters: only dedup removes (near-identical stdlib modules)
-    assert set(code["removed"]) <= {"dedup:exact", "dedup:fuzzy"} and code["kept"] > 0.9 * code["in"]
+    code = led["sources"]["code"]  # huge files, near-identical modules, and down-sampling to its 10%
+    assert set(code["removed"]) <= {"filter:not_huge", "dedup:exact", "dedup:fuzzy", "mix"}
+    assert code["removed"]["mix"]["not_selected"] > 0
     stages = [st["stage"] for st in web["stages"]]
     assert stages == ["ingest", "filter:english", "filter:gopher_quality", "filter:gopher_repetition",
-                      "filter:c4_quality", "filter:fineweb_quality", "dedup:exact", "dedup:fuzzy", "dedup:paragraph", "mix"]
+                      "filter:c4_quality", "filter:fineweb_quality", "dedup:exact", "dedup:fuzzy", "dedup:paragraph",
+                      "quality:wiki_vs_web", "mix"]
     man = atomic.read_json(d2 / "manifest.json")
-    assert man["total_docs"] == led["totals"]["kept"]
-    assert sum(s["realized_tokens"] for s in man["sources"].values()) == man["total_tokens"] > 5_000_000
+    assert man["total_docs"] == sum(e["stages"][-1]["rows_out"] for e in led["sources"].values())
+    assert sum(s["realized_tokens"] for s in man["sources"].values()) == man["total_tokens"]
+    assert web["stages"][-1]["repeated_rows"] > 0  # web needs more than one epoch
 
 
 def test_mixture_reads_with_pyarrow_dataset_and_hf_datasets(demo_yaml, tmp_path):
@@ -66,10 +68,25 @@ def test_mixture_reads_with_pyarrow_dataset_and_hf_datasets(demo_yaml, tmp_path)
 
     files = sorted(str(p) for p in (tmp_path / "demo" / "mixture").glob("*.parquet"))
     t = pads.dataset(files, format="parquet").to_table()
-    assert t.column_names == ["id", "text", "source", "source_id", "n_tokens"]
+    assert t.column_names == ["id", "text", "source", "source_id", "n_tokens", "epoch", "quality_score", "lang"]
     ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hfcache"))
     assert len(ds) == t.num_rows and ds[0]["text"] == t.column("text")[0].as_py()
-    assert len(set(t.column("id").to_pylist())) == t.num_rows
+    keys = list(zip(t.column("source").to_pylist(), t.column("id").to_pylist(), t.column("epoch").to_pylist(), strict=True))
+    assert len(set(keys)) == t.num_rows
+    # the manifest against a recount of the files
+    man = atomic.read_json(tmp_path / "demo" / "manifest.json")
+    total = sum(t.column("n_tokens").to_pylist())
+    assert total == man["total_tokens"] and t.num_rows == man["total_docs"]
+    for f in man["files"]:
+        ft = pads.dataset(str(tmp_path / "demo" / f["path"]), format="parquet").to_table()
+        assert (ft.num_rows, sum(ft.column("n_tokens").to_pylist())) == (f["rows"], f["tokens"])
+    shares = []
+    for s, v in man["sources"].items():
+        mine = [n for n, src in zip(t.column("n_tokens").to_pylist(), t.column("source").to_pylist(), strict=True) if src == s]
+        assert sum(mine) == v["realized_tokens"] and len(mine) == v["docs"]
+        shares.append((s, v["weight"], sum(mine) / total))
+        assert abs(sum(mine) / total - v["weight"]) <= 0.005, (s, v)
+    print(f"\nrealised shares: {shares}")
 
 
 def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_yaml, tmp_path):
@@ -84,19 +101,22 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_yaml, tmp_
     assert {s["status"] for s in steps.values()} == {"SKIPPED"}
     first = _shas(tmp_path / "demo")
 
-    edited = write_yaml(demo_yaml.with_name("edited.yaml"), demo_yaml.read_text().replace("shard_rows: 20000", "shard_rows: 7000"))
+    edited = write_yaml(demo_yaml.with_name("edited.yaml"), demo_yaml.read_text().replace(
+        "weights: {web: 0.6, wiki: 0.3, code: 0.1}", "weights: {web: 0.5, wiki: 0.4, code: 0.1}").replace(
+        "shard_tokens: 500000", "shard_tokens: 100000"))
     plan = curate("plan", str(edited), "--output", out)
     assert plan.returncode == 0, plan.stderr
-    actions = {ln.split()[0]: ln.split()[2:] for ln in plan.stdout.splitlines() if ln.startswith(("ingest-", "filter-", "mix"))}
-    assert actions["mix"] == ["run", "config", "changed"]
-    assert all(v == ["skip", "done"] for k, v in actions.items() if k != "mix"), actions
+    actions = {ln.split()[0]: ln.split()[2:] for ln in plan.stdout.splitlines() if ln.split()[:1] and "-" in ln.split()[0]
+               and ln.split()[0][0].islower() and len(ln.split()) > 3 and ln.split()[2] in ("run", "skip")}
+    assert actions["mix-select"] == ["run", "config", "changed"]
+    assert all(v == ["skip", "done"] for k, v in actions.items() if not k.startswith("mix")), actions
+    assert "expected mixture" in plan.stdout and "0.400" in plan.stdout
     r = curate("run", str(edited), "--output", out)
     assert r.returncode == 0, r.stderr
     steps = atomic.read_json(tmp_path / "demo" / "run.json")["steps"]
-    assert {k for k, s in steps.items() if s["status"] == "SUCCESS"} == {"mix"}
+    assert {k for k, s in steps.items() if s["status"] == "SUCCESS"} == {"mix-select", "mix-route", "mix"}
     man = atomic.read_json(tmp_path / "demo" / "manifest.json")
-    assert all(f["rows"] <= 7000 for f in man["files"]) and len(man["files"]) > len(first)
-    assert not (tmp_path / "demo" / "mixture" / "part-99999.parquet").exists()
+    assert len(man["files"]) > len(first) and abs(man["sources"]["wiki"]["realized_weight"] - 0.4) < 0.005
     assert sorted(p.name for p in (tmp_path / "demo" / "mixture").iterdir()) == sorted(Path(f["path"]).name for f in man["files"])
 
 

@@ -7,12 +7,12 @@ import json
 import pyarrow.parquet as pq
 
 from pipeline.io import atomic
-from tests.conftest import ROOT, curate, write_yaml
+from tests.conftest import curate, demo_mixture, write_yaml
 from tests.pipeline.dedup.test_dedup_run import decisions
 
 
 def test_demo_ledger_shows_dedup_and_planted_copies_are_removed(demo_corpus, tmp_path):
-    y = write_yaml(tmp_path / "demo.yaml", (ROOT / "mixtures" / "demo.yaml").read_text().replace("../data/demo", str(demo_corpus)))
+    y = write_yaml(tmp_path / "demo.yaml", demo_mixture(demo_corpus))
     r = curate("run", str(y), "--workers", "2", "--output", str(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     run = tmp_path / "demo"
@@ -21,7 +21,7 @@ def test_demo_ledger_shows_dedup_and_planted_copies_are_removed(demo_corpus, tmp
     web = led["sources"]["web"]["removed"]
     assert web["dedup:exact"]["exact_duplicate"] > 50 and web["dedup:fuzzy"]["near_duplicate"] > 50, web
     stages = [s["stage"] for s in led["sources"]["web"]["stages"]]
-    assert stages[-4:] == ["dedup:exact", "dedup:fuzzy", "dedup:paragraph", "mix"]
+    assert stages[-5:] == ["dedup:exact", "dedup:fuzzy", "dedup:paragraph", "quality:wiki_vs_web", "mix"]
 
     steps = atomic.read_json(run / "run.json")["steps"]
     kind, text = {}, {}

@@ -1,0 +1,159 @@
+"""The weighted mixture: budget and selection properties (hypothesis), and runs through
+the real CLI: upsampling with epochs, shortfalls, seeds, determinism."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow.dataset as pads
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.errors import RunError
+from pipeline.io import atomic
+from pipeline.steps import mix
+from tests.conftest import curate, write_yaml
+
+
+def _choose(ids, tokens, target, seed, source):
+    """The reference: whole epochs, then the partial one in priority order until met."""
+    avail = sum(tokens)
+    whole, partial = mix.split_epochs(target, avail)
+    rows = [(i, e) for e in range(whole) for i in ids]
+    if partial:
+        p = mix.priority(seed, source, ids, whole)
+        got = 0
+        for k in np.argsort(p, kind="stable"):
+            if got >= partial:
+                break
+            rows.append((ids[k], whole))
+            got += tokens[k]
+    return rows
+
+
+sources = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]),
+                          st.lists(st.integers(1, 400), min_size=1, max_size=40), min_size=1, max_size=4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sources, st.data())
+def test_budget_and_selection_properties(srcs, data):
+    names = sorted(srcs)
+    raw = [data.draw(st.floats(0.05, 1.0)) for _ in names]
+    weights = {s: w / sum(raw) for s, w in zip(names, raw, strict=True)}
+    avail = {s: sum(t) for s, t in srcs.items()}
+    target = data.draw(st.integers(1, 3 * sum(avail.values())))
+    max_ep = data.draw(st.sampled_from([None, 1.0, 2.0, 2.5]))
+    b = mix.budget(avail, weights, target, {s: max_ep for s in names}, "renormalize")
+    for s in names:
+        tokens = srcs[s]
+        ids = [f"{s}{i}" for i in range(len(tokens))]
+        rows = _choose(ids, tokens, b[s]["target"], 7, s)
+        got = sum(tokens[int(i[1:])] for i, _ in rows)
+        # targets met within one document
+        assert b[s]["target"] <= got < b[s]["target"] + max(tokens) or b[s]["target"] == 0
+        # no document beyond max_epochs
+        if max_ep is not None:
+            assert max(e for _, e in rows) + 1 <= math.ceil(max_ep) if rows else True
+            assert got < max_ep * avail[s] + max(tokens)
+        # every output document is a kept one, at most once per epoch
+        assert set(i for i, _ in rows) <= set(ids) and len(set(rows)) == len(rows)
+        # the distributed cutoff picks the same partial epoch, however the shards are cut
+        whole, partial = mix.split_epochs(b[s]["target"], avail[s])
+        if partial:
+            p = mix.priority(7, s, ids, whole)
+            t = np.array(tokens, np.int64)
+            cut = data.draw(st.integers(0, len(ids)))
+            c, n, tok = mix.cutoff(lambda p=p, t=t, cut=cut: [(p[:cut], t[:cut]), (p[cut:], t[cut:])], partial)
+            assert n == sum(1 for _, e in rows if e == whole) and tok == got - whole * avail[s]
+    if not any(v["capped"] for v in b.values()):
+        assert abs(sum(v["target"] for v in b.values()) - target) <= len(names)
+
+
+def test_shortfall_error_names_the_source_and_renormalize_caps_it():
+    avail = {"big": 1000, "small": 100}
+    with pytest.raises(RunError) as e:
+        mix.budget(avail, {"big": 0.5, "small": 0.5}, 600, {"big": None, "small": 2.0}, "error")
+    assert "small" in str(e.value) and "<- short" in str(e.value) and "3.00" in str(e.value)
+    b = mix.budget(avail, {"big": 0.5, "small": 0.5}, 600, {"big": None, "small": 2.0}, "renormalize")
+    assert b["small"]["target"] == 200 and b["small"]["capped"] and b["big"]["target"] == 400
+
+
+# ---------------------------------------------------------------- through the CLI
+
+
+@pytest.fixture(scope="module")
+def corpus(wiki_texts, tmp_path_factory):
+    d = tmp_path_factory.mktemp("mixdata")
+    for name, lo, hi in (("big", 0, 3000), ("small", 3000, 3200)):
+        with open(d / f"{name}.jsonl", "w") as f:
+            for i, t in enumerate(wiki_texts[lo:hi]):
+                f.write(json.dumps({"id": f"{name}{i:05d}", "text": t}) + "\n")
+    return d
+
+
+def _yaml(path, corpus, mixture: str, seed: int = 0):
+    return write_yaml(path, f"""
+        name: m
+        seed: {seed}
+        sources:
+          big: {{paths: ["{corpus}/big.jsonl"], id_field: id, max_shard_bytes: 200000}}
+          small: {{paths: ["{corpus}/small.jsonl"], id_field: id}}
+        mixture:
+          {mixture}
+    """)
+
+
+def _table(run):
+    files = sorted(str(p) for p in (run / "mixture").glob("*.parquet"))
+    return pads.dataset(files, format="parquet").to_table()
+
+
+def test_upsampling_epochs_determinism_and_seed(corpus, tmp_path):
+    # small has ~1/15 of big's tokens: a 0.3 share of a 166k-token mixture needs ~2.5 epochs of it
+    spec = "target_tokens: 166000\n          weights: {big: 0.7, small: 0.3}\n          max_epochs: 3\n          shard_tokens: 40000"
+    y = _yaml(tmp_path / "a.yaml", corpus, spec)
+    r1 = curate("run", str(y), "--workers", "2", "--output", str(tmp_path / "w2"))
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    r2 = curate("run", str(y), "--workers", "1", "--output", str(tmp_path / "w1"))
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    m1, m2 = (atomic.read_json(tmp_path / w / "m" / "manifest.json") for w in ("w2", "w1"))
+    assert [f["sha256"] for f in m1["files"]] == [f["sha256"] for f in m2["files"]] and len(m1["files"]) >= 4
+    small = m1["sources"]["small"]
+    assert 2.0 < small["epochs"] < 3.0 and small["docs_repeated"] > 0
+    t = _table(tmp_path / "w2" / "m")
+    counts: dict[str, int] = {}
+    for s, i in zip(t.column("source").to_pylist(), t.column("id").to_pylist(), strict=True):
+        if s == "small":
+            counts[i] = counts.get(i, 0) + 1
+    assert set(counts.values()) == {2, 3}
+    epochs = {e for s, e in zip(t.column("source").to_pylist(), t.column("epoch").to_pylist(), strict=True) if s == "small"}
+    assert epochs == {0, 1, 2}
+    for s, w in (("big", 0.7), ("small", 0.3)):
+        assert abs(m1["sources"][s]["realized_weight"] - w) <= 0.005
+    # another seed: another order and another selection of big
+    y3 = _yaml(tmp_path / "c.yaml", corpus, spec, seed=1)
+    assert curate("run", str(y3), "--output", str(tmp_path / "s1")).returncode == 0
+    t3 = _table(tmp_path / "s1" / "m")
+    assert t3.column("id").to_pylist()[:50] != t.column("id").to_pylist()[:50]
+    big = lambda tb: {i for s, i in zip(tb.column("source").to_pylist(), tb.column("id").to_pylist(), strict=True) if s == "big"}  # noqa: E731
+    assert big(t3) != big(t)
+
+
+def test_shortfall_stops_before_writing_or_renormalizes(corpus, tmp_path):
+    spec = "target_tokens: 166000\n          weights: {big: 0.7, small: 0.3}\n          max_epochs: 2"
+    y = _yaml(tmp_path / "e.yaml", corpus, spec + "\n          on_shortfall: error")
+    r = curate("run", str(y), "--output", str(tmp_path / "e"))
+    assert r.returncode == 1
+    assert "not enough tokens for the weights within max_epochs; nothing was written" in r.stderr
+    assert "small" in r.stderr and "<- short" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "e" / "m" / "mixture").exists() and not (tmp_path / "e" / "m" / "manifest.json").exists()
+    y = _yaml(tmp_path / "r.yaml", corpus, spec + "\n          on_shortfall: renormalize")
+    r = curate("run", str(y), "--output", str(tmp_path / "r"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = atomic.read_json(tmp_path / "r" / "m" / "manifest.json")["sources"]
+    assert m["small"]["capped"] and 1.9 < m["small"]["epochs"] <= 2.0 + 1e-9 + 300 / m["small"]["available_tokens"]
+    assert m["small"]["realized_weight"] < 0.3 - 0.01 and m["big"]["realized_weight"] > 0.7 + 0.01
