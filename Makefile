@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 WHEELS := .cache/wheels
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup lint clean
+.PHONY: browser demo test setup lint clean
 
 setup: $(STAMP)
 
@@ -21,8 +21,14 @@ demo: setup
 	$(BIN)/curate demo-data data/demo --wheel-dir $(WHEELS)
 	$(BIN)/curate run mixtures/demo.yaml
 
-test: setup
+test: setup browser
 	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m pytest -q tests
+
+# tests/test_pages.py opens the published pages in headless Chromium (Debian's package)
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
+	  || sudo apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
+	  || echo "note: could not install chromium; tests/test_pages.py will fail until it is installed")
 
 clean:
 	rm -rf out data/demo .pytest_cache

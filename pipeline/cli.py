@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--workers", type=int, default=None, help="CPUs of the embedded Ray (default: all cores); ignored on a cluster")
     r.add_argument("--output", default=None, help="directory for run directories (default: the YAML's `output`, relative to it)")
     r.add_argument("--dry-run", action="store_true", help="print the plan and stop (same as `curate plan`)")
+    r.add_argument("--quiet", action="store_true", help="no progress lines (errors and the final summary still print)")
 
     v = sub.add_parser("validate", help="check a mixture YAML, its references and its input paths")
     v.add_argument("mixture")
@@ -64,14 +65,28 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("explain", help="why one document was kept or removed, stage by stage",
                         description="Finds the document in the run's step outputs and shows each stage's decision, reason and scores.")
     ex.add_argument("run_dir", help="the run directory `curate run` printed")
-    ex.add_argument("--id", required=True, help="the document id (as in mixture/*.parquet or the ingest shards)")
+    ex.add_argument("--id", help="the document id (as in mixture/*.parquet or the ingest shards)")
+    ex.add_argument("--all", action="store_true", help="one row per input document (status, stage, reason, scores) into --out")
+    ex.add_argument("--out", help="with --all: the Parquet file to write")
     ex.add_argument("--json", action="store_true", help="print JSON instead of text")
 
-    for name, helptext in [("samples", "export sample documents, kept or removed, with reasons"),
-                           ("report", "(re)write report.html for a run")]:
-        sp = sub.add_parser(name, help=helptext + " (not implemented yet)")
-        sp.add_argument("run_dir")
-        sp.add_argument("rest", nargs=argparse.REMAINDER)
+    sp = sub.add_parser("samples", help="export sample documents of any slice, kept or removed, with reasons and scores",
+                        description="Streams the run's step outputs and keeps the N documents of the slice with the smallest "
+                        "seeded hash of their id (the same N every time). Dedup removals come with their survivor.",
+                        epilog="examples:\n  curate samples out/demo --source web --stage dedup-fuzzy --format html --out fuzzy.html\n"
+                        "  curate samples out/demo --reason too_few_stop_words -n 5",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("run_dir")
+    sp.add_argument("--source", action="append", help="only this source (repeatable; default: all)")
+    sp.add_argument("--stage", help="only documents removed at this stage: filter-<name>, dedup-exact, dedup-fuzzy, "
+                    "dedup-paragraph, quality-<classifier>, mix; or `kept`")
+    sp.add_argument("--reason", help="only this reason (a prefix such as near_duplicate_of, or a whole reason)")
+    sp.add_argument("-n", type=int, default=20, help="how many documents (default 20)")
+    sp.add_argument("--format", choices=["jsonl", "parquet", "html"], default="jsonl")
+    sp.add_argument("--out", help="where to write (default: stdout for jsonl; samples.<format> otherwise)")
+
+    rp = sub.add_parser("report", help="(re)write report.html and report.json of a run and print the path")
+    rp.add_argument("run_dir")
     return p
 
 
@@ -109,9 +124,19 @@ def _dispatch(args) -> int:
         out = demo_data.build(Path(args.dir), wheel_dir=args.wheel_dir, web_pages=args.web_pages)
         print(out)
         return 0
+    if args.cmd == "explain" and args.all:
+        from pipeline import explain
+
+        if not args.out:
+            raise UsageError("curate explain --all needs --out FILE.parquet")
+        n = explain.write_all(Path(args.run_dir), Path(args.out))
+        print(f"{args.out}: {n:,} documents")
+        return 0
     if args.cmd == "explain":
         from pipeline import explain
 
+        if not args.id:
+            raise UsageError("curate explain needs --id ID (or --all --out FILE.parquet)")
         infos = explain.find(Path(args.run_dir), args.id)
         if args.json:
             import orjson
@@ -120,9 +145,13 @@ def _dispatch(args) -> int:
         else:
             print(explain.render(infos, args.id))
         return 0 if infos else 1
-    if args.cmd in ("samples", "report"):
-        caps = {"samples": "published samples (issue 7)", "report": "the run report (issue 7)"}
-        raise UsageError(f"curate {args.cmd}: not implemented yet: {caps[args.cmd]}; ledger.json and the step outputs hold the decisions meanwhile")
+    if args.cmd == "report":
+        from pipeline import report
+
+        print(report.write(_run_dir(args.run_dir)))
+        return 0
+    if args.cmd == "samples":
+        return _samples(args)
 
     lm = config.load(args.mixture)
     if args.cmd == "validate":
@@ -145,8 +174,54 @@ def _dispatch(args) -> int:
     if args.cmd == "plan" or (args.cmd == "run" and args.dry_run):
         print(runner.describe_plan(lm, args.output))
         return 0
-    run_dir = runner.run(lm, workers=args.workers, output=args.output, log=lambda m: print(m, file=sys.stderr))
+    run_dir = runner.run(lm, workers=args.workers, output=args.output, quiet=args.quiet,
+                         log=(lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
     _summary(run_dir)
+    return 0
+
+
+def _run_dir(path: str) -> Path:
+    d = Path(path)
+    if not (d / "run.json").is_file():
+        raise UsageError(f"{d}: not a run directory (no run.json); give the path `curate run` printed")
+    return d
+
+
+def _samples(args) -> int:
+    import orjson
+
+    from pipeline import decisions, html, samples
+
+    run = decisions.Run(_run_dir(args.run_dir))
+    sources = args.source or run.all_sources
+    unknown = [s for s in sources if s not in run.config["sources"]]
+    if unknown:
+        raise UsageError(f"--source {unknown[0]}: no such source in this run; sources: {', '.join(run.config['sources'])}")
+    stage, status = args.stage, None
+    if stage == "kept":
+        stage, status = None, "kept"
+    elif stage or args.reason:
+        status = "removed"
+    recs = samples.sample(run, sources, args.n, stage=stage, reason=args.reason, status=status)
+    what = f"{len(recs)} documents" + (f" of {', '.join(sources)}" if args.source else "") + (f", stage {args.stage}" if args.stage else "") \
+        + (f", reason {args.reason}" if args.reason else "")
+    if args.format == "jsonl" and not args.out:
+        for r in recs:
+            print(orjson.dumps(r).decode())
+        return 0
+    out = Path(args.out or f"samples.{args.format}")
+    if args.format == "jsonl":
+        samples.write_jsonl(recs, out)
+    elif args.format == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = [{**r, "scores": orjson.dumps(r.get("scores") or {}).decode(),
+                 "survivor": orjson.dumps(r["survivor"]).decode() if r.get("survivor") else None} for r in recs]
+        pq.write_table(pa.Table.from_pylist(rows), out)
+    else:
+        out.write_text(html.viewer(f"Samples of {run.record['name']}", recs, what), encoding="utf-8")
+    print(f"{out}: {what}", file=sys.stderr)
     return 0
 
 

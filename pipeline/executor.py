@@ -233,15 +233,18 @@ def start_ray(workers: int | None) -> bool:
 class Progress:
     """One line per step: tqdm bars on a terminal, plain periodic lines in job logs."""
 
-    def __init__(self, stream=sys.stderr):
+    def __init__(self, stream=sys.stderr, quiet: bool = False):
         self.stream = stream
-        self.tty = stream.isatty()
+        self.quiet = quiet
+        self.tty = stream.isatty() and not quiet
         self.bars: dict[str, object] = {}
         self.state: dict[str, dict] = {}
         self.last_print = 0.0
 
     def start(self, name: str, total: int, done: int, docs: int):
-        self.state[name] = {"total": total, "done": done, "docs": docs, "t0": time.time(), "docs0": docs}
+        self.state[name] = {"total": total, "done": done, "done0": done, "docs": docs, "t0": time.time(), "docs0": docs}
+        if self.quiet:
+            return
         if self.tty:
             from tqdm import tqdm
 
@@ -253,19 +256,27 @@ class Progress:
         s = self.state[name]
         s["done"] += 1
         s["docs"] += docs
-        rate = (s["docs"] - s["docs0"]) / max(time.time() - s["t0"], 1e-6)
+        elapsed = max(time.time() - s["t0"], 1e-6)
+        rate = (s["docs"] - s["docs0"]) / elapsed
+        new_shards = s["done"] - s.get("done0", 0)
+        eta = elapsed / new_shards * (s["total"] - s["done"]) if new_shards else None
+        if self.quiet:
+            return
         if self.tty:
             bar = self.bars[name]
             bar.set_postfix_str(f"{s['docs']:,} docs, {rate:,.0f} docs/s", refresh=False)
             bar.update(1)
         elif time.time() - self.last_print > 5 or s["done"] == s["total"]:
             self.last_print = time.time()
-            print(f"[{name}] {s['done']}/{s['total']} shards, {s['docs']:,} docs, {rate:,.0f} docs/s", file=self.stream, flush=True)
+            left = f", ETA {eta:.0f}s" if eta is not None and s["done"] < s["total"] else ""
+            print(f"[{name}] {s['done']}/{s['total']} shards, {s['docs']:,} docs, {rate:,.0f} docs/s{left}", file=self.stream, flush=True)
 
     def finish(self, name: str, seconds: float):
         if self.tty and name in self.bars:
             self.bars.pop(name).close()
         s = self.state.get(name, {})
+        if self.quiet:
+            return
         print(f"[{name}] done: {s.get('docs', 0):,} docs in {seconds:.1f}s", file=self.stream, flush=True)
 
 

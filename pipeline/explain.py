@@ -172,3 +172,35 @@ def render(infos: list[dict], doc_id: str) -> str:
 
 def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def write_all(run_dir: Path, out: Path) -> int:
+    """`curate explain --all`: one row per input document (quarantined records included),
+    streamed shard by shard into one Parquet file."""
+    import pyarrow as pa
+
+    from pipeline import decisions
+
+    run = decisions.Run(run_dir)
+    n = 0
+    writer = None
+    tmp = atomic.tmp_path(out)
+    try:
+        for source in run.all_sources:
+            tables = [decisions.shard_decisions(run, source, p) for p in run.shards(source)]
+            q = decisions.quarantined(run, source)
+            if q:
+                tables.append(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "error"} for r in q],
+                                                   schema=tables[0].schema if tables else None))
+            for t in tables:
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, t.schema, compression="zstd")
+                writer.write_table(t.cast(writer.schema))
+                n += t.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:
+        raise UsageError(f"{run_dir}: the run has no ingested documents")
+    atomic.commit(tmp, out)
+    return n

@@ -21,7 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from pipeline import __version__, ledger, tokens
+from pipeline import __version__, ledger, report, tokens
 from filters import base as filter_base
 from pipeline.dedup import plan as dedup_plan
 from pipeline.steps import classify_plan
@@ -106,6 +106,14 @@ class Plan:
 
         self.mix = Step("mix", "mix", {}, [self.mix_route], "pipeline.steps.mix:write_shard", shards=write_shards)
         self.steps += [self.mix_select, self.mix_route, self.mix]
+        sm = m.samples
+        self.samples = Step(
+            "samples", "samples", {"samples": sm.model_dump(), "seed": m.seed}, list(self.steps), "pipeline.samples:sample_shard",
+            shards=lambda st, stats: [{"run_dir": str(self.run_dir), "source": s, "kept_per_source": sm.kept_per_source,
+                                       "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {s}"}
+                                      for s in m.sources],
+        )
+        self.steps.append(self.samples)
 
     def mixed_docs(self, stats: dict) -> list[dict]:
         """The document shards of the sources in the mixture, with all their layers."""
@@ -207,7 +215,7 @@ def _expected_mixture(plan: Plan, run_dir: Path) -> list[str]:
     target and the epochs it needs; or which step must run first."""
     import math
 
-    upstream = [s for s in plan.steps if s not in (plan.mix_select, plan.mix_route, plan.mix)]
+    upstream = [s for s in plan.steps if s not in (plan.mix_select, plan.mix_route, plan.mix, plan.samples)]
     pending = [s.name for s in upstream if not (s.dir(run_dir) / SUCCESS).exists()]
     if pending:
         return [f"expected mixture: unknown until {pending[0]} runs (and {len(pending) - 1} more steps)" if len(pending) > 1
@@ -248,7 +256,7 @@ def _git_commit(where: Path) -> str | None:
         return None
 
 
-def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None, log=print) -> Path:
+def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None, log=print, quiet: bool = False) -> Path:
     todo = unimplemented(lm)
     if todo:
         raise UsageError("\n".join(str(t) for t in todo))
@@ -268,7 +276,9 @@ def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None
         action, why = step_status(s, run_dir, prev)
         log(f"{s.name:<24} {action:<5} {why}")
     atomic.write_json(run_dir / "run.json", record)
-    ex = Executor(run_dir, workers=workers)
+    from pipeline.executor import Progress
+
+    ex = Executor(run_dir, workers=workers, progress=Progress(quiet=quiet))
     try:
         stats = ex.run(plan.steps)
     except BaseException as e:
@@ -279,12 +289,14 @@ def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None
     led = _ledger(plan, stats)
     atomic.write_json(run_dir / "ledger.json", led)
     manifest = _publish(plan, run_dir, stats)
+    manifest["samples"] = _publish_samples(plan, run_dir)
     atomic.write_json(run_dir / "manifest.json", manifest)
     bad = ledger.imbalance(led)
     record["status"] = "FAILED" if bad else "SUCCESS"
     if bad:
         record["error"] = "conservation check failed"
     _finish_record(record, plan, run_dir, ex, t0)
+    report.write(run_dir)
     if bad:
         raise RunError("conservation check failed, documents are unaccounted for:\n  " + "\n  ".join(bad)
                        + f"\nsee {run_dir / 'ledger.json'}")
@@ -343,6 +355,31 @@ def _ledger(plan: Plan, stats: dict) -> dict:
             sname, stats[plan.ingest[sname].name], stats[flt.name] if flt else None, spec.filters, mix, later
         )
     return ledger.build(entries)
+
+
+def _publish_samples(plan: Plan, run_dir: Path) -> list[dict]:
+    """samples/<source>/{kept,removed}.jsonl (links into the samples step) and samples/index.html."""
+    import orjson
+
+    from pipeline import html
+
+    sdir = plan.samples.dir(run_dir)
+    pairs, listed, records = [], [], []
+    for source in plan.lm.mixture.sources:
+        for name in ("kept.jsonl", "removed.jsonl"):
+            f = sdir / source / name
+            if f.exists():
+                pairs.append((f, f"{source}/{name}"))
+                rows = [orjson.loads(x) for x in f.read_bytes().splitlines()]
+                records += rows
+                listed.append({"path": f"samples/{source}/{name}", "documents": len(rows)})
+    tmp_index = sdir / "index.html"
+    note = (f"{len(records):,} sample documents of run {plan.lm.mixture.name}: up to {plan.lm.mixture.samples.kept_per_source} kept "
+            f"per source and {plan.lm.mixture.samples.removed_per_reason} removed per stage and reason, chosen by a seeded hash")
+    atomic.write_bytes(tmp_index, html.viewer(f"Samples of {plan.lm.mixture.name}", records, note).encode("utf-8"))
+    pairs.append((tmp_index, "index.html"))
+    _link_tree(pairs, run_dir / "samples")
+    return listed + [{"path": "samples/index.html", "documents": len(records)}]
 
 
 def _link_tree(pairs: list[tuple[Path, str]], dest: Path):

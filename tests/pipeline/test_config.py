@@ -99,7 +99,7 @@ def test_directory_instead_of_files(tmp_path):
     assert "d is a directory; it holds a.jsonl; use a glob such as d/*.jsonl (or format: hf for a saved HF dataset)" in str(e.value).replace(str(tmp_path) + "/", "")
 
 
-def test_later_capabilities_parse_and_are_refused_by_run(tmp_path):
+def test_every_contract_section_parses_and_runs(tmp_path):
     text = GOOD + """
 dedup:
   exact: {}
@@ -114,8 +114,7 @@ samples: {kept_per_source: 5}
 """
     lm = config.load(write_yaml(tmp_path / "x.yaml", text))
     todo = [str(t) for t in config.unimplemented(lm)]
-    # dedup, classifiers and weighted mixtures run now; only samples wait
-    assert len(todo) == 1 and "samples: not implemented yet: published samples (issue 7)" in todo[0], todo
+    assert todo == []  # every section of the contract runs now
 
 
 def test_dedup_errors_name_the_key(tmp_path):

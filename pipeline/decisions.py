@@ -1,0 +1,185 @@
+"""Every document's fate, shard by shard, from the step outputs: the rows behind
+`curate samples`, `curate explain --all`, the published samples and the report.
+
+For one ingest shard of a source, `shard_decisions` joins the document shard with its
+layers (filter attributes, each dedup kind's, the quality attributes) and the mixture
+selection, and returns one row per document:
+
+    source, id, source_id, status (kept | removed), stage, reason, scores (JSON),
+    survivor_source, survivor_id (dedup removals), n_tokens, text (optional)
+
+`stage` is the stage that removed the document (filter:<name>, dedup:<kind>,
+quality:<classifier>, mix), null when kept. Nothing here holds more than one shard.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.io import atomic
+from pipeline.steps import mix, view
+
+DEDUP = ("exact", "fuzzy", "paragraph")
+
+
+class Run:
+    """A finished run directory: its record, config and where each stage's files are."""
+
+    def __init__(self, run_dir: Path):
+        self.dir = Path(run_dir)
+        self.record = atomic.read_json(self.dir / "run.json")
+        self.steps = self.record["steps"]
+        self.config = self.record["config"]
+        self.seed = self.config["seed"]
+        sel = self.steps.get("mix-select")
+        self.selection = atomic.read_json(self.dir / sel["dir"] / "_markers" / "part-00000.json") if sel else None
+        mix_step = atomic.read_json(self.dir / sel["dir"] / "step.json") if sel else None
+        self.sources = mix_step["config"]["sources"] if mix_step else list(self.config["sources"])
+        self.all_sources = [s for s in self._yaml_order()]
+
+    def _yaml_order(self) -> list[str]:
+        names = list(self.config["sources"])
+        known = [s for s in self.sources if s in names]
+        return known + [s for s in names if s not in known]
+
+    def step_dir(self, name: str) -> Path | None:
+        st = self.steps.get(name)
+        return self.dir / st["dir"] if st else None
+
+    def shards(self, source: str) -> list[Path]:
+        d = self.step_dir(f"ingest-{source}")
+        return sorted(d.glob("part-*.parquet")) if d else []
+
+    def layers(self, source: str, part: Path) -> list[tuple[str, Path]]:
+        """(stage label, attribute file) in stage order."""
+        out = []
+        f = self.step_dir(f"filter-{source}")
+        if f:
+            out.append(("filter", f / part.name))
+        for kind in DEDUP:
+            d = self.step_dir(f"dedup-{kind}")
+            if d:
+                out.append((f"dedup:{kind}", d / source / part.name))
+        q = self.step_dir(f"quality-{source}")
+        if q:
+            cls = (self.config["sources"][source].get("quality") or {}).get("classifier")
+            out.append((f"quality:{cls}", q / source / part.name))
+        return out
+
+
+def reason_group(reason: str | None) -> str | None:
+    """A reason without its per-document detail: exact_duplicate_of:<id> -> exact_duplicate_of,
+    quality_below:0.08 (score=0.01) -> quality_below:0.08."""
+    if reason is None:
+        return None
+    if reason.startswith(("exact_duplicate_of:", "near_duplicate_of:")):
+        return reason.split(":", 1)[0]
+    return reason.split(" (", 1)[0]
+
+
+def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) -> pa.Table:
+    cols = ["id", "source_id", "n_tokens"] + (["text"] if with_text else [])
+    docs = pq.read_table(part, columns=cols)
+    n = docs.num_rows
+    status = np.array(["kept"] * n, dtype=object)
+    stage = np.array([None] * n, dtype=object)
+    reason = np.array([None] * n, dtype=object)
+    surv_src = np.array([None] * n, dtype=object)
+    surv_id = np.array([None] * n, dtype=object)
+    scores: list[dict] = [{} for _ in range(n)]
+    layers = run.layers(source, part)
+    for label, path in layers:
+        t = pq.read_table(path)
+        names = t.schema.names
+        keep = t.column("keep").to_pylist()
+        rs = t.column("reason").to_pylist()
+        if label == "filter":
+            stg = t.column("stage").to_pylist()
+            for c in names:
+                if "." in c:
+                    for i, v in enumerate(t.column(c).to_pylist()):
+                        if v is not None:
+                            scores[i][c] = v
+        for i, k in enumerate(keep):
+            if k is False and status[i] == "kept":
+                status[i] = "removed"
+                stage[i] = f"filter:{stg[i]}" if label == "filter" else label
+                reason[i] = rs[i]
+        if "duplicate_of" in names:
+            for i, (s, d) in enumerate(zip(t.column("duplicate_of_source").to_pylist(), t.column("duplicate_of").to_pylist(), strict=True)):
+                if d is not None:
+                    surv_src[i], surv_id[i] = s, d
+        if "jaccard" in names:
+            for i, v in enumerate(t.column("jaccard").to_pylist()):
+                if v is not None:
+                    scores[i]["jaccard"] = v
+        if label.startswith("quality:"):
+            for i, v in enumerate(t.column("score").to_pylist()):
+                if v is not None:
+                    scores[i]["quality_score"] = round(v, 6)
+        if with_text and "text" in names:  # rewritten text (c4 rewrite, paragraph cuts)
+            new = t.column("text").to_pylist()
+            docs = docs.set_column(docs.schema.get_field_index("text"), "text",
+                                   pa.array([x if x is not None else o for x, o in zip(new, docs.column("text").to_pylist(), strict=True)], pa.string()))
+    # the mixture's choice among the documents still kept
+    sel = (run.selection or {}).get("sources", {}).get(source) if run.selection else None
+    kept_idx = [i for i in range(n) if status[i] == "kept"]
+    if run.selection is not None and kept_idx:
+        ids = docs.column("id").to_pylist()
+        if sel is None:
+            chosen = np.zeros(len(kept_idx), bool)
+            why = "excluded"
+        elif sel["whole_epochs"] > 0:
+            chosen = np.ones(len(kept_idx), bool)
+            why = ""
+        else:
+            p = mix.priority(run.seed, source, [ids[i] for i in kept_idx], 0)
+            chosen = p <= np.uint64(int(sel["cutoff"])) if sel["cutoff"] is not None else np.zeros(len(kept_idx), bool)
+            why = "not_selected"
+        for j, i in enumerate(kept_idx):
+            if not chosen[j]:
+                status[i], stage[i], reason[i] = "removed", "mix", why
+    out = {
+        "source": pa.array([source] * n, pa.string()), "id": docs.column("id"), "source_id": docs.column("source_id"),
+        "status": pa.array(list(status), pa.string()), "stage": pa.array(list(stage), pa.string()),
+        "reason": pa.array(list(reason), pa.string()),
+        "scores": pa.array([orjson.dumps(s).decode() if s else None for s in scores], pa.string()),
+        "survivor_source": pa.array(list(surv_src), pa.string()), "survivor_id": pa.array(list(surv_id), pa.string()),
+        "n_tokens": docs.column("n_tokens"),
+    }
+    if with_text:
+        out["text"] = docs.column("text")
+    return pa.table(out)
+
+
+def quarantined(run: Run, source: str) -> list[dict]:
+    out = []
+    q = run.dir / "quarantine" / source
+    for f in sorted(q.glob("*.jsonl")) if q.is_dir() else []:
+        for line in f.read_bytes().splitlines():
+            r = orjson.loads(line)
+            out.append({"source": source, "id": None, "source_id": f"{r['file']}:{r.get('line') or r.get('row')}",
+                        "status": "quarantined", "stage": "ingest", "reason": r["reason"], "scores": None,
+                        "survivor_source": None, "survivor_id": None, "n_tokens": None, "error": r["error"]})
+    return out
+
+
+def find_texts(run: Run, wanted: dict[str, set[str]]) -> dict[tuple[str, str], str]:
+    """Texts of some documents by (source, id), scanning id columns shard by shard."""
+    out = {}
+    for source, ids in wanted.items():
+        if not ids:
+            continue
+        for part in run.shards(source):
+            col = pq.read_table(part, columns=["id"]).column("id").to_pylist()
+            rows = [i for i, x in enumerate(col) if x in ids]
+            if rows:
+                t = view.read_rows(str(part), [], np.array(rows), ["id", "text"])
+                for i, x in zip(t.column("id").to_pylist(), t.column("text").to_pylist(), strict=True):
+                    out[(source, i)] = x
+    return out

@@ -1,0 +1,175 @@
+"""`report.json` and `report.html`: what a run did, in numbers and plots.
+
+report.json holds the numbers: per source the funnel (documents and tokens after ingest
+and after every stage, from the ledger), removals by stage and reason, the quality score
+histogram with its threshold, the language distribution, the target and realised mixture
+weights (from the manifest), and the run time of every step. report.html shows the same
+numbers as tables and matplotlib plots inlined as SVG, in one self-contained page.
+Score columns are read from the attribute files (one float per document), never texts.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pipeline import decisions as dec
+from pipeline import html as pages
+from pipeline.io import atomic
+
+BINS = 20
+
+
+def _quality(run: dec.Run, source: str) -> dict | None:
+    qdir = run.step_dir(f"quality-{source}")
+    if not qdir:
+        return None
+    counts = np.zeros(BINS, np.int64)
+    for f in sorted((qdir / source).glob("part-*.parquet")):
+        t = pq.read_table(f, columns=["keep", "score"])
+        seen = t.column("keep").is_valid().to_numpy(zero_copy_only=False)
+        s = t.column("score").to_numpy(zero_copy_only=False)[seen]
+        counts += np.histogram(s, bins=BINS, range=(0.0, 1.0))[0]
+    thr = atomic.read_json(run.step_dir(f"quality-{source}-threshold") / "_markers" / "part-00000.json")
+    return {"bins": [round(i / BINS, 4) for i in range(BINS + 1)], "counts": counts.tolist(),
+            "threshold": thr["threshold"], "kind": thr["kind"], "documents": int(counts.sum())}
+
+
+def _languages(run: dec.Run, source: str) -> dict[str, int]:
+    fdir = run.step_dir(f"filter-{source}")
+    out: dict[str, int] = {}
+    for f in sorted(fdir.glob("part-*.parquet")) if fdir else []:
+        cols = [c for c in pq.ParquetFile(f).schema_arrow.names if c.endswith(".lang")]
+        if cols:
+            for v in pq.read_table(f, columns=cols[:1]).column(0).to_pylist():
+                if v is not None:
+                    out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def build(run_dir: Path) -> dict:
+    run = dec.Run(run_dir)
+    led = atomic.read_json(run_dir / "ledger.json")
+    man = atomic.read_json(run_dir / "manifest.json")
+    sources = {}
+    for s, e in led["sources"].items():
+        sources[s] = {
+            "in": e["in"], "kept": e["kept"], "removed": e["removed_total"], "quarantined": e["quarantined"],
+            "conservation": e["conservation"],
+            "funnel": [{"stage": st["stage"], "docs": st["docs_out"], "tokens": st.get("tokens_out")} for st in e["stages"]],
+            "removed_by_reason": e["removed"], "quality": _quality(run, s), "languages": _languages(run, s),
+            "mixture": man["sources"].get(s),
+        }
+    steps = {k: {"status": v["status"], "seconds": v.get("seconds"), "shards": v.get("shards")} for k, v in run.steps.items()}
+    return {"name": run.record["name"], "status": run.record["status"], "seconds": run.record.get("seconds"),
+            "config_hash": run.record["config_hash"], "sources": sources, "totals": led["totals"],
+            "mixture": {"total_tokens": man["total_tokens"], "total_docs": man["total_docs"], "files": len(man["files"]),
+                        "target_tokens": man.get("target_tokens")},
+            "steps": steps}
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    s = buf.getvalue()
+    return s[s.index("<svg"):]
+
+
+def _plots(rep: dict) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"
+    matplotlib.rcParams["svg.hashsalt"] = "curate"  # stable ids, so the same run gives the same page
+    import matplotlib.pyplot as plt
+
+    out = {}
+    for s, e in rep["sources"].items():
+        fig, ax = plt.subplots(figsize=(7, 0.35 * len(e["funnel"]) + 0.8))
+        labels = [f["stage"] for f in e["funnel"]][::-1]
+        ax.barh(labels, [f["docs"] for f in e["funnel"]][::-1], color="#4a7fb5")
+        ax.set_xlabel("documents after the stage")
+        ax.set_title(f"{s}: funnel")
+        out[f"funnel-{s}"] = _svg(fig)
+        q = e["quality"]
+        if q:
+            fig, ax = plt.subplots(figsize=(7, 2.6))
+            ax.bar(q["bins"][:-1], q["counts"], width=1 / BINS, align="edge", color="#7a9f5a")
+            ax.axvline(q["threshold"], color="#c33", linestyle="--", label=f"threshold {q['threshold']:.4g}")
+            ax.set_xlabel("quality score")
+            ax.set_ylabel("documents")
+            ax.legend()
+            ax.set_title(f"{s}: quality scores of the documents that reached the stage")
+            out[f"quality-{s}"] = _svg(fig)
+    mixed = {s: e["mixture"] for s, e in rep["sources"].items() if e["mixture"]}
+    if mixed:
+        fig, ax = plt.subplots(figsize=(7, 2.6))
+        x = np.arange(len(mixed))
+        target = [v["weight"] if v["weight"] is not None else 0 for v in mixed.values()]
+        ax.bar(x - 0.2, target, 0.4, label="target weight", color="#bbb")
+        ax.bar(x + 0.2, [v["realized_weight"] for v in mixed.values()], 0.4, label="realised weight", color="#4a7fb5")
+        ax.set_xticks(x, list(mixed))
+        ax.legend()
+        ax.set_title("mixture weights (token shares)")
+        out["weights"] = _svg(fig)
+    return out
+
+
+def _table(head: list[str], rows: list[list]) -> str:
+    h = "".join(f"<th>{html.escape(str(c))}</th>" for c in head)
+    b = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{h}</tr>{b}</table>"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return "" if v is None else str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def render(rep: dict) -> str:
+    plots = _plots(rep)
+    parts = [f"<h1>Run {html.escape(rep['name'])}: {html.escape(rep['status'])}</h1>",
+             f"<p class='meta'>config {rep['config_hash'][:12]}, {rep['seconds'] or 0:.0f} s; mixture: "
+             f"{rep['mixture']['total_docs']:,} rows, {rep['mixture']['total_tokens']:,} tokens in {rep['mixture']['files']} files</p>",
+             "<h2>Sources</h2>",
+             _table(["source", "in", "kept", "removed", "quarantined", "balanced"],
+                    [[s, e["in"], e["kept"], e["removed"], e["quarantined"], e["conservation"]] for s, e in rep["sources"].items()])]
+    if "weights" in plots:
+        parts += ["<h2>Mixture</h2>", plots["weights"],
+                  _table(["source", "weight", "available tokens", "target tokens", "realised tokens", "realised weight", "epochs"],
+                         [[s, e["mixture"]["weight"], e["mixture"]["available_tokens"], e["mixture"]["target_tokens"],
+                           e["mixture"]["realized_tokens"], e["mixture"]["realized_weight"], e["mixture"]["epochs"]]
+                          for s, e in rep["sources"].items() if e["mixture"]])]
+    for s, e in rep["sources"].items():
+        parts += [f"<h2>{html.escape(s)}</h2>", plots[f"funnel-{s}"],
+                  _table(["stage", "documents", "tokens"], [[f["stage"], f["docs"], f["tokens"]] for f in e["funnel"]])]
+        rows = [[stage, reason, n] for stage, reasons in e["removed_by_reason"].items() for reason, n in reasons.items()]
+        if rows:
+            parts += ["<h3>Removed, by stage and reason</h3>", _table(["stage", "reason", "documents"], rows)]
+        if f"quality-{s}" in plots:
+            parts += ["<h3>Quality scores</h3>", plots[f"quality-{s}"]]
+        if e["languages"]:
+            parts += ["<h3>Languages (language ID's best label)</h3>",
+                      _table(["language", "documents"], list(e["languages"].items())[:15])]
+    parts += ["<h2>Steps</h2>", _table(["step", "status", "shards", "seconds"],
+                                       [[k, v["status"], v["shards"], v["seconds"]] for k, v in rep["steps"].items()])]
+    return pages.page(f"Curate run {rep['name']}", "\n".join(parts), style="svg { max-width: 100%; height: auto; }")
+
+
+def write(run_dir: Path) -> Path:
+    rep = build(run_dir)
+    atomic.write_json(run_dir / "report.json", rep)
+    atomic.write_bytes(run_dir / "report.html", render(rep).encode("utf-8"))
+    return run_dir / "report.html"

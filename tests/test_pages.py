@@ -1,0 +1,202 @@
+"""The published pages in a real headless Chromium (Debian's `chromium`, driven over the
+Chrome DevTools protocol with aiohttp): filters work, untrusted text runs nothing, no
+network request is made; screenshots are saved beside the test's output."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.io import atomic
+from tests.conftest import curate, demo_mixture, write_yaml
+
+PLANTED = [
+    "<script>window.__pwned = 1</script> A page that tries to run a script when shown.",
+    '<img src=x onerror="window.__pwned = 2"> An image whose error handler would set a global.',
+    "</textarea></pre><script>alert('boom')</script> Text that tries to close its container.",
+    '<a href="https://example.com/track.gif">link</a><link rel=stylesheet href="https://example.com/x.css">',
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Browser:
+    """One headless Chromium and one page, over CDP."""
+
+    def __init__(self, tmp: Path):
+        exe = shutil.which("chromium") or shutil.which("chromium-browser")
+        if not exe:
+            pytest.fail("chromium is not installed: `make test` installs Debian's chromium package (apt-get install chromium)")
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--remote-debugging-port={self.port}",
+             f"--user-data-dir={tmp / 'chrome'}", "--window-size=1280,1600", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+
+    async def open(self, url: str, checks: dict[str, str], screenshot: Path, actions: list[str] = ()) -> dict:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):
+                try:
+                    async with http.get(f"http://127.0.0.1:{self.port}/json/list") as r:
+                        targets = await r.json()
+                    break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.1)
+            page = next(t for t in targets if t["type"] == "page")
+            async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+                ids = iter(range(1, 10**6))
+                events: list[dict] = []
+
+                async def call(method, **params):
+                    i = next(ids)
+                    await ws.send_str(json.dumps({"id": i, "method": method, "params": params}))
+                    while True:
+                        msg = json.loads((await ws.receive()).data)
+                        if msg.get("id") == i:
+                            return msg.get("result", {})
+                        events.append(msg)
+
+                for m in ("Network.enable", "Page.enable", "Runtime.enable"):
+                    await call(m)
+                await call("Page.navigate", url=url)
+                deadline = time.time() + 30
+                while not any(e.get("method") == "Page.loadEventFired" for e in events) and time.time() < deadline:
+                    msg = json.loads((await ws.receive()).data)
+                    events.append(msg)
+                await asyncio.sleep(0.5)
+                for a in actions:
+                    await call("Runtime.evaluate", expression=a)
+                results = {}
+                for k, expr in checks.items():
+                    r = await call("Runtime.evaluate", expression=expr, returnByValue=True)
+                    results[k] = r.get("result", {}).get("value")
+                shot = await call("Page.captureScreenshot", format="png", captureBeyondViewport=False)
+                screenshot.write_bytes(base64.b64decode(shot["data"]))
+                requests = [e["params"]["request"]["url"] for e in events if e.get("method") == "Network.requestWillBeSent"]
+                dialogs = [e for e in events if e.get("method") == "Page.javascriptDialogOpening"]
+                return {"checks": results, "requests": requests, "dialogs": dialogs}
+
+
+@pytest.fixture(scope="module")
+def demo_run(demo_corpus, tmp_path_factory):
+    d = tmp_path_factory.mktemp("pages")
+    with open(d / "planted.jsonl", "w") as f:
+        for i, t in enumerate(PLANTED):
+            f.write(json.dumps({"id": f"planted{i}", "text": t}) + "\n")
+    text = demo_mixture(demo_corpus).replace("\nfilters:", f"""
+  planted:
+    paths: ["{d}/planted.jsonl"]
+    id_field: id
+
+filters:""", 1)
+    y = write_yaml(d / "demo.yaml", text)
+    r = curate("run", str(y), "--workers", "2", "--output", str(d))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return d / "demo"
+
+
+def _artifacts(tmp_path: Path) -> Path:
+    out = Path(os.environ.get("CURATE_ARTIFACTS") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def test_samples_page_filters_escapes_and_stays_offline(demo_run, tmp_path):
+    page = demo_run / "samples" / "index.html"
+    url = page.resolve().as_uri()
+    b = Browser(tmp_path)
+    try:
+        shot = _artifacts(tmp_path) / "samples.png"
+        res = asyncio.run(b.open(url, {
+            "pwned": "typeof window.__pwned",
+            "cards": "document.querySelectorAll('.doc').length",
+            "shown": "[...document.querySelectorAll('.doc')].filter(d => d.style.display !== 'none').map(d => d.dataset.reason)",
+            "planted_text": "document.body.textContent.includes('<script>window.__pwned = 1</script>')",
+            "pairs": "document.querySelectorAll('.pair').length",
+            "marks": "document.querySelectorAll('.pair mark').length",
+            "scripts": "document.scripts.length",
+        }, shot, actions=["const s = document.getElementById('reason'); s.value = 'exact_duplicate_of'; s.dispatchEvent(new Event('change'));"]))
+    finally:
+        b.close()
+    c = res["checks"]
+    print(f"\nsamples page: {page.stat().st_size:,} bytes, {c['cards']} documents, {c['pairs']} side-by-side pairs; screenshot {shot}")
+    assert c["pwned"] == "undefined" and not res["dialogs"]
+    assert c["planted_text"] is True
+    assert c["cards"] > 50 and c["shown"] and set(c["shown"]) == {"exact_duplicate_of"}
+    assert c["pairs"] > 0 and c["marks"] > 0
+    assert c["scripts"] == 2  # the data block and the page's own script: none from documents
+    assert [u for u in res["requests"] if u != url] == [], res["requests"]
+    assert shot.stat().st_size > 10_000
+
+
+def test_report_page_and_json_agree_with_ledger_and_manifest(demo_run, tmp_path):
+    rep = atomic.read_json(demo_run / "report.json")
+    led = atomic.read_json(demo_run / "ledger.json")
+    man = atomic.read_json(demo_run / "manifest.json")
+    for s, e in led["sources"].items():
+        r = rep["sources"][s]
+        assert (r["in"], r["kept"], r["removed"], r["quarantined"]) == (e["in"], e["kept"], e["removed_total"], e["quarantined"])
+        assert [f["docs"] for f in r["funnel"]] == [st["docs_out"] for st in e["stages"]]
+        assert r["removed_by_reason"] == e["removed"]
+        assert r["mixture"] == man["sources"].get(s)
+    q = rep["sources"]["web"]["quality"]
+    assert sum(q["counts"]) == next(st["docs_in"] for st in led["sources"]["web"]["stages"] if st["stage"].startswith("quality"))
+    assert rep["mixture"]["total_tokens"] == man["total_tokens"]
+    page = demo_run / "report.html"
+    url = page.resolve().as_uri()
+    b = Browser(tmp_path)
+    try:
+        shot = _artifacts(tmp_path) / "report.png"
+        res = asyncio.run(b.open(url, {"svgs": "document.querySelectorAll('svg').length",
+                                       "h2": "[...document.querySelectorAll('h2')].map(h => h.textContent)"}, shot))
+    finally:
+        b.close()
+    print(f"\nreport page: {page.stat().st_size:,} bytes, {res['checks']['svgs']} plots; screenshot {shot}")
+    assert res["checks"]["svgs"] >= 5 and "Mixture" in res["checks"]["h2"]
+    assert [u for u in res["requests"] if u != url] == []
+    r = curate("report", str(demo_run))
+    assert r.returncode == 0 and r.stdout.strip() == str(demo_run / "report.html")
+
+
+def test_samples_command_slices_and_shows_survivors(demo_run, tmp_path):
+    out = tmp_path / "fuzzy.html"
+    r = curate("samples", str(demo_run), "--stage", "dedup-fuzzy", "--format", "html", "-n", "5", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 1000 and "survivor" in out.read_text()
+    r = curate("samples", str(demo_run), "--source", "web", "--stage", "dedup-fuzzy", "-n", "4")
+    recs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(recs) == 4 and all(x["stage"] == "dedup:fuzzy" and x["survivor"]["text"] for x in recs)
+    again = curate("samples", str(demo_run), "--source", "web", "--stage", "dedup-fuzzy", "-n", "4").stdout
+    assert again == r.stdout  # the same seeded choice
+    r = curate("samples", str(demo_run), "--reason", "too_few_stop_words", "-n", "3", "--format", "parquet", "--out", str(tmp_path / "s.parquet"))
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(tmp_path / "s.parquet").to_pylist()
+    assert len(t) == 3 and all(x["reason"] == "too_few_stop_words" for x in t)
+    r = curate("explain", str(demo_run), "--all", "--out", str(tmp_path / "all.parquet"))
+    assert r.returncode == 0, r.stderr
+    allrows = pq.read_table(tmp_path / "all.parquet")
+    led = atomic.read_json(demo_run / "ledger.json")
+    assert allrows.num_rows == led["totals"]["in"]
+    status = allrows.column("status").to_pylist()
+    assert status.count("kept") == led["totals"]["kept"] and status.count("removed") == led["totals"]["removed_total"]
