@@ -49,6 +49,42 @@ def demo_mixture(demo_corpus: Path) -> str:
     return text.replace("target_tokens: 2000000", "target_tokens: 400000")
 
 
+PLANTED = [
+    "<script>window.__pwned = 1</script> A page that tries to run a script when shown.",
+    '<img src=x onerror="window.__pwned = 2"> An image whose error handler would set a global.',
+    "</textarea></pre><script>alert('boom')</script> Text that tries to close its container.",
+    '<a href="https://example.com/track.gif">link</a><link rel=stylesheet href="https://example.com/x.css">',
+]
+
+
+@pytest.fixture(scope="session")
+def demo_run_yaml(demo_corpus, tmp_path_factory) -> Path:
+    """The demo mixture on the test corpus, with smaller mixture shards and a `planted`
+    source of hostile pages (script tags, onerror handlers) for the page tests."""
+    import json
+
+    d = tmp_path_factory.mktemp("demo_run")
+    with open(d / "planted.jsonl", "w") as f:
+        for i, t in enumerate(PLANTED):
+            f.write(json.dumps({"id": f"planted{i}", "text": t}) + "\n")
+    text = demo_mixture(demo_corpus).replace("shard_tokens: 500000", "shard_tokens: 100000").replace("\nfilters:", f"""
+  planted:
+    paths: ["{d}/planted.jsonl"]
+    id_field: id
+
+filters:""", 1)
+    return write_yaml(d / "demo.yaml", text)
+
+
+@pytest.fixture(scope="session")
+def demo_run(demo_run_yaml) -> Path:
+    """One real run of that mixture with 2 workers, shared by the tests that only read it."""
+    out = demo_run_yaml.parent / "w2"
+    r = curate("run", str(demo_run_yaml), "--workers", "2", "--output", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out / "demo"
+
+
 def write_yaml(path: Path, text: str) -> Path:
     path.write_text(textwrap.dedent(text).lstrip())
     return path

@@ -17,14 +17,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.io import atomic
-from tests.conftest import curate, demo_mixture, write_yaml
+from tests.conftest import curate
 
-PLANTED = [
-    "<script>window.__pwned = 1</script> A page that tries to run a script when shown.",
-    '<img src=x onerror="window.__pwned = 2"> An image whose error handler would set a global.',
-    "</textarea></pre><script>alert('boom')</script> Text that tries to close its container.",
-    '<a href="https://example.com/track.gif">link</a><link rel=stylesheet href="https://example.com/x.css">',
-]
 
 
 def _free_port() -> int:
@@ -95,24 +89,6 @@ class Browser:
                 requests = [e["params"]["request"]["url"] for e in events if e.get("method") == "Network.requestWillBeSent"]
                 dialogs = [e for e in events if e.get("method") == "Page.javascriptDialogOpening"]
                 return {"checks": results, "requests": requests, "dialogs": dialogs}
-
-
-@pytest.fixture(scope="module")
-def demo_run(demo_corpus, tmp_path_factory):
-    d = tmp_path_factory.mktemp("pages")
-    with open(d / "planted.jsonl", "w") as f:
-        for i, t in enumerate(PLANTED):
-            f.write(json.dumps({"id": f"planted{i}", "text": t}) + "\n")
-    text = demo_mixture(demo_corpus).replace("\nfilters:", f"""
-  planted:
-    paths: ["{d}/planted.jsonl"]
-    id_field: id
-
-filters:""", 1)
-    y = write_yaml(d / "demo.yaml", text)
-    r = curate("run", str(y), "--workers", "2", "--output", str(d))
-    assert r.returncode == 0, r.stderr[-3000:]
-    return d / "demo"
 
 
 def _artifacts(tmp_path: Path) -> Path:

@@ -7,15 +7,11 @@ import json
 import pyarrow.parquet as pq
 
 from pipeline.io import atomic
-from tests.conftest import curate, demo_mixture, write_yaml
 from tests.pipeline.dedup.test_dedup_run import decisions
 
 
-def test_demo_ledger_shows_dedup_and_planted_copies_are_removed(demo_corpus, tmp_path):
-    y = write_yaml(tmp_path / "demo.yaml", demo_mixture(demo_corpus))
-    r = curate("run", str(y), "--workers", "2", "--output", str(tmp_path))
-    assert r.returncode == 0, r.stderr[-3000:]
-    run = tmp_path / "demo"
+def test_demo_ledger_shows_dedup_and_planted_copies_are_removed(demo_run):
+    run = demo_run
     led = atomic.read_json(run / "ledger.json")
     assert led["conservation"] is True
     web = led["sources"]["web"]["removed"]
