@@ -19,7 +19,10 @@ a typical session:
   curate validate mixtures/demo.yaml  check the YAML, its references and its globs
   curate plan mixtures/demo.yaml      what would run, what is cached, and why
   curate run mixtures/demo.yaml       run it; prints the run directory
-  edit a threshold or mixture.shard_rows, run again: only what the edit touches re-runs
+  open out/demo/samples/index.html and out/demo/report.html: what was kept, removed, and why
+  curate samples out/demo --stage dedup-fuzzy --format html --out fuzzy.html
+  curate explain out/demo --id ID     one document's path through every stage
+  edit a threshold or a weight, run again: only what the edit touches re-runs
 
 exit codes: 0 ok, 1 the run failed, 2 bad usage or config
 """
@@ -257,5 +260,8 @@ def _summary(run_dir: Path):
     print(f"  mixture:  {run_dir / 'mixture'} ({len(man['files'])} files, {man['total_docs']:,} docs, {man['total_tokens']:,} tokens)")
     print(f"  ledger:   {run_dir / 'ledger.json'}")
     print(f"  manifest: {run_dir / 'manifest.json'}")
+    if (run_dir / "report.html").exists():
+        print(f"  samples:  {run_dir / 'samples' / 'index.html'}")
+        print(f"  report:   {run_dir / 'report.html'}")
     if any(e["quarantined"] for e in led["sources"].values()):
         print(f"  quarantine: {run_dir / 'quarantine'}")
