@@ -79,7 +79,7 @@ def sample(run: dec.Run, sources: list[str], n: int, stage: str | None = None, r
     for each (source, stage, reason group)."""
     groups: dict = {}
     for source in sources:
-        for part in run.shards(source):
+        for part in run.shards(source) if status != "quarantined" else []:
             t = dec.shard_decisions(run, source, part, with_text=True)
             for row in t.to_pylist():
                 if not matches(row, stage, reason, status):
