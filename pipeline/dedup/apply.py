@@ -23,6 +23,22 @@ def attribute_path(step_dir: str | Path, source: str, part: int) -> Path:
     return Path(step_dir) / source / f"part-{part:05d}.parquet"
 
 
+def write_attributes(step_dir: str | Path, doc: dict, table: pa.Table) -> None:
+    """A stage's attribute file for one document shard, written atomically."""
+    final = attribute_path(step_dir, doc["source"], doc["part"])
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = atomic.tmp_path(final)
+    pq.write_table(table, tmp, compression="zstd")
+    atomic.commit(tmp, final)
+
+
+def stage_stats(doc: dict, rows: np.ndarray, chars: np.ndarray, toks: np.ndarray, kept: np.ndarray, removed: dict) -> dict:
+    """A marker for the ledger: the rows that reached the stage, what it kept, removals by reason."""
+    return {"rows": len(rows), "source": doc["source"], "part": doc["part"], "docs_in": len(rows),
+            "docs_out": int(kept.sum()), "chars_in": int(chars.sum()), "chars_out": int(chars[kept].sum()),
+            "tokens_in": int(toks.sum()), "tokens_out": int(toks[kept].sum()), "removed": dict(sorted(removed.items()))}
+
+
 def sizes(doc: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, n_chars, n_tokens) of the shard's kept rows, with rewritten counts."""
     rows, chars, toks = [], [], []
@@ -65,22 +81,11 @@ def run_shard(spec: dict, out) -> dict:
         typ = getattr(pa, t)()
         cols[c] = scatter(n, removed, dec.column(c).cast(typ)) if len(removed) else pa.nulls(n, typ)
     table = pa.table(cols)
-    final = attribute_path(out.dir, doc["source"], doc["part"])
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = atomic.tmp_path(final)
-    pq.write_table(table, tmp, compression="zstd")
-    atomic.commit(tmp, final)
-    kept_here = keep[rows]
+    write_attributes(out.dir, doc, table)
     by_kind: dict[str, int] = {}
     if len(removed):
         kinds = pa.compute.utf8_slice_codeunits(dec.column("reason"), 0, 64).to_pylist()
         for r in kinds:
             k = r.split(":", 1)[0].removesuffix("_of")
             by_kind[k] = by_kind.get(k, 0) + 1
-    return {
-        "rows": len(rows), "source": doc["source"], "part": doc["part"],
-        "docs_in": len(rows), "docs_out": int(kept_here.sum()),
-        "chars_in": int(chars.sum()), "chars_out": int(chars[kept_here].sum()),
-        "tokens_in": int(toks.sum()), "tokens_out": int(toks[kept_here].sum()),
-        "removed": dict(sorted(by_kind.items())),
-    }
+    return stage_stats(doc, rows, chars, toks, keep[rows], by_kind)

@@ -23,8 +23,7 @@ import xxhash
 
 from pipeline import tokens
 from pipeline.dedup import shuffle, text
-from pipeline.dedup.apply import attribute_path
-from pipeline.io import atomic
+from pipeline.dedup.apply import write_attributes
 from pipeline.steps import view
 
 _M64 = (1 << 64) - 1
@@ -154,11 +153,7 @@ def apply_shard(spec: dict, out) -> dict:
         "n_chars": pa.array(new_chars, pa.int64()), "n_tokens": pa.array(new_toks, pa.int64()),
         "cut_chars": pa.array(cut_chars, pa.int64()), "cut_spans": pa.array(spans, pa.list_(SPAN)),
     })
-    final = attribute_path(out.dir, doc["source"], doc["part"])
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = atomic.tmp_path(final)
-    pq.write_table(table, tmp, compression="zstd")
-    atomic.commit(tmp, final)
+    write_attributes(out.dir, doc, table)
     rows_in = np.flatnonzero(seen)
     out_rows = np.flatnonzero(keep)
     chars_out = chars_all.copy()

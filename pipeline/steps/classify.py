@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from filters import quality
-from pipeline.dedup.apply import attribute_path, scatter, sizes
+from pipeline.dedup.apply import scatter, sizes, stage_stats, write_attributes
 from pipeline.io import atomic, readers
 from pipeline.io.discover import infer_format
 from pipeline.steps import view
@@ -259,13 +259,5 @@ def apply_shard(spec: dict, out) -> dict:
     table = pa.table({"id": t.column("id"), "keep": pa.array(np.where(seen, keep, False), pa.bool_(), mask=~seen),
                       "reason": scatter(n, drop, reasons) if len(drop) else pa.nulls(n, pa.string()),
                       "score": t.column("score")})
-    final = attribute_path(out.dir, doc["source"], doc["part"])
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = atomic.tmp_path(final)
-    pq.write_table(table, tmp, compression="zstd")
-    atomic.commit(tmp, final)
-    kept_here = keep[rows]
-    return {"rows": len(rows), "source": doc["source"], "part": doc["part"], "docs_in": len(rows),
-            "docs_out": int(kept_here.sum()), "chars_in": int(chars.sum()), "chars_out": int(chars[kept_here].sum()),
-            "tokens_in": int(toks.sum()), "tokens_out": int(toks[kept_here].sum()),
-            "removed": {label: len(drop)} if len(drop) else {}}
+    write_attributes(out.dir, doc, table)
+    return stage_stats(doc, rows, chars, toks, keep[rows], {label: len(drop)} if len(drop) else {})
