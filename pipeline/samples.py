@@ -34,18 +34,20 @@ class _Keep:
 
     def __init__(self, n: int):
         self.n = n
-        self.heap: list = []  # (-key, tiebreak, record)
+        self.heap: list = []  # (-key, arrival, record): arrival breaks ties, records never compare
+        self.count = 0
 
     def offer(self, key: int, record_fn):
         if self.n <= 0:
             return
+        self.count += 1
         if len(self.heap) < self.n:
-            heapq.heappush(self.heap, (-key, record_fn()))
+            heapq.heappush(self.heap, (-key, -self.count, record_fn()))
         elif -self.heap[0][0] > key:
-            heapq.heapreplace(self.heap, (-key, record_fn()))
+            heapq.heapreplace(self.heap, (-key, -self.count, record_fn()))
 
     def records(self) -> list[dict]:
-        return [r for _, r in sorted(self.heap, key=lambda x: -x[0])]
+        return [r for _, _, r in sorted(self.heap, key=lambda x: (-x[0], -x[1]))]
 
 
 def _record(row: dict) -> dict:

@@ -83,7 +83,7 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         plan.steps.append(step)
         return step
 
-    def per_doc(fn, extra, prev):
+    def per_doc(extra, prev):
         def shards(st, stats):
             docs = doc_shards(plan, stats, prev)
             return [{"doc": d, **extra(docs, d), "describe": _describe(d)} for d in docs]
@@ -107,7 +107,7 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
     def apply_step(kind: str, decisions: Step, fn: str, columns: dict | None, prev, cfg=None, extra=None) -> Step:
         return add(Step(
             f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn,
-            shards=per_doc(fn, lambda docs, d: {"decisions": str(decisions.dir(plan.run_dir)), "columns": columns,
+            shards=per_doc(lambda docs, d: {"decisions": str(decisions.dir(plan.run_dir)), "columns": columns,
                                                  **(cfg or {}), **(extra or {})}, prev),
         ))
 
@@ -115,7 +115,7 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         prev = list(layers)
         cfg = {"normalize": dd.exact.normalize, **common}
         mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, "pipeline.dedup.exact:map_shard",
-                      shards=per_doc(None, lambda docs, d: {"normalize": dd.exact.normalize,
+                      shards=per_doc(lambda docs, d: {"normalize": dd.exact.normalize,
                                                             "partitions": _partitions(dd, sum(x["kept"] for x in docs))}, prev)))
         rd = add(Step("dedup-exact-reduce", "dedup-exact-reduce", {}, [mp], "pipeline.dedup.exact:reduce_shard",
                       shards=reduce_specs(mp, {})))
@@ -128,7 +128,7 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         cfg = {"params": params, **common}
         sig = add(Step("dedup-fuzzy-signatures", "dedup-fuzzy-signatures", cfg, base + prev,
                        "pipeline.dedup.fuzzy:sig_shard",
-                       shards=per_doc(None, lambda docs, d, params=params: {"params": params, "partitions": _partitions(
+                       shards=per_doc(lambda docs, d, params=params: {"params": params, "partitions": _partitions(
                            dd, sum(x["kept"] for x in docs) * fz.bands)}, prev)))
         bk = add(Step("dedup-fuzzy-buckets", "dedup-fuzzy-buckets", {}, [sig], "pipeline.dedup.fuzzy:buckets_shard",
                       shards=reduce_specs(sig, {})))
@@ -154,7 +154,7 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         params = dd.paragraph.model_dump(mode="json")
         cfg = {"params": params, **common}
         mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, "pipeline.dedup.paragraph:map_shard",
-                      shards=per_doc(None, lambda docs, d, params=params: {"params": params, "partitions": _partitions(
+                      shards=per_doc(lambda docs, d, params=params: {"params": params, "partitions": _partitions(
                           dd, sum(x["kept"] for x in docs) * PARAGRAPHS_PER_DOC)}, prev)))
         rd = add(Step("dedup-paragraph-reduce", "dedup-paragraph-reduce", {"params": params}, [mp],
                       "pipeline.dedup.paragraph:reduce_shard", shards=reduce_specs(mp, {"params": params})))
