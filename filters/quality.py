@@ -24,10 +24,16 @@ def preprocess(text: str, lowercase: bool) -> str:
 
 @functools.lru_cache(maxsize=4)
 def load(path: str):
-    """One model per worker process and path."""
-    from fasttext.FastText import _FastText  # fasttext.load_model without its stderr warning
+    """One model per worker process and path (a URL is copied to a local file first:
+    fastText only opens local files)."""
+    from fasttext.FastText import (
+        _FastText,  # fasttext.load_model without its stderr warning
+    )
 
-    return _FastText(model_path=path)
+    from pipeline.io import fs
+
+    with fs.local_file(path) as local:
+        return _FastText(model_path=str(local))
 
 
 def scores(model, texts: list[str], label: str, lowercase: bool) -> np.ndarray:
@@ -75,6 +81,6 @@ def evaluate(y: np.ndarray, s: np.ndarray) -> dict:
             ranks[order[i : j + 1]] = (i + j) / 2 + 1
             i = j + 1
         auc = (ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
-    r = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else round(float(v), 6)  # noqa: E731
+    r = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else round(float(v), 6)
     return {"precision": r(precision), "recall": r(recall), "f1": r(f1), "roc_auc": r(auc), "accuracy": r((pred == y).mean()),
             "positives": n_pos, "negatives": n_neg}

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from pipeline.errors import CurateError, UsageError
+from pipeline.io import atomic, fs
 
 EPILOG = """\
 a typical session:
@@ -132,7 +133,7 @@ def _dispatch(args) -> int:
 
         if not args.out:
             raise UsageError("curate explain --all needs --out FILE.parquet")
-        n = explain.write_all(Path(args.run_dir), Path(args.out))
+        n = explain.write_all(fs.path(args.run_dir), fs.path(args.out))
         print(f"{args.out}: {n:,} documents")
         return 0
     if args.cmd == "explain":
@@ -140,7 +141,7 @@ def _dispatch(args) -> int:
 
         if not args.id:
             raise UsageError("curate explain needs --id ID (or --all --out FILE.parquet)")
-        infos = explain.find(Path(args.run_dir), args.id)
+        infos = explain.find(fs.path(args.run_dir), args.id)
         if args.json:
             import orjson
 
@@ -184,7 +185,7 @@ def _dispatch(args) -> int:
 
 
 def _run_dir(path: str) -> Path:
-    d = Path(path)
+    d = fs.path(path)
     if not (d / "run.json").is_file():
         raise UsageError(f"{d}: not a run directory (no run.json); give the path `curate run` printed")
     return d
@@ -212,18 +213,17 @@ def _samples(args) -> int:
         for r in recs:
             print(orjson.dumps(r).decode())
         return 0
-    out = Path(args.out or f"samples.{args.format}")
+    out = fs.path(args.out or f"samples.{args.format}")
     if args.format == "jsonl":
         samples.write_jsonl(recs, out)
     elif args.format == "parquet":
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         rows = [{**r, "scores": orjson.dumps(r.get("scores") or {}).decode(),
                  "survivor": orjson.dumps(r["survivor"]).decode() if r.get("survivor") else None} for r in recs]
-        pq.write_table(pa.Table.from_pylist(rows), out)
+        fs.write_table(pa.Table.from_pylist(rows), out)
     else:
-        out.write_text(html.viewer(f"Samples of {run.record['name']}", recs, what), encoding="utf-8")
+        atomic.write_bytes(out, html.viewer(f"Samples of {run.record['name']}", recs, what).encode("utf-8"))
     print(f"{out}: {what}", file=sys.stderr)
     return 0
 

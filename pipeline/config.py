@@ -181,7 +181,12 @@ class LoadedMixture:
         return f"{self.path}:{line_of(self.lines, loc)}: {dotted(loc)}"
 
     def output_dir(self, override: str | None = None) -> Path:
-        out = Path(override) if override else Path(self.mixture.output)
+        from pipeline.io import fs
+
+        target = override or self.mixture.output
+        if fs.is_url(target):  # s3://bucket/runs, file:///data/runs ...: used as written
+            return fs.path(target.rstrip("/")) / self.mixture.name
+        out = Path(target)
         if not out.is_absolute():
             out = (Path.cwd() if override else self.base_dir) / out
         return (out / self.mixture.name).resolve()
@@ -347,7 +352,7 @@ def _resolve_classifier_paths(m: Mixture, base: Path) -> Mixture:
     fixed = {}
     for name, c in m.classifiers.items():
         def absolute(v: str) -> str:
-            return v if v in m.sources or Path(v).is_absolute() else str((base / v).resolve())
+            return v if v in m.sources or "://" in v or Path(v).is_absolute() else str((base / v).resolve())
         fixed[name] = c.model_copy(update={"positive": [absolute(v) for v in c.positive],
                                            "negative": [absolute(v) for v in c.negative],
                                            "model": absolute(c.model) if c.model else None})
@@ -361,7 +366,7 @@ def _resolve_filter_paths(m: Mixture, base: Path) -> Mixture:
         update = {}
         for field in filter_base.path_fields(params):
             value = getattr(params, field, None)
-            if isinstance(value, str) and not Path(value).is_absolute():
+            if isinstance(value, str) and "://" not in value and not Path(value).is_absolute():
                 update[field] = str((base / value).resolve())
         fixed[name] = params.model_copy(update=update) if update else params
     return m.model_copy(update={"filters": fixed})
@@ -392,14 +397,16 @@ def check_classifier_files(lm: "LoadedMixture") -> list[str]:
     for name, c in lm.mixture.classifiers.items():
         if name not in used:
             continue
-        if c.model and not Path(c.model).is_file():
+        from pipeline.io import fs
+
+        if c.model and not fs.path(c.model).is_file():
             out.append(f"{lm.where(('classifiers', name, 'model'))}: no such model file: {c.model}; point it at a "
                        "fastText .bin, or remove `model` to train the classifier from `positive` and `negative`")
         if c.model:
             continue
         for side in ("positive", "negative"):
             for i, v in enumerate(getattr(c, side)):
-                if v not in lm.mixture.sources and not Path(v).is_file():
+                if v not in lm.mixture.sources and not fs.path(v).is_file():
                     out.append(f"{lm.where(('classifiers', name, side, i))}: no such file: {v}")
     return out
 

@@ -19,9 +19,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from pipeline.io import atomic
+from pipeline.io import atomic, fs
 from pipeline.steps import mix, view
 
 DEDUP = ("exact", "fuzzy", "paragraph")
@@ -31,7 +30,7 @@ class Run:
     """A finished run directory: its record, config and where each stage's files are."""
 
     def __init__(self, run_dir: Path):
-        self.dir = Path(run_dir)
+        self.dir = fs.path(run_dir)
         self.record = atomic.read_json(self.dir / "run.json")
         self.steps = self.record["steps"]
         self.config = self.record["config"]
@@ -84,7 +83,7 @@ def reason_group(reason: str | None) -> str | None:
 
 def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) -> pa.Table:
     cols = ["id", "source_id", "n_tokens"] + (["text"] if with_text else [])
-    docs = pq.read_table(part, columns=cols)
+    docs = fs.read_table(part, columns=cols)
     n = docs.num_rows
     status = np.array(["kept"] * n, dtype=object)
     stage = np.array([None] * n, dtype=object)
@@ -94,7 +93,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
     scores: list[dict] = [{} for _ in range(n)]
     layers = run.layers(source, part)
     for label, path in layers:
-        t = pq.read_table(path)
+        t = fs.read_table(path)
         names = t.schema.names
         keep = t.column("keep").to_pylist()
         rs = t.column("reason").to_pylist()
@@ -176,7 +175,7 @@ def find_texts(run: Run, wanted: dict[str, set[str]]) -> dict[tuple[str, str], s
         if not ids:
             continue
         for part in run.shards(source):
-            col = pq.read_table(part, columns=["id"]).column("id").to_pylist()
+            col = fs.read_table(part, columns=["id"]).column("id").to_pylist()
             rows = [i for i, x in enumerate(col) if x in ids]
             if rows:
                 t = view.read_rows(str(part), [], np.array(rows), ["id", "text"])

@@ -38,7 +38,7 @@ from pathlib import Path
 from pipeline import __version__
 from pipeline.config import hash_json
 from pipeline.errors import CurateError, RunError
-from pipeline.io import atomic
+from pipeline.io import atomic, fs
 
 MARKERS = "_markers"
 SUCCESS = "_SUCCESS"
@@ -80,7 +80,7 @@ class ShardOutput:
     """Where a shard task writes: final names, temporary names, and the commit."""
 
     def __init__(self, step_dir: str, index: int):
-        self.dir = Path(step_dir)
+        self.dir = fs.path(step_dir)
         self.index = index
         self.name = shard_name(index)
 
@@ -294,7 +294,7 @@ class Executor:
     """Runs steps in dependency order; the shards of every ready step share one task pool."""
 
     def __init__(self, run_dir: Path, workers: int | None = None, max_retries: int = 3, progress: Progress | None = None):
-        self.run_dir = Path(run_dir)
+        self.run_dir = fs.path(run_dir)
         self.workers = workers
         self.max_retries = max_retries
         self.progress = progress or Progress()
@@ -344,7 +344,7 @@ class Executor:
                 s, idx = in_flight.pop(ref)
                 try:
                     st = ray.get(ref)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     for r in in_flight:
                         ray.cancel(r, force=True)
                     self.status[s.name] = "FAILED"

@@ -12,10 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pipeline.errors import UsageError
-from pipeline.io import atomic
+from pipeline.io import atomic, fs
 
 
 def _steps(run_dir: Path) -> dict:
@@ -37,7 +36,7 @@ def find(run_dir: Path, doc_id: str) -> list[dict]:
         source = name[len("ingest-"):]
         d = run_dir / st["dir"]
         for part in sorted(d.glob("part-*.parquet")):
-            ids = pq.read_table(part, columns=["id"]).column("id")
+            ids = fs.read_table(part, columns=["id"]).column("id")
             hits = pc.indices_nonzero(pc.equal(ids, doc_id)).to_pylist()
             for row in hits:
                 out.append(_explain_row(run_dir, rj, source, part, row))
@@ -52,7 +51,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
     filt = rj["steps"].get(f"filter-{source}")
     if filt:
         fdir = run_dir / filt["dir"]
-        attrs = pq.read_table(fdir / part.name)
+        attrs = fs.read_table(fdir / part.name)
         rec = attrs.slice(row, 1).to_pylist()[0]
         step_cfg = atomic.read_json(fdir / "step.json")["config"]["filters"]
         for fname, _params in step_cfg:
@@ -70,7 +69,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         path = run_dir / rj["steps"][name]["dir"] / source / part.name
         if info["status"] != "kept":
             continue
-        rec = pq.read_table(path).slice(row, 1).to_pylist()[0]
+        rec = fs.read_table(path).slice(row, 1).to_pylist()[0]
         scores = {"score": rec["score"]} if rec.get("score") is not None else {}
         if rec["keep"] is False:
             info["stages"].append({"stage": stage, "result": "removed", "reason": rec["reason"]})
@@ -106,7 +105,7 @@ def _cluster(run_dir: Path, rj: dict, cluster: str) -> dict | None:
     st = rj["steps"].get("dedup-fuzzy-clusters")
     if not st:
         return None
-    t = pq.read_table(run_dir / st["dir"] / "clusters", filters=[("cluster", "=", cluster)])
+    t = fs.read_table(run_dir / st["dir"] / "clusters", filters=[("cluster", "=", cluster)])
     if not t.num_rows:
         return None
     return t.to_pylist()[0]
@@ -114,7 +113,7 @@ def _cluster(run_dir: Path, rj: dict, cluster: str) -> dict | None:
 
 def _read_row(path: Path, row: int, columns: list[str]) -> dict:
     """One row, reading only the row group that holds it."""
-    pf = pq.ParquetFile(path)
+    pf = fs.parquet_file(path)
     for k in range(pf.metadata.num_row_groups):
         n = pf.metadata.row_group(k).num_rows
         if row < n:
@@ -194,7 +193,7 @@ def write_all(run_dir: Path, out: Path) -> int:
                                                    schema=tables[0].schema if tables else None))
             for t in tables:
                 if writer is None:
-                    writer = pq.ParquetWriter(tmp, t.schema, compression="zstd")
+                    writer = fs.parquet_writer(tmp, t.schema, compression="zstd")
                 writer.write_table(t.cast(writer.schema))
                 n += t.num_rows
     finally:

@@ -15,11 +15,10 @@ import io
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from pipeline import decisions as dec
 from pipeline import html as pages
-from pipeline.io import atomic
+from pipeline.io import atomic, fs
 
 BINS = 20
 
@@ -30,7 +29,7 @@ def _quality(run: dec.Run, source: str) -> dict | None:
         return None
     counts = np.zeros(BINS, np.int64)
     for f in sorted((qdir / source).glob("part-*.parquet")):
-        t = pq.read_table(f, columns=["keep", "score"])
+        t = fs.read_table(f, columns=["keep", "score"])
         seen = t.column("keep").is_valid().to_numpy(zero_copy_only=False)
         s = t.column("score").to_numpy(zero_copy_only=False)[seen]
         counts += np.histogram(s, bins=BINS, range=(0.0, 1.0))[0]
@@ -43,9 +42,9 @@ def _languages(run: dec.Run, source: str) -> dict[str, int]:
     fdir = run.step_dir(f"filter-{source}")
     out: dict[str, int] = {}
     for f in sorted(fdir.glob("part-*.parquet")) if fdir else []:
-        cols = [c for c in pq.ParquetFile(f).schema_arrow.names if c.endswith(".lang")]
+        cols = [c for c in fs.parquet_file(f).schema_arrow.names if c.endswith(".lang")]
         if cols:
-            for v in pq.read_table(f, columns=cols[:1]).column(0).to_pylist():
+            for v in fs.read_table(f, columns=cols[:1]).column(0).to_pylist():
                 if v is not None:
                     out[v] = out.get(v, 0) + 1
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))

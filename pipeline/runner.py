@@ -15,21 +15,32 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-from pipeline import __version__, ledger, report, tokens
 from filters import base as filter_base
+from pipeline import __version__, ledger, report, tokens
+from pipeline.config import (
+    LoadedMixture,
+    check_classifier_files,
+    check_filter_files,
+    unimplemented,
+)
 from pipeline.dedup import plan as dedup_plan
-from pipeline.steps import classify_plan
-from pipeline.config import LoadedMixture, check_classifier_files, check_filter_files, unimplemented
 from pipeline.errors import RunError, UsageError
-from pipeline.executor import SUCCESS, Executor, Step, read_markers, shard_name, step_status
-from pipeline.io import atomic
+from pipeline.executor import (
+    SUCCESS,
+    Executor,
+    Step,
+    read_markers,
+    shard_name,
+    step_status,
+)
+from pipeline.io import atomic, fs
 from pipeline.io.discover import InputFile, resolve_inputs
+from pipeline.steps import classify_plan
 from pipeline.steps import ingest as ingest_mod
 from pipeline.steps import mix as mix_mod
 
@@ -165,7 +176,7 @@ class Plan:
                 return [{"documents": str(d / f"{shard_name(i)}.parquet"), "filters": fl, "tokenizer": self.tokenizer,
                          "describe": f"{ing.name}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
 
-            files = {f"{n}.{k}": atomic.file_digest(Path(v))[1] for n, _ in fl
+            files = {f"{n}.{k}": atomic.file_digest(fs.path(v))[1] for n, _ in fl
                      for k, v in filter_base.path_fields(self.lm.mixture.filters[n]).items()}
             cfg = {"filters": fl, "files": files, "tokenizer": self.tokenizer_id}
             flt = Step(f"filter-{sname}", "filter", cfg, [ing], "pipeline.steps.filter:run_shard",
@@ -194,7 +205,7 @@ def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
         lines.append(f"{s.name:<24} {s.hash[:8]:<9} {action:<6} {why}")
     lines += ["", f"{'source':<16} {'files':>6} {'input MB':>10} {'docs':>10} {'tokens':>12}"]
     for sname in lm.mixture.sources:
-        fs = plan.files[sname]
+        files = plan.files[sname]
         ing = plan.ingest[sname]
         d = ing.dir(run_dir)
         docs = toks = "?"
@@ -202,7 +213,7 @@ def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
             mk = read_markers(d)
             docs = f"{sum(m['docs_out'] for m in mk.values()):,}"
             toks = f"{sum(m['tokens'] for m in mk.values()):,}"
-        lines.append(f"{sname:<16} {len(fs):>6} {sum(f.size for f in fs) / 1e6:>10.1f} {docs:>10} {toks:>12}")
+        lines.append(f"{sname:<16} {len(files):>6} {sum(f.size for f in files) / 1e6:>10.1f} {docs:>10} {toks:>12}")
     lines.append("(docs and tokens after ingest; '?' until ingest has run)")
     lines += ["", *_expected_mixture(plan, run_dir)]
     if problems:
@@ -383,23 +394,20 @@ def _publish_samples(plan: Plan, run_dir: Path) -> list[dict]:
 
 
 def _link_tree(pairs: list[tuple[Path, str]], dest: Path):
-    """Replace `dest` with hard links (copies across filesystems) to the given files."""
+    """Replace `dest` with hard links (copies across filesystems and on object stores) to the given files."""
     tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    fs.rmtree(tmp)
+    tmp.mkdir(parents=True, exist_ok=True)
     for src, rel in pairs:
         target = tmp / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
+            if not (fs.is_local(src) and fs.is_local(target)):
+                raise OSError("not local")
             os.link(src, target)
         except OSError:
-            shutil.copy2(src, target)
-    old = dest.with_name(dest.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if dest.exists():
-        os.replace(dest, old)
-    os.replace(tmp, dest)
-    shutil.rmtree(old, ignore_errors=True)
+            fs.copy(src, target)
+    fs.replace_dir(tmp, dest)
 
 
 def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
@@ -416,7 +424,7 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
     for sname, ing in plan.ingest.items():
         for i, m in sorted(stats[ing.name].items()):
             if m.get("quarantine_file"):
-                qpairs.append((Path(m["quarantine_file"]), f"{sname}/{shard_name(i)}.jsonl"))
+                qpairs.append((fs.path(m["quarantine_file"]), f"{sname}/{shard_name(i)}.jsonl"))
     _link_tree(qpairs, run_dir / "quarantine")
     per_source = _mixed_per_source(markers)
     total = sum(v["tokens"] for v in per_source.values()) or 1
@@ -434,7 +442,7 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
         }
     return {
         "name": plan.lm.mixture.name, "config_hash": plan.lm.config_hash(), "seed": plan.lm.mixture.seed,
-        "target_tokens": plan.lm.mixture.mixture.target_tokens, "step": str(mix_dir.relative_to(run_dir)),
+        "target_tokens": plan.lm.mixture.mixture.target_tokens, "step": f"steps/{mix_dir.name}",
         "step_hash": plan.mix.hash, "steps": {s.name: s.hash for s in plan.steps}, "sources": sources,
         "total_docs": sum(f["rows"] for f in files), "total_tokens": sum(v["tokens"] for v in per_source.values()),
         "files": files,

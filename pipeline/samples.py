@@ -20,7 +20,7 @@ import orjson
 import xxhash
 
 from pipeline import decisions as dec
-from pipeline.io import atomic
+from pipeline.io import atomic, fs
 
 TEXT_LIMIT = 20_000  # characters of a document kept in a sample record
 
@@ -116,12 +116,12 @@ def write_jsonl(records: list[dict], path: Path):
 
 def sample_shard(spec: dict, out) -> dict:
     """The `samples` step: one source's published samples."""
-    run = dec.Run(Path(spec["run_dir"]))
+    run = dec.Run(fs.path(spec["run_dir"]))
     source = spec["source"]
     kept = sample(run, [source], spec["kept_per_source"], status="kept")
     removed = sample(run, [source], spec["removed_per_reason"], status="removed", per_group=True)
     removed += sample(run, [source], spec["removed_per_reason"], status="quarantined", per_group=True)
-    d = Path(out.dir) / source
+    d = fs.path(out.dir) / source
     write_jsonl(kept, d / "kept.jsonl")
     write_jsonl(removed, d / "removed.jsonl")
     return {"rows": len(kept) + len(removed), "source": source, "kept": len(kept), "removed": len(removed)}

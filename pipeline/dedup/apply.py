@@ -12,24 +12,21 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.dedup import shuffle
-from pipeline.io import atomic
+from pipeline.io import fs
 from pipeline.steps import view
 
 
 def attribute_path(step_dir: str | Path, source: str, part: int) -> Path:
-    return Path(step_dir) / source / f"part-{part:05d}.parquet"
+    return fs.path(step_dir) / source / f"part-{part:05d}.parquet"
 
 
 def write_attributes(step_dir: str | Path, doc: dict, table: pa.Table) -> None:
     """A stage's attribute file for one document shard, written atomically."""
     final = attribute_path(step_dir, doc["source"], doc["part"])
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = atomic.tmp_path(final)
-    pq.write_table(table, tmp, compression="zstd")
-    atomic.commit(tmp, final)
+    fs.write_table(table, final, compression="zstd")
 
 
 def stage_stats(doc: dict, rows: np.ndarray, chars: np.ndarray, toks: np.ndarray, kept: np.ndarray, removed: dict) -> dict:
@@ -67,7 +64,7 @@ def run_shard(spec: dict, out) -> dict:
     keep[rows] = True
     seen = keep.copy()
     dec = shuffle.decisions(spec["decisions"], doc["source"], doc["part"])
-    ids = pq.read_table(doc["documents"], columns=["id"]).column("id")
+    ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
     cols = {"id": ids}
     removed = np.zeros(0, np.int64)
     if dec is not None and dec.num_rows:

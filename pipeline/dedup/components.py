@@ -26,11 +26,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipeline.dedup import shuffle
 from pipeline.dedup.text import fmix64
-from pipeline.io import atomic
+from pipeline.io import fs
 
 MAX_ROUNDS = 64
 
@@ -63,7 +62,7 @@ def _read_edges(directory: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def star_task(kind: str, in_dir: str, out_dir: str, part: int, nparts: int) -> tuple[int, int]:
     """One large-star or small-star pass over partition `part`."""
-    u, v = _read_edges(Path(in_dir) / f"p-{part:05d}")
+    u, v = _read_edges(fs.path(in_dir) / f"p-{part:05d}")
     if len(u) == 0:
         return 0, 0
     starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
@@ -80,13 +79,13 @@ def star_task(kind: str, in_dir: str, out_dir: str, part: int, nparts: int) -> t
         own = head_u != m_head  # u itself joins m when a smaller neighbour exists
         nu = np.concatenate([v[sel], head_u[own]])
         nv = np.concatenate([m[sel], m_head[own]])
-    return _write_edges(nu, nv, Path(out_dir), f"from-{part:05d}", nparts)
+    return _write_edges(nu, nv, fs.path(out_dir), f"from-{part:05d}", nparts)
 
 
 def seed_task(edge_files: list[str], out_dir: str, node_dir: str, name: str, nparts: int) -> tuple[int, int]:
     """Verified edges of some verify outputs -> partitioned edge files, and node rows
     (gid, id, best Jaccard) partitioned the same way."""
-    tables = [pq.read_table(f) for f in edge_files]
+    tables = [fs.read_table(f) for f in edge_files]
     t = pa.concat_tables(tables) if tables else None
     if t is None or t.num_rows == 0:
         return 0, 0
@@ -98,14 +97,14 @@ def seed_task(edge_files: list[str], out_dir: str, node_dir: str, name: str, npa
         "id": pa.concat_arrays([t.column("lo_id").combine_chunks(), t.column("hi_id").combine_chunks()]),
         "jaccard": pa.array(np.concatenate([jac, jac]), pa.float64()),
     })
-    shuffle.write_partitions(nodes, _part(nodes.column("node").to_numpy(), nparts), Path(node_dir), name)
-    return _write_edges(lo, hi, Path(out_dir), name, nparts)
+    shuffle.write_partitions(nodes, _part(nodes.column("node").to_numpy(), nparts), fs.path(node_dir), name)
+    return _write_edges(lo, hi, fs.path(out_dir), name, nparts)
 
 
 def label_task(edge_dir: str, node_dir: str, out_dir: str, part: int, nparts: int) -> int:
     """Converged stars -> (node, label, id, best Jaccard), partitioned by label."""
-    u, v = _read_edges(Path(edge_dir) / f"p-{part:05d}")
-    nt = shuffle.read_dir(Path(node_dir) / f"p-{part:05d}")
+    u, v = _read_edges(fs.path(edge_dir) / f"p-{part:05d}")
+    nt = shuffle.read_dir(fs.path(node_dir) / f"p-{part:05d}")
     if nt is None:
         return 0
     nt = nt.sort_by([("node", "ascending"), ("jaccard", "descending")])
@@ -118,14 +117,14 @@ def label_task(edge_dir: str, node_dir: str, out_dir: str, part: int, nparts: in
     idx = np.searchsorted(node, u[smaller])
     label[idx] = v[smaller]
     out = nt.append_column("label", pa.array(label))
-    shuffle.write_partitions(out, _part(label, nparts), Path(out_dir), f"from-{part:05d}")
+    shuffle.write_partitions(out, _part(label, nparts), fs.path(out_dir), f"from-{part:05d}")
     return out.num_rows
 
 
 def survivor_task(in_dir: str, out_dir: str, part: int, sources: list[str], src_rank: list[int]) -> dict:
     """Per component: the survivor is the smallest (source priority, id); the others are
     removed. Writes decisions to their document shards and the partition's cluster rows."""
-    t = shuffle.read_dir(Path(in_dir) / f"p-{part:05d}")
+    t = shuffle.read_dir(fs.path(in_dir) / f"p-{part:05d}")
     if t is None:
         return {"clusters": 0, "removed": 0, "largest": 0}
     node = t.column("node").to_numpy()
@@ -152,15 +151,13 @@ def survivor_task(in_dir: str, out_dir: str, part: int, sources: list[str], src_
         "jaccard": pa.array(best[removed], mask=np.isnan(best[removed])),
         "cluster": pa.array(cluster, pa.string()), "cluster_size": pa.array(np.repeat(size, size)[removed]),
     })
-    shuffle.write_to_shards(dec, t.column("node").to_numpy()[removed], names, Path(out_dir), f"p-{part:05d}")
+    shuffle.write_to_shards(dec, t.column("node").to_numpy()[removed], names, fs.path(out_dir), f"p-{part:05d}")
     members = [[f"{names[srcs[j]]}:{ids[j]}" for j in range(h, h + s)] for h, s in zip(head, size, strict=True)]
     ctab = pa.table({"cluster": [m[0] for m in members], "size": pa.array(size, pa.int64()),
                      "members": pa.array(members, pa.list_(pa.string()))})
-    final = Path(out_dir) / "clusters" / f"p-{part:05d}.parquet"
+    final = fs.path(out_dir) / "clusters" / f"p-{part:05d}.parquet"
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = atomic.tmp_path(final)
-    pq.write_table(ctab, tmp, compression="zstd")
-    atomic.commit(tmp, final)
+    fs.write_table(ctab, final, compression="zstd")
     return {"clusters": len(head), "removed": len(removed), "largest": int(size.max())}
 
 

@@ -9,14 +9,13 @@ smallest (source priority, id); every other member is removed with the reason
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
 from pipeline.dedup import shuffle, text
+from pipeline.io import fs
 from pipeline.steps import view
 
 _M64 = (1 << 64) - 1
@@ -43,7 +42,7 @@ def map_shard(spec: dict, out) -> dict:
         "id": pa.concat_arrays([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in ids]) if ids else pa.array([], pa.string()),
         "gid": shuffle.gid(doc["src"], doc["part"], rows),
     })
-    files = shuffle.write_partitions(table, shuffle.partition_of(k1, spec["partitions"]), Path(out.dir) / "buckets",
+    files = shuffle.write_partitions(table, shuffle.partition_of(k1, spec["partitions"]), fs.path(out.dir) / "buckets",
                                      f"{doc['source']}-part-{doc['part']:05d}")
     return {"rows": n, "partitions": spec["partitions"], "files": files}
 
@@ -66,5 +65,5 @@ def reduce_shard(spec: dict, out) -> dict:
         "duplicate_of": t.column("id").take(surv),
         "duplicate_of_source": pa.array([ranks_to_src[r] for r in t.column("rank").take(surv).to_pylist()], pa.string()),
     })
-    shuffle.write_to_shards(table, t.column("gid").to_numpy()[dup], sources, Path(out.dir), f"p-{spec['partition']:05d}")
+    shuffle.write_to_shards(table, t.column("gid").to_numpy()[dup], sources, fs.path(out.dir), f"p-{spec['partition']:05d}")
     return {"rows": t.num_rows, "groups": int((~new[1:] & new[:-1]).sum()) if len(new) > 1 else 0, "removed": len(dup)}

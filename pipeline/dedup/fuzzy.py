@@ -19,15 +19,12 @@ clusters: connected components of the edges, partitioned (pipeline/dedup/compone
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import xxhash
 
 from pipeline.dedup import components, shuffle, text
-from pipeline.io import atomic
+from pipeline.io import atomic, fs
 from pipeline.steps import view
 
 ALL_PAIRS = 32
@@ -82,7 +79,7 @@ def sig_shard(spec: dict, out) -> dict:
     if keys:
         k = np.concatenate(keys)
         table = pa.table({"bucket": k, "okey": np.concatenate(okeys), "gid": np.concatenate(gids)})
-        files = shuffle.write_partitions(table, shuffle.partition_of(k, spec["partitions"]), Path(out.dir) / "buckets",
+        files = shuffle.write_partitions(table, shuffle.partition_of(k, spec["partitions"]), fs.path(out.dir) / "buckets",
                                          f"{doc['source']}-part-{doc['part']:05d}")
     return {"rows": ndocs, "docs": ndocs, "text_bytes": nbytes, "partitions": spec["partitions"], "files": files}
 
@@ -116,7 +113,7 @@ def buckets_shard(spec: dict, out) -> dict:
         lo, hi = np.concatenate(lo_parts), np.concatenate(hi_parts)
         pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
         npairs = len(pairs)
-        shuffle.write_to_shards(pa.table({"other": pairs[:, 1]}), pairs[:, 0], spec["sources"], Path(out.dir),
+        shuffle.write_to_shards(pa.table({"other": pairs[:, 1]}), pairs[:, 0], spec["sources"], fs.path(out.dir),
                                 f"p-{spec['partition']:05d}")
     return {"rows": t.num_rows, "pairs": npairs, "buckets": int((size > 1).sum()), "largest": int(size.max()),
             "large_buckets": big}
@@ -147,15 +144,13 @@ def verify_shard(spec: dict, out) -> dict:
     schema = pa.schema([("lo", pa.int64()), ("hi", pa.int64()), ("lo_id", pa.string()), ("hi_id", pa.string()),
                         ("jaccard", pa.float64()), ("edge", pa.bool_())])
     if t is None or t.num_rows == 0:
-        tmp = atomic.tmp_path(final)
-        pq.write_table(schema.empty_table(), tmp)
-        atomic.commit(tmp, final)
+        fs.write_table(schema.empty_table(), final)
         return {"rows": 0, "candidates": 0, "edges": 0}
     lo = shuffle.gid(doc["src"], doc["part"], t.column("row").to_numpy())
     hi = t.column("other").to_numpy()
     pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
     lo, hi = pairs[:, 0], pairs[:, 1]
-    sets, ids = _shingle_sets(atomic.read_json(Path(spec["docs_index"])), p, np.concatenate([lo, hi]))
+    sets, ids = _shingle_sets(atomic.read_json(fs.path(spec["docs_index"])), p, np.concatenate([lo, hi]))
     if p["verify"]:
         jac = np.array([text.jaccard(sets[a], sets[b]) for a, b in zip(lo.tolist(), hi.tolist())])
         edge = jac >= p["threshold"]
@@ -164,25 +159,22 @@ def verify_shard(spec: dict, out) -> dict:
         edge = np.ones(len(lo), bool)
     table = pa.table({"lo": lo, "hi": hi, "lo_id": [ids[x] for x in lo.tolist()], "hi_id": [ids[x] for x in hi.tolist()],
                       "jaccard": pa.array(jac, mask=np.isnan(jac)), "edge": edge}, schema=schema)
-    tmp = atomic.tmp_path(final)
-    pq.write_table(table, tmp, compression="zstd")
-    atomic.commit(tmp, final)
+    fs.write_table(table, final, compression="zstd")
     return {"rows": len(lo), "candidates": len(lo), "edges": int(edge.sum())}
 
 
 def clusters_shard(spec: dict, out) -> dict:
     """Connected components of all verified edges (pipeline/dedup/components.py)."""
-    import shutil
 
-    files = sorted(str(f) for f in Path(spec["edges"]).glob("part-*.parquet"))
+    files = sorted(str(f) for f in fs.path(spec["edges"]).glob("part-*.parquet"))
     candidates = edges = 0
     for f in files:
-        md = pq.read_table(f, columns=["edge"]).column("edge")
+        md = fs.read_table(f, columns=["edge"]).column("edge")
         candidates += len(md)
         edges += int(pa.compute.sum(md).as_py() or 0)
     nparts = spec["partitions"] or max(1, -(-edges // EDGES_PER_PARTITION))
-    work = Path(out.dir) / "_work"
-    shutil.rmtree(work, ignore_errors=True)  # a retried or resumed coordinator starts over
-    res = components.run(files, work, Path(out.dir), nparts, spec["sources"], spec["src_rank"])
-    shutil.rmtree(work, ignore_errors=True)
+    work = fs.path(out.dir) / "_work"
+    fs.rmtree(work)  # a retried or resumed coordinator starts over
+    res = components.run(files, work, fs.path(out.dir), nparts, spec["sources"], spec["src_rank"])
+    fs.rmtree(work)
     return {"rows": edges, "candidates": candidates, "edges": edges, **res}

@@ -14,16 +14,14 @@ apply (per document shard): the cuts are made (each cut paragraph goes with the
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import xxhash
 
 from pipeline import tokens
 from pipeline.dedup import shuffle, text
 from pipeline.dedup.apply import write_attributes
+from pipeline.io import fs
 from pipeline.steps import view
 
 _M64 = (1 << 64) - 1
@@ -59,7 +57,7 @@ def map_shard(spec: dict, out) -> dict:
     k1 = np.array(h1, dtype=np.uint64)
     table = pa.table({"h1": k1, "h2": np.array(h2, dtype=np.uint64), "rank": np.full(len(h1), doc["rank"], np.int32),
                       "id": pa.array(ids, pa.string()), "gid": np.array(gids, dtype=np.int64)})
-    files = shuffle.write_partitions(table, shuffle.partition_of(k1, spec["partitions"]), Path(out.dir) / "buckets",
+    files = shuffle.write_partitions(table, shuffle.partition_of(k1, spec["partitions"]), fs.path(out.dir) / "buckets",
                                      f"{doc['source']}-part-{doc['part']:05d}")
     return {"rows": ndocs, "paragraphs": len(h1), "partitions": spec["partitions"], "files": files}
 
@@ -80,7 +78,7 @@ def reduce_shard(spec: dict, out) -> dict:
     first_src = [names[r] for r in t.column("rank").take(pa.array(head[cut])).to_pylist()]
     dec = pa.table({"h1": pa.array(h1[cut]), "h2": pa.array(h2[cut]), "kept_in": first_id,
                     "kept_in_source": pa.array(first_src, pa.string())})
-    shuffle.write_to_shards(dec, t.column("gid").to_numpy()[cut], spec["sources"], Path(out.dir), f"p-{spec['partition']:05d}")
+    shuffle.write_to_shards(dec, t.column("gid").to_numpy()[cut], spec["sources"], fs.path(out.dir), f"p-{spec['partition']:05d}")
     repeated = int(((pos == spec["params"]["max_occurrences"])).sum())
     return {"rows": t.num_rows, "repeated": repeated, "cuts": len(cut)}
 
@@ -146,7 +144,7 @@ def apply_shard(spec: dict, out) -> dict:
         counts = tokens.count(spec.get("tokenizer"), [new_text[r] for r in changed])
         for k, r in enumerate(changed):
             new_toks[r] = int(counts[k]) if counts is not None else 0
-    ids = pq.read_table(doc["documents"], columns=["id"]).column("id")
+    ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
     table = pa.table({
         "id": ids, "keep": pa.array(np.where(seen, keep, False), pa.bool_(), mask=~seen),
         "reason": pa.array(reason, pa.string()), "text": pa.array(new_text, pa.string()),

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from pipeline.io import atomic
+from pipeline.io import fs
 
 
 def gid(src: int, part: int, rows: np.ndarray) -> np.ndarray:
@@ -38,9 +37,7 @@ def partition_of(keys: np.ndarray, nparts: int) -> np.ndarray:
 
 def _write(table: pa.Table, final: Path) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = atomic.tmp_path(final)
-    pq.write_table(table, tmp, compression="zstd")
-    atomic.commit(tmp, final)
+    fs.write_table(table, final, compression="zstd")
 
 
 def write_partitions(table: pa.Table, part: np.ndarray, root: Path, name: str) -> int:
@@ -74,11 +71,11 @@ def write_to_shards(table: pa.Table, g: np.ndarray, sources: list[str], root: Pa
 
 def read_dir(directory: Path, schema: pa.Schema | None = None) -> pa.Table | None:
     """Every finished Parquet file of a partition directory, in name order (None if none)."""
-    files = sorted(p for p in Path(directory).glob("*.parquet")) if Path(directory).is_dir() else []
+    files = sorted(p for p in fs.path(directory).glob("*.parquet")) if fs.path(directory).is_dir() else []
     if not files:
         return None if schema is None else schema.empty_table()
-    return pa.concat_tables([pq.read_table(f) for f in files])
+    return pa.concat_tables([fs.read_table(f) for f in files])
 
 
 def decisions(step_dir: str, source: str, part: int) -> pa.Table | None:
-    return read_dir(Path(step_dir) / "to" / source / f"part-{part:05d}")
+    return read_dir(fs.path(step_dir) / "to" / source / f"part-{part:05d}")

@@ -73,6 +73,9 @@ def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[
     problems: list[str] = []
     for i, pattern in enumerate(spec.paths):
         where = lm.where(("sources", sname, "paths", i))
+        if "://" in pattern:
+            _remote_matches(pattern, where, sname, spec, files, problems)
+            continue
         full = pattern if os.path.isabs(pattern) else str(lm.base_dir / pattern)
         matches = sorted(glob.glob(full, recursive=True))
         if not matches:
@@ -108,6 +111,40 @@ def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[
             rel = os.path.relpath(m, base)
             files[str(p.resolve())] = InputFile(str(p.resolve()), rel, fmt, comp, st.st_size, st.st_mtime_ns)
     return [files[k] for k in sorted(files)], problems
+
+
+def _remote_matches(pattern: str, where: str, sname: str, spec: SourceSpec, files: dict, problems: list) -> None:
+    """A URL pattern (s3://bucket/crawl/*.jsonl.zst, file:///data/x.parquet ...) through fsspec.
+    The fingerprint is the size and the store's modification time or ETag."""
+    import fsspec
+    import xxhash
+
+    try:
+        fsys, root = fsspec.core.url_to_fs(pattern)
+        matches = sorted(fsys.glob(root)) if glob.has_magic(root) else ([root] if fsys.exists(root) else [])
+    except (OSError, ValueError, ImportError) as e:
+        problems.append(f"{where}: cannot list {pattern}: {type(e).__name__}: {e} (is the filesystem's package installed, "
+                        "e.g. pip install s3fs, and are its credentials in the environment?)")
+        return
+    if not matches:
+        problems.append(f"{where}: {pattern!r} matches no file")
+        return
+    base = _fixed_prefix(root)
+    for m in matches:
+        info = fsys.info(m)
+        url = fsys.unstrip_protocol(m)
+        if info.get("type") == "directory":
+            problems.append(f"{where}: {url} is a directory; use a glob such as {pattern.rstrip('/')}/*.jsonl.zst")
+            continue
+        fmt, comp = infer_format(Path(m))
+        fmt = spec.format or fmt
+        if fmt is None or fmt == "hf":
+            problems.append(f"{where}: cannot read {url} as {fmt or 'an unknown format'}; remote inputs are "
+                            f".jsonl[.gz|.zst] or .parquet (set sources.{sname}.format)")
+            continue
+        stamp = str(info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("etag") or "")
+        files[url] = InputFile(url, os.path.relpath(m, base), fmt, comp, int(info.get("size") or 0),
+                               xxhash.xxh64_intdigest(stamp) >> 1)
 
 
 def resolve_inputs(lm: LoadedMixture) -> dict[str, list[InputFile]]:

@@ -23,8 +23,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import zstandard
+
+from pipeline.io import fs
 
 READ_CHUNK = 1 << 20
 
@@ -38,7 +39,7 @@ class StreamError:
 
 def open_binary(path: str, compression: str | None):
     """A binary stream with `read1`: each call returns what one decompression step gave."""
-    raw = open(path, "rb")
+    raw = fs.open_read(path)
     if compression == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if compression == "zstd":
@@ -104,7 +105,7 @@ def _count_newlines(f, upto: int) -> int:
 
 
 def _iter_byte_range(path: str, start: int, end: int) -> Iterator[tuple[int, int, bytes]]:
-    with open(path, "rb", buffering=READ_CHUNK) as f:
+    with fs.open_read(path, READ_CHUNK) as f:
         pos = 0
         if start > 0:
             f.seek(start - 1)
@@ -144,13 +145,13 @@ def count_lines(path: str, compression: str | None) -> dict:
 
 
 def parquet_row_groups(path: str) -> list[int]:
-    md = pq.ParquetFile(path).metadata
+    md = fs.parquet_file(path).metadata
     return [md.row_group(i).num_rows for i in range(md.num_row_groups)]
 
 
 def iter_parquet(path: str, split: dict, columns: list[str] | None, batch_rows: int) -> Iterator[tuple[int, pa.RecordBatch]]:
     """(row number of the batch's first row, batch) over the split's row groups."""
-    pf = pq.ParquetFile(path)
+    pf = fs.parquet_file(path)
     row = split["first_row"]
     for batch in pf.iter_batches(batch_size=batch_rows, row_groups=split["row_groups"], columns=columns):
         yield row, batch

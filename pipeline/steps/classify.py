@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import xxhash
 
 from filters import quality
 from pipeline.dedup.apply import scatter, sizes, stage_stats, write_attributes
-from pipeline.io import atomic, readers
+from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import infer_format
 from pipeline.steps import view
 
@@ -68,10 +66,10 @@ def _file_examples(path: str):
     """(line or row, text) of an example file: .txt (a line each), JSONL with `text`, Parquet."""
     import orjson
 
-    fmt, comp = infer_format(Path(path))
+    fmt, comp = infer_format(fs.path(path))
     if fmt == "parquet":
         row = 0
-        for b in pq.ParquetFile(path).iter_batches(columns=["text"]):
+        for b in fs.parquet_file(path).iter_batches(columns=["text"]):
             for t in b.column("text").to_pylist():
                 yield row, t
                 row += 1
@@ -129,8 +127,8 @@ def train_shard(spec: dict, out) -> dict:
         for j, (h, origin, text) in enumerate(side):
             rows.append((h, lab, origin, text, "validation" if j % VALIDATION_EVERY == VALIDATION_EVERY - 1 else "train"))
     rows.sort(key=lambda r: (r[0], r[1]))  # a seeded interleaving of the two classes
-    d = Path(out.dir)
-    fd, train_path = tempfile.mkstemp(prefix="train-", suffix=".txt", dir=d)
+    d = fs.path(out.dir)
+    fd, train_path = tempfile.mkstemp(prefix="curate-train-", suffix=".txt")  # fastText reads a local file
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         for _, lab, _, text, split in rows:
             if split == "train":
@@ -141,7 +139,9 @@ def train_shard(spec: dict, out) -> dict:
         os.unlink(train_path)
     final = d / "model.bin"
     tmp = atomic.tmp_path(final)
-    model.save_model(str(tmp))
+    with tempfile.TemporaryDirectory(prefix="curate-model-") as local:  # fastText writes a local file
+        model.save_model(f"{local}/model.bin")
+        fs.copy(f"{local}/model.bin", tmp)
     atomic.commit(tmp, final)
     val = [r for r in rows if r[4] == "validation"]
     s = quality.scores(model, [r[3] for r in val], label, p["lowercase"])
@@ -153,9 +153,7 @@ def train_shard(spec: dict, out) -> dict:
     atomic.write_json(d / "eval.json", ev)
     manifest = pa.table({"origin": [r[2] for r in rows], "label": [r[1] for r in rows], "split": [r[4] for r in rows],
                          "hash": pa.array([r[0] for r in rows], pa.uint64())})
-    tmp = atomic.tmp_path(d / "sample.parquet")
-    pq.write_table(manifest, tmp)
-    atomic.commit(tmp, d / "sample.parquet")
+    fs.write_table(manifest, d / "sample.parquet")
     size, sha = atomic.file_digest(final)
     return {"rows": len(rows), "eval": ev, "model": str(final), "model_bytes": size, "model_sha256": sha}
 
@@ -170,7 +168,7 @@ def _tie(ids: list[str]) -> np.ndarray:
 def score_shard(spec: dict, out) -> dict:
     model = quality.load(spec["model"])
     doc = spec["doc"]
-    pf = pq.ParquetFile(doc["documents"])
+    pf = fs.parquet_file(doc["documents"])
     state = view.Layers(doc["layers"], pf.metadata.num_rows)
     parts_s, parts_t, ids = [], [], []
     start = 0
@@ -185,9 +183,7 @@ def score_shard(spec: dict, out) -> dict:
                       "score": np.concatenate(parts_s) if parts_s else np.zeros(0, np.float32),
                       "tie": np.concatenate(parts_t) if parts_t else np.zeros(0, np.uint32)})
     final = out.path(".parquet")
-    tmp = atomic.tmp_path(final)
-    pq.write_table(table, tmp, compression="zstd")
-    atomic.commit(tmp, final)
+    fs.write_table(table, final, compression="zstd")
     return {"rows": table.num_rows}
 
 
@@ -196,7 +192,7 @@ def score_shard(spec: dict, out) -> dict:
 
 def _keys(shard: dict) -> np.ndarray:
     """(score bits << 32 | tie) of the rows still kept before this stage; larger is better."""
-    t = pq.read_table(shard["scores"], columns=["score", "tie"])
+    t = fs.read_table(shard["scores"], columns=["score", "tie"])
     keep = view.Layers(shard["layers"], t.num_rows).keep
     bits = t.column("score").to_numpy().astype(np.float32).view(np.uint32).astype(np.uint64)
     return ((bits << np.uint64(32)) | t.column("tie").to_numpy().astype(np.uint64))[keep]
@@ -239,7 +235,7 @@ def threshold_shard(spec: dict, out) -> dict:
 
 def apply_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
-    t = pq.read_table(spec["scores"], columns=["id", "score", "tie"])
+    t = fs.read_table(spec["scores"], columns=["id", "score", "tie"])
     n = t.num_rows
     rows, chars, toks = sizes(doc)
     seen = np.zeros(n, bool)

@@ -9,11 +9,9 @@ only, so editing them skips training and scoring.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pipeline.dedup.plan import doc_shards
 from pipeline.executor import Step, shard_name
-from pipeline.io import atomic
+from pipeline.io import atomic, fs
 
 MODEL = "model.bin"
 
@@ -29,7 +27,7 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
     for cname in sorted({q.classifier for q in used.values()}):
         c = m.classifiers[cname]
         if c.model:
-            models[cname] = (None, c.model, atomic.file_digest(Path(c.model))[1])
+            models[cname] = (None, c.model, atomic.file_digest(fs.path(c.model))[1])
             continue
         params = c.model_dump(mode="json")
         sides = {}
@@ -37,7 +35,7 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
             names = [v for v in params[side] if v in m.sources]
             files = [v for v in params[side] if v not in m.sources]
             sides[side] = (names, files)
-        digests = {f: atomic.file_digest(Path(f))[1] for names, files in sides.values() for f in files}
+        digests = {f: atomic.file_digest(fs.path(f))[1] for names, files in sides.values() for f in files}
         cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model")},
                "positive": sides["positive"][0], "negative": sides["negative"][0], "files": digests}
 

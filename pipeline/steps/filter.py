@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from filters import base as filter_base
 from pipeline import tokens
-from pipeline.io import atomic
+from pipeline.io import fs
 
 BATCH_ROWS = 1024  # filters/words.py caches one batch of word lists
 
 
 def run_shard(spec: dict, out) -> dict:
     filters = [(name, filter_base.build(filter_base.parse_params(p))) for name, p in spec["filters"]]
-    pf = pq.ParquetFile(spec["documents"])
+    pf = fs.parquet_file(spec["documents"])
     stages = {name: {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": 0, "tokens_out": 0, "removed": {}}
               for name, _ in filters}
     tables = []
@@ -38,9 +37,7 @@ def run_shard(spec: dict, out) -> dict:
         {"id": pa.array([], pa.string()), "keep": pa.array([], pa.bool_()), "stage": pa.array([], pa.string()), "reason": pa.array([], pa.string())}
     )
     final = out.path(".parquet")
-    tmp = atomic.tmp_path(final)
-    pq.write_table(table, tmp, compression="zstd")
-    atomic.commit(tmp, final)
+    fs.write_table(table, final, compression="zstd")
     kept = int(pa.compute.sum(table.column("keep")).as_py() or 0)
     return {"rows": table.num_rows, "docs_in": table.num_rows, "docs_out": kept, "stages": stages}
 

@@ -22,13 +22,11 @@ import math
 
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 import xxhash
 
 from pipeline import tokens
 from pipeline.errors import InputError
-from pipeline.io import atomic
-from pipeline.io import readers
+from pipeline.io import atomic, fs, readers
 from pipeline.io.readers import StreamError
 
 DOC_SCHEMA = pa.schema(
@@ -129,7 +127,7 @@ class _Shard:
         self.tokenizer = spec["tokenizer"]
         self.final = out.path(".parquet")
         self.tmp = atomic.tmp_path(self.final)
-        self.writer = pq.ParquetWriter(self.tmp, DOC_SCHEMA, compression="zstd")
+        self.writer = fs.parquet_writer(self.tmp, DOC_SCHEMA, compression="zstd")
         self.out = out
         self.qfile = None  # opened at the first bad record
         self.cols: dict[str, list] = {"id": [], "text": [], "source_id": [], "metadata": []}
@@ -162,7 +160,7 @@ class _Shard:
         if self.qfile is None:
             self.qfinal = self.out.path(".jsonl", "quarantine")
             self.qtmp = atomic.tmp_path(self.qfinal)
-            self.qfile = open(self.qtmp, "wb")
+            self.qfile = self.qtmp.open("wb")
         rec = {"source": self.source, "file": file["path"], "line": line, "row": row, "offset": offset,
                "reason": reason, "error": error, "excerpt": (raw or "")[:EXCERPT]}
         self.qfile.write(orjson.dumps(rec) + b"\n")

@@ -23,17 +23,15 @@ Nothing depends on workers, shards or retries: choices and order are hashes of i
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import xxhash
 
 from pipeline.dedup import shuffle
 from pipeline.errors import RunError
-from pipeline.io import atomic
+from pipeline.io import atomic, fs
 from pipeline.steps import view
 
 MIX_SCHEMA = pa.schema([
@@ -177,12 +175,12 @@ def _extra_columns(d: dict, n: int) -> tuple[pa.Array, pa.Array]:
     score = pa.nulls(n, pa.float32())
     lang = pa.nulls(n, pa.string())
     for path in d["layers"]:
-        names = pq.ParquetFile(path).schema_arrow.names
-        if "score" in names and Path(path).parent.parent.name.startswith("quality-"):
-            score = pq.read_table(path, columns=["score"]).column("score").combine_chunks().cast(pa.float32())
+        names = fs.parquet_file(path).schema_arrow.names
+        if "score" in names and fs.path(path).parent.parent.name.startswith("quality-"):
+            score = fs.read_table(path, columns=["score"]).column("score").combine_chunks().cast(pa.float32())
         langs = [c for c in names if c.endswith(".lang")]
         if langs:
-            lang = pq.read_table(path, columns=langs[:1]).column(0).combine_chunks().cast(pa.string())
+            lang = fs.read_table(path, columns=langs[:1]).column(0).combine_chunks().cast(pa.string())
     return score, lang
 
 
@@ -215,22 +213,20 @@ def route_shard(spec: dict, out) -> dict:
         table = pa.concat_tables(parts)
         rows = table.num_rows
         dest = (table.column("order").to_numpy() % np.uint64(n_shards)).astype(np.int64)
-        shuffle.write_partitions(table, dest, Path(out.dir) / "to", f"{d['source']}-part-{d['part']:05d}")
+        shuffle.write_partitions(table, dest, fs.path(out.dir) / "to", f"{d['source']}-part-{d['part']:05d}")
     return {"rows": rows, "source": d["source"], "part": d["part"]}
 
 
 def write_shard(spec: dict, out) -> dict:
-    t = shuffle.read_dir(Path(spec["inputs"]))
+    t = shuffle.read_dir(fs.path(spec["inputs"]))
     final = out.path(".parquet")
-    tmp = atomic.tmp_path(final)
     per_source: dict[str, dict] = {}
     if t is None:
         t = MIX_SCHEMA.empty_table()
     else:
         t = t.sort_by([("order", "ascending"), ("source", "ascending"), ("id", "ascending"), ("epoch", "ascending")])
         t = t.drop_columns(["order"]).select(MIX_SCHEMA.names).cast(MIX_SCHEMA)
-    pq.write_table(t, tmp, compression="zstd", row_group_size=ROW_GROUP)
-    atomic.commit(tmp, final)
+    fs.write_table(t, final, compression="zstd", row_group_size=ROW_GROUP)
     if t.num_rows:
         for s in pc.unique(t.column("source")).to_pylist():
             sub = t.filter(pc.equal(t.column("source"), s))

@@ -18,14 +18,15 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+
+from pipeline.io import fs
 
 OVERRIDES = ("text", "n_chars", "n_tokens")
 BATCH_ROWS = 4096
 
 
 def num_rows(documents: str) -> int:
-    return pq.ParquetFile(documents).metadata.num_rows
+    return fs.parquet_file(documents).metadata.num_rows
 
 
 class Layers:
@@ -35,9 +36,9 @@ class Layers:
         self.keep = np.ones(n, dtype=bool)
         self.overrides: dict[str, pa.Array] = {}
         for path in layers:
-            names = pq.ParquetFile(path).schema_arrow.names
+            names = fs.parquet_file(path).schema_arrow.names
             cols = ["keep"] + [c for c in OVERRIDES if c in names]
-            t = pq.read_table(path, columns=cols)
+            t = fs.read_table(path, columns=cols)
             if t.num_rows != n:
                 raise ValueError(f"{path} has {t.num_rows} rows, its document shard {n}")
             self.keep &= t.column("keep").fill_null(True).to_numpy(zero_copy_only=False)
@@ -59,7 +60,7 @@ class Layers:
 def kept_batches(documents: str, layers: list[str], columns: list[str], batch_rows: int = BATCH_ROWS
                  ) -> Iterator[tuple[np.ndarray, pa.RecordBatch]]:
     """(row numbers in the shard, batch of those rows' current values), kept rows only."""
-    pf = pq.ParquetFile(documents)
+    pf = fs.parquet_file(documents)
     state = Layers(layers, pf.metadata.num_rows)
     start = 0
     for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
@@ -76,7 +77,7 @@ def kept_batches(documents: str, layers: list[str], columns: list[str], batch_ro
 
 def read_rows(documents: str, layers: list[str], rows: np.ndarray, columns: list[str]) -> pa.Table:
     """The current values of some rows (sorted, unique), reading only their row groups."""
-    pf = pq.ParquetFile(documents)
+    pf = fs.parquet_file(documents)
     md = pf.metadata
     bounds = np.cumsum([0] + [md.row_group(k).num_rows for k in range(md.num_row_groups)])
     groups = np.unique(np.searchsorted(bounds, rows, side="right") - 1)
@@ -92,10 +93,10 @@ def read_rows(documents: str, layers: list[str], rows: np.ndarray, columns: list
     state_cols = [c for c in OVERRIDES if c in columns]
     if layers and state_cols:
         for path in layers:
-            names = pq.ParquetFile(path).schema_arrow.names
+            names = fs.parquet_file(path).schema_arrow.names
             for c in state_cols:
                 if c in names:
-                    new = pq.read_table(path, columns=[c]).column(c).take(pa.array(rows))
+                    new = fs.read_table(path, columns=[c]).column(c).take(pa.array(rows))
                     i = table.schema.get_field_index(c)
                     table = table.set_column(i, c, pc.coalesce(new.cast(table.schema.field(c).type), table.column(c)))
     return table

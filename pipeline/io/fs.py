@@ -1,0 +1,164 @@
+"""One filesystem layer for every read and write: local paths stay `pathlib.Path`, URLs
+(`s3://`, `gs://`, `hf://`, `file://`, `memory://`...) become fsspec-backed `UPath`s.
+
+The rest of the code handles both alike: join with `/`, `open()`, `glob()`, `exists()`,
+and reads or writes Parquet through `parquet_file`, `read_table`, `parquet_writer` here,
+which hand pyarrow the right filesystem (fsspec's, wrapped in `pyarrow.fs.FSSpecHandler`,
+for URLs). Credentials and endpoints come from the usual environment (`AWS_*`,
+`AWS_ENDPOINT_URL`, `GOOGLE_APPLICATION_CREDENTIALS`, `FSSPEC_<PROTOCOL>_<OPTION>`), the
+same on every node of a cluster.
+
+Commits: a file is written under a temporary name next to its final one, then renamed (a
+local `os.replace` after fsync; on object stores fsspec's `mv`, a server-side copy then a
+delete, so the final key only ever holds a complete object). Markers are written last.
+
+Example:
+
+    d = fs.path("s3://bucket/runs/demo") / "steps"
+    fs.write_table(table, d / "part-00000.parquet", compression="zstd")
+    fs.read_table(d / "part-00000.parquet", columns=["id"])
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+AnyPath = Path  # a pathlib.Path or an upath.UPath (which implements the same API)
+
+
+def is_url(p) -> bool:
+    return "://" in str(p)
+
+
+def path(p) -> Path:
+    """A path object for a local path or a URL (an existing path object is returned as is)."""
+    if isinstance(p, Path) or hasattr(p, "protocol"):
+        return p
+    s = str(p)
+    if is_url(s):
+        from upath import UPath
+
+        return UPath(s)
+    return Path(s)
+
+
+def is_local(p) -> bool:
+    """A plain local path (pathlib, or a UPath without protocol); `file://` URLs go through fsspec."""
+    return not getattr(p, "protocol", "")
+
+
+def _arrow(p) -> tuple[str, object]:
+    """(path, filesystem) in the form pyarrow takes them."""
+    p = path(p)
+    if is_local(p):
+        return str(p), None
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    return p.path, PyFileSystem(FSSpecHandler(p.fs))
+
+
+def open_read(p, buffering: int = -1):
+    """A binary file for reading (local: a plain buffered file; URLs: fsspec's, read ahead)."""
+    p = path(p)
+    if is_local(p):
+        return open(p, "rb", buffering=buffering)
+    return p.open("rb", block_size=max(buffering, 8 << 20))
+
+
+def parquet_file(p) -> pq.ParquetFile:
+    s, fsys = _arrow(p)
+    return pq.ParquetFile(s, filesystem=fsys)
+
+
+def read_table(p, **kw):
+    s, fsys = _arrow(p)
+    return pq.read_table(s, filesystem=fsys, **kw)
+
+
+def parquet_writer(p, schema, **kw) -> pq.ParquetWriter:
+    s, fsys = _arrow(p)
+    return pq.ParquetWriter(s, schema, filesystem=fsys, **kw)
+
+
+def tmp_path(final) -> Path:
+    final = path(final)
+    return final.with_name(f"{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+
+
+def commit(tmp, final) -> None:
+    """Move a finished temporary file to its final name."""
+    tmp, final = path(tmp), path(final)
+    if is_local(final):
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    else:
+        final.fs.mv(tmp.path, final.path)
+
+
+def write_table(table, final, **kw) -> None:
+    """Write a Parquet file atomically (temporary name, then commit)."""
+    final = path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_path(final)
+    s, fsys = _arrow(tmp)
+    pq.write_table(table, s, filesystem=fsys, **kw)
+    commit(tmp, final)
+
+
+def rmtree(p) -> None:
+    p = path(p)
+    if is_local(p):
+        shutil.rmtree(p, ignore_errors=True)
+    elif p.exists():
+        p.fs.rm(p.path, recursive=True)
+
+
+def copy(src, dst) -> None:
+    src, dst = path(src), path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if is_local(src) and is_local(dst):
+        shutil.copy2(src, dst)
+    else:
+        with src.open("rb") as i, dst.open("wb") as o:
+            shutil.copyfileobj(i, o, 1 << 20)
+
+
+def replace_dir(tmp, dest) -> None:
+    """Put a finished directory in place of `dest` (local: two renames; object stores have
+    no directories, so: delete the old prefix, then move the new one)."""
+    tmp, dest = path(tmp), path(dest)
+    if is_local(dest):
+        old = dest.with_name(dest.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if dest.exists():
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        rmtree(dest)
+        root = tmp.path.rstrip("/")
+        for f in tmp.fs.find(root):
+            tmp.fs.mv(f, dest.path.rstrip("/") + f[len(root):])
+        rmtree(tmp)
+
+
+@contextmanager
+def local_file(p):
+    """A local path holding `p`'s bytes (fastText and tokenizers only open local files)."""
+    p = path(p)
+    if is_local(p):
+        yield p
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="curate-") as d:
+        local = Path(d) / p.name
+        copy(p, local)
+        yield local
