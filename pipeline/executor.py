@@ -86,7 +86,7 @@ class ShardOutput:
 
     def path(self, suffix: str = ".parquet", sub: str | None = None) -> Path:
         d = self.dir / sub if sub else self.dir
-        d.mkdir(parents=True, exist_ok=True)
+        fs.makedirs(d)
         return d / f"{self.name}{suffix}"
 
 
@@ -362,7 +362,7 @@ class Executor:
 
     def _activate(self, s: Step, queue: deque, remaining: dict, started: dict):
         d = s.dir(self.run_dir)
-        d.mkdir(parents=True, exist_ok=True)
+        fs.makedirs(d)
         specs = s.shards(s, self.stats)
         atomic.write_json(
             d / "step.json",

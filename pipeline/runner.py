@@ -274,7 +274,7 @@ def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None
     run_dir = lm.output_dir(output)
     plan = Plan(lm, run_dir)
     prev = previous_steps(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    fs.makedirs(run_dir)
     t0 = time.time()
     record = {
         "name": lm.mixture.name, "status": "RUNNING", "mixture_file": str(lm.path.resolve()),
@@ -397,10 +397,10 @@ def _link_tree(pairs: list[tuple[Path, str]], dest: Path):
     """Replace `dest` with hard links (copies across filesystems and on object stores) to the given files."""
     tmp = dest.with_name(dest.name + ".tmp")
     fs.rmtree(tmp)
-    tmp.mkdir(parents=True, exist_ok=True)
+    fs.makedirs(tmp)
     for src, rel in pairs:
         target = tmp / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
+        fs.makedirs(target.parent)
         try:
             if not (fs.is_local(src) and fs.is_local(target)):
                 raise OSError("not local")

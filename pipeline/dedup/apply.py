@@ -25,7 +25,7 @@ def attribute_path(step_dir: str | Path, source: str, part: int) -> Path:
 def write_attributes(step_dir: str | Path, doc: dict, table: pa.Table) -> None:
     """A stage's attribute file for one document shard, written atomically."""
     final = attribute_path(step_dir, doc["source"], doc["part"])
-    final.parent.mkdir(parents=True, exist_ok=True)
+    fs.makedirs(final.parent)
     fs.write_table(table, final, compression="zstd")
 
 

@@ -156,7 +156,7 @@ def survivor_task(in_dir: str, out_dir: str, part: int, sources: list[str], src_
     ctab = pa.table({"cluster": [m[0] for m in members], "size": pa.array(size, pa.int64()),
                      "members": pa.array(members, pa.list_(pa.string()))})
     final = fs.path(out_dir) / "clusters" / f"p-{part:05d}.parquet"
-    final.parent.mkdir(parents=True, exist_ok=True)
+    fs.makedirs(final.parent)
     fs.write_table(ctab, final, compression="zstd")
     return {"clusters": len(head), "removed": len(removed), "largest": int(size.max())}
 

@@ -36,7 +36,7 @@ def partition_of(keys: np.ndarray, nparts: int) -> np.ndarray:
 
 
 def _write(table: pa.Table, final: Path) -> None:
-    final.parent.mkdir(parents=True, exist_ok=True)
+    fs.makedirs(final.parent)
     fs.write_table(table, final, compression="zstd")
 
 

@@ -17,7 +17,7 @@ from pipeline.io.fs import commit, tmp_path
 
 def write_bytes(final, data: bytes) -> None:
     final = fs.path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    fs.makedirs(final.parent)
     tmp = tmp_path(final)
     with tmp.open("wb") as f:
         f.write(data)
@@ -29,7 +29,7 @@ def write_json(final, obj) -> None:
 
 
 def read_json(path):
-    return orjson.loads(fs.path(path).read_bytes())
+    return orjson.loads(fs.read_bytes(path))
 
 
 def file_digest(path) -> tuple[int, str]:

@@ -71,13 +71,50 @@ def open_read(p, buffering: int = -1):
     return p.open("rb", block_size=max(buffering, 8 << 20))
 
 
+WHOLE_OBJECT = 64 << 20  # remote Parquet files up to this size are fetched in one request
+
+
+def makedirs(p) -> None:
+    """Create a directory (object stores have none: a no-op there, which saves a request per write)."""
+    p = path(p)
+    if is_local(p) or p.protocol in ("file", "local", "memory"):
+        p.mkdir(parents=True, exist_ok=True)
+
+
+def read_bytes(p) -> bytes:
+    p = path(p)
+    return p.read_bytes() if is_local(p) else p.fs.cat_file(p.path)  # one GET, no HEAD
+
+
+def _remote_source(p):
+    """A remote Parquet file in few requests: shard files (a few MB) in one GET; larger ones
+    through a read-ahead file, so memory stays bounded. (pyarrow's own reader over fsspec
+    makes one request per footer and column chunk: ~30 ms each on an object store.)"""
+    import pyarrow as pa
+
+    size = p.fs.size(p.path)
+    if size <= WHOLE_OBJECT:
+        return pa.BufferReader(p.fs.cat_file(p.path))
+    return p.fs.open(p.path, "rb", block_size=16 << 20, cache_type="readahead")
+
+
 def parquet_file(p) -> pq.ParquetFile:
-    s, fsys = _arrow(p)
-    return pq.ParquetFile(s, filesystem=fsys)
+    p = path(p)
+    if is_local(p):
+        return pq.ParquetFile(str(p))
+    return pq.ParquetFile(_remote_source(p))
 
 
 def read_table(p, **kw):
-    s, fsys = _arrow(p)
+    p = path(p)
+    if is_local(p):
+        return pq.read_table(str(p), **kw)
+    if kw.get("filters") is None:  # one file, read whole anyway: one GET
+        import pyarrow as pa
+
+        kw.pop("filters", None)
+        return pq.read_table(pa.BufferReader(p.fs.cat_file(p.path)), **kw)
+    s, fsys = _arrow(p)  # a filtered read of a directory (a dataset): pyarrow lists and filters it
     return pq.read_table(s, filesystem=fsys, **kw)
 
 
@@ -105,7 +142,7 @@ def commit(tmp, final) -> None:
 def write_table(table, final, **kw) -> None:
     """Write a Parquet file atomically (temporary name, then commit)."""
     final = path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    makedirs(final.parent)
     tmp = tmp_path(final)
     s, fsys = _arrow(tmp)
     pq.write_table(table, s, filesystem=fsys, **kw)
@@ -122,7 +159,7 @@ def rmtree(p) -> None:
 
 def copy(src, dst) -> None:
     src, dst = path(src), path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
+    makedirs(dst.parent)
     if is_local(src) and is_local(dst):
         shutil.copy2(src, dst)
     else:
@@ -145,7 +182,9 @@ def replace_dir(tmp, dest) -> None:
         rmtree(dest)
         root = tmp.path.rstrip("/")
         for f in tmp.fs.find(root):
-            tmp.fs.mv(f, dest.path.rstrip("/") + f[len(root):])
+            target = dest.path.rstrip("/") + f[len(root):]
+            dest.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)  # file://; a no-op on object stores
+            tmp.fs.mv(f, target)
         rmtree(tmp)
 
 
