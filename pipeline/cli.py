@@ -25,6 +25,11 @@ a typical session:
   curate explain out/demo --id ID     one document's path through every stage
   edit a threshold or a weight, run again: only what the edit touches re-runs
 
+on a cluster (token auth on; see README "Running on a cluster"):
+  RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=~/.ray/curate_token \
+  ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
+      curate run mixtures/x.yaml --output s3://bucket/runs
+
 exit codes: 0 ok, 1 the run failed, 2 bad usage or config
 """
 
@@ -39,10 +44,11 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run every step of a mixture (cached steps are skipped)",
                        description="Run a mixture. Finished steps and shards are skipped; an interrupted run resumes. "
-                       "Without RAY_ADDRESS an embedded local Ray is started; with it, the run joins that cluster.")
+                       "Without RAY_ADDRESS an embedded local Ray is started; with it (or inside `ray job submit`), the run joins "
+                       "that cluster, whose nodes must all see --output: a shared filesystem or a URL (s3://, gs://, file://).")
     r.add_argument("mixture", help="the mixture YAML file")
     r.add_argument("--workers", type=int, default=None, help="CPUs of the embedded Ray (default: all cores); ignored on a cluster")
-    r.add_argument("--output", default=None, help="directory for run directories (default: the YAML's `output`, relative to it)")
+    r.add_argument("--output", default=None, help="directory or fsspec URL for run directories (default: the YAML's `output`, relative to it)")
     r.add_argument("--dry-run", action="store_true", help="print the plan and stop (same as `curate plan`)")
     r.add_argument("--quiet", action="store_true", help="no progress lines (errors and the final summary still print)")
 

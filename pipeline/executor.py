@@ -37,7 +37,7 @@ from pathlib import Path
 
 from pipeline import __version__
 from pipeline.config import hash_json
-from pipeline.errors import CurateError, RunError
+from pipeline.errors import CurateError, RunError, UsageError
 from pipeline.io import atomic, fs
 
 MARKERS = "_markers"
@@ -116,6 +116,19 @@ def _peak_rss_mb(reset: bool) -> float:
     return round(kb / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
+def _node() -> str:
+    """Host and Ray node of this worker (for the record: which machine ran a shard)."""
+    import socket
+
+    try:
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()[:8] if ray.is_initialized() else "local"
+    except Exception:  # noqa: BLE001 -- bookkeeping only
+        node = "?"
+    return f"{socket.gethostname()}/{node}"
+
+
 def _resolve(fn: str) -> Callable:
     mod, _, name = fn.partition(":")
     return getattr(importlib.import_module(mod), name)
@@ -144,6 +157,7 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int) -> dict:
         raise RunError(f"{type(e).__name__}: {e} (traceback: {tb})") from None
     stats["seconds"] = round(time.time() - started, 3)
     stats["peak_rss_mb"] = _peak_rss_mb(reset)
+    stats["node"] = _node()
     atomic.write_json(out.path(".json", MARKERS), stats)
     return stats
 
@@ -227,6 +241,41 @@ def start_ray(workers: int | None) -> bool:
     return True
 
 
+def check_shared_output(run_dir) -> None:
+    """On a cluster, every node writes into the run directory: a local path must be a shared
+    filesystem. One zero-CPU task per node looks for a probe file the driver wrote."""
+    import socket
+    import uuid
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not fs.is_local(run_dir):
+        return
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+    if len(nodes) <= 1:
+        return
+    probe = fs.path(run_dir) / f".probe-{uuid.uuid4().hex[:8]}"
+    atomic.write_bytes(probe, b"curate")
+
+    def sees(p: str) -> tuple[bool, str]:
+        return os.path.exists(p), socket.gethostname()
+
+    task = ray.remote(num_cpus=0, max_retries=0)(sees)
+    try:
+        found = ray.get([task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                         .remote(str(probe)) for n in nodes], timeout=120)
+    finally:
+        probe.unlink(missing_ok=True)
+    blind = sorted({host for ok, host in found if not ok})
+    if blind:
+        raise UsageError(
+            f"output {run_dir} is a local path that {len(blind)} of {len(nodes)} cluster nodes cannot see "
+            f"({', '.join(blind)}); on a cluster the run directory must be on a filesystem every node mounts, "
+            "or an object-store URL: --output s3://bucket/runs (pip install 'curate[s3]')"
+        )
+
+
 # ---------------------------------------------------------------- progress
 
 
@@ -307,6 +356,7 @@ class Executor:
 
         if not ray.is_initialized():
             start_ray(self.workers)
+            check_shared_output(self.run_dir)
         return ray
 
     def run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:

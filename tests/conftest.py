@@ -91,7 +91,7 @@ def write_yaml(path: Path, text: str) -> Path:
 
 
 def curate(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """The real CLI in a subprocess (its own embedded Ray)."""
-    e = {**os.environ, **(env or {})}
-    e.pop("RAY_ADDRESS", None)
+    """The real CLI in a subprocess (its own embedded Ray, unless `env` names a RAY_ADDRESS)."""
+    e = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    e.update(env or {})
     return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)

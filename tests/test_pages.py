@@ -20,7 +20,6 @@ from pipeline.io import atomic
 from tests.conftest import curate
 
 
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -4,7 +4,6 @@ re-thresholding, determinism, a pretrained model."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -1,0 +1,295 @@
+"""Real clusters on this machine: several Ray nodes, faults in the middle of a run, and
+`ray job submit` against a head started with `ray start --head` and token auth.
+
+Every run here is the demo mixture of tests/conftest.py (`demo_run_yaml`) and must give the
+bytes of the session's clean 2-worker run (`demo_run`), with the ledger balanced. The
+tests print what they killed and when."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pipeline.io import atomic
+from tests.conftest import ROOT, curate
+
+pytestmark = pytest.mark.timeout(900)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _shas(run_dir: Path) -> dict:
+    return {f["path"]: f["sha256"] for f in atomic.read_json(run_dir / "manifest.json")["files"]}
+
+
+def _assert_same_as_clean(run_dir: Path, clean: Path):
+    assert _shas(run_dir) == _shas(clean), "the mixture differs from the clean run's"
+    import hashlib
+
+    for p, sha in _shas(run_dir).items():  # the files themselves, not only the manifest's word
+        assert hashlib.sha256((run_dir / p).read_bytes()).hexdigest() == sha
+    led, ref = (atomic.read_json(d / "ledger.json")["sources"] for d in (run_dir, clean))
+    assert led == ref and all(v["conservation"] for v in led.values())
+
+
+def _markers(run_dir: Path) -> dict[str, int]:
+    return {str(p.relative_to(run_dir)): p.stat().st_mtime_ns for p in (run_dir / "steps").glob("*/_markers/*.json")}
+
+
+def _wait_for(pred, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    deadline = time.time() + timeout
+    while not pred():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the run ended (exit {proc.returncode}) before {what}")
+        if time.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _procs() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process (Ray workers rename themselves
+    `ray::<task>` while they run one)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out[int(d.name)] = (ppid, cmd)
+    return out
+
+
+def _descends(pid: int, ancestor: int, procs: dict) -> bool:
+    while pid in procs and pid > 1:
+        if pid == ancestor:
+            return True
+        pid = procs[pid][0]
+    return False
+
+
+def _start(args: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    e = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    e.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "pipeline", *args], env=e, start_new_session=True,
+                            stdout=open(log.with_suffix(".out"), "w"), stderr=open(log.with_suffix(".err"), "w"))
+
+
+def _finish(proc: subprocess.Popen, log: Path, timeout: int = 600) -> str:
+    proc.wait(timeout=timeout)
+    err = log.with_suffix(".err").read_text()
+    assert proc.returncode == 0, err[-3000:]
+    return err
+
+
+def _short_tmp(prefix: str) -> Path:
+    # Ray's socket paths must stay under 107 bytes: pytest's tmp dirs are too deep
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- an embedded Ray, one process at a time
+
+
+def test_killing_a_worker_in_the_middle_of_a_shard_is_retried(demo_run_yaml, demo_run, tmp_path):
+    run_dir = tmp_path / "demo"
+    log = tmp_path / "run"
+    t0 = time.time()
+    proc = _start(["run", str(demo_run_yaml), "--workers", "2", "--output", str(tmp_path)], log)
+
+    def victim() -> int | None:  # a worker of this run inside a filter shard (the slowest per-document step)
+        if not list((run_dir / "steps").glob("filter-web-*/step.json")):
+            return None
+        procs = _procs()
+        for p, (_, cmd) in procs.items():
+            if cmd.startswith("ray::run_shard") and _descends(p, proc.pid, procs):
+                return p
+        return None
+
+    _wait_for(lambda: victim() is not None, 300, "a worker running a shard", proc)
+    pid = victim()
+    running = sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
+    os.kill(pid, signal.SIGKILL)
+    print(f"\nSIGKILLed worker pid {pid} (ray::run_shard) at {time.time() - t0:.1f}s; unfinished steps then: {', '.join(running)}")
+    _finish(proc, log)
+    _assert_same_as_clean(run_dir, demo_run)
+    print(f"run finished at {time.time() - t0:.1f}s; mixture identical to the clean run; conservation holds")
+
+
+def test_a_killed_driver_resumes_without_redoing_finished_shards(demo_run_yaml, demo_run, tmp_path):
+    run_dir = tmp_path / "demo"
+    log = tmp_path / "first"
+    t0 = time.time()
+    proc = _start(["run", str(demo_run_yaml), "--workers", "2", "--output", str(tmp_path)], log)
+    # mid-run: dedup under way, with some of its shards done and others not
+    _wait_for(lambda: list((run_dir / "steps").glob("dedup-fuzzy-signatures-*/_markers/*.json")), 300,
+              "the first fuzzy-dedup shard", proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = time.time() - t0
+    time.sleep(1.0)
+    try:  # the embedded Ray it started is orphaned: stop what is left, as `ray stop` would
+        os.killpg(proc.pid, signal.SIGKILL)
+        orphans = "its orphaned Ray processes stopped"
+    except ProcessLookupError:
+        orphans = "no Ray process outlived it"
+    before = _markers(run_dir)
+    done_steps = sorted(p.parent.name for p in (run_dir / "steps").glob("*/_SUCCESS"))
+    partial = sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
+    print(f"\nSIGKILLed the driver (pid {proc.pid}) at {killed_at:.1f}s ({orphans}): {len(done_steps)} steps finished, "
+          f"unfinished {partial}, {len(before)} shard markers on disk")
+    assert before and partial
+    # resumed with a different worker count: the split into shards never depends on it
+    r = curate("run", str(demo_run_yaml), "--workers", "1", "--output", str(tmp_path), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = _markers(run_dir)
+    redone = [m for m, t in before.items() if after.get(m) != t]
+    assert not redone, f"finished shards were computed again: {redone[:5]}"
+    steps = atomic.read_json(run_dir / "run.json")["steps"]
+    skipped = sorted(n for n, s in steps.items() if s["status"] == "SKIPPED")
+    assert len(skipped) == len(done_steps)
+    print(f"rerun: {len(skipped)} steps skipped, {len(after) - len(before)} shards run of {len(after)}; "
+          f"every earlier marker untouched; mixture identical to the clean run")
+    _assert_same_as_clean(run_dir, demo_run)
+
+
+# ---------------------------------------------------------------- ray job submit
+
+
+def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_run_yaml, demo_run, tmp_path):
+    ray_bin = Path(sys.executable).parent / "ray"
+    tmp = _short_tmp("crj-")
+    token = tmp / "token"
+    token.write_text(os.urandom(32).hex())
+    token.chmod(0o600)
+    port, dash = _free_port(), _free_port()
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN_PATH": str(token), "PATH": f"{ray_bin.parent}:{os.environ['PATH']}"}
+    head = subprocess.Popen([str(ray_bin), "start", "--head", "--block", "--num-cpus", "2", "--port", str(port),
+                             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--temp-dir", str(tmp / "ray"),
+                             "--disable-usage-stats"], env=env, start_new_session=True,
+                            stdout=open(tmp / "head.log", "w"), stderr=subprocess.STDOUT)
+    api = f"http://127.0.0.1:{dash}"
+    t_head = time.time()
+    try:
+        def up() -> bool:
+            try:
+                urllib.request.urlopen(urllib.request.Request(f"{api}/api/version"), timeout=1)
+                return True
+            except urllib.error.HTTPError:
+                return True  # answering (perhaps 401): the server is up
+            except OSError:
+                return False
+
+        _wait_for(up, 90, "the head's job server", head)
+        print(f"\nhead up in {time.time() - t_head:.1f}s")
+        # without the token the job API refuses
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{api}/api/jobs/", timeout=5)
+        assert e.value.code == 401
+        t0 = time.time()
+        r = subprocess.run([str(ray_bin), "job", "submit", "--address", api, "--working-dir", str(ROOT), "--",
+                            "python", "-m", "pipeline", "run", str(demo_run_yaml), "--output", str(tmp_path)],
+                           env=env, capture_output=True, text=True, timeout=600)
+        took = time.time() - t0
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        out = r.stdout + r.stderr
+        assert "succeeded" in out
+        # the job's log is plain progress lines, and ends with the run's summary
+        assert "[ingest-web] " in out and " shards, " in out and "docs/s" in out and "\x1b[" not in out.split("[ingest-web]")[1][:200]
+        assert f"run directory: {tmp_path / 'demo'}" in out
+        _assert_same_as_clean(tmp_path / "demo", demo_run)
+        print(f"\nray job submit (token auth, working dir uploaded): {took:.1f}s end to end; mixture identical to the local run")
+    finally:
+        t1 = time.time()
+        os.killpg(head.pid, signal.SIGTERM)  # `ray start --block` stops the head's processes on SIGTERM
+        try:
+            head.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+        deadline = time.time() + 15
+        while [p for p, (_, cmd) in _procs().items() if str(tmp) in cmd] and time.time() < deadline:
+            time.sleep(0.2)
+        left = [(p, cmd[:80]) for p, (_, cmd) in _procs().items() if str(tmp) in cmd]
+        for p, _ in left:
+            os.kill(p, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"head stopped in {time.time() - t1:.1f}s")
+    assert not left, f"the head left processes behind: {left}"
+
+
+# ---------------------------------------------------------------- a cluster of three nodes
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Three Ray nodes on this machine (head + 2 workers, one CPU each), real processes."""
+    from ray.cluster_utils import Cluster
+
+    tmp = _short_tmp("crc-")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "temp_dir": str(tmp), "include_dashboard": False})
+    for _ in range(2):
+        c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    yield c
+    c.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
+    left = [p for p, (_, cmd) in _procs().items() if str(tmp) in cmd]
+    assert not left, f"Ray processes left behind: {left}"
+
+
+def test_a_three_node_cluster_gives_the_bytes_of_a_single_node_run(cluster, demo_run_yaml, demo_run, tmp_path):
+    t0 = time.time()
+    r = curate("run", str(demo_run_yaml), "--output", str(tmp_path), env={"RAY_ADDRESS": cluster.address}, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "demo"
+    _assert_same_as_clean(run_dir, demo_run)
+    nodes = {atomic.read_json(p)["node"] for p in (run_dir / "steps").glob("*/_markers/*.json")}
+    print(f"\n3-node cluster run: {time.time() - t0:.1f}s; shards ran on {len(nodes)} nodes; mixture identical to the single-node run")
+    assert len(nodes) == 3
+    assert atomic.read_json(run_dir / "run.json")["ray_address"] == cluster.address
+
+
+def test_removing_a_node_in_the_middle_of_a_step_loses_nothing(cluster, demo_run_yaml, demo_run, tmp_path):
+    doomed = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    raylet = doomed.all_processes["raylet"][0].process.pid
+    run_dir = tmp_path / "demo"
+    log = tmp_path / "run"
+    t0 = time.time()
+    proc = _start(["run", str(demo_run_yaml), "--output", str(tmp_path)], log, env={"RAY_ADDRESS": cluster.address})
+
+    def busy_node() -> list[int]:  # shards running on the doomed node, once dedup has begun
+        if not list((run_dir / "steps").glob("dedup-fuzzy-signatures-*/step.json")):
+            return []
+        procs = _procs()
+        return [p for p, (_, cmd) in procs.items() if cmd.startswith("ray::run_shard") and _descends(p, raylet, procs)]
+
+    _wait_for(lambda: busy_node(), 300, "a shard running on the extra node during dedup", proc)
+    running = busy_node()
+    steps = sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
+    cluster.remove_node(doomed, allow_graceful=False)
+    print(f"\nremoved node {doomed.node_id[:8]} at {time.time() - t0:.1f}s while it ran {len(running)} shard(s) "
+          f"(worker pids {running}); unfinished steps then: {', '.join(steps)}")
+    _finish(proc, log)
+    _assert_same_as_clean(run_dir, demo_run)
+    nodes = {atomic.read_json(p)["node"].split("/")[1] for p in (run_dir / "steps").glob("*/_markers/*.json")}
+    print(f"run finished at {time.time() - t0:.1f}s; mixture identical to the clean run; shards recorded on {len(nodes)} nodes")
