@@ -206,9 +206,14 @@ def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_run_
             urllib.request.urlopen(f"{api}/api/jobs/", timeout=5)
         assert e.value.code == 401
         t0 = time.time()
-        r = subprocess.run([str(ray_bin), "job", "submit", "--address", api, "--working-dir", str(ROOT), "--",
-                            "python", "-m", "pipeline", "run", str(demo_run_yaml), "--output", str(tmp_path)],
-                           env=env, capture_output=True, text=True, timeout=600)
+        for attempt in range(20):  # the job server answers a few seconds before its agent can take jobs
+            r = subprocess.run([str(ray_bin), "job", "submit", "--address", api, "--working-dir", str(ROOT), "--",
+                                "python", "-m", "pipeline", "run", str(demo_run_yaml), "--output", str(tmp_path)],
+                               env=env, capture_output=True, text=True, timeout=600)
+            if "No available agent to submit job" not in r.stdout + r.stderr:
+                break
+            print(f"job server not ready yet (attempt {attempt + 1}): retrying in 2 s")
+            time.sleep(2)
         took = time.time() - t0
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
         out = r.stdout + r.stderr

@@ -41,8 +41,10 @@ def test_the_filesystem_layer_commits_atomically_on_memory_urls():
     fs.replace_dir(root / "pub.tmp", root / "pub")
     assert [p.name for p in (root / "pub").rglob("*.txt")] == ["1.txt"]
     assert not (root / "pub.tmp").exists()
-    with fs.local_file(root / "pub" / "x" / "1.txt") as local:
+    with fs.local_file(root / "pub" / "x" / "1.txt") as local:  # how fastText reads a remote model
         assert local.read_bytes() == b"new"
+        fs.copy(local, root / "model.bin")  # and how a trained one is written
+    assert (root / "model.bin").read_bytes() == b"new"
     assert atomic.file_digest(root / "pub" / "x" / "1.txt")[0] == 3
 
 
@@ -53,16 +55,11 @@ def _small_mixture(inputs: str, output: str) -> str:
         tokenizer: gpt2
         sources:
           wiki: {{paths: ["{inputs}/wiki/summaries_es.parquet"], id_field: id, max_shard_rows: 2500}}
-          web:
-            paths: ["{inputs}/web/*.jsonl.zst"]
-            filters: [rep]
-            quality: {{classifier: wiki_vs_web, keep_fraction: 0.5}}
+          web: {{paths: ["{inputs}/web/crawl-0000[01].jsonl.zst"], filters: [rep]}}
         filters:
           rep: {{type: gopher_repetition}}
         dedup: {{exact: {{}}}}
-        classifiers:
-          wiki_vs_web: {{type: fasttext, positive: [wiki], negative: [web], max_examples_per_class: 1500}}
-        mixture: {{target_tokens: 200000, weights: {{web: 0.5, wiki: 0.5}}, shard_tokens: 60000}}
+        mixture: {{target_tokens: 150000, weights: {{web: 0.5, wiki: 0.5}}, shard_tokens: 50000}}
     """
 
 
@@ -123,8 +120,8 @@ def local_remote_run(demo_corpus, tmp_path_factory):
 
 def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, local_remote_run, tmp_path):
     env, s3 = s3_server
-    for sub in ("wiki/summaries_es.parquet", "web"):
-        s3.put(str(demo_corpus / sub), f"curate-test/in/{sub}", recursive=sub == "web")
+    for sub in ("wiki/summaries_es.parquet", "web/crawl-00000.jsonl.zst", "web/crawl-00001.jsonl.zst"):
+        s3.put(str(demo_corpus / sub), f"curate-test/in/{sub}")
     y = write_yaml(tmp_path / "r.yaml", _small_mixture("s3://curate-test/in", "s3://curate-test/runs"))
     t0 = time.time()
     r = curate("run", str(y), "--workers", "2", env=env)
@@ -144,7 +141,7 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, loca
     assert led_r == led_l and all(v["conservation"] for v in led_r.values())
     keys = s3.find("curate-test/runs")
     assert not [k for k in keys if ".tmp-" in k or k.endswith(".tmp")], "temporary objects left behind"
-    assert any(k.endswith("/_SUCCESS") for k in keys) and any("/model.bin" in k for k in keys)
+    assert any(k.endswith("/_SUCCESS") for k in keys) and any("/samples/index.html" in k for k in keys)
     # inputs are named by URL in provenance; a rerun resumes from the object store: nothing runs again
     r2 = curate("run", str(y), "--workers", "2", env=env)
     assert r2.returncode == 0, r2.stderr[-2000:]

@@ -23,12 +23,10 @@ def _shas(run_dir: Path) -> dict:
     return {f["path"]: f["sha256"] for f in atomic.read_json(run_dir / "manifest.json")["files"]}
 
 
-def test_demo_is_accounted_for_and_identical_across_worker_counts(demo_run_yaml, demo_run, tmp_path):
-    r1 = curate("run", str(demo_run_yaml), "--workers", "1", "--output", str(tmp_path / "w1"))
-    assert r1.returncode == 0, r1.stderr
-    assert f"run directory: {tmp_path / 'w1' / 'demo'}" in r1.stdout
-    d1, d2 = tmp_path / "w1" / "demo", demo_run
-    assert _shas(d1) == _shas(d2) and len(_shas(d1)) >= 3
+def test_demo_is_accounted_for(demo_run):
+    # the same bytes with other worker counts: tests/pipeline/test_cluster.py (3 nodes; a resume with 1 worker)
+    d2 = demo_run
+    assert len(_shas(d2)) >= 3
     for path, sha in _shas(d2).items():  # the manifest tells the truth about the files
         assert atomic.file_digest(d2 / path)[1] == sha
     led = atomic.read_json(d2 / "ledger.json")
