@@ -2,9 +2,10 @@
 (`s3://`, `gs://`, `hf://`, `file://`, `memory://`...) become fsspec-backed `UPath`s.
 
 The rest of the code handles both alike: join with `/`, `open()`, `glob()`, `exists()`,
-and reads or writes Parquet through `parquet_file`, `read_table`, `parquet_writer` here,
-which hand pyarrow the right filesystem (fsspec's, wrapped in `pyarrow.fs.FSSpecHandler`,
-for URLs). Credentials and endpoints come from the usual environment (`AWS_*`,
+and reads or writes Parquet through `parquet_file`, `read_table`, `parquet_writer` and
+`write_table` here. For URLs, reads fetch a shard file in one request (pyarrow's own reader
+would make one per footer and column chunk) and writes hand pyarrow fsspec's filesystem
+through `pyarrow.fs.FSSpecHandler`. Credentials and endpoints come from the usual environment (`AWS_*`,
 `AWS_ENDPOINT_URL`, `GOOGLE_APPLICATION_CREDENTIALS`, `FSSPEC_<PROTOCOL>_<OPTION>`), the
 same on every node of a cluster.
 
@@ -28,9 +29,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
-
-AnyPath = Path  # a pathlib.Path or an upath.UPath (which implements the same API)
-
 
 def is_url(p) -> bool:
     return "://" in str(p)
