@@ -79,7 +79,10 @@ def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[
         full = pattern if os.path.isabs(pattern) else str(lm.base_dir / pattern)
         matches = sorted(glob.glob(full, recursive=True))
         if not matches:
-            problems.append(f"{where}: {pattern!r} matches no file (looked in {Path(full).parent})")
+            hint = ("; this runs inside a Ray job, whose working directory is an uploaded copy without git-ignored "
+                    "data: give an absolute path on a shared filesystem or a URL (s3://...)"
+                    if "working_dir_files" in full else "")
+            problems.append(f"{where}: {pattern!r} matches no file (looked in {Path(full).parent}){hint}")
             continue
         base = _fixed_prefix(full)
         for m in matches:

@@ -298,3 +298,21 @@ def test_removing_a_node_in_the_middle_of_a_step_loses_nothing(cluster, demo_run
     _assert_same_as_clean(run_dir, demo_run)
     nodes = {atomic.read_json(p)["node"].split("/")[1] for p in (run_dir / "steps").glob("*/_markers/*.json")}
     print(f"run finished at {time.time() - t0:.1f}s; mixture identical to the clean run; shards recorded on {len(nodes)} nodes")
+
+
+def test_a_relative_path_that_is_missing_inside_a_job_says_why(tmp_path):
+    """Inside `ray job submit`, the YAML sits in Ray's copy of the working directory
+    (.../runtime_resources/working_dir_files/_ray_pkg_*/), without git-ignored data."""
+    from tests.conftest import write_yaml
+
+    job_dir = tmp_path / "runtime_resources" / "working_dir_files" / "_ray_pkg_0123" / "mixtures"
+    job_dir.mkdir(parents=True)
+    y = write_yaml(job_dir / "m.yaml", """
+        name: m
+        sources:
+          web: {paths: ["../data/demo/web/*.jsonl.zst"]}
+    """)
+    r = curate("validate", str(y))
+    assert r.returncode == 2
+    assert "'../data/demo/web/*.jsonl.zst' matches no file" in r.stderr
+    assert "inside a Ray job" in r.stderr and "absolute path on a shared filesystem or a URL" in r.stderr
