@@ -50,6 +50,31 @@ def test_compose_binds_the_dashboard_to_localhost_and_turns_token_auth_on():
     assert "docker/ray_token" in (ROOT / ".gitignore").read_text().split()
 
 
+def test_compose_validates_against_the_compose_spec_schema(tmp_path):
+    """`docker compose config` needs an engine; the Compose Specification's JSON schema does
+    not. The schema shipped in the docker-compose 1.29.2 wheel (downloaded, never installed)
+    predates the top-level `name` key (added to the spec in 2022), so only that is allowed
+    beyond it."""
+    import json
+    import zipfile
+
+    import jsonschema
+
+    wheels = sorted(WHEEL_DIR.glob("docker_compose-1.29.2-*.whl"))
+    if not wheels:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "docker-compose==1.29.2",
+                            "-d", str(WHEEL_DIR)], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        wheels = sorted(WHEEL_DIR.glob("docker_compose-1.29.2-*.whl"))
+    with zipfile.ZipFile(wheels[0]) as z:
+        schema = json.loads(z.read("compose/config/compose_spec.json"))
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    errors = [f"{'.'.join(map(str, e.path)) or '(top)'}: {e.message}"
+              for e in jsonschema.Draft7Validator(schema).iter_errors({k: v for k, v in compose.items() if k != "name"})]
+    assert not errors, errors
+    assert isinstance(compose["name"], str)
+
+
 def test_the_dockerfile_copies_what_exists_and_runs_as_a_non_root_user():
     ins = _dockerfile()
     assert ins[0] == ("FROM", "python:3.11-slim-bookworm")
