@@ -59,6 +59,8 @@ class SourceSpec(Model):
     max_shard_rows: int = Field(50_000, ge=1, description="split inputs into shards of at most this many records")
     max_shard_bytes: int = Field(64 << 20, ge=1 << 10, description="split uncompressed JSONL into byte ranges of about this size")
     max_epochs: float | None = Field(None, gt=0, description="this source's cap on repetition in the mixture (overrides mixture.max_epochs)")
+    max_doc_bytes: int = Field(64 << 20, ge=1, description="a record larger than this (UTF-8 bytes of the JSONL line "
+                               "or of the text) is quarantined as too_large instead of risking a worker's memory")
 
 
 Normalize = list[Literal["whitespace", "case", "punctuation", "digits"]]

@@ -79,6 +79,8 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
         "quarantined": q_total,
         "quarantined_by_reason": dict(sorted(quarantined.items())),
         "unreadable_streams": stream_errors,
+        # records after a break in a compressed stream cannot be counted: never reported as 0
+        "unread_after_corruption": "unknown" if stream_errors else 0,
         "conservation": records_in == kept + removed_total + q_total,
         "stages": stages,
     }

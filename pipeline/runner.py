@@ -154,14 +154,15 @@ class Plan:
             "source": sname, "files": [_fingerprint(f) for f in self.files[sname]],
             "text_field": spec.text_field, "id_field": spec.id_field, "hf_split": spec.hf_split,
             "hf_builder": spec.hf_builder, "on_bad_record": spec.on_bad_record, "max_shard_rows": spec.max_shard_rows,
-            "max_shard_bytes": spec.max_shard_bytes, "tokenizer": self.tokenizer_id,
+            "max_shard_bytes": spec.max_shard_bytes, "max_doc_bytes": spec.max_doc_bytes, "tokenizer": self.tokenizer_id,
         }
 
         def ingest_shards(st, stats, fdicts=fdicts, spec=spec, scan=scan, sname=sname):
             counts = {m["path"]: m["lines"] for m in stats.get(scan.name, {}).values()} if scan else {}
             splits = ingest_mod.plan_splits(fdicts, spec.model_dump(), counts)
             common = {"source": sname, "text_field": spec.text_field, "id_field": spec.id_field,
-                      "hf_split": spec.hf_split, "on_bad_record": spec.on_bad_record, "tokenizer": self.tokenizer}
+                      "hf_split": spec.hf_split, "on_bad_record": spec.on_bad_record, "tokenizer": self.tokenizer,
+                      "max_doc_bytes": spec.max_doc_bytes}
             return [{**common, "split": sp, "describe": sp["describe"]} for sp in splits]
 
         ing = Step(f"ingest-{sname}", "ingest", ing_cfg, [scan] if scan else [], "pipeline.steps.ingest:run_shard",

@@ -22,6 +22,7 @@ import math
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
 
 from pipeline import tokens
@@ -146,7 +147,7 @@ class _Shard:
             self.flush()
 
     def bad(self, reason: str, error: str, file: dict, line: int | None = None, row: int | None = None,
-            offset: int | None = None, raw: bytes | str | None = None):
+            offset: int | None = None, raw: bytes | str | None = None, **extra):
         if self.spec["on_bad_record"] == "fail":
             place = f"{file['path']}:{line}" if line is not None else f"{file['path']} row {row}"
             raise InputError(
@@ -162,7 +163,7 @@ class _Shard:
             self.qtmp = atomic.tmp_path(self.qfinal)
             self.qfile = self.qtmp.open("wb")
         rec = {"source": self.source, "file": file["path"], "line": line, "row": row, "offset": offset,
-               "reason": reason, "error": error, "excerpt": (raw or "")[:EXCERPT]}
+               "reason": reason, "error": error, "excerpt": (raw or "")[:EXCERPT], **extra}
         self.qfile.write(orjson.dumps(rec) + b"\n")
 
     def flush(self):
@@ -229,15 +230,21 @@ def run_shard(spec: dict, out) -> dict:
 def _ingest_jsonl(shard: _Shard, split: dict):
     f = split["file"]
     tf, idf = shard.spec["text_field"], shard.spec["id_field"]
+    limit = shard.spec.get("max_doc_bytes") or (64 << 20)
     rel = f["rel"]
     for item in readers.iter_lines(f["path"], f["compression"], split):
         if isinstance(item, StreamError):
             shard.stats["stream_error"] = item.message
             shard.bad("corrupt_stream", f"the compressed stream is unreadable from here on ({item.message}); "
-                      "records after this point could not be counted", f, line=item.line_no, offset=item.offset)
+                      "the records after this point could not be read or counted; re-fetch or repair the file",
+                      f, line=item.line_no, offset=item.offset, unread_records="unknown")
             return
         line_no, offset, raw = item
         if not raw.strip():
+            continue
+        if len(raw) > limit:
+            shard.bad("too_large", f"the record has {len(raw):,} bytes, over sources.{shard.source}.max_doc_bytes "
+                      f"({limit:,}); raise the limit or drop the record", f, line_no, offset=offset, raw=raw[:EXCERPT * 4])
             continue
         try:
             rec = orjson.loads(raw)
@@ -292,17 +299,23 @@ def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
         batches = readers.iter_hf_files(f["path"], split["hf_builder"], FLUSH_DOCS)
     else:
         batches = readers.iter_hf(f["path"], shard.spec.get("hf_split"), split, FLUSH_DOCS)
+    limit = shard.spec.get("max_doc_bytes") or (64 << 20)
     for first_row, batch in batches:
         names = batch.schema.names
+        problem = None  # a file-level problem: every row of the batch is set aside with it (or the run stops)
         if tf not in names:
-            raise InputError(
-                f"{f['path']}: no column {tf!r}; columns: {', '.join(names)}; set sources.{shard.source}.text_field"
-            )
-        if idf is not None and idf not in names:
-            raise InputError(f"{f['path']}: no column {idf!r} (id_field); columns: {', '.join(names)}")
+            problem = ("missing_text", f"no column {tf!r}; columns: {', '.join(names)}; set sources.{shard.source}.text_field")
+        elif idf is not None and idf not in names:
+            problem = ("missing_id", f"no column {idf!r} (id_field); columns: {', '.join(names)}; set sources.{shard.source}.id_field")
+        elif not (pa.types.is_string(batch.column(tf).type) or pa.types.is_large_string(batch.column(tf).type)):
+            problem = ("text_not_string", (f"column {tf!r} has type {batch.column(tf).type}, not string; "
+                                           f"set sources.{shard.source}.text_field to the text column"))
+        if problem:
+            for i in range(batch.num_rows):
+                shard.bad(*problem, f, row=first_row + i)
+            continue
         col = batch.column(tf)
-        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-            raise InputError(f"{f['path']}: column {tf!r} has type {col.type}, not string; set text_field to the text column")
+        big = pc.greater(pc.binary_length(col), limit).to_pylist()
         texts = col.to_pylist()
         ids = batch.column(idf).to_pylist() if idf is not None else None
         others = [n for n in names if n not in (tf, idf)]
@@ -311,6 +324,10 @@ def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
             row = first_row + i
             if text is None:
                 shard.bad("text_not_string", f"column {tf!r} is null at row {row}", f, row=row)
+                continue
+            if big[i]:
+                shard.bad("too_large", f"the text has {len(text.encode()):,} bytes, over sources.{shard.source}.max_doc_bytes "
+                          f"({limit:,}); raise the limit or drop the record", f, row=row, raw=text[:EXCERPT])
                 continue
             place = f"{f['rel']}#{row}"
             if ids is not None:

@@ -139,12 +139,12 @@ def test_a_failing_shard_names_step_and_input(ray_local, tmp_path):
     y = write_yaml(tmp_path / "m.yaml", """
         name: nocol
         sources:
-          s: {paths: ["pq/*.parquet"]}
+          s: {paths: ["pq/*.parquet"], on_bad_record: fail}
     """)
     with pytest.raises(RunError) as e:
         _run(y)
     assert f"step ingest-s, shard 0 ({tmp_path}/pq/a.parquet row groups [0]..[0]) failed: " in str(e.value)
-    assert f"{tmp_path}/pq/a.parquet: no column 'text'; columns: body; set sources.s.text_field" in str(e.value)
+    assert f"{tmp_path}/pq/a.parquet row 0: no column 'text'; columns: body; set sources.s.text_field" in str(e.value)
 
 
 def test_large_compressed_file_is_scanned_then_split_by_records(ray_local, tmp_path, wiki_texts):
