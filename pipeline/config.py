@@ -274,9 +274,13 @@ def _unwrap(ann: Any) -> Any:
 def _format_pydantic(err: dict, loc: tuple, raw: dict) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
+        import difflib
+
         allowed = _allowed_keys(loc[:-1], raw)
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+        guess = f"; did you mean {close[0]!r}?" if close else ""
         hint = f"; allowed keys: {', '.join(allowed)}" if allowed else ""
-        return f"unknown key {loc[-1]!r}{hint}"
+        return f"unknown key {loc[-1]!r}{guess}{hint}"
     if kind == "missing":
         return "required key is missing"
     msg = err["msg"]

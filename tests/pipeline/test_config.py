@@ -39,7 +39,7 @@ def test_good_file_loads_with_defaults(tmp_path):
 
 def test_unknown_key_names_line_and_allowed_keys(tmp_path):
     msg = _err(tmp_path, GOOD.replace("    paths:", "    pathz: []\n    paths:"))
-    assert msg.startswith("x.yaml:4: sources.web.pathz: unknown key 'pathz'; allowed keys: filters, format,")
+    assert msg.startswith("x.yaml:4: sources.web.pathz: unknown key 'pathz'; did you mean 'paths'?; allowed keys: filters, format,")
 
 
 def test_unknown_filter_reference(tmp_path):
@@ -55,7 +55,7 @@ def test_unknown_filter_type_lists_known_types(tmp_path):
 
 def test_filter_param_typo_and_bad_type(tmp_path):
     msg = _err(tmp_path, GOOD.replace("min_words: 3", "min_word: 3").replace("max_chars: 1000", "max_chars: lots"))
-    assert "x.yaml:7: filters.english.min_word: unknown key 'min_word'; allowed keys: max_chars, max_lines, max_words, min_chars, min_lines, min_words, type" in msg
+    assert "x.yaml:7: filters.english.min_word: unknown key 'min_word'; did you mean 'min_words'?; allowed keys: max_chars, max_lines, max_words, min_chars, min_lines, min_words, type" in msg
     assert "x.yaml:8: filters.gopher_quality.max_chars: Input should be a valid integer" in msg
     assert "(got 'lots')" in msg
 
@@ -145,3 +145,20 @@ def test_cli_validate_exit_codes(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip() == f"error: {bad}:5: sources.web.filters[1]: unknown filter 'gopher'; defined: english, gopher_quality"
     assert "Traceback" not in r.stderr
+
+
+def test_nothing_read_from_inputs_or_configs_is_unpickled_or_evaluated():
+    """YAML through a safe loader only; no pickle, eval or exec anywhere in the code; user
+    code only through an explicit `callable:` import path (filters/adapters.py)."""
+    import re
+
+    from tests.conftest import ROOT
+
+    offenders = []
+    for p in sorted([*ROOT.glob("pipeline/**/*.py"), *ROOT.glob("filters/**/*.py")]):
+        for i, line in enumerate(p.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if re.search(r"\byaml\.(load|unsafe_load|full_load)\(|\bpickle\b|\bmarshal\b|(?<![\w.])(eval|exec)\(", code):
+                offenders.append(f"{p.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not offenders, offenders
+    assert "yaml.safe_load" in (ROOT / "pipeline" / "config.py").read_text() or "SafeLoader" in (ROOT / "pipeline" / "config.py").read_text()
