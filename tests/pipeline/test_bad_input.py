@@ -237,3 +237,65 @@ def test_an_output_holding_another_mixture_files_run_is_refused_unless_overwrite
                                    "`name` or `output` (or --output DIR), or pass --overwrite")
     runner.run(config.load(b), log=lambda m: None, quiet=True, overwrite=True)
     assert atomic.read_json(run_dir / "run.json")["mixture_file"] == str(b)
+
+
+# ---------------------------------------------------------------- property: nothing is lost
+
+
+def _bad_line(kind: str, i: int) -> bytes:
+    return {
+        "invalid_json": b'{"id": "b%d", "text": "cut' % i,
+        "missing_text": orjson.dumps({"id": f"b{i}", "body": "x"}),
+        "text_not_string": orjson.dumps({"id": f"b{i}", "text": [i]}),
+        "invalid_utf8": b'{"id": "b%d", "text": "\xff\xfe"}' % i,
+        "not_an_object": orjson.dumps([i]),
+    }[kind]
+
+
+@pytest.mark.parametrize("compression", [None, "gzip", "zstd"])
+def test_random_streams_with_injected_bad_records_lose_nothing(tmp_path, compression):
+    """Hypothesis: any mix of good records (any Unicode text, blank lines between) and bad
+    ones; every record is either a document with its text unchanged, in order, or a
+    quarantine entry with the injected reason at its line."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from pipeline.executor import ShardOutput
+    from pipeline.steps import ingest
+
+    kinds = st.sampled_from(["invalid_json", "missing_text", "text_not_string", "invalid_utf8", "not_an_object"])
+    good = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60).map(lambda t: ("good", t))
+    stream = st.lists(st.one_of(good, kinds.map(lambda k: ("bad", k)), st.just(("blank", ""))), max_size=40)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(stream)
+    def check(items):
+        lines, want_docs, want_bad = [], [], []
+        for i, (what, v) in enumerate(items):
+            if what == "good":
+                lines.append(orjson.dumps({"id": f"g{i}", "text": v}))
+                want_docs.append((f"g{i}", v))
+            elif what == "bad":
+                lines.append(_bad_line(v, i))
+                want_bad.append((len(lines), v))
+            else:
+                lines.append(b"   ")
+        data = b"".join(x + b"\n" for x in lines)
+        d = tmp_path / f"ex{abs(hash(data))}"
+        d.mkdir()
+        suffix = {None: "", "gzip": ".gz", "zstd": ".zst"}[compression]
+        path = d / f"a.jsonl{suffix}"
+        path.write_bytes(gzip.compress(data) if compression == "gzip"
+                         else zstandard.ZstdCompressor().compress(data) if compression == "zstd" else data)
+        f = {"path": str(path), "rel": path.name, "format": "jsonl", "compression": compression, "size": path.stat().st_size}
+        spec = {"source": "s", "text_field": "text", "id_field": "id", "hf_split": None, "on_bad_record": "quarantine",
+                "tokenizer": None, "max_doc_bytes": 1 << 20, "split": {"file": f}}
+        stats = ingest.run_shard(spec, ShardOutput(str(d / "out"), 0))
+        quarantined = sum(stats["quarantined"].values())
+        assert stats["records_in"] == len(want_docs) + len(want_bad) == stats["docs_out"] + quarantined
+        t = pq.read_table(d / "out" / "part-00000.parquet", columns=["id", "text"])
+        assert list(zip(t.column("id").to_pylist(), t.column("text").to_pylist(), strict=True)) == want_docs
+        q = [orjson.loads(x) for x in (d / "out" / "quarantine" / "part-00000.jsonl").read_bytes().splitlines()] if want_bad else []
+        assert [(r["line"], r["reason"]) for r in q] == want_bad
+
+    check()
