@@ -122,12 +122,17 @@ def _remote_matches(pattern: str, where: str, sname: str, spec: SourceSpec, file
     import fsspec
     import xxhash
 
+    from pipeline.io.fs import install_hint
+
     try:
         fsys, root = fsspec.core.url_to_fs(pattern)
         matches = sorted(fsys.glob(root)) if glob.has_magic(root) else ([root] if fsys.exists(root) else [])
-    except (OSError, ValueError, ImportError) as e:
-        problems.append(f"{where}: cannot list {pattern}: {type(e).__name__}: {e} (is the filesystem's package installed, "
-                        "e.g. pip install s3fs, and are its credentials in the environment?)")
+    except ImportError as e:
+        problems.append(f"{where}: cannot read {pattern}: {e}; {install_hint(pattern.split('://')[0])}")
+        return
+    except (OSError, ValueError) as e:
+        problems.append(f"{where}: cannot list {pattern}: {type(e).__name__}: {e} (are the store's credentials "
+                        "and endpoint in the environment, e.g. AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL?)")
         return
     if not matches:
         problems.append(f"{where}: {pattern!r} matches no file")

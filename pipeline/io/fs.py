@@ -42,8 +42,23 @@ def path(p) -> Path:
     if is_url(s):
         from upath import UPath
 
-        return UPath(s)
+        u = UPath(s)
+        try:
+            u.fs  # noqa: B018 -- builds the filesystem now: a missing package is a config error, not a traceback later
+        except ImportError as e:
+            from pipeline.errors import UsageError
+
+            raise UsageError(f"{s}: {e}; {install_hint(u.protocol)}") from None
+        return u
     return Path(s)
+
+
+EXTRAS = {"s3": "curate[s3]", "s3a": "curate[s3]", "gs": "curate[gcs]", "gcs": "curate[gcs]"}
+
+
+def install_hint(protocol: str) -> str:
+    extra = EXTRAS.get(protocol)
+    return f"pip install '{extra}'" if extra else f"install the fsspec package for {protocol}:// (see fsspec's list of implementations)"
 
 
 def is_local(p) -> bool:

@@ -299,3 +299,22 @@ def test_random_streams_with_injected_bad_records_lose_nothing(tmp_path, compres
         assert [(r["line"], r["reason"]) for r in q] == want_bad
 
     check()
+
+
+def test_a_url_whose_filesystem_package_is_missing_gives_the_pip_line(tmp_path):
+    """gcsfs is not installed in the test environment: gs:// inputs and outputs say how to get it."""
+    from tests.conftest import curate
+
+    y = write_yaml(tmp_path / "m.yaml", """
+        name: m
+        output: gs://bucket/runs
+        sources:
+          web: {paths: ["gs://bucket/crawl/*.jsonl.zst"]}
+    """)
+    r = curate("validate", str(y))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "m.yaml:4: sources.web.paths[0]: cannot read gs://bucket/crawl/*.jsonl.zst: Please install gcsfs to access Google Storage; " \
+           "pip install 'curate[gcs]'" in r.stderr
+    r = curate("run", str(y), "--output", "gs://bucket/other")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "gs://bucket/other: Please install gcsfs to access Google Storage; pip install 'curate[gcs]'" in r.stderr
