@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+
 def is_url(p) -> bool:
     return "://" in str(p)
 
