@@ -25,6 +25,7 @@ import xxhash
 
 from filters import quality
 from pipeline.dedup.apply import scatter, sizes, stage_stats, write_attributes
+from pipeline.errors import InputError
 from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import infer_format
 from pipeline.steps import view
@@ -119,8 +120,11 @@ def train_shard(spec: dict, out) -> dict:
     neg = _sample(spec["negative"], cap, seed)
     k = min(len(pos), len(neg))
     if k < 20:
-        raise ValueError(f"classifier {spec['name']}: only {len(pos)} positive and {len(neg)} negative examples; "
-                         "fastText needs a few MB of text per class (thousands of documents)")
+        raise InputError(
+            f"classifier {spec['name']}: only {len(pos)} positive and {len(neg)} negative examples reach training "
+            f"(after their sources' filters and dedup); fastText needs thousands of documents per class: check "
+            f"classifiers.{spec['name']}.positive and .negative, and what the run's ledger.json says those sources' "
+            "filters removed, or add example files")
     label = p["label"]
     rows = []  # (hash, label, origin, text, split)
     for lab, side in ((label, pos[:k]), (quality.NEGATIVE_LABEL, neg[:k])):

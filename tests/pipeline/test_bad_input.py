@@ -318,3 +318,25 @@ def test_a_url_whose_filesystem_package_is_missing_gives_the_pip_line(tmp_path):
     r = curate("run", str(y), "--output", "gs://bucket/other")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "gs://bucket/other: Please install gcsfs to access Google Storage; pip install 'curate[gcs]'" in r.stderr
+
+
+def test_a_classifier_whose_source_is_filtered_empty_says_what_to_check(ray_local, tmp_path, demo_corpus):
+    y = write_yaml(tmp_path / "m.yaml", f"""
+        name: m
+        sources:
+          wiki: {{paths: ["{demo_corpus}/wiki/summaries_es.parquet"], id_field: id, max_shard_rows: 3000}}
+          web:
+            paths: ["{demo_corpus}/web/crawl-00000.jsonl.zst"]
+            filters: [nothing_passes]
+            quality: {{classifier: c, keep_fraction: 0.5}}
+        filters:
+          nothing_passes: {{type: length, min_chars: 1000000000}}
+        classifiers:
+          c: {{type: fasttext, positive: [wiki], negative: [web]}}
+    """)
+    with pytest.raises(RunError) as e:
+        runner.run(config.load(y), log=lambda m: None, quiet=True)
+    msg = str(e.value)
+    assert "step classify-c-train, shard 0" in msg and "traceback" not in msg
+    assert "classifier c: only 6239 positive and 0 negative examples reach training (after their sources' filters and dedup); " \
+           "fastText needs thousands of documents per class: check classifiers.c.positive and .negative" in msg
