@@ -162,3 +162,8 @@ def test_nothing_read_from_inputs_or_configs_is_unpickled_or_evaluated():
                 offenders.append(f"{p.relative_to(ROOT)}:{i}: {line.strip()}")
     assert not offenders, offenders
     assert "yaml.safe_load" in (ROOT / "pipeline" / "config.py").read_text() or "SafeLoader" in (ROOT / "pipeline" / "config.py").read_text()
+
+
+def test_negative_weights_are_refused_with_their_key(tmp_path):
+    msg = _err(tmp_path, GOOD + "mixture:\n  weights: {web: 1.5, web2: -0.5}\n")
+    assert "x.yaml:10: mixture.weights: Value error, weights must be >= 0; negative: web2" in msg
