@@ -162,7 +162,8 @@ def quarantined(run: Run, source: str) -> list[dict]:
     for f in sorted(q.glob("*.jsonl")) if q.is_dir() else []:
         for line in f.read_bytes().splitlines():
             r = orjson.loads(line)
-            out.append({"source": source, "id": None, "source_id": f"{r['file']}:{r.get('line') or r.get('row')}",
+            place = f"{r['file']}:{r['line']}" if r.get("line") is not None else f"{r['file']}#{r.get('row')}"
+            out.append({"source": source, "id": None, "source_id": place,
                         "status": "quarantined", "stage": "ingest", "reason": r["reason"], "scores": None,
                         "survivor_source": None, "survivor_id": None, "n_tokens": None, "error": r["error"]})
     return out

@@ -95,6 +95,23 @@ def _finish(proc: subprocess.Popen, log: Path, timeout: int = 600) -> str:
     return err
 
 
+def _reap(tmp: Path, timeout: float = 20) -> list:
+    """Stop every process whose command line names `tmp` (a head's raylet and agents run in
+    sessions of their own, so a process-group kill does not reach them); what is left after
+    `timeout`, for the test to fail on."""
+    deadline = time.time() + timeout
+    while True:
+        left = [(p, cmd[:100]) for p, (_, cmd) in _procs().items() if str(tmp) in cmd]
+        if not left or time.time() > deadline:
+            return left
+        for p, _ in left:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+
+
 def _short_tmp(prefix: str) -> Path:
     # Ray's socket paths must stay under 107 bytes: pytest's tmp dirs are too deep
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
@@ -227,15 +244,11 @@ def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_run_
         t1 = time.time()
         os.killpg(head.pid, signal.SIGTERM)  # `ray start --block` stops the head's processes on SIGTERM
         try:
-            head.wait(timeout=3)
+            head.wait(timeout=5)
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
-        deadline = time.time() + 15
-        while [p for p, (_, cmd) in _procs().items() if str(tmp) in cmd] and time.time() < deadline:
-            time.sleep(0.2)
-        left = [(p, cmd[:80]) for p, (_, cmd) in _procs().items() if str(tmp) in cmd]
-        for p, _ in left:
-            os.kill(p, signal.SIGKILL)
+            head.wait()
+        left = _reap(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         print(f"head stopped in {time.time() - t1:.1f}s")
     assert not left, f"the head left processes behind: {left}"
@@ -256,8 +269,8 @@ def cluster():
     c.wait_for_nodes()
     yield c
     c.shutdown()
+    left = _reap(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
-    left = [p for p, (_, cmd) in _procs().items() if str(tmp) in cmd]
     assert not left, f"Ray processes left behind: {left}"
 
 
