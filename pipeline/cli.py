@@ -51,8 +51,6 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--output", default=None, help="directory or fsspec URL for run directories (default: the YAML's `output`, relative to it)")
     r.add_argument("--dry-run", action="store_true", help="print the plan and stop (same as `curate plan`)")
     r.add_argument("--quiet", action="store_true", help="no progress lines (errors and the final summary still print)")
-    r.add_argument("--overwrite", action="store_true",
-                   help="take over a run directory that holds a run of a different mixture file (refused otherwise)")
 
     v = sub.add_parser("validate", help="check a mixture YAML, its references and its input paths")
     v.add_argument("mixture")
@@ -186,7 +184,7 @@ def _dispatch(args) -> int:
     if args.cmd == "plan" or (args.cmd == "run" and args.dry_run):
         print(runner.describe_plan(lm, args.output))
         return 0
-    run_dir = runner.run(lm, workers=args.workers, output=args.output, quiet=args.quiet, overwrite=args.overwrite,
+    run_dir = runner.run(lm, workers=args.workers, output=args.output, quiet=args.quiet,
                          log=(lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
     _summary(run_dir)
     return 0

@@ -223,26 +223,6 @@ def test_under_fail_the_run_stops_at_the_first_bad_record_with_its_place(ray_loc
 # ---------------------------------------------------------------- config
 
 
-def test_an_output_holding_another_mixture_files_run_is_refused_unless_overwrite(ray_local, tmp_path, bad_files):
-    from pipeline.errors import UsageError
-
-    text = f"""
-        name: same
-        output: out
-        sources:
-          s: {{paths: ["{bad_files['dir']}/parquet_schemas/*.parquet"], id_field: id}}
-    """
-    a, b = write_yaml(tmp_path / "a.yaml", text), write_yaml(tmp_path / "b.yaml", text)
-    run_dir = runner.run(config.load(a), log=lambda m: None, quiet=True)
-    runner.run(config.load(a), log=lambda m: None, quiet=True)  # the same file again: the normal loop
-    with pytest.raises(UsageError) as e:
-        runner.run(config.load(b), log=lambda m: None, quiet=True)
-    assert str(e.value).startswith(f"{run_dir} holds a run of another mixture file ({a}), not {b}; give this one its own "
-                                   "`name` or `output` (or --output DIR), or pass --overwrite")
-    runner.run(config.load(b), log=lambda m: None, quiet=True, overwrite=True)
-    assert atomic.read_json(run_dir / "run.json")["mixture_file"] == str(b)
-
-
 # ---------------------------------------------------------------- property: nothing is lost
 
 
