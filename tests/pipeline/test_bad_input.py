@@ -220,9 +220,6 @@ def test_under_fail_the_run_stops_at_the_first_bad_record_with_its_place(ray_loc
     assert atomic.read_json(tmp_path / "out" / "m" / "run.json")["status"] == "FAILED"
 
 
-# ---------------------------------------------------------------- config
-
-
 # ---------------------------------------------------------------- property: nothing is lost
 
 

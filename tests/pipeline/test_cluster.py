@@ -198,11 +198,16 @@ def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_run_
     token.write_text(os.urandom(32).hex())
     token.chmod(0o600)
     port, dash = _free_port(), _free_port()
+    # a second Ray on this machine (the session's own) holds the default agent ports: give the head its own,
+    # or its job agent never starts ("No available agent to submit job")
+    agent_ports = [f"--{name}={_free_port()}" for name in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                            "runtime-env-agent-port", "metrics-export-port",
+                                                            "ray-client-server-port")]
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_AUTH_MODE": "token",
            "RAY_AUTH_TOKEN_PATH": str(token), "PATH": f"{ray_bin.parent}:{os.environ['PATH']}"}
     head = subprocess.Popen([str(ray_bin), "start", "--head", "--block", "--num-cpus", "2", "--port", str(port),
                              "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--temp-dir", str(tmp / "ray"),
-                             "--disable-usage-stats"], env=env, start_new_session=True,
+                             "--disable-usage-stats", *agent_ports], env=env, start_new_session=True,
                             stdout=open(tmp / "head.log", "w"), stderr=subprocess.STDOUT)
     api = f"http://127.0.0.1:{dash}"
     t_head = time.time()
@@ -223,7 +228,7 @@ def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_run_
             urllib.request.urlopen(f"{api}/api/jobs/", timeout=5)
         assert e.value.code == 401
         t0 = time.time()
-        for attempt in range(20):  # the job server answers a few seconds before its agent can take jobs
+        for attempt in range(10):  # the job server answers a few seconds before its agent can take jobs
             r = subprocess.run([str(ray_bin), "job", "submit", "--address", api, "--working-dir", str(ROOT), "--",
                                 "python", "-m", "pipeline", "run", str(demo_run_yaml), "--output", str(tmp_path)],
                                env=env, capture_output=True, text=True, timeout=600)
