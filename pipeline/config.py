@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from filters import base as filter_base
 from pipeline.errors import NotImplementedYet, UsageError
+from pipeline.io import fs
 
 
 class Model(BaseModel):
@@ -183,8 +184,6 @@ class LoadedMixture:
         return f"{self.path}:{line_of(self.lines, loc)}: {dotted(loc)}"
 
     def output_dir(self, override: str | None = None) -> Path:
-        from pipeline.io import fs
-
         target = override or self.mixture.output
         if fs.is_url(target):  # s3://bucket/runs, file:///data/runs ...: used as written
             return fs.path(target.rstrip("/")) / self.mixture.name
@@ -403,8 +402,6 @@ def check_classifier_files(lm: "LoadedMixture") -> list[str]:
     for name, c in lm.mixture.classifiers.items():
         if name not in used:
             continue
-        from pipeline.io import fs
-
         if c.model and not fs.path(c.model).is_file():
             out.append(f"{lm.where(('classifiers', name, 'model'))}: no such model file: {c.model}; point it at a "
                        "fastText .bin, or remove `model` to train the classifier from `positive` and `negative`")

@@ -402,12 +402,13 @@ def _link_tree(pairs: list[tuple[Path, str]], dest: Path):
     for src, rel in pairs:
         target = tmp / rel
         fs.makedirs(target.parent)
-        try:
-            if not (fs.is_local(src) and fs.is_local(target)):
-                raise OSError("not local")
-            os.link(src, target)
-        except OSError:
-            fs.copy(src, target)
+        if fs.is_local(src) and fs.is_local(target):
+            try:
+                os.link(src, target)
+                continue
+            except OSError:  # another filesystem
+                pass
+        fs.copy(src, target)
     fs.replace_dir(tmp, dest)
 
 

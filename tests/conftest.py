@@ -85,6 +85,21 @@ def demo_run(demo_run_yaml) -> Path:
     return out / "demo"
 
 
+def mixture_shas(run_dir) -> dict[str, str]:
+    """Each mixture file's sha256 as the run's manifest.json records it (run_dir: a path or URL)."""
+    from pipeline.io import atomic, fs
+
+    return {f["path"]: f["sha256"] for f in atomic.read_json(fs.path(run_dir) / "manifest.json")["files"]}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def write_yaml(path: Path, text: str) -> Path:
     path.write_text(textwrap.dedent(text).lstrip())
     return path

@@ -9,7 +9,6 @@ import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -17,13 +16,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.io import atomic
-from tests.conftest import curate
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.conftest import curate, free_port
 
 
 class Browser:
@@ -33,7 +26,7 @@ class Browser:
         exe = shutil.which("chromium") or shutil.which("chromium-browser")
         if not exe:
             pytest.fail("chromium is not installed: `make test` installs Debian's chromium package (apt-get install chromium)")
-        self.port = _free_port()
+        self.port = free_port()
         self.proc = subprocess.Popen(
             [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", f"--remote-debugging-port={self.port}",

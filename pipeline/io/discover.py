@@ -38,10 +38,16 @@ def _is_hf_dir(p: Path) -> bool:
 
 
 def infer_format(p: Path) -> tuple[str | None, str | None]:
-    """(format, compression) from a path, or (None, None) when it says nothing."""
+    """(format, compression) of a local path: a saved HF dataset directory, or what its name says."""
     if _is_hf_dir(p):
         return "hf", None
-    name = p.name.lower()
+    return format_from_name(p.name)
+
+
+def format_from_name(name: str) -> tuple[str | None, str | None]:
+    """(format, compression) from a file name alone, or (None, None) when it says nothing
+    (no filesystem access: for URLs, example files, names listed in a directory)."""
+    name = name.lower()
     compression = None
     for suf, comp in COMPRESSIONS.items():
         if name.endswith(suf):
@@ -91,7 +97,7 @@ def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[
             fmt = "hf" if spec.hf_builder else (spec.format or fmt)
             if p.is_dir() and (fmt != "hf" or spec.hf_builder):
                 inside = sorted(c.name for c in p.iterdir())
-                data = [n for n in inside if infer_format(Path(n))[0]]
+                data = [n for n in inside if format_from_name(n)[0]]
                 suffix = "".join(Path(data[0]).suffixes) if data else ".jsonl.zst"
                 hint = f"; it holds {', '.join(inside[:5])}" if inside else " (empty)"
                 problems.append(
@@ -144,7 +150,7 @@ def _remote_matches(pattern: str, where: str, sname: str, spec: SourceSpec, file
         if info.get("type") == "directory":
             problems.append(f"{where}: {url} is a directory; use a glob such as {pattern.rstrip('/')}/*.jsonl.zst")
             continue
-        fmt, comp = infer_format(Path(m))
+        fmt, comp = format_from_name(m.rsplit("/", 1)[-1])
         fmt = spec.format or fmt
         if fmt is None or fmt == "hf":
             problems.append(f"{where}: cannot read {url} as {fmt or 'an unknown format'}; remote inputs are "

@@ -27,7 +27,7 @@ from filters import quality
 from pipeline.dedup.apply import scatter, sizes, stage_stats, write_attributes
 from pipeline.errors import InputError
 from pipeline.io import atomic, fs, readers
-from pipeline.io.discover import infer_format
+from pipeline.io.discover import format_from_name
 from pipeline.steps import view
 
 VALIDATION_EVERY = 10  # one example in ten, per class, is held out
@@ -67,7 +67,7 @@ def _file_examples(path: str):
     """(line or row, text) of an example file: .txt (a line each), JSONL with `text`, Parquet."""
     import orjson
 
-    fmt, comp = infer_format(fs.path(path))
+    fmt, comp = format_from_name(fs.path(path).name)
     if fmt == "parquet":
         row = 0
         for b in fs.parquet_file(path).iter_batches(columns=["text"]):

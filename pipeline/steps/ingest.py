@@ -230,7 +230,7 @@ def run_shard(spec: dict, out) -> dict:
 def _ingest_jsonl(shard: _Shard, split: dict):
     f = split["file"]
     tf, idf = shard.spec["text_field"], shard.spec["id_field"]
-    limit = shard.spec.get("max_doc_bytes") or (64 << 20)
+    limit = shard.spec["max_doc_bytes"]
     rel = f["rel"]
     for item in readers.iter_lines(f["path"], f["compression"], split):
         if isinstance(item, StreamError):
@@ -299,7 +299,7 @@ def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
         batches = readers.iter_hf_files(f["path"], split["hf_builder"], FLUSH_DOCS)
     else:
         batches = readers.iter_hf(f["path"], shard.spec.get("hf_split"), split, FLUSH_DOCS)
-    limit = shard.spec.get("max_doc_bytes") or (64 << 20)
+    limit = shard.spec["max_doc_bytes"]
     for first_row, batch in batches:
         names = batch.schema.names
         problem = None  # a file-level problem: every row of the batch is set aside with it (or the run stops)

@@ -182,7 +182,9 @@ def test_a_parquet_file_without_the_text_column_sets_every_row_aside(quarantine_
     assert q[0]["error"] == "no column 'text'; columns: id, body; set sources.parquet_no_text.text_field"
     e = led["sources"]["parquet_no_text"]
     assert (e["in"], e["kept"], e["quarantined"]) == (3, 0, 3)
-    from pipeline import decisions  # what samples and `explain --all` show for them: file#row, as Parquet places are written
+    from pipeline import (
+        decisions,  # what samples and `explain --all` show for them: file#row, as Parquet places are written
+    )
 
     places = [r["source_id"] for r in decisions.quarantined(decisions.Run(run_dir), "parquet_no_text")]
     assert places == [f"{q[0]['file']}#{i}" for i in range(3)]

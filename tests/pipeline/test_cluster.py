@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.io import atomic
-from tests.conftest import ROOT, curate
+from tests.conftest import ROOT, curate, free_port, mixture_shas
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -29,15 +28,11 @@ pytestmark = pytest.mark.timeout(900)
 # ---------------------------------------------------------------- helpers
 
 
-def _shas(run_dir: Path) -> dict:
-    return {f["path"]: f["sha256"] for f in atomic.read_json(run_dir / "manifest.json")["files"]}
-
-
 def _assert_same_as_clean(run_dir: Path, clean: Path):
-    assert _shas(run_dir) == _shas(clean), "the mixture differs from the clean run's"
+    assert mixture_shas(run_dir) == mixture_shas(clean), "the mixture differs from the clean run's"
     import hashlib
 
-    for p, sha in _shas(run_dir).items():  # the files themselves, not only the manifest's word
+    for p, sha in mixture_shas(run_dir).items():  # the files themselves, not only the manifest's word
         assert hashlib.sha256((run_dir / p).read_bytes()).hexdigest() == sha
     led, ref = (atomic.read_json(d / "ledger.json")["sources"] for d in (run_dir, clean))
     assert led == ref and all(v["conservation"] for v in led.values())
@@ -117,12 +112,6 @@ def _short_tmp(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # ---------------------------------------------------------------- an embedded Ray, one process at a time
 
 
@@ -197,10 +186,10 @@ def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_run_
     token = tmp / "token"
     token.write_text(os.urandom(32).hex())
     token.chmod(0o600)
-    port, dash = _free_port(), _free_port()
+    port, dash = free_port(), free_port()
     # a second Ray on this machine (the session's own) holds the default agent ports: give the head its own,
     # or its job agent never starts ("No available agent to submit job")
-    agent_ports = [f"--{name}={_free_port()}" for name in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+    agent_ports = [f"--{name}={free_port()}" for name in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
                                                             "runtime-env-agent-port", "metrics-export-port",
                                                             "ray-client-server-port")]
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_AUTH_MODE": "token",

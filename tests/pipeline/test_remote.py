@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from pipeline.io import atomic, fs
-from tests.conftest import curate, write_yaml
+from tests.conftest import curate, free_port, mixture_shas, write_yaml
 
 
 def test_the_filesystem_layer_commits_atomically_on_memory_urls():
@@ -63,16 +63,10 @@ def _small_mixture(inputs: str, output: str) -> str:
     """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3_server(tmp_path_factory):
     """A real S3 API on loopback: moto's server (no network beyond 127.0.0.1)."""
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
@@ -104,11 +98,6 @@ def s3_server(tmp_path_factory):
     proc.wait()
 
 
-def _mixture_digests(run_dir) -> dict:
-    man = atomic.read_json(fs.path(run_dir) / "manifest.json")
-    return {f["path"]: f["sha256"] for f in man["files"]}
-
-
 @pytest.fixture(scope="module")
 def local_remote_run(demo_corpus, tmp_path_factory):
     d = tmp_path_factory.mktemp("remote_local")
@@ -129,7 +118,7 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, loca
     assert r.returncode == 0, r.stderr[-3000:]
     run = "s3://curate-test/runs/remote"
     assert f"run directory: {run}" in r.stdout
-    remote, local = _mixture_digests(run), _mixture_digests(local_remote_run)
+    remote, local = mixture_shas(run), mixture_shas(local_remote_run)
     print(f"\nS3 run (moto on loopback): {took:.1f}s; {len(remote)} mixture files, same sha256 as the local run: {remote == local}")
     assert remote == local and len(remote) >= 3
     # the files themselves, not only the manifest's word for them

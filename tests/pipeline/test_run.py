@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.io import atomic
-from tests.conftest import curate, demo_mixture, write_yaml
+from tests.conftest import curate, demo_mixture, mixture_shas, write_yaml
 
 
 @pytest.fixture(scope="module")
@@ -19,15 +19,11 @@ def demo_yaml(demo_corpus, tmp_path_factory) -> Path:
     return write_yaml(d / "demo.yaml", demo_mixture(demo_corpus))
 
 
-def _shas(run_dir: Path) -> dict:
-    return {f["path"]: f["sha256"] for f in atomic.read_json(run_dir / "manifest.json")["files"]}
-
-
 def test_demo_is_accounted_for(demo_run):
     # the same bytes with other worker counts: tests/pipeline/test_cluster.py (3 nodes; a resume with 1 worker)
     d2 = demo_run
-    assert len(_shas(d2)) >= 3
-    for path, sha in _shas(d2).items():  # the manifest tells the truth about the files
+    assert len(mixture_shas(d2)) >= 3
+    for path, sha in mixture_shas(d2).items():  # the manifest tells the truth about the files
         assert atomic.file_digest(d2 / path)[1] == sha
     led = atomic.read_json(d2 / "ledger.json")
     assert led["conservation"] is True
@@ -88,7 +84,7 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_yaml, tmp_
     assert took < 15, took
     steps = atomic.read_json(tmp_path / "demo" / "run.json")["steps"]
     assert {s["status"] for s in steps.values()} == {"SKIPPED"}
-    first = _shas(tmp_path / "demo")
+    first = mixture_shas(tmp_path / "demo")
 
     edited = write_yaml(demo_yaml.with_name("edited.yaml"), demo_yaml.read_text().replace(
         "weights: {web: 0.6, wiki: 0.3, code: 0.1}", "weights: {web: 0.5, wiki: 0.4, code: 0.1}").replace(
