@@ -1,6 +1,8 @@
 """A mixture YAML to a run: the step graph, the plan, the run, and the run directory.
 
     scan-<source>    line counts of large compressed inputs, so they can be split
+    ids-<source>, unique-ids-<source>
+                     with id_field: ids used twice in the source (steps/ids.py)
     ingest-<source>  inputs -> normalised document shards (+ quarantine)
     filter-<source>  the source's filters -> keep/stage/reason attributes
     mix              every kept document -> mixture shards
@@ -13,6 +15,7 @@ manifest.json, mixture/ (hard links into the mix step) and quarantine/.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import socket
@@ -41,12 +44,16 @@ from pipeline.executor import (
 from pipeline.io import atomic, fs
 from pipeline.io.discover import InputFile, resolve_inputs
 from pipeline.steps import classify_plan
+from pipeline.steps import ids as ids_mod
 from pipeline.steps import ingest as ingest_mod
 from pipeline.steps import mix as mix_mod
 
 
 def _fingerprint(f: InputFile) -> dict:
-    return {"rel": f.rel, "format": f.format, "compression": f.compression, "size": f.size, "mtime_ns": f.mtime_ns}
+    fp = {"rel": f.rel, "format": f.format, "compression": f.compression, "size": f.size, "mtime_ns": f.mtime_ns}
+    if f.unreadable:  # chmod does not change mtime: a file made readable again is read again
+        fp["unreadable"] = f.unreadable
+    return fp
 
 
 def _tokenizer_id(spec: str | None) -> str | None:
@@ -157,16 +164,33 @@ class Plan:
             "max_shard_bytes": spec.max_shard_bytes, "max_doc_bytes": spec.max_doc_bytes, "tokenizer": self.tokenizer_id,
         }
 
-        def ingest_shards(st, stats, fdicts=fdicts, spec=spec, scan=scan, sname=sname):
+        def ingest_shards(st, stats, fdicts=fdicts, spec=spec, scan=scan, sname=sname, duplicates=None):
             counts = {m["path"]: m["lines"] for m in stats.get(scan.name, {}).values()} if scan else {}
             splits = ingest_mod.plan_splits(fdicts, spec.model_dump(), counts)
             common = {"source": sname, "text_field": spec.text_field, "id_field": spec.id_field,
                       "hf_split": spec.hf_split, "on_bad_record": spec.on_bad_record, "tokenizer": self.tokenizer,
-                      "max_doc_bytes": spec.max_doc_bytes}
+                      "max_doc_bytes": spec.max_doc_bytes, "duplicates": duplicates}
             return [{**common, "split": sp, "describe": sp["describe"]} for sp in splits]
 
-        ing = Step(f"ingest-{sname}", "ingest", ing_cfg, [scan] if scan else [], "pipeline.steps.ingest:run_shard",
-                   shards=ingest_shards)
+        before = [scan] if scan else []
+        shards = ingest_shards
+        if spec.id_field:  # ids must be unique within the source: checked before ingest (steps/ids.py)
+            idm = Step(f"ids-{sname}", "ids-map", ing_cfg, before, "pipeline.steps.ids:map_shard", shards=ingest_shards)
+
+            def unique_shards(st, stats, idm=idm, sname=sname, spec=spec):
+                ms = stats[idm.name]
+                n = ids_mod.partitions(sum(m["rows"] for m in ms.values()))
+                maps = [str(idm.dir(self.run_dir) / f"{shard_name(i)}.parquet") for i in sorted(ms)]
+                places = [ms[i]["place"] for i in sorted(ms)]
+                return [{"source": sname, "partition": p, "partitions": n, "maps": maps, "places": places,
+                         "on_bad_record": spec.on_bad_record, "describe": f"{sname} ids, partition {p}"} for p in range(n)]
+
+            idr = Step(f"unique-ids-{sname}", "ids-reduce", {"on_bad_record": spec.on_bad_record}, [idm],
+                       "pipeline.steps.ids:reduce_shard", shards=unique_shards)
+            self.steps += [idm, idr]
+            before = before + [idr]
+            shards = functools.partial(ingest_shards, duplicates=str(idr.dir(self.run_dir)))
+        ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, "pipeline.steps.ingest:run_shard", shards=shards)
         self.steps.append(ing)
         self.ingest[sname] = ing
         if spec.filters:

@@ -105,8 +105,11 @@ def write_yaml(path: Path, text: str) -> Path:
     return path
 
 
-def curate(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """The real CLI in a subprocess (its own embedded Ray, unless `env` names a RAY_ADDRESS)."""
+def curate(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 300,
+           prefix: list[str] = ()) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess (its own embedded Ray, unless `env` names a RAY_ADDRESS);
+    `prefix` wraps the command (e.g. setpriv)."""
     e = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([*prefix, sys.executable, "-m", "pipeline", *args], cwd=cwd, env=e, capture_output=True,
+                          text=True, timeout=timeout)

@@ -28,6 +28,7 @@ class InputFile:
     compression: str | None
     size: int
     mtime_ns: int
+    unreadable: str | None = None  # why it cannot be opened (on_bad_record: quarantine sets it aside whole)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -58,6 +59,20 @@ def format_from_name(name: str) -> tuple[str | None, str | None]:
     if name.endswith(".parquet"):
         return "parquet", compression
     return None, compression
+
+
+def _open_error(p: Path) -> str | None:
+    """Why a local input cannot be opened (permissions), or None. Opening is the only true
+    test: access(2) ignores capabilities and ACLs."""
+    try:
+        if p.is_dir():
+            os.listdir(p)
+        else:
+            with open(p, "rb"):
+                pass
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return None
 
 
 def _fixed_prefix(pattern: str) -> str:
@@ -113,12 +128,14 @@ def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[
             if fmt == "hf" and not spec.hf_builder and not _is_hf_dir(p):
                 problems.append(f"{where}: {m} is not a saved HF dataset directory (no dataset_info.json or state.json)")
                 continue
-            if not os.access(m, os.R_OK):
-                problems.append(f"{where}: {m} is not readable (permissions); fix them or remove it from the glob")
+            unreadable = _open_error(p)
+            if unreadable and spec.on_bad_record == "fail":
+                problems.append(f"{where}: {m} cannot be read ({unreadable}); give the user running curate read access "
+                                f"(e.g. chmod a+r), or set sources.{sname}.on_bad_record: quarantine to set the file aside")
                 continue
             st = p.stat()
             rel = os.path.relpath(m, base)
-            files[str(p.resolve())] = InputFile(str(p.resolve()), rel, fmt, comp, st.st_size, st.st_mtime_ns)
+            files[str(p.resolve())] = InputFile(str(p.resolve()), rel, fmt, comp, st.st_size, st.st_mtime_ns, unreadable)
     return [files[k] for k in sorted(files)], problems
 
 

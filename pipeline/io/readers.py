@@ -9,7 +9,9 @@ A *split* is the unit of ingest work (one Ray task, one output shard):
   a whole file, streamed (a stream cannot seek).
 
 JSONL readers yield `(line_no, byte_offset, raw_line)` and leave parsing to ingest, so a
-bad line becomes a quarantine record with its place. A stream that breaks part way
+bad line becomes a quarantine record with its place. A line longer than `max_line` bytes is
+never held whole: it is read through and yielded as a `LongLine` (its length and first
+bytes), so a 1 GB line costs no more memory than a short one. A stream that breaks part way
 (corrupt zstd frame, truncated gzip) yields everything before the break, then one
 `StreamError` with the line where reading stopped. Memory is bounded by the batch size.
 """
@@ -28,6 +30,7 @@ import zstandard
 from pipeline.io import fs
 
 READ_CHUNK = 1 << 20
+HEAD = 800  # bytes of an over-long line kept for the quarantine excerpt
 
 
 @dataclass
@@ -50,44 +53,75 @@ def open_binary(path: str, compression: str | None):
 STREAM_ERRORS = (zstandard.ZstdError, EOFError, zlib.error, gzip.BadGzipFile, OSError)
 
 
-def _stream_lines(f) -> Iterator[bytes | StreamError]:
+@dataclass
+class LongLine:
+    """A line over the reader's `max_line`, read through without being kept."""
+
+    size: int  # bytes, without its newline
+    head: bytes  # its first HEAD bytes
+    newline: int = 0  # 1 when it ended with a newline
+
+    def __len__(self) -> int:  # bytes consumed from the stream, like len() of a line
+        return self.size + self.newline
+
+
+def _stream_lines(f, max_line: int | None = None) -> Iterator[bytes | LongLine | Exception]:
     """Lines with their newline; a broken stream yields every complete line before the break,
-    then the exception (the cut line is not a record we can read)."""
+    then the exception (the cut line is not a record we can read). Lines over `max_line`
+    bytes come as `LongLine`s."""
     pending = b""
+    long: LongLine | None = None  # the over-long line being read through
     while True:
         try:
             chunk = f.read1(READ_CHUNK)
         except STREAM_ERRORS as e:
-            *lines, pending = pending.split(b"\n")
-            yield from (ln + b"\n" for ln in lines)
+            if long is None:
+                *lines, pending = pending.split(b"\n")
+                yield from (ln + b"\n" for ln in lines)
             yield e
             return
         if not chunk:
-            if pending:
+            if long is not None:
+                yield long
+            elif pending:
                 yield pending
             return
+        if long is not None:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                long.size += len(chunk)
+                continue
+            long.size += nl
+            long.newline = 1
+            yield long
+            long, chunk = None, chunk[nl + 1:]
         pending += chunk
         *lines, pending = pending.split(b"\n")
-        yield from (ln + b"\n" for ln in lines)
+        yield from (ln + b"\n" if max_line is None or len(ln) <= max_line else LongLine(len(ln), ln[:HEAD], 1)
+                    for ln in lines)
+        if max_line is not None and len(pending) > max_line:
+            long, pending = LongLine(len(pending), pending[:HEAD]), b""
 
 
-def iter_lines(path: str, compression: str | None, split: dict) -> Iterator[tuple[int, int, bytes] | StreamError]:
-    """Lines of one JSONL split: (1-based line number, byte offset, line without newline)."""
+def iter_lines(path: str, compression: str | None, split: dict,
+               max_line: int | None = None) -> Iterator[tuple[int, int, bytes | LongLine] | StreamError]:
+    """Lines of one JSONL split: (1-based line number, byte offset, line without newline, or a
+    `LongLine` for a line over `max_line` bytes)."""
     if compression is None and "start" in split:
-        yield from _iter_byte_range(path, split["start"], split["end"])
+        yield from _iter_byte_range(path, split["start"], split["end"], max_line)
         return
     first = split.get("first", 0)
     last = split.get("last")  # None: to the end
     line_no, offset = 0, 0
     with open_binary(path, compression) as f:
-        for line in _stream_lines(f):
+        for line in _stream_lines(f, max_line):
             if isinstance(line, Exception):
                 yield StreamError(line_no + 1, offset, f"{type(line).__name__}: {line}")
                 return
             if last is not None and line_no >= last:
                 return
             if line_no >= first:
-                yield line_no + 1, offset, line.rstrip(b"\r\n")
+                yield line_no + 1, offset, line if isinstance(line, LongLine) else line.rstrip(b"\r\n")
             line_no += 1
             offset += len(line)
 
@@ -104,21 +138,40 @@ def _count_newlines(f, upto: int) -> int:
     return n
 
 
-def _iter_byte_range(path: str, start: int, end: int) -> Iterator[tuple[int, int, bytes]]:
+def _readline(f, max_line: int | None) -> bytes | LongLine:
+    """One line of a seekable file, or a `LongLine` read through in chunks."""
+    if max_line is None:
+        return f.readline()
+    line = f.readline(max_line + 1)
+    if len(line) <= max_line or line.endswith(b"\n"):
+        return line
+    long = LongLine(len(line), line[:HEAD])
+    while True:
+        part = f.readline(READ_CHUNK)
+        if part.endswith(b"\n"):
+            long.size += len(part) - 1
+            long.newline = 1
+            return long
+        long.size += len(part)
+        if not part:
+            return long
+
+
+def _iter_byte_range(path: str, start: int, end: int, max_line: int | None = None) -> Iterator[tuple[int, int, bytes | LongLine]]:
     with fs.open_read(path, READ_CHUNK) as f:
         pos = 0
         if start > 0:
             f.seek(start - 1)
-            skipped = f.readline()  # the line that started before us belongs to the previous split
+            skipped = _readline(f, max_line)  # the line that started before us belongs to the previous split
             pos = start - 1 + len(skipped)
         line_no = _count_newlines(f, pos) if pos else 0
         f.seek(pos)
         while pos < end:
-            line = f.readline()
+            line = _readline(f, max_line)
             if not line:
                 return
             line_no += 1
-            yield line_no, pos, line.rstrip(b"\r\n")
+            yield line_no, pos, line if isinstance(line, LongLine) else line.rstrip(b"\r\n")
             pos += len(line)
 
 
@@ -150,12 +203,14 @@ def parquet_row_groups(path: str) -> list[int]:
 
 
 def iter_parquet(path: str, split: dict, columns: list[str] | None, batch_rows: int) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """(row number of the batch's first row, batch) over the split's row groups."""
+    """(row number of the batch's first row, batch) over the split's row groups, one group at
+    a time: a batch never spans two, so a damaged group loses none of the groups before it."""
     pf = fs.parquet_file(path)
     row = split["first_row"]
-    for batch in pf.iter_batches(batch_size=batch_rows, row_groups=split["row_groups"], columns=columns):
-        yield row, batch
-        row += batch.num_rows
+    for g in split["row_groups"]:
+        for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[g], columns=columns):
+            yield row, batch
+            row += batch.num_rows
 
 
 def load_hf(path: str, split_name: str | None):

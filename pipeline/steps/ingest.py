@@ -11,7 +11,9 @@ record with `path:line: what is wrong; what to do` instead.
 Ids: the record's own id when `id_field` is set; otherwise the xxh3-128 hash of the
 record's place (file relative to its glob's fixed prefix, and line or row) and its text.
 `source_id` keeps the original id, or that place. The same input gives the same ids on
-any machine and any worker count, and no two records of a source share one.
+any machine and any worker count, and no two records of a source share one: with
+`id_field`, the unique-ids step (ids.py) runs first and every later use of an id is
+quarantined as `duplicate_id`.
 
 Blank lines in JSONL are not records and are not counted.
 """
@@ -26,6 +28,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from pipeline import tokens
+from pipeline.dedup import shuffle
 from pipeline.errors import InputError
 from pipeline.io import atomic, fs, readers
 from pipeline.io.readers import StreamError
@@ -55,7 +58,7 @@ def content_id(place: str, text: str) -> str:
 
 
 def needs_scan(f: dict, max_shard_bytes: int) -> bool:
-    return f["format"] == "jsonl" and f["compression"] is not None and f["size"] > min(SCAN_MIN_BYTES, max_shard_bytes)
+    return not f.get("unreadable") and f["format"] == "jsonl" and f["compression"] is not None and f["size"] > min(SCAN_MIN_BYTES, max_shard_bytes)
 
 
 def plan_splits(files: list[dict], spec: dict, line_counts: dict[str, int]) -> list[dict]:
@@ -63,9 +66,16 @@ def plan_splits(files: list[dict], spec: dict, line_counts: dict[str, int]) -> l
     max_rows, max_bytes = spec["max_shard_rows"], spec["max_shard_bytes"]
     out = []
     for f in files:
-        if f["format"] == "parquet":
+        if f.get("unreadable"):
+            out.append({"file": f})
+        elif f["format"] == "parquet":
             group, rows, first = [], 0, 0
-            for i, n in enumerate(readers.parquet_row_groups(f["path"])):
+            try:
+                groups = readers.parquet_row_groups(f["path"])
+            except (OSError, pa.ArrowException) as e:  # no footer: the ingest task sets the file aside (or stops)
+                out.append({"file": f, "error": f"{type(e).__name__}: {e}"})
+                continue
+            for i, n in enumerate(groups):
                 if group and rows + n > max_rows:
                     out.append({"file": f, "row_groups": group, "first_row": first})
                     first += rows
@@ -119,8 +129,45 @@ def scan_shard(spec: dict, out) -> dict:
 # ---------------------------------------------------------------- the shard task
 
 
+def _duplicates(spec: dict, out) -> dict[int, tuple[str, str]]:
+    """line or row -> (id, place of its first use), from the unique-ids step (ids.py)."""
+    if not spec.get("duplicates"):
+        return {}
+    t = shuffle.decisions(spec["duplicates"], spec["source"], out.index)
+    if t is None:
+        return {}
+    return {r: (i, f) for r, i, f in zip(t.column("row").to_pylist(), t.column("id").to_pylist(), t.column("first").to_pylist())}
+
+
+class IdSink:
+    """Ingest's parsing with a sink that keeps only the id and place of every record that
+    would become a document (the ids map step); bad records are ingest's to report."""
+
+    keep_fields = False
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.source = spec["source"]
+        self.stats: dict = {}
+        self.ids: list[str] = []
+        self.locs: list[int] = []
+        self._loc = 0
+
+    def duplicate(self, loc: int) -> None:  # called with every document's place, just before add()
+        self._loc = loc
+
+    def add(self, id_: str, text: str, source_id: str, meta: str | None):
+        self.ids.append(id_)
+        self.locs.append(self._loc)
+
+    def bad(self, *args, **kwargs):
+        pass
+
+
 class _Shard:
     """Accumulates documents and quarantine records; streams them to temporary files."""
+
+    keep_fields = True
 
     def __init__(self, spec: dict, out):
         self.spec = spec
@@ -131,9 +178,18 @@ class _Shard:
         self.writer = fs.parquet_writer(self.tmp, DOC_SCHEMA, compression="zstd")
         self.out = out
         self.qfile = None  # opened at the first bad record
+        self.dups = _duplicates(spec, out)
         self.cols: dict[str, list] = {"id": [], "text": [], "source_id": [], "metadata": []}
         self.pending_bytes = 0
         self.stats = {"records_in": 0, "docs_out": 0, "chars": 0, "tokens": 0, "quarantined": {}, "stream_error": None}
+
+    def duplicate(self, loc: int) -> str | None:
+        """The quarantine message when this record's id was used earlier in the source."""
+        if loc not in self.dups:
+            return None
+        id_, first = self.dups[loc]
+        return (f"id {id_!r} is already used at {first} (that record is kept); ids must be unique within a source: "
+                f"fix the data, or drop sources.{self.source}.id_field to give every record a content id")
 
     def add(self, id_: str, text: str, source_id: str, meta: str | None):
         self.stats["records_in"] += 1
@@ -149,7 +205,7 @@ class _Shard:
     def bad(self, reason: str, error: str, file: dict, line: int | None = None, row: int | None = None,
             offset: int | None = None, raw: bytes | str | None = None, **extra):
         if self.spec["on_bad_record"] == "fail":
-            place = f"{file['path']}:{line}" if line is not None else f"{file['path']} row {row}"
+            place = f"{file['path']}:{line}" if line is not None else f"{file['path']} row {row}" if row is not None else file["path"]
             raise InputError(
                 f"{place}: {error}; fix the record, or set sources.{self.source}.on_bad_record: quarantine to set it aside"
             )
@@ -212,15 +268,29 @@ class _Shard:
             self.qtmp.unlink(missing_ok=True)
 
 
+def parse(shard, split: dict) -> None:
+    """Every record of one split into `shard` (a _Shard, or an IdSink)."""
+    f = split["file"]
+    if f.get("unreadable"):  # found at discovery; `fail` stopped there
+        shard.stats["stream_error"] = f"cannot open: {f['unreadable']}"
+        shard.bad("unreadable_file", f"the file cannot be read ({f['unreadable']}); its records could not be read or "
+                  "counted; give the user running curate read access (e.g. chmod a+r) and run again", f, unread_records="unknown")
+        return
+    if split.get("error"):
+        shard.stats["stream_error"] = split["error"]
+        shard.bad("corrupt_file", f"not a readable {f['format']} file ({split['error']}); its records could not be read "
+                  "or counted; re-fetch or repair the file", f, unread_records="unknown")
+        return
+    if f["format"] == "jsonl":
+        _ingest_jsonl(shard, split)
+    else:
+        _ingest_arrow(shard, split, split["file"]["format"])
+
+
 def run_shard(spec: dict, out) -> dict:
     shard = _Shard(spec, out)
     try:
-        split = spec["split"]
-        fmt = split["file"]["format"]
-        if fmt == "jsonl":
-            _ingest_jsonl(shard, split)
-        else:
-            _ingest_arrow(shard, split, fmt)
+        parse(shard, spec["split"])
         return shard.close()
     except BaseException:
         shard.abort()
@@ -232,7 +302,7 @@ def _ingest_jsonl(shard: _Shard, split: dict):
     tf, idf = shard.spec["text_field"], shard.spec["id_field"]
     limit = shard.spec["max_doc_bytes"]
     rel = f["rel"]
-    for item in readers.iter_lines(f["path"], f["compression"], split):
+    for item in readers.iter_lines(f["path"], f["compression"], split, max_line=limit):
         if isinstance(item, StreamError):
             shard.stats["stream_error"] = item.message
             shard.bad("corrupt_stream", f"the compressed stream is unreadable from here on ({item.message}); "
@@ -240,11 +310,11 @@ def _ingest_jsonl(shard: _Shard, split: dict):
                       f, line=item.line_no, offset=item.offset, unread_records="unknown")
             return
         line_no, offset, raw = item
-        if not raw.strip():
+        if not isinstance(raw, readers.LongLine) and not raw.strip():
             continue
-        if len(raw) > limit:
-            shard.bad("too_large", f"the record has {len(raw):,} bytes, over sources.{shard.source}.max_doc_bytes "
-                      f"({limit:,}); raise the limit or drop the record", f, line_no, offset=offset, raw=raw[:EXCERPT * 4])
+        if isinstance(raw, readers.LongLine):  # read through, never held whole
+            shard.bad("too_large", f"the record has {raw.size:,} bytes, over sources.{shard.source}.max_doc_bytes "
+                      f"({limit:,}); raise the limit or drop the record", f, line_no, offset=offset, raw=raw.head)
             continue
         try:
             rec = orjson.loads(raw)
@@ -275,9 +345,13 @@ def _ingest_jsonl(shard: _Shard, split: dict):
                 shard.bad("missing_id", f"field {idf!r} is missing or not a scalar", f, line_no, offset=offset, raw=raw)
                 continue
             id_ = source_id = str(rid)
+            dup = shard.duplicate(line_no)
+            if dup:
+                shard.bad("duplicate_id", dup, f, line_no, offset=offset, raw=raw)
+                continue
         else:
             source_id, id_ = place, content_id(place, text)
-        meta = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS, default=str).decode() if rec else None
+        meta = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS, default=str).decode() if rec and shard.keep_fields else None
         shard.add(id_, text, source_id, meta)
 
 
@@ -300,7 +374,8 @@ def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
     else:
         batches = readers.iter_hf(f["path"], shard.spec.get("hf_split"), split, FLUSH_DOCS)
     limit = shard.spec["max_doc_bytes"]
-    for first_row, batch in batches:
+    state = {"row": split.get("first_row", 0)}
+    for first_row, batch in _guarded(batches, state):
         names = batch.schema.names
         problem = None  # a file-level problem: every row of the batch is set aside with it (or the run stops)
         if tf not in names:
@@ -319,7 +394,7 @@ def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
         texts = col.to_pylist()
         ids = batch.column(idf).to_pylist() if idf is not None else None
         others = [n for n in names if n not in (tf, idf)]
-        metas = batch.select(others).to_pylist() if others else None
+        metas = batch.select(others).to_pylist() if others and shard.keep_fields else None
         for i, text in enumerate(texts):
             row = first_row + i
             if text is None:
@@ -336,7 +411,31 @@ def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
                     shard.bad("missing_id", f"column {idf!r} is null at row {row}", f, row=row, raw=text)
                     continue
                 id_ = source_id = str(rid)
+                dup = shard.duplicate(row)
+                if dup:
+                    shard.bad("duplicate_id", dup, f, row=row, raw=text)
+                    continue
             else:
                 source_id, id_ = place, content_id(place, text)
             meta = orjson.dumps(metas[i], option=orjson.OPT_SORT_KEYS, default=str).decode() if metas else None
             shard.add(id_, text, source_id, meta)
+    if "error" in state:
+        shard.stats["stream_error"] = state["error"]
+        shard.bad("corrupt_file", f"the file is unreadable from row {state['row']} on ({state['error']}); the rows after "
+                  "it could not be read or counted; re-fetch or repair the file", f, row=state["row"], unread_records="unknown")
+
+
+def _guarded(batches, state: dict):
+    """The batches until the first read error, which lands in state["error"]; state["row"]
+    is then the first row not read."""
+    it = iter(batches)
+    while True:
+        try:
+            first_row, batch = next(it)
+        except StopIteration:
+            return
+        except (OSError, pa.ArrowException) as e:
+            state["error"] = f"{type(e).__name__}: {e}"
+            return
+        state["row"] = first_row + batch.num_rows
+        yield first_row, batch
