@@ -40,6 +40,12 @@ def _resolve(path: str, default_module: str | None = None):
         raise ValueError(f"cannot import {path!r}: {e}") from None
 
 
+def _module_of(path: str, default_module: str | None = None) -> str:
+    if ":" in path:
+        return path.partition(":")[0]
+    return path.rpartition(".")[0] if "." in path else default_module
+
+
 def _normalise(res) -> tuple[bool, str | None]:
     if isinstance(res, tuple):
         return bool(res[0]), (None if res[0] else (res[1] if len(res) > 1 and res[1] else "removed"))
@@ -51,6 +57,20 @@ class DatatroveFilter(Filter):
     """Any datatrove filter class, run per document; its reason strings are kept."""
 
     Params = DatatroveParams
+
+    @classmethod
+    def dependencies(cls, params: DatatroveParams) -> list[tuple[str, str | None]]:
+        """datatrove's own declaration: `_requires_dependencies` along the class's MRO."""
+        try:
+            klass = _resolve(params.class_, "datatrove.pipeline.filters")
+        except ValueError:
+            return [(_module_of(params.class_, "datatrove.pipeline.filters"), None)]
+        out = []
+        for t in klass.__mro__:
+            for d in getattr(t, "_requires_dependencies", None) or []:
+                module, pip = d if isinstance(d, tuple) else (d, d)
+                out.append((module, pip))
+        return out
 
     def __init__(self, params: DatatroveParams):
         super().__init__(params)
@@ -76,6 +96,10 @@ class PythonFilter(Filter):
     """A user function over a document's text or over an Arrow batch."""
 
     Params = PythonParams
+
+    @classmethod
+    def dependencies(cls, params: PythonParams) -> list[tuple[str, str | None]]:
+        return [(_module_of(params.callable), None)]
 
     def __init__(self, params: PythonParams):
         super().__init__(params)

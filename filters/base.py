@@ -58,9 +58,17 @@ class Filter:
     version: ClassVar[str] = "1"
     Params: ClassVar[type[FilterParams]]
     description: ClassVar[str] = ""
+    # (module, pip requirement) the type imports when built; `curate validate` checks them,
+    # so a missing optional package is a config error with its pip line, not a worker crash
+    requires: ClassVar[tuple[tuple[str, str | None], ...]] = ()
 
     def __init__(self, params: FilterParams):
         self.params = params
+
+    @classmethod
+    def dependencies(cls, params: FilterParams) -> list[tuple[str, str | None]]:
+        """What this instance needs importable; a pip requirement of None: the user's own module."""
+        return list(cls.requires)
 
     def apply(self, batch: pa.RecordBatch) -> FilterResult:
         raise NotImplementedError
@@ -132,6 +140,27 @@ def path_fields(params: FilterParams) -> dict[str, str]:
     default = getattr(filter_class(params.type), "default_files", None)
     if default:
         out.update({k: v for k, v in default(params).items() if k not in out})
+    return out
+
+
+def missing_dependencies(params: FilterParams) -> list[str]:
+    """One message per module the filter needs that cannot be imported here, with its fix."""
+    import importlib.util
+
+    out = []
+    for module, pip in filter_class(params.type).dependencies(params):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package is missing
+            found = False
+        if found:
+            continue
+        if pip is None:
+            out.append(f"the module {module!r} cannot be imported here; install the package that provides it "
+                       "(on every node of a cluster), or fix the import path")
+        else:
+            out.append(f"filter type {params.type!r} needs the module {module!r}, which is not installed; "
+                       f"pip install '{pip}' (on every node of a cluster)")
     return out
 
 

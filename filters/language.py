@@ -50,6 +50,7 @@ class LanguageFilter(Filter):
     """fastText lid.176 language ID: keep wanted languages above a score; adds lang and lang_score."""
 
     Params = LanguageParams
+    requires = (("fasttext", "fasttext-numpy2-wheel"),)
 
     @staticmethod
     def default_files(params: LanguageParams) -> dict[str, str]:

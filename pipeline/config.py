@@ -378,7 +378,8 @@ def _resolve_filter_paths(m: Mixture, base: Path) -> Mixture:
 
 
 def check_filter_files(lm: "LoadedMixture") -> list[str]:
-    """Every file a used filter reads must exist; the message names the key and the fix."""
+    """Every file a used filter reads must exist, and every module it imports must be
+    installed; the message names the key and the fix."""
     from filters import models
 
     out = []
@@ -386,6 +387,7 @@ def check_filter_files(lm: "LoadedMixture") -> list[str]:
     for name, params in lm.mixture.filters.items():
         if name not in used:
             continue
+        out += [f"{lm.where(('filters', name, 'type'))}: {m}" for m in filter_base.missing_dependencies(params)]
         for field, value in filter_base.path_fields(params).items():
             if not Path(value).is_file():
                 if field == "model" and getattr(params, "model", None) is None:

@@ -167,3 +167,26 @@ def test_nothing_read_from_inputs_or_configs_is_unpickled_or_evaluated():
 def test_negative_weights_are_refused_with_their_key(tmp_path):
     msg = _err(tmp_path, GOOD + "mixture:\n  weights: {web: 1.5, web2: -0.5}\n")
     assert "x.yaml:10: mixture.weights: Value error, weights must be >= 0; negative: web2" in msg
+
+
+def test_a_filter_whose_package_is_missing_is_a_config_error_with_the_pip_line(tmp_path):
+    """datatrove declares what each of its classes imports; its perplexity block needs kenlm,
+    which is not installed here. A user's callable whose module is absent is caught the same way."""
+    (tmp_path / "a.jsonl").write_text('{"text": "hello there world"}\n')
+    y = write_yaml(tmp_path / "deps.yaml", """
+        name: t
+        sources:
+          web: {paths: ["*.jsonl"], filters: [ppl, mine, short]}
+        filters:
+          ppl: {type: datatrove, class: "datatrove.pipeline.stats.perplexity_stats:CCNetPerplexityStats", args: {}}
+          mine: {type: python, callable: "curate_user_rules.web:keep"}
+          short: {type: length, min_words: 2}
+        """)
+    r = curate("validate", str(y))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        (f"error: {y}:5: filters.ppl.type: filter type 'datatrove' needs the module 'kenlm', which is not installed; "
+         "pip install 'kenlm' (on every node of a cluster)"),
+        (f"{y}:6: filters.mine.type: the module 'curate_user_rules.web' cannot be imported here; install the package "
+         "that provides it (on every node of a cluster), or fix the import path"),
+    ]
