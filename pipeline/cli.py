@@ -51,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--output", default=None, help="directory or fsspec URL for run directories (default: the YAML's `output`, relative to it)")
     r.add_argument("--dry-run", action="store_true", help="print the plan and stop (same as `curate plan`)")
     r.add_argument("--quiet", action="store_true", help="no progress lines (errors and the final summary still print)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="take over a run directory that holds a run of a different mixture file (refused otherwise)")
 
     v = sub.add_parser("validate", help="check a mixture YAML, its references and its input paths")
     v.add_argument("mixture")
@@ -164,6 +166,8 @@ def _dispatch(args) -> int:
         return _samples(args)
 
     lm = config.load(args.mixture)
+    from pipeline import runner
+
     if args.cmd == "validate":
         from pipeline.io.discover import resolve_inputs
         from pipeline import tokens
@@ -172,19 +176,21 @@ def _dispatch(args) -> int:
         missing = config.check_filter_files(lm)
         if missing:
             raise UsageError("\n".join(missing))
+        runner.check_owner(lm, lm.output_dir(None), overwrite=False)
         tokens.check(lm.mixture.tokenizer, lm.base_dir)
         n = sum(len(v) for v in files.values())
         print(f"{args.mixture}: ok ({len(files)} sources, {n} input files)")
         for t in config.unimplemented(lm):
             print(f"note: {t}")
         return 0
-
-    from pipeline import runner
-
     if args.cmd == "plan" or (args.cmd == "run" and args.dry_run):
         print(runner.describe_plan(lm, args.output))
+        try:
+            runner.check_owner(lm, lm.output_dir(args.output), overwrite=False)
+        except UsageError as e:
+            print(f"note: `curate run` will refuse: {e}")
         return 0
-    run_dir = runner.run(lm, workers=args.workers, output=args.output, quiet=args.quiet,
+    run_dir = runner.run(lm, workers=args.workers, output=args.output, quiet=args.quiet, overwrite=args.overwrite,
                          log=(lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
     _summary(run_dir)
     return 0

@@ -292,11 +292,31 @@ def _git_commit(where: Path) -> str | None:
         return None
 
 
-def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None, log=print, quiet: bool = False) -> Path:
+def check_owner(lm: LoadedMixture, run_dir: Path, overwrite: bool) -> None:
+    """A run directory belongs to one mixture file: editing that file and running again is
+    the normal loop, but a different file with the same `name` and `output` would mix two
+    experiments' outputs in one directory. Files are told apart by name, not folder: a Ray
+    job runs a copy of the YAML in a new folder each time the code changes."""
+    try:
+        prev = atomic.read_json(run_dir / "run.json").get("mixture_file")
+    except (FileNotFoundError, ValueError):
+        return
+    mine = str(lm.path.resolve())
+    if prev and Path(prev).name != Path(mine).name and not overwrite:
+        raise UsageError(
+            f"{run_dir} holds a run of another mixture file ({prev}), not {mine}; give this one its own "
+            "`name` or `output` (or --output DIR), or pass --overwrite to take the directory over "
+            "(cached steps whose hashes match are reused; the mixture, ledger and samples are replaced)"
+        )
+
+
+def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None, log=print, quiet: bool = False,
+        overwrite: bool = False) -> Path:
     todo = unimplemented(lm)
     if todo:
         raise UsageError("\n".join(str(t) for t in todo))
     run_dir = lm.output_dir(output)
+    check_owner(lm, run_dir, overwrite)
     plan = Plan(lm, run_dir)
     prev = previous_steps(run_dir)
     fs.makedirs(run_dir)

@@ -305,6 +305,33 @@ def test_under_fail_the_run_stops_at_the_first_bad_record_with_its_place(ray_loc
     assert atomic.read_json(tmp_path / "out" / "m" / "run.json")["status"] == "FAILED"
 
 
+# ---------------------------------------------------------------- config
+
+
+def test_an_output_holding_another_mixture_files_run_is_refused_unless_overwrite(ray_local, tmp_path, bad_files):
+    from pipeline.errors import UsageError
+
+    text = f"""
+        name: same
+        output: out
+        sources:
+          s: {{paths: ["{bad_files['dir']}/parquet_schemas/*.parquet"]}}
+    """
+    a, b = write_yaml(tmp_path / "a.yaml", text), write_yaml(tmp_path / "b.yaml", text)
+    run_dir = runner.run(config.load(a), log=lambda m: None, quiet=True)
+    runner.run(config.load(a), log=lambda m: None, quiet=True)  # the same file again: the normal loop
+    with pytest.raises(UsageError) as e:
+        runner.run(config.load(b), log=lambda m: None, quiet=True)
+    assert str(e.value).startswith(f"{run_dir} holds a run of another mixture file ({a}), not {b}; give this one its own "
+                                   "`name` or `output` (or --output DIR), or pass --overwrite")
+    from tests.conftest import curate
+
+    r = curate("validate", str(b))  # caught before any Ray task
+    assert r.returncode == 2 and f"error: {run_dir} holds a run of another mixture file ({a}), not {b}" in r.stderr
+    runner.run(config.load(b), log=lambda m: None, quiet=True, overwrite=True)
+    assert atomic.read_json(run_dir / "run.json")["mixture_file"] == str(b)
+
+
 # ---------------------------------------------------------------- property: nothing is lost
 
 
@@ -438,7 +465,7 @@ def test_peak_memory_of_an_ingest_task_does_not_grow_with_the_shard_or_a_giant_l
     A line under the limit is held whole (up to about twice the limit while it is read)."""
     import time
 
-    chunk = _lines(wiki_texts[:4000])  # ~2.6 MB of real text
+    chunk = _lines(["\n\n".join(wiki_texts[i:i + 5]) for i in range(0, 5000, 5)])  # ~2.6 MB: 1,000 pages of ~2.6 KB
     sizes = {}
     for name, total, giant in [("small", 64 << 20, False), ("big", 1 << 30, True)]:
         p = tmp_path / f"{name}.jsonl.zst"

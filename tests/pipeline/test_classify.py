@@ -110,7 +110,8 @@ def test_same_model_bytes_on_a_second_run(trained):
 
 def test_editing_the_threshold_skips_training_and_scoring(trained, demo_corpus):
     d, y, _ = trained
-    edited = _yaml(d / "b.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, min_score: 0.9}")
+    (d / "edited").mkdir(exist_ok=True)  # the same file name: the same mixture, edited
+    edited = _yaml(d / "edited" / "a.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, min_score: 0.9}")
     plan = curate("plan", str(edited), "--output", str(d / "one")).stdout
     lines = {ln.split()[0]: ln for ln in plan.splitlines() if ln.startswith(("classify-", "quality-", "mix"))}
     assert " skip " in lines["classify-wiki_vs_web-train"] and " skip " in lines["classify-wiki_vs_web-wiki"]

@@ -86,7 +86,8 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_yaml, tmp_
     assert {s["status"] for s in steps.values()} == {"SKIPPED"}
     first = mixture_shas(tmp_path / "demo")
 
-    edited = write_yaml(demo_yaml.with_name("edited.yaml"), demo_yaml.read_text().replace(
+    (demo_yaml.parent / "edited").mkdir(exist_ok=True)  # the same file name: the same mixture, edited
+    edited = write_yaml(demo_yaml.parent / "edited" / demo_yaml.name, demo_yaml.read_text().replace(
         "weights: {web: 0.6, wiki: 0.3, code: 0.1}", "weights: {web: 0.5, wiki: 0.4, code: 0.1}").replace(
         "shard_tokens: 500000", "shard_tokens: 100000"))
     plan = curate("plan", str(edited), "--output", out)
