@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 WHEELS := .cache/wheels
 STAMP  := $(VENV)/.installed
 
-.PHONY: browser demo test setup lint clean
+.PHONY: bench browser demo test setup lint clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,10 @@ demo: setup
 
 test: setup browser
 	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m pytest -q tests
+
+# the end-to-end benchmark against datatrove (bench/e2e.py; ~25 min on 2 cores); BENCH_ARGS="--docs 5000 --scales 1" for a quick look
+bench: setup
+	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m bench $(BENCH_ARGS)
 
 # tests/test_pages.py opens the published pages in headless Chromium (Debian's package)
 browser:

@@ -172,6 +172,8 @@ def web_records(wiki_en: list[dict], n_pages: int, seed: int = SEED) -> list[dic
             "kind": kind,
             "text": text,
         })
+        if kind in ("exact_copy", "near_copy"):
+            pages[-1]["copy_of"] = src["url"]  # ground truth for benchmarks; not written to the demo files
     return pages
 
 
@@ -186,7 +188,7 @@ def build(out: Path, wheel_dir: str | None = None, web_pages: int = 12_000) -> P
     half = len(code) // 2
     _write_gz(out / "code" / "stdlib-00000.jsonl.gz", code[:half])
     _write_gz(out / "code" / "stdlib-00001.jsonl.gz", code[half:])
-    web = web_records(wiki["en"], web_pages)
+    web = [{k: v for k, v in r.items() if k != "copy_of"} for r in web_records(wiki["en"], web_pages)]
     per = -(-len(web) // 4)
     for k in range(4):
         _write_zst(out / "web" / f"crawl-{k:05d}.jsonl.zst", web[k * per : (k + 1) * per])

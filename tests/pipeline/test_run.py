@@ -6,17 +6,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
 from pipeline.io import atomic
-from tests.conftest import curate, demo_mixture, mixture_shas, write_yaml
-
-
-@pytest.fixture(scope="module")
-def demo_yaml(demo_corpus, tmp_path_factory) -> Path:
-    """mixtures/demo.yaml as shipped, pointed at the test's demo corpus."""
-    d = tmp_path_factory.mktemp("mix")
-    return write_yaml(d / "demo.yaml", demo_mixture(demo_corpus))
+from tests.conftest import curate, mixture_shas, write_yaml
 
 
 def test_demo_is_accounted_for(demo_run):
@@ -74,9 +65,13 @@ def test_mixture_reads_with_pyarrow_dataset_and_hf_datasets(demo_run, tmp_path):
     print(f"\nrealised shares: {shares}")
 
 
-def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_yaml, tmp_path):
+def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_run_yaml, demo_run, tmp_path):
+    """A copy of the session's demo run directory (run directories are relocatable), run again."""
+    import shutil
+
+    demo_yaml = demo_run_yaml
     out = str(tmp_path)
-    assert curate("run", str(demo_yaml), "--output", out).returncode == 0
+    shutil.copytree(demo_run, tmp_path / "demo", symlinks=True)
     t0 = time.time()
     r = curate("run", str(demo_yaml), "--output", out)
     took = time.time() - t0
@@ -89,7 +84,7 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_yaml, tmp_
     (demo_yaml.parent / "edited").mkdir(exist_ok=True)  # the same file name: the same mixture, edited
     edited = write_yaml(demo_yaml.parent / "edited" / demo_yaml.name, demo_yaml.read_text().replace(
         "weights: {web: 0.6, wiki: 0.3, code: 0.1}", "weights: {web: 0.5, wiki: 0.4, code: 0.1}").replace(
-        "shard_tokens: 500000", "shard_tokens: 100000"))
+        "shard_tokens: 100000", "shard_tokens: 50000"))
     plan = curate("plan", str(edited), "--output", out)
     assert plan.returncode == 0, plan.stderr
     actions = {ln.split()[0]: ln.split()[2:] for ln in plan.stdout.splitlines() if ln.split()[:1] and "-" in ln.split()[0]
