@@ -1,6 +1,6 @@
 """End to end: a raw crawl to a mixture, Curate against datatrove on the same corpus, in one run.
 
-    python -m bench [--docs 50000] [--scales 1,2,4] [--workers 2] [--skip-datatrove] [--keep]
+    python -m bench [--compare-docs 16000] [--docs 50000] [--scales 1,2,4] [--workers 2] [--skip-datatrove]
     make bench
 
 What runs (both with the same number of worker processes, on the same JSONL.zst files):
@@ -18,11 +18,15 @@ What runs (both with the same number of worker processes, on the same JSONL.zst 
 - **I/O floor**: one core reading, decompressing and parsing the crawl and writing it as
   Parquet with no processing: the physical limit line.
 
-Printed: per stage and end to end, documents/s per core (documents in / (wall x workers)),
-MB/s per core, peak RSS per worker, the Curate/datatrove ratio; the heuristic decisions'
-agreement; fuzzy-dedup recall on planted copies whose true Jaccard with their origin is
-at least 0.85; then Curate at each corpus scale (time ratio per doubling) and with 1 vs
-`--workers` workers (parallel efficiency). Not a test: timings never gate CI.
+Printed, for a side-by-side corpus (`--compare-docs`, both tools): per stage and end to end,
+documents/s per core (documents in / (wall x workers)), MB/s per core, peak RSS per worker,
+the Curate/datatrove ratio; the heuristic decisions' agreement; fuzzy-dedup recall on
+planted copies whose true Jaccard with their origin is at least 0.85; Curate with 1 vs
+`--workers` workers (parallel efficiency). Then Curate alone at `--docs` x each of
+`--scales` (default 50,000 x 1, 2, 4: up to 200,000 pages) with the time ratio per
+doubling and the peak worker RSS. datatrove runs only side by side: its filters run at
+~30 documents/s per core here, so 200,000 pages would take it about an hour on 2 cores.
+Not a test: timings never gate CI.
 
 The corpus comes from the demo generator (real Wikipedia text in crawl-like pages with
 boilerplate, spam, lorem ipsum, short pages, exact and near copies), article pages
@@ -46,7 +50,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "bench"
-DOCS_PER_FILE = 5000
+DOCS_PER_FILE = 4000
 FILTERS = ["english", "gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality"]
 
 
@@ -63,7 +67,7 @@ def build_corpus(n_docs: int) -> Path:
 
     from pipeline import demo_data
 
-    out = CACHE / f"corpus-{n_docs}"
+    out = CACHE / f"corpus-{n_docs}-{DOCS_PER_FILE}"
     if (out / "_DONE").exists():
         return out
     shutil.rmtree(out, ignore_errors=True)
@@ -345,8 +349,10 @@ def machine() -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--docs", type=int, default=50_000, help="crawl pages at scale 1 (default 50,000; 4x = 200,000)")
-    ap.add_argument("--scales", default="1,2,4", help="corpus multiples Curate runs at (default 1,2,4)")
+    ap.add_argument("--compare-docs", type=int, default=16_000,
+                    help="crawl pages both tools run on, side by side (default 16,000: datatrove's filters take ~6 min)")
+    ap.add_argument("--docs", type=int, default=50_000, help="crawl pages at scale 1 of Curate's scaling rows (default 50,000)")
+    ap.add_argument("--scales", default="1,2,4", help="corpus multiples for the scaling rows (default 1,2,4: up to 200,000)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes for both tools (default 2)")
     ap.add_argument("--skip-datatrove", action="store_true", help="Curate, the I/O floor and the scaling rows only")
     ap.add_argument("--keep", action="store_true", help="keep the run directories under .cache/bench/runs")
@@ -357,29 +363,30 @@ def main(argv=None):
         stage, corpus, work, workers = args.datatrove_stage
         print(json.dumps(datatrove_stage(stage, corpus, work, int(workers))))
         return
+    sys.stdout.reconfigure(line_buffering=True)  # progress in a log as it happens
     W = args.workers
-    scales = [int(s) for s in args.scales.split(",")]
+    scales = [int(s) for s in args.scales.split(",") if s]
     runs = CACHE / "runs"
     t_start = time.perf_counter()
     print(f"machine: {machine()}")
-    corpus = build_corpus(args.docs)
+    print(f"command: python -m bench --compare-docs {args.compare_docs} --docs {args.docs} --scales {args.scales} "
+          f"--workers {W}{' --skip-datatrove' if args.skip_datatrove else ''}; {time.strftime('%Y-%m-%d %H:%M %Z')}")
+    corpus = build_corpus(args.compare_docs)
     n, mb = corpus_size(corpus)
-    print(f"corpus (scale 1): {n:,} crawl pages, {mb:.1f} MB of text ({1e6 * mb / n:,.0f} bytes/page), "
-          f"{len(list((corpus / 'web').glob('*.jsonl.zst')))} JSONL.zst files; {corpus}")
+    print(f"side-by-side corpus: {n:,} crawl pages, {mb:.1f} MB of text ({1e6 * mb / n:,.0f} bytes/page), "
+          f"{len(list((corpus / 'web').glob('*.jsonl.zst')))} JSONL.zst files")
     floor = io_floor(corpus, runs / "floor")
     f_rate = floor["docs"] / floor["seconds"]
     print(f"I/O floor (one core: read, decompress, parse, write Parquet): {f_rate:,.0f} docs/s, {mb / floor['seconds']:.1f} MB/s")
+    results: dict = {"machine": machine(), "docs": n, "mb": mb, "workers": W, "floor": floor, "curate": {}}
 
-    cu = run_curate(corpus, runs / "curate-1x", W)
-    results = {"machine": machine(), "docs": n, "mb": mb, "workers": W, "floor": floor, "curate": {"1": cu}}
+    def per_core(docs, sec, w=W):
+        return docs / (sec * w) if sec else float("nan")
+
+    cu = run_curate(corpus, runs / "curate", W)
+    results["curate"]["compare"] = cu
     web_in = cu["ledger"]["web"]["in"]
     after_filters = next(s["docs_out"] for s in cu["ledger"]["web"]["stages"] if s["stage"] == "filter:fineweb_quality")
-
-    def per_core(docs, sec):
-        return docs / (sec * W) if sec else float("nan")
-
-    rows = []  # stage, datatrove docs/s/core, curate docs/s/core, ratio, curate peak, datatrove peak
-    dt = None
     if not args.skip_datatrove:
         dt = run_datatrove(corpus, runs / "datatrove", W)
         results["datatrove"] = dt
@@ -391,52 +398,53 @@ def main(argv=None):
         rec_cu, _ = recall(corpus, k_dt & k_cu, r_cu, texts)
         results.update(agreement=agree, recall={"datatrove": rec_dt, "curate": rec_cu, "pairs": npairs})
         dt_fuzzy = sum(dt[s]["wall"] for s in DT_STAGES[1:])
-        rows.append(("language + 4 heuristic filters", per_core(n, dt["filters"]["wall"]),
-                     per_core(web_in, cu["stages"]["ingest"]["seconds"] + cu["stages"]["filters"]["seconds"]),
-                     "read, filter, write; Curate: ingest + filter steps"))
-        rows.append(("fuzzy dedup (MinHash)", per_core(len(k_dt), dt_fuzzy),
-                     per_core(after_filters, cu["stages"]["fuzzy dedup"]["seconds"]), "datatrove: its 4 stages incl. reading and writing"))
-        rows.append(("end to end", per_core(n, dt["wall"]), per_core(web_in, cu["wall"]),
-                     "Curate also: exact dedup, classifier, mixture; both: process/Ray start"))
-    print(f"\nper stage, {W} workers each (docs/s per core = documents in / (wall seconds x {W}))")
-    print(f"{'stage':<32} {'datatrove':>10} {'curate':>10} {'ratio':>7}   note")
-    for stage, a, b, note in rows:
-        print(f"{stage:<32} {a:>10,.0f} {b:>10,.0f} {b / a:>6.1f}x   {note}")
-    print(f"\nCurate stages (wall s, docs/s/core, MB/s/core, peak worker RSS):")
-    docs_in = {"ingest": web_in, "filters": web_in, "exact dedup": after_filters, "fuzzy dedup": after_filters,
-               "quality": after_filters, "mixture": after_filters}
-    for g, _ in GROUPS:
-        s = cu["stages"][g]
-        print(f"  {g:<14} {s['seconds']:7.1f} s  {per_core(docs_in[g], s['seconds']):>9,.0f}  "
-              f"{per_core(mb * docs_in[g] / web_in, s['seconds']):6.2f}  {s['peak_rss_mb']:6.0f} MB")
-    e2e = per_core(web_in, cu["wall"])
-    print(f"  {'whole run':<14} {cu['wall']:7.1f} s  {e2e:>9,.0f}  {per_core(mb, cu['wall']):6.2f}  {cu['peak_rss_mb']:6.0f} MB"
-          f"   ({f_rate / e2e:.1f}x the I/O floor's time per document)")
-    if dt:
+        rows = [
+            ("language + 4 heuristic filters", per_core(n, dt["filters"]["wall"]),
+             per_core(web_in, cu["stages"]["ingest"]["seconds"] + cu["stages"]["filters"]["seconds"]),
+             "read, filter, write; Curate: its ingest + filter steps"),
+            ("fuzzy dedup (MinHash)", per_core(len(k_dt), dt_fuzzy), per_core(after_filters, cu["stages"]["fuzzy dedup"]["seconds"]),
+             "datatrove: its 4 stages incl. reading and writing"),
+            ("end to end", per_core(n, dt["wall"]), per_core(web_in, cu["wall"]),
+             "Curate also: exact dedup, classifier, mixture; both: process/Ray start"),
+        ]
+        results["rows"] = rows
+        print(f"\nside by side, {W} workers each (docs/s per core = documents in / (wall seconds x {W}))")
+        print(f"{'stage':<32} {'datatrove':>10} {'curate':>10} {'ratio':>7}   note")
+        for stage, a, b, note in rows:
+            print(f"{stage:<32} {a:>10,.0f} {b:>10,.0f} {b / a:>6.1f}x   {note}")
         print("datatrove stages (wall s, peak RSS of any process): " + ", ".join(
             f"{s} {dt[s]['wall']:.1f} s {dt[s]['peak_rss_mb']:.0f} MB" for s in DT_STAGES) + f"; total {dt['wall']:.1f} s")
         print(f"heuristic decisions (kept after language + 4 filters): datatrove {len(k_dt):,}, curate {len(k_cu):,}, "
               f"same decision on {agree:.2%} of pages")
         print(f"fuzzy recall on {npairs:,} planted copies with Jaccard >= 0.85 (both kept by the filters): "
               f"datatrove {rec_dt:.3f}, curate {rec_cu:.3f}")
+    print("\nCurate stages, side-by-side corpus (wall s, web pages/s/core, MB/s/core, peak worker RSS; ingest and "
+          "dedup also carry the 17,000 Wikipedia summaries, quality trains the classifier):")
+    docs_in = {"ingest": web_in, "filters": web_in, "exact dedup": after_filters, "fuzzy dedup": after_filters,
+               "quality": after_filters, "mixture": after_filters}
+    for g, _ in GROUPS:
+        st = cu["stages"][g]
+        print(f"  {g:<14} {st['seconds']:7.1f} s  {per_core(docs_in[g], st['seconds']):>9,.0f}  "
+              f"{per_core(mb * docs_in[g] / web_in, st['seconds']):6.2f}  {st['peak_rss_mb']:6.0f} MB")
+    e2e = per_core(web_in, cu["wall"])
+    print(f"  {'whole run':<14} {cu['wall']:7.1f} s  {e2e:>9,.0f}  {per_core(mb, cu['wall']):6.2f}  {cu['peak_rss_mb']:6.0f} MB"
+          f"   ({f_rate / e2e:.0f}x the I/O floor's time per document)")
+    one = run_curate(corpus, runs / "curate-w1", 1)
+    results["curate"]["compare-w1"] = one
+    print(f"  1 vs {W} workers: {one['wall']:.1f} s vs {cu['wall']:.1f} s: parallel efficiency {one['wall'] / (W * cu['wall']):.0%}")
 
     print(f"\nscaling (Curate, {W} workers)")
     prev, prev_s = None, None
-    for s in scales:
-        if s == 1:
-            res = cu
-        else:
-            res = run_curate(build_corpus(args.docs * s), runs / f"curate-{s}x", W)
-            results["curate"][str(s)] = res
-        line = f"  {s}x  {args.docs * s:>8,} pages  {res['wall']:7.1f} s  peak worker RSS {res['peak_rss_mb']:.0f} MB"
+    for sc in scales:
+        res = run_curate(build_corpus(args.docs * sc), runs / f"curate-{sc}x", W)
+        results["curate"][f"{sc}x"] = res
+        line = (f"  {sc}x  {args.docs * sc:>8,} pages  {res['wall']:7.1f} s  {per_core(args.docs * sc, res['wall']):6,.0f} docs/s/core"
+                f"  peak worker RSS {res['peak_rss_mb']:.0f} MB")
         if prev:
             line += f"  ({res['wall'] / prev['wall']:.2f}x the time of {prev_s}x)"
-        print(line)
-        prev, prev_s = res, s
-    one = run_curate(corpus, runs / "curate-1x-w1", 1)
-    results["curate"]["1x-w1"] = one
-    print(f"  1 vs {W} workers at 1x: {one['wall']:.1f} s vs {cu['wall']:.1f} s: parallel efficiency "
-          f"{one['wall'] / (W * cu['wall']):.0%}")
+        print(line, flush=True)
+        prev, prev_s = res, sc
+        shutil.rmtree(runs / f"curate-{sc}x", ignore_errors=True) if not args.keep else None
     print(f"\nbench wall time {time.perf_counter() - t_start:.0f} s")
     if args.json:
         def clean(o):

@@ -64,7 +64,11 @@ class LanguageFilter(Filter):
     def apply(self, batch: pa.RecordBatch) -> FilterResult:
         p: LanguageParams = self.params
         texts = [t.replace("\n", " ") for t in batch.column("text").to_pylist()]
-        labels, probs = self.model.predict(texts, k=-1)
+        # Probabilities over the labels sum to 1, so with min_score >= 0.5 only the top label
+        # can pass: asking fastText for it alone gives the same decisions and scores without
+        # building all 176 (about 10% of the filter's time). Below 0.5, every label is needed.
+        top_only = p.min_score >= 0.5 or p.label_only
+        labels, probs = self.model.predict(texts, k=1 if top_only else -1)
         n = len(texts)
         keep = np.ones(n, dtype=bool)
         reasons: list[str | None] = [None] * n
