@@ -151,14 +151,13 @@ class IdSink:
         self.stats: dict = {}
         self.ids: list[str] = []
         self.locs: list[int] = []
-        self._loc = 0
 
-    def duplicate(self, loc: int) -> None:  # called with every document's place, just before add()
-        self._loc = loc
+    def duplicate(self, loc: int) -> None:  # what the ids steps are here to find
+        return None
 
-    def add(self, id_: str, text: str, source_id: str, meta: str | None):
+    def add(self, id_: str, text: str, source_id: str, meta: str | None, loc: int):
         self.ids.append(id_)
-        self.locs.append(self._loc)
+        self.locs.append(loc)
 
     def bad(self, *args, **kwargs):
         pass
@@ -191,7 +190,7 @@ class _Shard:
         return (f"id {id_!r} is already used at {first} (that record is kept); ids must be unique within a source: "
                 f"fix the data, or drop sources.{self.source}.id_field to give every record a content id")
 
-    def add(self, id_: str, text: str, source_id: str, meta: str | None):
+    def add(self, id_: str, text: str, source_id: str, meta: str | None, loc: int):
         self.stats["records_in"] += 1
         c = self.cols
         c["id"].append(id_)
@@ -352,7 +351,7 @@ def _ingest_jsonl(shard: _Shard, split: dict):
         else:
             source_id, id_ = place, content_id(place, text)
         meta = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS, default=str).decode() if rec and shard.keep_fields else None
-        shard.add(id_, text, source_id, meta)
+        shard.add(id_, text, source_id, meta, line_no)
 
 
 _MISSING = object()
@@ -418,7 +417,7 @@ def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
             else:
                 source_id, id_ = place, content_id(place, text)
             meta = orjson.dumps(metas[i], option=orjson.OPT_SORT_KEYS, default=str).decode() if metas else None
-            shard.add(id_, text, source_id, meta)
+            shard.add(id_, text, source_id, meta, row)
     if "error" in state:
         shard.stats["stream_error"] = state["error"]
         shard.bad("corrupt_file", f"the file is unreadable from row {state['row']} on ({state['error']}); the rows after "
