@@ -283,7 +283,7 @@ def parse(shard, split: dict) -> None:
     if f["format"] == "jsonl":
         _ingest_jsonl(shard, split)
     else:
-        _ingest_arrow(shard, split, split["file"]["format"])
+        _ingest_arrow(shard, split, f["format"])
 
 
 def run_shard(spec: dict, out) -> dict:

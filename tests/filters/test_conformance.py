@@ -126,6 +126,34 @@ def test_language_id_accuracy_on_wiki_en_fr_es(lid_model, demo_corpus):
     assert correct / total >= 0.95
 
 
+@pytest.mark.parametrize("min_score", [0.65, 0.3])
+def test_top_label_shortcut_gives_the_decisions_and_scores_of_all_labels(lid_model, demo_corpus, min_score):
+    """With min_score >= 0.5 the filter asks fastText for the top label only; below, for all.
+    Either way: the same result as the rule applied to every label's probability."""
+    from filters.language import load_model
+
+    wiki = {lang: pq.read_table(demo_corpus / "wiki" / f"summaries_{lang}.parquet", columns=["text"]).column("text").to_pylist()
+            for lang in ("en", "fr", "es")}
+    texts = [t for lang in wiki for t in wiki[lang][:200]]
+    texts += ["ok", "12345", "Hello bonjour hola ciao", ""]  # low-confidence texts
+    # French pages with a growing share of English: English is often a close second, not the top
+    texts += [wiki["fr"][i][:400] + " " + wiki["en"][i][: 40 * k] for i in range(40) for k in range(1, 9)]
+    res = base.build(base.parse_params({"type": "language", "languages": ["en", "es"], "min_score": min_score})).apply(
+        pa.RecordBatch.from_pydict({"id": ["x"] * len(texts), "text": texts}))
+    labels, probs = load_model(str(lid_model)).predict([t.replace("\n", " ") for t in texts], k=-1)
+    for i, (labs, ps) in enumerate(zip(labels, probs)):
+        scores = {lab[9:]: float(p) for lab, p in zip(labs, ps)}
+        best = max(scores, key=scores.get)
+        ok = scores.get("en", 0.0) > min_score or scores.get("es", 0.0) > min_score
+        assert (res.keep[i], res.scores["lang"][i].as_py(), res.scores["lang_score"][i].as_py()) == (ok, best, scores[best]), i
+        assert res.reasons[i] == (None if ok else "low_language_score" if best in ("en", "es") else f"wrong_language:{best}")
+    assert 0 < res.keep.sum() < len(texts)
+    second = [i for i, (labs, ps) in enumerate(zip(labels, probs))
+              if labs[0][9:] not in ("en", "es") and any(lab[9:] in ("en", "es") and p > min_score for lab, p in zip(labs, ps))]
+    if min_score < 0.5:  # the case the shortcut would get wrong, present and kept
+        assert second and all(res.keep[i] for i in second)
+
+
 def test_language_filter_runs_with_no_network(lid_model, tmp_path):
     """In a network namespace with no interfaces up: no download is possible, and none is needed."""
     code = (

@@ -271,6 +271,12 @@ def test_an_unreadable_file_stops_validate_under_fail_and_is_set_aside_under_qua
     e = atomic.read_json(run_dir / "ledger.json")["sources"]["s"]
     assert (e["kept"], e["quarantined_by_reason"], e["unread_after_corruption"], e["conservation"]) == (
         1, {"unreadable_file": 1}, "unknown", True)
+    # chmod leaves mtime alone: the plan still sees the change, and reads the file again
+    plan = curate("plan", str(tmp_path / "quarantine.yaml"), prefix=prefix).stdout
+    assert {ln.split()[0]: ln.split()[2] for ln in plan.splitlines() if ln.startswith("ingest-")} == {"ingest-s": "skip"}
+    (tmp_path / "in" / "b.jsonl").chmod(0o644)
+    plan = curate("plan", str(tmp_path / "quarantine.yaml"), prefix=prefix).stdout
+    assert {ln.split()[0]: ln.split()[2] for ln in plan.splitlines() if ln.startswith("ingest-")} == {"ingest-s": "run"}
 
 
 @pytest.mark.parametrize("case, place, message", [
