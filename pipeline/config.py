@@ -20,11 +20,11 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from filters import base as filter_base
 from pipeline.errors import NotImplementedYet, UsageError
@@ -41,11 +41,62 @@ class QualitySpec(Model):
     min_score: float | None = Field(None, ge=0, le=1, description="keep documents scoring at least this")
 
 
+class _ExtractBase(Model):
+    timeout: float = Field(5.0, gt=0, description="CPU seconds one page may take; a page over it is quarantined as "
+                           "extract_timeout (a wall-clock guard of 4x this + 10 s catches pages that hang without computing)")
+
+
+class ResiliparseExtract(_ExtractBase):
+    """resiliparse's extract_plain_text (the default; as DCLM): fast, main-content heuristics."""
+
+    type: Literal["resiliparse"] = "resiliparse"
+    main_content: bool = Field(True, description="keep only the main content (drop navigation, headers, footers)")
+    preserve_formatting: bool = Field(True, description="keep line breaks, paragraphs and lists")
+    list_bullets: bool = Field(True, description="bullets and numbers for list items")
+    alt_texts: bool = Field(False, description="keep images' alternative texts")
+    links: bool = Field(False, description="keep link targets")
+    form_fields: bool = Field(False, description="keep form fields")
+    noscript: bool = Field(False, description="keep <noscript> content")
+    comments: bool = Field(False, description="treat comment sections as main content")
+    skip_elements: list[str] | None = Field(None, description="CSS selectors of elements to drop")
+
+
+class TrafilaturaExtract(_ExtractBase):
+    """trafilatura.extract (as FineWeb and datatrove); its cross-page `deduplicate` cache is not offered: results would
+    depend on which pages a worker saw before (paragraph dedup does that across the corpus)."""
+
+    type: Literal["trafilatura"] = "trafilatura"
+    favor_precision: bool = Field(True, description="less text, more surely main content (as FineWeb)")
+    favor_recall: bool = Field(False, description="more text, less surely main content")
+    include_comments: bool = Field(False, description="keep comment sections")
+    include_tables: bool = Field(True, description="keep tables' text")
+    include_images: bool = Field(False, description="keep image descriptions")
+    include_links: bool = Field(False, description="keep link targets")
+    include_formatting: bool = Field(False, description="keep bold/italic markup")
+
+
+class PythonExtract(_ExtractBase):
+    """Your own function, run in the same sandbox with the same time limit."""
+
+    type: Literal["python"] = "python"
+    callable: str = Field(description="module:function taking the page's HTML (str) and returning its text")
+
+
+ExtractSpec = Annotated[ResiliparseExtract | TrafilaturaExtract | PythonExtract, Field(discriminator="type")]
+WEB_FORMATS = ("warc", "html")
+
+
 class SourceSpec(Model):
     paths: list[str] = Field(min_length=1, description="files, globs or directories; relative to the YAML file")
-    format: Literal["jsonl", "parquet", "hf"] | None = Field(
-        None, description="inferred from the file name when omitted (.jsonl/.json[.gz|.zst], .parquet, a saved HF dataset directory)"
+    format: Literal["jsonl", "parquet", "hf", "warc", "html"] | None = Field(
+        None, description="inferred from the file name when omitted (.jsonl/.json[.gz|.zst], .parquet, a saved HF "
+        "dataset directory, .warc[.gz] (WET too), .html/.htm)"
     )
+    extract: ExtractSpec | None = Field(
+        None, description="HTML to text for warc and html sources and for `html_field`: resiliparse (the default, as "
+        "DCLM), trafilatura (as FineWeb) or python, with their options and a per-page time limit")
+    html_field: str | None = Field(None, description="jsonl/parquet/hf: the field holding raw HTML, extracted into the "
+                                   "document's text (text_field is then not read)")
     text_field: str = Field("text", description="the field holding the document text")
     id_field: str | None = Field(None, description="the field holding a stable id; a content hash is used when omitted")
     hf_split: str | None = Field(None, description="for a saved DatasetDict: which split to read")
@@ -63,11 +114,35 @@ class SourceSpec(Model):
     max_doc_bytes: int = Field(64 << 20, ge=1, description="a record larger than this (UTF-8 bytes of the JSONL line "
                                "or of the text) is quarantined as too_large instead of risking a worker's memory")
 
+    @model_validator(mode="after")
+    def _web(self):
+        if self.format in WEB_FORMATS and self.id_field:
+            raise ValueError(f"id_field does not apply to format {self.format}: documents get a content id, and the "
+                             "WARC-Record-ID (warc) or file name (html) is kept as source_id; remove id_field")
+        if self.format in WEB_FORMATS and self.html_field:
+            raise ValueError(f"html_field is for jsonl, parquet and hf sources holding HTML in a field; a {self.format} "
+                             "source is HTML already: remove html_field")
+        if self.extract is not None and self.html_field is None and self.format not in WEB_FORMATS + (None,):
+            raise ValueError(f"extract needs HTML: set html_field to the field holding it (format {self.format})")
+        return self
+
+    def extractor(self, fmt: str | None = None) -> dict | None:
+        """The extraction spec in force for files of format `fmt`: None for text sources."""
+        if self.html_field is None and (fmt or self.format) not in WEB_FORMATS:
+            return None
+        return (self.extract or ResiliparseExtract()).model_dump(mode="json")
+
 
 Normalize = list[Literal["whitespace", "case", "punctuation", "digits"]]
 
 
 class ExactDedupSpec(Model):
+    key: Literal["text", "url"] = Field(
+        "text", description="text: documents with the same normalised text; url: documents with the same URL (re-crawls "
+        "of a page), keeping the latest crawl date")
+    url_field: str = Field("url", description="key url: the metadata field holding the URL")
+    date_field: str = Field("crawl_date", description="key url: the metadata field holding the crawl date (ISO 8601); "
+                            "undated documents lose to dated ones")
     normalize: Normalize = Field(
         default_factory=lambda: ["whitespace", "case"],
         description="what to fold before hashing: whitespace (runs to one space), case, punctuation (to spaces), "
@@ -160,6 +235,13 @@ class Mixture(Model):
     classifiers: dict[str, ClassifierSpec] = Field(default_factory=dict, description="named quality classifiers")
     mixture: MixtureSpec = Field(default_factory=MixtureSpec, description="how kept documents become the mixture")
     samples: SamplesSpec = Field(default_factory=SamplesSpec, description="published samples of kept and removed documents")
+
+    @field_validator("filters")
+    @classmethod
+    def _filter_names(cls, v):
+        if "extract" in v:
+            raise ValueError("the filter name 'extract' is reserved for the extraction stage of web sources; rename it")
+        return v
 
     @field_validator("sources")
     @classmethod
@@ -508,14 +590,25 @@ def reference_markdown() -> str:
 
     rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
 
-    def walk(model: type[BaseModel], prefix: str):
+    def walk(model: type[BaseModel], prefix: str, skip: tuple = ()):
         for name, f in model.model_fields.items():
+            if name in skip:
+                continue
             key = f"{prefix}{name}"
             value = None if f.is_required() else f.get_default(call_default_factory=True)
             default = "required" if f.is_required() else ("see below" if isinstance(value, BaseModel) else repr(value))
             desc = (f.description or "").replace("|", "/")
             rows.append(f"| `{key}` | {_type_name(f.annotation)} | {default} | {desc} |")
             args = typing.get_args(f.annotation)
+            variants = _variants(f.annotation)
+            if variants:  # a union picked by `type`: each variant's own keys under extract.<type>
+                rows[-1] = rows[-1].replace(_type_name(f.annotation), "mapping or null", 1)
+                for m in variants:
+                    t = m.model_fields["type"].default
+                    doc = " ".join((m.__doc__ or "").split()).replace("|", "/")
+                    rows.append(f"| `{key}` with `type: {t}` | | | {doc} |")
+                    walk(m, f"{key}.", skip=("type",))
+                continue
             if typing.get_origin(f.annotation) is dict:
                 if isinstance(args[1], type) and issubclass(args[1], BaseModel) and args[1] is not filter_base.FilterParams:
                     walk(args[1], f"{key}.<name>.")
@@ -526,3 +619,16 @@ def reference_markdown() -> str:
 
     walk(Mixture, "")
     return "\n".join(rows)
+
+
+def _variants(ann) -> list[type[BaseModel]]:
+    """The models of a discriminated union (`X | Y` under Annotated), optional or not."""
+    import typing
+
+    if typing.get_origin(ann) is typing.Union or type(ann).__name__ == "UnionType":
+        inner = [a for a in typing.get_args(ann) if a is not type(None)]
+        ann = inner[0] if len(inner) == 1 else ann
+    if typing.get_origin(ann) is typing.Annotated:
+        ms = [m for m in typing.get_args(typing.get_args(ann)[0]) if isinstance(m, type) and issubclass(m, BaseModel)]
+        return ms if len(ms) > 1 else []
+    return []

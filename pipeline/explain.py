@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from pipeline.errors import UsageError
 from pipeline.io import atomic, fs
+from pipeline.ledger import filter_stage
 
 
 def _steps(run_dir: Path) -> dict:
@@ -57,11 +58,11 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         for fname, _params in step_cfg:
             scores = {k.split(".", 1)[1]: v for k, v in rec.items() if k.startswith(f"{fname}.") and v is not None}
             if rec["stage"] == fname:
-                info["stages"].append({"stage": f"filter:{fname}", "result": "removed", "reason": rec["reason"], "scores": scores})
+                info["stages"].append({"stage": filter_stage(fname), "result": "removed", "reason": rec["reason"], "scores": scores})
                 info["status"] = "removed"
-                info["removed_by"] = {"stage": f"filter:{fname}", "reason": rec["reason"]}
+                info["removed_by"] = {"stage": filter_stage(fname), "reason": rec["reason"]}
                 break
-            info["stages"].append({"stage": f"filter:{fname}", "result": "kept", "scores": scores})
+            info["stages"].append({"stage": filter_stage(fname), "result": "kept", "scores": scores})
         if info["status"] == "kept" and rec.get("text") is not None:
             info["stages"].append({"stage": "text rewritten", "result": f"{doc['n_chars']:,} -> {rec['n_chars']:,} chars"})
             info["excerpt"] = rec["text"][:200]

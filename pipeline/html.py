@@ -87,6 +87,7 @@ function card(r) {
   const scores = Object.entries(r.scores || {}).map(([k, v]) => k + "=" + (typeof v === "number" ? +v.toFixed(4) : v));
   if (r.threshold !== undefined) scores.push("threshold=" + r.threshold);
   if (scores.length) head.appendChild(el("div", scores.join("  ")));
+  if (r.url) head.appendChild(el("div", r.url, "url"));  // text, never a live link: crawled URLs are untrusted
   d.appendChild(head);
   if (r.survivor) {
     const marks = diffMarks(r.text || "", r.survivor.text || "");
@@ -105,7 +106,7 @@ function apply() {
   const s = $("source").value, st = $("stage").value, re = $("reason").value, q = $("q").value.toLowerCase();
   let shown = 0;
   for (const [c, r] of cards) {
-    const ok = (!s || r.source === s) && (!st || (r.stage || "kept") === st) && (!re || group(r) === re) && (!q || (r.text || "").toLowerCase().includes(q));
+    const ok = (!s || r.source === s) && (!st || (r.stage || "kept") === st) && (!re || group(r) === re) && (!q || ((r.text || "") + " " + (r.url || "")).toLowerCase().includes(q));
     c.style.display = ok ? "" : "none"; if (ok) shown++;
   }
   $("count").textContent = shown + " of " + records.length + " documents";

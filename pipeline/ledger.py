@@ -16,6 +16,12 @@ A run whose ledger does not balance for any source fails (exit 1).
 from __future__ import annotations
 
 
+def filter_stage(name: str) -> str:
+    """The stage label of a filter-step stage: `extract` for web sources' first stage
+    (filters/web.py), else filter:<name in the YAML>."""
+    return name if name == "extract" else f"filter:{name}"
+
+
 def _sum(markers: dict[int, dict], key: str) -> int:
     return sum(int(m.get(key) or 0) for m in markers.values())
 
@@ -40,6 +46,12 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
         "chars_out": _sum(ingest, "chars"), "tokens_out": _sum(ingest, "tokens"),
         "quarantined": sum(quarantined.values()),
     }]
+    skipped: dict[str, int] = {}
+    for m in ingest.values():
+        _merge_counts(skipped, m.get("skipped_records") or {})
+    if skipped:  # WARC records that are not documents (request, metadata, warcinfo ...): not in `in`
+        stages[0]["skipped_records"] = dict(sorted(skipped.items()))
+    extraction = _extraction(ingest)
     removed: dict[str, dict[str, int]] = {}
     for fname in filter_names if filt else []:
         agg = {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": 0, "tokens_out": 0}
@@ -50,8 +62,8 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
                 agg[k] += st[k]
             _merge_counts(reasons, st["removed"])
         if reasons:
-            removed[f"filter:{fname}"] = dict(sorted(reasons.items()))
-        stages.append({"stage": f"filter:{fname}", **agg, "removed": sum(reasons.values())})
+            removed[filter_stage(fname)] = dict(sorted(reasons.items()))
+        stages.append({"stage": filter_stage(fname), **agg, "removed": sum(reasons.values())})
     for stage, markers in global_stages:
         agg = {k: sum(m[k] for m in markers) for k in ("docs_in", "docs_out", "chars_in", "chars_out", "tokens_in", "tokens_out")}
         reasons = {}
@@ -83,7 +95,20 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
         "unread_after_corruption": "unknown" if stream_errors else 0,
         "conservation": records_in == kept + removed_total + q_total,
         "stages": stages,
+        **({"extraction": extraction} if extraction else {}),
     }
+
+
+def _extraction(ingest: dict[int, dict]) -> dict | None:
+    """HTML extraction in a web source's ingest: pages, CPU-bound seconds in the extractor,
+    timeouts, errors, crashes and extractor restarts, summed over shards."""
+    ms = [m["extract"] for m in ingest.values() if m.get("extract")]
+    if not ms:
+        return None
+    out = {"extractor": ms[0]["type"]}
+    for k in ("pages", "seconds", "timeouts", "errors", "crashes", "restarts"):
+        out[k] = round(sum(m.get(k, 0) for m in ms), 3)
+    return out
 
 
 def build(entries: dict[str, dict]) -> dict:

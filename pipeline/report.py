@@ -62,6 +62,7 @@ def build(run_dir: Path) -> dict:
             "funnel": [{"stage": st["stage"], "docs": st["docs_out"], "tokens": st.get("tokens_out")} for st in e["stages"]],
             "removed_by_reason": e["removed"], "quality": _quality(run, s), "languages": _languages(run, s),
             "mixture": man["sources"].get(s),
+            "extraction": e.get("extraction"), "skipped_records": e["stages"][0].get("skipped_records"),
         }
     steps = {k: {"status": v["status"], "seconds": v.get("seconds"), "shards": v.get("shards")} for k, v in run.steps.items()}
     return {"name": run.record["name"], "status": run.record["status"], "seconds": run.record.get("seconds"),
@@ -154,6 +155,14 @@ def render(rep: dict) -> str:
     for s, e in rep["sources"].items():
         parts += [f"<h2>{html.escape(s)}</h2>", plots[f"funnel-{s}"],
                   _table(["stage", "documents", "tokens"], [[f["stage"], f["docs"], f["tokens"]] for f in e["funnel"]])]
+        x = e.get("extraction")
+        if x:
+            rate = x["pages"] / x["seconds"] if x["seconds"] else None
+            skipped = ", ".join(f"{k} {v:,}" for k, v in (e.get("skipped_records") or {}).items()) or "none"
+            parts += ["<h3>Extraction (HTML to text)</h3>",
+                      _table(["extractor", "pages", "seconds", "pages/s per worker", "timeouts", "errors", "crashes",
+                              "records that are not documents"],
+                             [[x["extractor"], x["pages"], x["seconds"], rate, x["timeouts"], x["errors"], x["crashes"], skipped]])]
         rows = [[stage, reason, n] for stage, reasons in e["removed_by_reason"].items() for reason, n in reasons.items()]
         if rows:
             parts += ["<h3>Removed, by stage and reason</h3>", _table(["stage", "reason", "documents"], rows)]

@@ -33,6 +33,7 @@ from pipeline.config import (
 )
 from pipeline.dedup import plan as dedup_plan
 from pipeline.errors import RunError, UsageError
+from pipeline.extract import EXTRACT_FILTER, EXTRACT_STAGE
 from pipeline.executor import (
     SUCCESS,
     Executor,
@@ -81,6 +82,7 @@ class Plan:
         self.steps: list[Step] = []
         self.ingest: dict[str, Step] = {}
         self.filter: dict[str, Step] = {}
+        self.chains: dict[str, list[str]] = {}  # per source: the filter step's stages (extract, then the YAML's filters)
         m = lm.mixture
         for sname, spec in m.sources.items():
             self._source_steps(sname, spec)
@@ -148,6 +150,8 @@ class Plan:
 
     def _source_steps(self, sname: str, spec):
         fdicts = [f.to_dict() for f in self.files[sname]]
+        web_formats = sorted({f["format"] for f in fdicts} & {"warc", "html"})
+        extract = spec.extractor(web_formats[0] if web_formats else None)
         to_scan = [f for f in fdicts if ingest_mod.needs_scan(f, spec.max_shard_bytes)]
         scan = None
         if to_scan:
@@ -163,13 +167,16 @@ class Plan:
             "hf_builder": spec.hf_builder, "on_bad_record": spec.on_bad_record, "max_shard_rows": spec.max_shard_rows,
             "max_shard_bytes": spec.max_shard_bytes, "max_doc_bytes": spec.max_doc_bytes, "tokenizer": self.tokenizer_id,
         }
+        if extract:  # only web sources carry these keys: other sources' hashes stay as they were
+            ing_cfg.update({"extract": extract, "html_field": spec.html_field})
 
         def ingest_shards(st, stats, fdicts=fdicts, spec=spec, scan=scan, sname=sname, duplicates=None):
             counts = {m["path"]: m["lines"] for m in stats.get(scan.name, {}).values()} if scan else {}
             splits = ingest_mod.plan_splits(fdicts, spec.model_dump(), counts)
             common = {"source": sname, "text_field": spec.text_field, "id_field": spec.id_field,
                       "hf_split": spec.hf_split, "on_bad_record": spec.on_bad_record, "tokenizer": self.tokenizer,
-                      "max_doc_bytes": spec.max_doc_bytes, "duplicates": duplicates}
+                      "max_doc_bytes": spec.max_doc_bytes, "duplicates": duplicates,
+                      "extract": extract, "html_field": spec.html_field}
             return [{**common, "split": sp, "describe": sp["describe"]} for sp in splits]
 
         before = [scan] if scan else []
@@ -193,21 +200,29 @@ class Plan:
         ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, "pipeline.steps.ingest:run_shard", shards=shards)
         self.steps.append(ing)
         self.ingest[sname] = ing
-        if spec.filters:
-            fl = [(f, self.lm.mixture.filters[f].model_dump(mode="json")) for f in spec.filters]
+        chain = self.chains[sname] = filter_chain(spec, bool(extract))
+        if chain:
+            fl = [(f, self.lm.mixture.filters[f].model_dump(mode="json") if f != EXTRACT_STAGE else EXTRACT_FILTER)
+                  for f in chain]
 
             def filter_shards(st, stats, ing=ing, fl=fl):
                 d = ing.dir(self.run_dir)
                 return [{"documents": str(d / f"{shard_name(i)}.parquet"), "filters": fl, "tokenizer": self.tokenizer,
                          "describe": f"{ing.name}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
 
-            files = {f"{n}.{k}": atomic.file_digest(fs.path(v))[1] for n, _ in fl
+            files = {f"{n}.{k}": atomic.file_digest(fs.path(v))[1] for n, _ in fl if n != EXTRACT_STAGE
                      for k, v in filter_base.path_fields(self.lm.mixture.filters[n]).items()}
             cfg = {"filters": fl, "files": files, "tokenizer": self.tokenizer_id}
             flt = Step(f"filter-{sname}", "filter", cfg, [ing], "pipeline.steps.filter:run_shard",
                        shards=filter_shards)
             self.steps.append(flt)
             self.filter[sname] = flt
+
+def filter_chain(spec, extracts: bool) -> list[str]:
+    """The stages of a source's filter step: `extract` first for web sources (it removes
+    the records extraction gave no text: filters/web.py), then the YAML's filters."""
+    return ([EXTRACT_STAGE] if extracts else []) + list(spec.filters)
+
 
 # ---------------------------------------------------------------- plan / dry run
 
@@ -408,7 +423,7 @@ def _ledger(plan: Plan, stats: dict) -> dict:
         else:
             mix.update({"kept": sel["distinct_docs"], "not_selected": sel["available_docs"] - sel["distinct_docs"]})
         entries[sname] = ledger.source_entry(
-            sname, stats[plan.ingest[sname].name], stats[flt.name] if flt else None, spec.filters, mix, later
+            sname, stats[plan.ingest[sname].name], stats[flt.name] if flt else None, plan.chains[sname], mix, later
         )
     return ledger.build(entries)
 

@@ -56,6 +56,8 @@ def _record(row: dict) -> dict:
     text = row.get("text") or ""
     r["text"] = text[:TEXT_LIMIT]
     r["truncated"] = len(text) > TEXT_LIMIT
+    if row.get("url"):
+        r["url"] = row["url"]
     if row.get("survivor_id") and row["status"] == "removed" and (row["stage"] or "").startswith("dedup:"):
         r["survivor"] = {"source": row["survivor_source"], "id": row["survivor_id"]}
     if (row.get("reason") or "").startswith("quality_below:"):

@@ -1,15 +1,20 @@
-"""Exact dedup: one survivor per group of documents with the same normalised text.
+"""Exact dedup: one survivor per group of documents with the same normalised text, or,
+with `key: url`, the same URL (re-crawls of one page).
 
-map (per document shard): the xxh3-128 hash of each kept document's normalised text,
-hash-partitioned. reduce (per partition): groups of equal hashes; the survivor is the
-smallest (source priority, id); every other member is removed with the reason
-`exact_duplicate_of:<survivor id>`. 128 bits make an accidental collision negligible
+map (per document shard): the xxh3-128 hash of each kept document's normalised text (or
+URL without its #fragment; documents without a URL take no part), hash-partitioned.
+reduce (per partition): groups of equal hashes; the survivor is the smallest (source
+priority, id), or for URLs the latest crawl date first; every other member is removed
+with the reason `exact_duplicate_of:<survivor id>` (`url_duplicate_of:` for URLs). 128 bits make an accidental collision negligible
 (about 1e-21 for a billion documents).
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
@@ -19,14 +24,44 @@ from pipeline.io import fs
 from pipeline.steps import view
 
 _M64 = (1 << 64) - 1
+_UNDATED = 1 << 62  # sorts after every real date (order is minus the epoch second)
+
+
+def _epoch(date) -> int:
+    """Seconds since 1970 of an ISO 8601 date or time; undated or unreadable: -_UNDATED."""
+    if not isinstance(date, str):
+        return -_UNDATED
+    try:
+        d = datetime.fromisoformat(date.replace("Z", "+00:00"))
+    except ValueError:
+        return -_UNDATED
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=timezone.utc)
+    return int(d.timestamp())
 COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string"}
 
 
 def map_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
     opts = spec["normalize"]
-    h1, h2, ids, rows_all = [], [], [], []
-    for rows, b in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"]):
+    by_url = spec.get("key") == "url"
+    h1, h2, ids, rows_all, order = [], [], [], [], []
+    for rows, b in view.kept_batches(doc["documents"], doc["layers"], ["id", "metadata" if by_url else "text"]):
+        if by_url:
+            keep = []
+            for j, m in enumerate(b.column("metadata").to_pylist()):
+                rec = orjson.loads(m) if m else {}
+                url = rec.get(spec["url_field"])
+                if not isinstance(url, str) or not url:
+                    continue  # no URL: not a candidate
+                v = xxhash.xxh3_128_intdigest(url.split("#", 1)[0].encode("utf-8", "surrogatepass"))
+                h1.append(v >> 64)
+                h2.append(v & _M64)
+                order.append(-_epoch(rec.get(spec["date_field"])))
+                keep.append(j)
+            ids.append(b.column("id").take(pa.array(keep, pa.int64())))
+            rows_all.append(rows[keep])
+            continue
         for t in b.column("text").to_pylist():
             v = xxhash.xxh3_128_intdigest(text.normalize(t, opts))
             h1.append(v >> 64)
@@ -42,6 +77,8 @@ def map_shard(spec: dict, out) -> dict:
         "id": pa.concat_arrays([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in ids]) if ids else pa.array([], pa.string()),
         "gid": shuffle.gid(doc["src"], doc["part"], rows),
     })
+    if by_url:  # the survivor is the latest crawl: sorted first
+        table = table.append_column("order", pa.array(np.array(order, dtype=np.int64)))
     files = shuffle.write_partitions(table, shuffle.partition_of(k1, spec["partitions"]), fs.path(out.dir) / "buckets",
                                      f"{doc['source']}-part-{doc['part']:05d}")
     return {"rows": n, "partitions": spec["partitions"], "files": files}
@@ -51,7 +88,8 @@ def reduce_shard(spec: dict, out) -> dict:
     t = shuffle.read_dir(spec["inputs"])
     if t is None or t.num_rows == 0:
         return {"rows": 0, "groups": 0, "removed": 0}
-    t = t.sort_by([("h1", "ascending"), ("h2", "ascending"), ("rank", "ascending"), ("id", "ascending")])
+    order = [("order", "ascending")] if "order" in t.column_names else []
+    t = t.sort_by([("h1", "ascending"), ("h2", "ascending"), *order, ("rank", "ascending"), ("id", "ascending")])
     h1 = t.column("h1").to_numpy()
     h2 = t.column("h2").to_numpy()
     new = np.r_[True, (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])]
@@ -61,7 +99,7 @@ def reduce_shard(spec: dict, out) -> dict:
     ranks_to_src = spec["rank_source"]
     surv = pa.array(head[dup])
     table = pa.table({
-        "reason": pc.binary_join_element_wise("exact_duplicate_of", t.column("id").take(surv), ":"),
+        "reason": pc.binary_join_element_wise(spec.get("reason", "exact_duplicate_of"), t.column("id").take(surv), ":"),
         "duplicate_of": t.column("id").take(surv),
         "duplicate_of_source": pa.array([ranks_to_src[r] for r in t.column("rank").take(surv).to_pylist()], pa.string()),
     })

@@ -113,12 +113,14 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
 
     if dd.exact:
         prev = list(layers)
-        cfg = {"normalize": dd.exact.normalize, **common}
+        by = {} if dd.exact.key == "text" else {"key": dd.exact.key, "url_field": dd.exact.url_field,
+                                                 "date_field": dd.exact.date_field}  # text keys keep their old hashes
+        cfg = {"normalize": dd.exact.normalize, **by, **common}
         mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, "pipeline.dedup.exact:map_shard",
-                      shards=per_doc(lambda docs, d: {"normalize": dd.exact.normalize,
+                      shards=per_doc(lambda docs, d: {"normalize": dd.exact.normalize, **by,
                                                             "partitions": _partitions(dd, sum(x["kept"] for x in docs))}, prev)))
         rd = add(Step("dedup-exact-reduce", "dedup-exact-reduce", {}, [mp], "pipeline.dedup.exact:reduce_shard",
-                      shards=reduce_specs(mp, {})))
+                      shards=reduce_specs(mp, {"reason": "url_duplicate_of"} if by else {})))
         layers.append(apply_step("exact", rd, "pipeline.dedup.apply:run_shard", exact.COLUMNS, prev))
 
     if dd.fuzzy:

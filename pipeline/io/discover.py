@@ -17,6 +17,8 @@ from pipeline.config import LoadedMixture, SourceSpec
 from pipeline.errors import UsageError
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+WARC_SUFFIXES = (".warc", ".wet")
+HTML_SUFFIXES = (".html", ".htm", ".xhtml")
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 
 
@@ -24,7 +26,7 @@ COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 class InputFile:
     path: str  # absolute
     rel: str  # relative to the pattern's fixed prefix: stable provenance in source_id
-    format: str  # jsonl | parquet | hf
+    format: str  # jsonl | parquet | hf | warc | html
     compression: str | None
     size: int
     mtime_ns: int
@@ -58,6 +60,10 @@ def format_from_name(name: str) -> tuple[str | None, str | None]:
         return "jsonl", compression
     if name.endswith(".parquet"):
         return "parquet", compression
+    if name.endswith(WARC_SUFFIXES):
+        return "warc", compression
+    if name.endswith(HTML_SUFFIXES):
+        return "html", compression
     return None, compression
 
 
@@ -122,8 +128,13 @@ def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[
                 continue
             if fmt is None:
                 problems.append(
-                    f"{where}: cannot tell the format of {m}; name it .jsonl[.gz|.zst] or .parquet, or set sources.{sname}.format"
+                    f"{where}: cannot tell the format of {m}; name it .jsonl[.gz|.zst], .parquet, .warc[.gz] or .html, "
+                    f"or set sources.{sname}.format"
                 )
+                continue
+            if spec.extract is not None and spec.html_field is None and fmt not in ("warc", "html"):
+                problems.append(f"{where}: {m} is {fmt}, but sources.{sname}.extract needs HTML: set "
+                                f"sources.{sname}.html_field to the field holding it")
                 continue
             if fmt == "hf" and not spec.hf_builder and not _is_hf_dir(p):
                 problems.append(f"{where}: {m} is not a saved HF dataset directory (no dataset_info.json or state.json)")
@@ -171,7 +182,7 @@ def _remote_matches(pattern: str, where: str, sname: str, spec: SourceSpec, file
         fmt = spec.format or fmt
         if fmt is None or fmt == "hf":
             problems.append(f"{where}: cannot read {url} as {fmt or 'an unknown format'}; remote inputs are "
-                            f".jsonl[.gz|.zst] or .parquet (set sources.{sname}.format)")
+                            f".jsonl[.gz|.zst], .parquet, .warc[.gz] or .html (set sources.{sname}.format)")
             continue
         stamp = str(info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("etag") or "")
         files[url] = InputFile(url, os.path.relpath(m, base), fmt, comp, int(info.get("size") or 0),

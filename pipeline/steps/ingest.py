@@ -32,6 +32,7 @@ from pipeline.dedup import shuffle
 from pipeline.errors import InputError
 from pipeline.io import atomic, fs, readers
 from pipeline.io.readers import StreamError
+from pipeline.steps import web
 
 DOC_SCHEMA = pa.schema(
     [
@@ -65,8 +66,14 @@ def plan_splits(files: list[dict], spec: dict, line_counts: dict[str, int]) -> l
     """Deterministic splits of a source's files: a function of file sizes, counts and limits."""
     max_rows, max_bytes = spec["max_shard_rows"], spec["max_shard_bytes"]
     out = []
+    html: list[dict] = []  # html files go in groups of up to max_rows pages
     for f in files:
-        if f.get("unreadable"):
+        if f["format"] == "html":
+            if len(html) >= max_rows:
+                out.append({"file": html[0], "files": html})
+                html = []
+            html.append(f)
+        elif f.get("unreadable") or f["format"] == "warc":
             out.append({"file": f})
         elif f["format"] == "parquet":
             group, rows, first = [], 0, 0
@@ -102,6 +109,8 @@ def plan_splits(files: list[dict], spec: dict, line_counts: dict[str, int]) -> l
                 for a in range(0, n, max_rows):
                     last = a + max_rows
                     out.append({"file": f, "first": a, "last": None if last >= n else last})
+    if html:
+        out.append({"file": html[0], "files": html})
     for s in out:
         s["describe"] = describe(s)
     return out
@@ -109,6 +118,8 @@ def plan_splits(files: list[dict], spec: dict, line_counts: dict[str, int]) -> l
 
 def describe(split: dict) -> str:
     f = split["file"]
+    if "files" in split:
+        return f"{f['path']} and {len(split['files']) - 1} more html files" if len(split["files"]) > 1 else f["path"]
     if "start" in split:
         return f"{f['path']} bytes {split['start']}-{split['end']}"
     if "first" in split:
@@ -270,6 +281,9 @@ class _Shard:
 def parse(shard, split: dict) -> None:
     """Every record of one split into `shard` (a _Shard, or an IdSink)."""
     f = split["file"]
+    if "files" in split:
+        web.ingest_html_files(shard, split)
+        return
     if f.get("unreadable"):  # found at discovery; `fail` stopped there
         shard.stats["stream_error"] = f"cannot open: {f['unreadable']}"
         shard.bad("unreadable_file", f"the file cannot be read ({f['unreadable']}); its records could not be read or "
@@ -280,7 +294,9 @@ def parse(shard, split: dict) -> None:
         shard.bad("corrupt_file", f"not a readable {f['format']} file ({split['error']}); its records could not be read "
                   "or counted; re-fetch or repair the file", f, unread_records="unknown")
         return
-    if f["format"] == "jsonl":
+    if f["format"] == "warc":
+        web.ingest_warc(shard, split)
+    elif f["format"] == "jsonl":
         _ingest_jsonl(shard, split)
     else:
         _ingest_arrow(shard, split, f["format"])
@@ -297,8 +313,23 @@ def run_shard(spec: dict, out) -> dict:
 
 
 def _ingest_jsonl(shard: _Shard, split: dict):
+    fx = web.FieldExtraction(shard) if shard.spec.get("html_field") else None
+    try:
+        _jsonl_records(shard, split, fx)
+    finally:
+        if fx is not None:
+            fx.close()
+
+
+def _text_key(shard) -> tuple[str, str]:
+    """The field read as the document (the HTML when html_field is set) and its YAML key."""
+    hf = shard.spec.get("html_field")
+    return (hf, "html_field") if hf else (shard.spec["text_field"], "text_field")
+
+
+def _jsonl_records(shard: _Shard, split: dict, fx):
     f = split["file"]
-    tf, idf = shard.spec["text_field"], shard.spec["id_field"]
+    (tf, key), idf = _text_key(shard), shard.spec["id_field"]
     limit = shard.spec["max_doc_bytes"]
     rel = f["rel"]
     for item in readers.iter_lines(f["path"], f["compression"], split, max_line=limit):
@@ -331,12 +362,18 @@ def _ingest_jsonl(shard: _Shard, split: dict):
         text = rec.pop(tf, _MISSING)
         if text is _MISSING:
             keys = ", ".join(list(rec)[:12]) or "(none)"
-            shard.bad("missing_text", f"no field {tf!r}; fields present: {keys}; set sources.{shard.source}.text_field",
+            shard.bad("missing_text", f"no field {tf!r}; fields present: {keys}; set sources.{shard.source}.{key}",
                       f, line_no, offset=offset, raw=raw)
             continue
         if not isinstance(text, str):
             shard.bad("text_not_string", f"field {tf!r} is {_jtype(text)}, not a string", f, line_no, offset=offset, raw=raw)
             continue
+        if fx is not None:
+            text, skip = fx.text(text, f, {"line": line_no, "offset": offset}, rec.get("url"))
+            if text is None:
+                continue
+            if skip:
+                rec["extraction"] = skip
         place = f"{rel}:{line_no}"
         if idf is not None:
             rid = rec.pop(idf, None)
@@ -364,8 +401,17 @@ def _jtype(v) -> str:
 
 
 def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
+    fx = web.FieldExtraction(shard) if shard.spec.get("html_field") else None
+    try:
+        _arrow_records(shard, split, fmt, fx)
+    finally:
+        if fx is not None:
+            fx.close()
+
+
+def _arrow_records(shard: _Shard, split: dict, fmt: str, fx):
     f = split["file"]
-    tf, idf = shard.spec["text_field"], shard.spec["id_field"]
+    (tf, key), idf = _text_key(shard), shard.spec["id_field"]
     if fmt == "parquet":
         batches = readers.iter_parquet(f["path"], split, None, FLUSH_DOCS)
     elif split.get("hf_builder"):
@@ -378,12 +424,12 @@ def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
         names = batch.schema.names
         problem = None  # a file-level problem: every row of the batch is set aside with it (or the run stops)
         if tf not in names:
-            problem = ("missing_text", f"no column {tf!r}; columns: {', '.join(names)}; set sources.{shard.source}.text_field")
+            problem = ("missing_text", f"no column {tf!r}; columns: {', '.join(names)}; set sources.{shard.source}.{key}")
         elif idf is not None and idf not in names:
             problem = ("missing_id", f"no column {idf!r} (id_field); columns: {', '.join(names)}; set sources.{shard.source}.id_field")
         elif not (pa.types.is_string(batch.column(tf).type) or pa.types.is_large_string(batch.column(tf).type)):
             problem = ("text_not_string", (f"column {tf!r} has type {batch.column(tf).type}, not string; "
-                                           f"set sources.{shard.source}.text_field to the text column"))
+                                           f"set sources.{shard.source}.{key} to the text column"))
         if problem:
             for i in range(batch.num_rows):
                 shard.bad(*problem, f, row=first_row + i)
@@ -414,9 +460,18 @@ def _ingest_arrow(shard: _Shard, split: dict, fmt: str):
                 if dup:
                     shard.bad("duplicate_id", dup, f, row=row, raw=text)
                     continue
-            else:
+            if fx is not None:
+                m = metas[i] if metas else {}
+                text, skip = fx.text(text, f, {"row": row}, m.get("url"))
+                if text is None:
+                    continue
+                if skip:
+                    m["extraction"] = skip
+                    metas = metas or [{} for _ in texts]
+                    metas[i] = m
+            if ids is None:
                 source_id, id_ = place, content_id(place, text)
-            meta = orjson.dumps(metas[i], option=orjson.OPT_SORT_KEYS, default=str).decode() if metas else None
+            meta = orjson.dumps(metas[i], option=orjson.OPT_SORT_KEYS, default=str).decode() if metas and metas[i] else None
             shard.add(id_, text, source_id, meta, row)
     if "error" in state:
         shard.stats["stream_error"] = state["error"]

@@ -39,7 +39,7 @@ def test_good_file_loads_with_defaults(tmp_path):
 
 def test_unknown_key_names_line_and_allowed_keys(tmp_path):
     msg = _err(tmp_path, GOOD.replace("    paths:", "    pathz: []\n    paths:"))
-    assert msg.startswith("x.yaml:4: sources.web.pathz: unknown key 'pathz'; did you mean 'paths'?; allowed keys: filters, format,")
+    assert msg.startswith("x.yaml:4: sources.web.pathz: unknown key 'pathz'; did you mean 'paths'?; allowed keys: extract, filters, format,")
 
 
 def test_unknown_filter_reference(tmp_path):

@@ -1,0 +1,231 @@
+"""HTML to text: charset decoding, the extractors (resiliparse, trafilatura), and a
+sandbox process that bounds the time any one page may take.
+
+Why a process: extractors hang on pathological pages (trafilatura is known to; a hang
+inside C code cannot be interrupted from Python), and one such page must not stall a
+shard. Every page is extracted in a child process (one per ingest task; a fresh
+interpreter, since Ray workers run threads and forking them is unsafe) under a CPU-time limit:
+before each page the child arms ITIMER_PROF, whose signal kills it (the default action)
+when the page has used `timeout` CPU seconds, even inside C code. The parent also keeps a
+wall-clock guard (for a page that sleeps or deadlocks instead of computing). Either way the
+page goes to quarantine as `extract_timeout`, a new child starts, and the shard goes on;
+an extractor exception is `extract_error`, a child that dies otherwise (out of memory, a
+crash) is `extract_crash`.
+
+CPU time rather than wall time so that a busy machine does not change which pages time out:
+the limit is a property of the page, not of the load, which keeps runs reproducible (a
+page close to the limit can still fall either side on a different CPU; it is quarantined
+with its time, never dropped silently).
+
+Decoding: pages often lie about their charset. Bytes that are valid UTF-8 are UTF-8 (other
+encodings of non-ASCII text are almost never valid UTF-8); otherwise the declared charset
+(HTTP header, then the page's meta tag) if the bytes decode under it; otherwise the
+charset uchardet detects (resiliparse), decoding what does not fit as U+FFFD.
+"""
+
+from __future__ import annotations
+
+import codecs
+import signal
+import time
+
+EXTRACT_STAGE = "extract"  # the first stage of a web source's filter step (filters/web.py)
+EXTRACT_FILTER = {"type": "extracted"}
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+WALL_FACTOR, WALL_EXTRA = 4.0, 10.0  # the wall-clock guard: 4x the CPU limit plus 10 s
+START_TIMEOUT = 120.0  # seconds for a child to start and import its extractor
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def decode(payload: bytes, declared: str | None) -> tuple[str, str]:
+    """(text, encoding used) of a page's bytes."""
+    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+
+    try:
+        return payload.decode("utf-8").removeprefix("\ufeff"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    candidates = [declared, detect_encoding(payload[:4096], from_html_meta=True)]
+    for enc in candidates:
+        if enc and _known(enc) and enc.lower().replace("_", "-") not in ("utf-8", "utf8"):
+            try:
+                return payload.decode(enc), codecs.lookup(enc).name
+            except UnicodeDecodeError:
+                continue
+    enc = detect_encoding(payload)
+    return bytes_to_str(payload, enc, errors="replace"), codecs.lookup(enc).name if _known(enc) else enc
+
+
+def _known(enc: str) -> bool:
+    try:
+        codecs.lookup(enc)
+        return True
+    except LookupError:
+        return False
+
+
+def is_html(content_type: str | None, payload: bytes | None) -> bool:
+    """An HTML content type; with none declared, a payload that starts like HTML."""
+    if content_type:
+        return content_type.lower().split(";")[0].strip() in HTML_TYPES
+    head = (payload or b"")[:1024].lstrip().lower()
+    return head.startswith((b"<!doctype html", b"<html", b"<head", b"<body"))
+
+
+# ---------------------------------------------------------------- extractors
+
+
+def make_extractor(spec: dict):
+    """A function html -> text for an `extract:` spec (see pipeline/config.py ExtractSpec)."""
+    opts = {k: v for k, v in spec.items() if k not in ("type", "timeout")}
+    if spec["type"] == "resiliparse":
+        from resiliparse.extract.html2text import extract_plain_text
+
+        def run(html: str) -> str:
+            return extract_plain_text(html, **opts)
+    elif spec["type"] == "trafilatura":
+        import trafilatura
+
+        def run(html: str) -> str:
+            return trafilatura.extract(html, output_format="txt", **opts) or ""
+    elif spec["type"] == "python":
+        from filters.adapters import _resolve
+
+        run = _resolve(spec["callable"])
+    else:
+        raise ValueError(f"unknown extractor {spec['type']!r}")
+    return run
+
+
+def child_main() -> None:
+    """The sandbox process (`python -c ...child_main()`): frames in on stdin, frames out on
+    stdout. In: 4-byte length + UTF-8 HTML. Out: 4-byte length + JSON [status, value, cpu]."""
+    import json
+    import struct
+    import sys
+
+    signal.signal(signal.SIGPROF, signal.SIG_DFL)  # the limit's signal ends the process
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing an extractor prints may corrupt the frames
+    spec = json.loads(sys.argv[1])
+    run = make_extractor(spec)
+    run("<html><body><p>warm up</p></body></html>")
+    limit = float(spec["timeout"])
+
+    def send(obj) -> None:
+        b = json.dumps(obj).encode()
+        out.write(struct.pack("<I", len(b)) + b)
+        out.flush()
+
+    send(["ready", None, 0.0])
+    while True:
+        head = inp.read(4)
+        if len(head) < 4:
+            return
+        html = inp.read(struct.unpack("<I", head)[0]).decode("utf-8", "surrogatepass")
+        t0 = time.process_time()
+        signal.setitimer(signal.ITIMER_PROF, limit)
+        try:
+            res = run(html)
+            res = ["ok", res if isinstance(res, str) else ""]
+        except Exception as e:  # noqa: BLE001  the page's error, not the run's
+            res = ["error", f"{type(e).__name__}: {e}"[:500]]
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+        send([*res, time.process_time() - t0])
+
+
+class Sandbox:
+    """Extraction in a child process with a per-page time limit (see the module docstring)."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.limit = float(spec["timeout"])
+        self.wall = self.limit * WALL_FACTOR + WALL_EXTRA
+        self.proc = None
+        self.starts = 0
+
+    def _start(self):
+        import json
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from pipeline.extract import child_main; child_main()", json.dumps(self.spec)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self.starts += 1
+        if self._recv(START_TIMEOUT) is None:
+            code = self.proc.poll()
+            self.close()
+            raise RuntimeError(f"the {self.spec['type']} extractor did not start (exit code {code}); is its package "
+                               "installed on this node? (see the worker's log for the error)")
+
+    def _recv(self, timeout: float):
+        """The child's next frame, or None when it died or the time ran out."""
+        import json
+        import select
+        import struct
+
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            return None
+        head = _read_exact(self.proc.stdout, 4)
+        if head is None:
+            return None
+        body = _read_exact(self.proc.stdout, struct.unpack("<I", head)[0])
+        return json.loads(body) if body is not None else None
+
+    def extract(self, html: str) -> tuple[str, str]:
+        """("ok", text) | ("error", message) | ("timeout", message) | ("crash", message)."""
+        import struct
+
+        if self.proc is None:
+            self._start()
+        t0 = time.monotonic()
+        data = html.encode("utf-8", "surrogatepass")
+        try:
+            self.proc.stdin.write(struct.pack("<I", len(data)) + data)
+        except (BrokenPipeError, OSError):
+            return self._died(t0)
+        res = self._recv(self.wall)
+        if res is None:
+            if self.proc.poll() is None:  # alive: the wall-clock guard
+                self.close()
+                return "timeout", (f"extraction took over {self.wall:.0f} s of wall-clock time (limit {self.limit:g} CPU s, "
+                                   f"guard {WALL_FACTOR:g}x + {WALL_EXTRA:g} s); the extractor process was stopped")
+            return self._died(t0)
+        status, value, _cpu = res
+        return status, value
+
+    def _died(self, t0: float) -> tuple[str, str]:
+        code = self.proc.wait(5)
+        self.close()
+        if code == -signal.SIGPROF:
+            return "timeout", (f"extraction used over {self.limit:g} CPU seconds (extract.timeout); "
+                               f"stopped after {time.monotonic() - t0:.1f} s")
+        return "crash", f"the extractor process died (exit code {code}; out of memory?)"
+
+    def close(self):
+        if self.proc is not None:
+            for f in (self.proc.stdin, self.proc.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait(5)
+        self.proc = None
+
+
+def _read_exact(f, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = f.read(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf

@@ -1,0 +1,146 @@
+"""WARC and WET files, read streaming with resiliparse's FastWARC; and written, for the demo
+corpus and the tests.
+
+`iter_records` yields one `WebRecord` per response, resource or conversion (WET) record,
+with its URL, crawl date, record id, HTTP status, content type and declared charset, and
+its payload bytes. Other record types (warcinfo, request, metadata, revisit) are not
+documents: they are counted by type in `skipped` and not read. A record over `max_bytes`
+is yielded with `payload=None` (the caller sets it aside as too_large) and never read.
+
+FastWARC ends iteration quietly at a file cut short. So the file is decompressed here
+(gzip, zstd: an error or a cut member raises), and each record is checked against its
+declared lengths (WARC Content-Length, then the payload's); a short record, one without
+its headers, or a decompression error ends the file with a `StreamError` at that record.
+What was read before it stands; nothing after it is lost silently. Offsets are in the
+decompressed stream.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from dataclasses import dataclass
+from datetime import datetime
+
+from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
+
+from pipeline.io import readers
+from pipeline.io.readers import StreamError
+
+DOCUMENT_TYPES = {"response", "resource", "conversion"}
+
+
+@dataclass
+class WebRecord:
+    index: int  # the record's ordinal in the file (every type counted), for "file#index"
+    offset: int  # byte offset of the record (of its gzip member in a .warc.gz)
+    kind: str  # response | resource | conversion
+    url: str | None
+    date: str | None  # WARC-Date, ISO 8601 as written
+    record_id: str | None
+    status: int | None  # HTTP status, None when the record is not HTTP
+    content_type: str | None  # the payload's type (HTTP Content-Type, else the record's)
+    charset: str | None  # declared in the HTTP Content-Type
+    size: int  # payload bytes
+    payload: bytes | None  # None when over max_bytes
+
+
+def iter_records(path: str, compression: str | None, max_bytes: int, skipped: dict):
+    """WebRecords of one WARC/WET file in order, then at most one StreamError."""
+    # decompressed here, not by FastWARC, whose gzip reader stops quietly at a cut member
+    stream = readers.open_binary(path, compression)
+    try:
+        yield from _records(stream, max_bytes, skipped)
+    finally:
+        stream.close()
+
+
+def _records(stream, max_bytes: int, skipped: dict):
+    it = ArchiveIterator(stream, record_types=WarcRecordType.any_type, parse_http=False, stream_detect=False)
+    index = -1
+    last_offset = 0
+    while True:
+        try:
+            r = next(it)
+        except StopIteration:
+            return
+        except readers.STREAM_ERRORS as e:  # gzip or zstd data error, a cut compressed stream
+            yield StreamError(index + 2, last_offset, f"{type(e).__name__}: {e}")
+            return
+        index += 1
+        last_offset = r.stream_pos
+        h = r.headers
+        kind = str(r.record_type)
+        declared = h.get("Content-Length")
+        if declared is None or h.get("WARC-Type") is None or not declared.isdigit() or int(declared) != r.content_length:
+            yield StreamError(index + 1, r.stream_pos, "the file ends inside a record's headers (cut short?)")
+            return
+        if kind not in DOCUMENT_TYPES:
+            got = r.consume()
+            if got < r.content_length:
+                yield StreamError(index + 1, r.stream_pos, f"the file ends inside a record ({got:,} of {r.content_length:,} bytes)")
+                return
+            skipped[kind] = skipped.get(kind, 0) + 1
+            continue
+        status = ctype = charset = None
+        if r.is_http:
+            try:
+                r.parse_http()
+            except OSError as e:  # a truncated or malformed HTTP header block
+                yield StreamError(index + 1, r.stream_pos, f"unreadable HTTP headers ({e})")
+                return
+            status = r.http_headers.status_code
+            ctype, charset = r.http_content_type, r.http_charset
+        else:
+            ctype = (h.get("Content-Type") or "").split(";")[0].strip().lower() or None
+        size = r.content_length
+        payload = None
+        if size <= max_bytes:
+            payload = r.reader.read()
+            if len(payload) < size:
+                yield StreamError(index + 1, r.stream_pos, f"the file ends inside a record ({len(payload):,} of {size:,} bytes)")
+                return
+        else:
+            got = r.consume()
+            if got < size:
+                yield StreamError(index + 1, r.stream_pos, f"the file ends inside a record ({got:,} of {size:,} bytes)")
+                return
+        yield WebRecord(index, r.stream_pos, kind, h.get("WARC-Target-URI"), h.get("WARC-Date"),
+                        h.get("WARC-Record-ID"), status, ctype, charset, size, payload)
+
+
+# ---------------------------------------------------------------- writing (demo corpus, tests)
+
+
+def http_response(body: bytes, content_type: str = "text/html", charset: str | None = "utf-8", status: int = 200,
+                  reason: str = "OK") -> bytes:
+    ct = f"{content_type}; charset={charset}" if charset else content_type
+    return f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ct}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+def record_bytes(kind: str, url: str | None, date: str, block: bytes, uuid: str, http: bool = True) -> bytes:
+    """One WARC/1.1 record. `kind`: response, request, conversion (WET text), warcinfo, ..."""
+    r = WarcRecord()
+    r.init_headers(getattr(WarcRecordType, kind), f"uuid:{uuid}".encode())
+    if url is not None:
+        r.headers["WARC-Target-URI"] = url
+    r.headers["WARC-Date"] = date
+    if http:
+        r.headers["Content-Type"] = f"application/http; msgtype={'request' if kind == 'request' else 'response'}"
+    elif kind == "conversion":
+        r.headers["Content-Type"] = "text/plain"
+    r.set_bytes_content(block)
+    b = io.BytesIO()
+    r.write(b)
+    return b.getvalue()
+
+
+def write_warc(path, records: list[bytes], compress: bool = True) -> None:
+    """Records as a .warc.gz (one gzip member per record, as crawlers write them) or a
+    plain .warc; byte-identical for the same records."""
+    with open(path, "wb") as f:
+        f.writelines(gzip.compress(rec, mtime=0) if compress else rec for rec in records)
+
+
+def iso(d: datetime) -> str:
+    return d.strftime("%Y-%m-%dT%H:%M:%SZ")

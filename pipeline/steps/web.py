@@ -1,0 +1,164 @@
+"""Ingest for web input: WARC/WET records, HTML files and HTML fields, to text documents.
+
+Runs inside the ingest task (steps/ingest.py) with its sink, so web documents get the same
+ids, shards, quarantine and accounting as any other. Per record:
+
+- warcinfo, request, metadata and revisit records are not documents: counted by type in
+  the marker's `skipped_records`, not in `in`.
+- a response, resource or conversion (WET) record is a document: `in` counts it. A
+  non-2xx HTTP status or a payload that is not HTML becomes a row with empty text and
+  `extraction: http_status | not_html` in its metadata, which the `extract` stage (the
+  first stage of the source's filter step) removes with that reason, so the report's funnel
+  shows what extraction lost and `curate samples --stage extract` shows which pages. An
+  extraction that yields only whitespace is removed the same way as `no_text`.
+- a page whose extraction times out, raises or kills the extractor is quarantined
+  (`extract_timeout`, `extract_error`, `extract_crash`) with its file, record and URL.
+
+Metadata keeps url, crawl_date, warc_type, warc_record_id, http_status, content_type,
+charset (declared) and encoding (used to decode; see pipeline/extract.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from pipeline import extract
+from pipeline.io import readers, warc
+from pipeline.io.readers import StreamError
+
+EXCERPT = 200
+
+
+class Extraction:
+    """One shard's extractor process and its figures (pages, seconds, timeouts, restarts)."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.sandbox = extract.Sandbox(spec)
+        self.stats = {"type": spec["type"], "pages": 0, "seconds": 0.0, "timeouts": 0, "errors": 0, "crashes": 0}
+
+    def page(self, shard, html: str, file: dict, where: dict, url: str | None) -> str | None:
+        """The page's text ("" when there is none), or None when it went to quarantine."""
+        t0 = time.perf_counter()
+        status, value = self.sandbox.extract(html)
+        self.stats["seconds"] += time.perf_counter() - t0
+        self.stats["pages"] += 1
+        if status == "ok":
+            return value
+        key, reason = {"timeout": ("timeouts", "extract_timeout"), "error": ("errors", "extract_error"),
+                       "crash": ("crashes", "extract_crash")}[status]
+        self.stats[key] += 1
+        hint = f"; raise sources.{shard.source}.extract.timeout if the page is wanted" if status == "timeout" else ""
+        shard.bad(reason, f"{value}{hint}", file, **where, raw=html[:EXCERPT], url=url)
+        return None
+
+    def close(self) -> dict:
+        self.sandbox.close()
+        self.stats["restarts"] = max(0, self.sandbox.starts - 1)
+        self.stats["seconds"] = round(self.stats["seconds"], 3)
+        return self.stats
+
+
+def _meta(d: dict) -> str:
+    return orjson.dumps({k: v for k, v in d.items() if v is not None}, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _emit(shard, text: str | None, skip: str | None, meta: dict, place: str, source_id: str, loc: int):
+    from pipeline.steps.ingest import content_id
+
+    if skip is None and text is not None and not text.strip():
+        skip, text = "no_text", ""
+    if skip:
+        meta["extraction"] = skip
+    shard.add(content_id(place, text), text, source_id, _meta(meta), loc)
+
+
+def ingest_warc(shard, split: dict) -> None:
+    f = split["file"]
+    limit = shard.spec["max_doc_bytes"]
+    ext = Extraction(shard.spec["extract"])
+    skipped: dict[str, int] = {}
+    try:
+        for rec in warc.iter_records(f["path"], f["compression"], limit, skipped):
+            if isinstance(rec, StreamError):
+                shard.stats["stream_error"] = rec.message
+                shard.bad("corrupt_stream", f"the WARC file is unreadable from record {rec.line_no} on ({rec.message}); "
+                          "the records after this point could not be read or counted; re-fetch or repair the file",
+                          f, row=rec.line_no - 1, offset=rec.offset, unread_records="unknown")
+                break
+            where = {"row": rec.index, "offset": rec.offset}
+            if rec.payload is None:
+                shard.bad("too_large", f"the record's payload has {rec.size:,} bytes, over sources.{shard.source}.max_doc_bytes "
+                          f"({limit:,}); raise the limit or drop the record", f, **where, url=rec.url)
+                continue
+            meta = {"url": rec.url, "crawl_date": rec.date, "warc_type": rec.kind, "warc_record_id": rec.record_id,
+                    "http_status": rec.status, "content_type": rec.content_type, "charset": rec.charset}
+            place = f"{f['rel']}#{rec.index}"
+            sid = rec.record_id or place
+            if rec.kind == "conversion":  # WET: the crawler's own text
+                meta["encoding"] = "utf-8"
+                _emit(shard, rec.payload.decode("utf-8", "replace"), None, meta, place, sid, rec.index)
+            elif rec.status is not None and not 200 <= rec.status < 300:
+                _emit(shard, "", "http_status", meta, place, sid, rec.index)
+            elif not extract.is_html(rec.content_type, rec.payload):
+                _emit(shard, "", "not_html", meta, place, sid, rec.index)
+            else:
+                html, meta["encoding"] = extract.decode(rec.payload, rec.charset)
+                text = ext.page(shard, html, f, where, rec.url)
+                if text is not None:
+                    _emit(shard, text, None, meta, place, sid, rec.index)
+    finally:
+        shard.stats["skipped_records"] = dict(sorted(skipped.items()))
+        shard.stats["extract"] = ext.close()
+
+
+def ingest_html_files(shard, split: dict) -> None:
+    """A group of .html files, one document each; source_id is the file's name under its glob."""
+    limit = shard.spec["max_doc_bytes"]
+    ext = Extraction(shard.spec["extract"])
+    try:
+        for i, f in enumerate(split["files"]):
+            if f.get("unreadable"):
+                shard.bad("unreadable_file", f"the file cannot be read ({f['unreadable']}); give the user running "
+                          "curate read access (e.g. chmod a+r) and run again", f, row=0)
+                continue
+            try:
+                with readers.open_binary(f["path"], f["compression"]) as fh:
+                    payload = fh.read(limit + 1)
+            except readers.STREAM_ERRORS as e:
+                shard.bad("corrupt_file", f"the file is unreadable ({type(e).__name__}: {e}); re-fetch or repair it", f, row=0)
+                continue
+            if len(payload) > limit:
+                shard.bad("too_large", f"the page has over {limit:,} bytes (sources.{shard.source}.max_doc_bytes); raise "
+                          "the limit or drop the file", f, row=0, raw=payload[:EXCERPT])
+                continue
+            meta = {"path": f["rel"]}
+            html, meta["encoding"] = extract.decode(payload, None)
+            text = ext.page(shard, html, f, {"row": 0}, None)
+            if text is not None:
+                _emit(shard, text, None, meta, f["rel"], f["rel"], i)
+    finally:
+        shard.stats["extract"] = ext.close()
+
+
+class FieldExtraction:
+    """`html_field` of JSONL/Parquet/HF records: the field's HTML to the document's text."""
+
+    def __init__(self, shard):
+        self.shard = shard
+        self.ext = Extraction(shard.spec["extract"]) if shard.keep_fields else None
+
+    def text(self, html: str, file: dict, where: dict, url) -> tuple[str | None, str | None]:
+        """(text, skip reason); text None: quarantined."""
+        if self.ext is None:
+            return "-", None
+        text = self.ext.page(self.shard, html, file, where, url if isinstance(url, str) else None)
+        if text is None:
+            return None, None
+        return (text, None) if text.strip() else ("", "no_text")
+
+    def close(self):
+        if self.ext is not None:
+            self.shard.stats["extract"] = self.ext.close()
