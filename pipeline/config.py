@@ -365,6 +365,8 @@ def _format_pydantic(err: dict, loc: tuple, raw: dict) -> str:
     if kind == "missing":
         return "required key is missing"
     msg = err["msg"]
+    if kind == "value_error":  # our validators' own words say what is wrong and what to do
+        return msg.removeprefix("Value error, ")
     if "input" in err and kind not in ("model_type", "dict_type"):
         inp = err["input"]
         shown = repr(inp) if not isinstance(inp, (dict, list)) else type(inp).__name__

@@ -103,7 +103,7 @@ def _extraction(ingest: dict[int, dict]) -> dict | None:
     """HTML extraction in a web source's ingest: pages, CPU-bound seconds in the extractor,
     timeouts, errors, crashes and extractor restarts, summed over shards."""
     ms = [m["extract"] for m in ingest.values() if m.get("extract")]
-    if not ms:
+    if not any(m["pages"] for m in ms):  # e.g. WET files: text already, no extractor ran
         return None
     out = {"extractor": ms[0]["type"]}
     for k in ("pages", "seconds", "timeouts", "errors", "crashes", "restarts"):

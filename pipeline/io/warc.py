@@ -50,9 +50,33 @@ def iter_records(path: str, compression: str | None, max_bytes: int, skipped: di
     # decompressed here, not by FastWARC, whose gzip reader stops quietly at a cut member
     stream = readers.open_binary(path, compression)
     try:
-        yield from _records(stream, max_bytes, skipped)
+        yield from _records(_OneStep(stream), max_bytes, skipped)
     finally:
         stream.close()
+
+
+class _OneStep:
+    """A stream whose read() is its read1(): one decompression step a call, so an error
+    (a cut or damaged member) is raised only after every byte before it was delivered
+    (a buffered read() that fails part-way drops what it had read)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        b = self.stream.read1(n if n and n > 0 else readers.READ_CHUNK)
+        self.pos += len(b)
+        return b
+
+    def tell(self) -> int:  # FastWARC asks for record offsets
+        return self.pos
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self):
+        self.stream.close()
 
 
 def _records(stream, max_bytes: int, skipped: dict):
@@ -69,44 +93,48 @@ def _records(stream, max_bytes: int, skipped: dict):
             return
         index += 1
         last_offset = r.stream_pos
-        h = r.headers
-        kind = str(r.record_type)
-        declared = h.get("Content-Length")
-        if declared is None or h.get("WARC-Type") is None or not declared.isdigit() or int(declared) != r.content_length:
-            yield StreamError(index + 1, r.stream_pos, "the file ends inside a record's headers (cut short?)")
-            return
-        if kind not in DOCUMENT_TYPES:
-            got = r.consume()
-            if got < r.content_length:
-                yield StreamError(index + 1, r.stream_pos, f"the file ends inside a record ({got:,} of {r.content_length:,} bytes)")
-                return
-            skipped[kind] = skipped.get(kind, 0) + 1
+        try:
+            out = _record(r, index, max_bytes)
+        except readers.STREAM_ERRORS as e:  # while reading the record's HTTP headers or payload
+            out = StreamError(index + 1, r.stream_pos, f"{type(e).__name__}: {e}")
+        if isinstance(out, str):
+            skipped[out] = skipped.get(out, 0) + 1
             continue
-        status = ctype = charset = None
-        if r.is_http:
-            try:
-                r.parse_http()
-            except OSError as e:  # a truncated or malformed HTTP header block
-                yield StreamError(index + 1, r.stream_pos, f"unreadable HTTP headers ({e})")
-                return
-            status = r.http_headers.status_code
-            ctype, charset = r.http_content_type, r.http_charset
-        else:
-            ctype = (h.get("Content-Type") or "").split(";")[0].strip().lower() or None
-        size = r.content_length
-        payload = None
-        if size <= max_bytes:
-            payload = r.reader.read()
-            if len(payload) < size:
-                yield StreamError(index + 1, r.stream_pos, f"the file ends inside a record ({len(payload):,} of {size:,} bytes)")
-                return
-        else:
-            got = r.consume()
-            if got < size:
-                yield StreamError(index + 1, r.stream_pos, f"the file ends inside a record ({got:,} of {size:,} bytes)")
-                return
-        yield WebRecord(index, r.stream_pos, kind, h.get("WARC-Target-URI"), h.get("WARC-Date"),
-                        h.get("WARC-Record-ID"), status, ctype, charset, size, payload)
+        yield out
+        if isinstance(out, StreamError):
+            return
+
+
+def _record(r, index: int, max_bytes: int) -> WebRecord | StreamError | str:
+    """One record: a WebRecord, a StreamError, or the type of a record that is no document."""
+    h = r.headers
+    kind = str(r.record_type)
+    declared = h.get("Content-Length")
+    if declared is None or h.get("WARC-Type") is None or not declared.isdigit() or int(declared) != r.content_length:
+        return StreamError(index + 1, r.stream_pos, "the file ends inside a record's headers (cut short?)")
+    if kind not in DOCUMENT_TYPES:
+        got = r.consume()
+        if got < r.content_length:
+            return StreamError(index + 1, r.stream_pos, f"the file ends inside a record ({got:,} of {r.content_length:,} bytes)")
+        return kind
+    status = ctype = charset = None
+    if r.is_http:
+        r.parse_http()  # OSError on a cut or malformed header block
+        status = r.http_headers.status_code
+        ctype, charset = r.http_content_type, r.http_charset
+    else:
+        ctype = (h.get("Content-Type") or "").split(";")[0].strip().lower() or None
+    size = r.content_length
+    payload = None
+    if size <= max_bytes:
+        payload = r.reader.read()
+        got = len(payload)
+    else:
+        got = r.consume()
+    if got < size:
+        return StreamError(index + 1, r.stream_pos, f"the file ends inside a record ({got:,} of {size:,} bytes)")
+    return WebRecord(index, r.stream_pos, kind, h.get("WARC-Target-URI"), h.get("WARC-Date"),
+                     h.get("WARC-Record-ID"), status, ctype, charset, size, payload)
 
 
 # ---------------------------------------------------------------- writing (demo corpus, tests)

@@ -166,7 +166,7 @@ def test_nothing_read_from_inputs_or_configs_is_unpickled_or_evaluated():
 
 def test_negative_weights_are_refused_with_their_key(tmp_path):
     msg = _err(tmp_path, GOOD + "mixture:\n  weights: {web: 1.5, web2: -0.5}\n")
-    assert "x.yaml:10: mixture.weights: Value error, weights must be >= 0; negative: web2" in msg
+    assert "x.yaml:10: mixture.weights: weights must be >= 0; negative: web2" in msg
 
 
 def test_a_filter_whose_package_is_missing_is_a_config_error_with_the_pip_line(tmp_path):

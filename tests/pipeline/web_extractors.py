@@ -1,0 +1,20 @@
+"""An extractor for tests/pipeline/test_web.py that misbehaves on request: sleeps, raises,
+kills its own process or spins, by the word in the page; otherwise strips the tags."""
+
+import os
+import re
+import signal
+import time
+
+
+def extract(html: str) -> str:
+    if "SLEEP" in html:
+        time.sleep(600)
+    if "RAISE" in html:
+        raise ValueError("cannot parse this page")
+    if "CRASH" in html:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if "SPIN" in html:
+        while True:
+            pass
+    return re.sub(r"<[^>]+>", "", html)
