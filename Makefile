@@ -26,7 +26,9 @@ test: setup browser
 
 # the end-to-end benchmark against datatrove (bench/e2e.py; ~25 min on 2 cores); BENCH_ARGS="--docs 5000 --scales 1" for a quick look
 bench: setup
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]' 2>&1 | grep -v "^WARNING: Location" || true
 	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m bench $(BENCH_ARGS)
+	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m bench.extract
 
 # tests/test_pages.py opens the published pages in headless Chromium (Debian's package)
 browser:

@@ -67,12 +67,13 @@ def crawl_records(web: list[dict], seed: int = SEED) -> list[list[bytes]]:
         url = rec["url"]
         req = f"GET /{url.split('/', 3)[-1]} HTTP/1.1\r\nHost: {url.split('/')[2]}\r\n\r\n".encode()
         files[k].append(warc.record_bytes("request", url, date, req, _uuid(i, 1)))
-        files[k].append(warc.record_bytes("response", url, date, warc.http_response(page.encode()), _uuid(i, 2)))
+        files[k].append(warc.record_bytes("response", url, date, warc.http_response(page.encode()), _uuid(i, 2),
+                                          payload_type="text/html"))
         if i % 97 == 5:  # the same URL crawled again months later, with a changed page
             later = f"2026-{1 + i % 12:02d}-15T08:00:00Z"
             page2 = page_html(title, paras + [f"Updated in 2026: {rng.choice(paras)[:80]}"], nav, cookie, footer)
             files[(k + 1) % WARC_FILES].append(
-                warc.record_bytes("response", url, later, warc.http_response(page2.encode()), _uuid(i, 3)))
+                warc.record_bytes("response", url, later, warc.http_response(page2.encode()), _uuid(i, 3), payload_type="text/html"))
         if i % 151 == 7:
             _odd_records(files[k], i, date, rng)
     return files
@@ -82,9 +83,11 @@ def _odd_records(out: list[bytes], i: int, date: str, rng: random.Random) -> Non
     """What a crawl holds besides good pages, one of each at this place."""
     d = f"https://files.example.org/{i:06d}"
     pdf = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
-    out.append(warc.record_bytes("response", d + "/report.pdf", date, warc.http_response(pdf, "application/pdf", None), _uuid(i, 4)))
+    out.append(warc.record_bytes("response", d + "/report.pdf", date, warc.http_response(pdf, "application/pdf", None), _uuid(i, 4),
+                                 payload_type="application/pdf"))
     png = b"\x89PNG\r\n\x1a\n" + bytes(rng.randrange(256) for _ in range(64))
-    out.append(warc.record_bytes("response", d + "/logo.png", date, warc.http_response(png, "image/png", None), _uuid(i, 5)))
+    out.append(warc.record_bytes("response", d + "/logo.png", date, warc.http_response(png, "image/png", None), _uuid(i, 5),
+                                 payload_type="image/png"))
     out.append(warc.record_bytes("response", d + "/api.json", date,
                                  warc.http_response(b'{"ok": true}', "application/json", None), _uuid(i, 6)))
     missing = page_html("Not Found", ["The page you asked for does not exist."], "Home", "", "")

@@ -157,26 +157,26 @@ class Sandbox:
             [sys.executable, "-c", "from pipeline.extract import child_main; child_main()", json.dumps(self.spec)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         self.starts += 1
-        if self._recv(START_TIMEOUT) is None:
+        if not isinstance(self._recv(START_TIMEOUT), list):
             code = self.proc.poll()
             self.close()
             raise RuntimeError(f"the {self.spec['type']} extractor did not start (exit code {code}); is its package "
                                "installed on this node? (see the worker's log for the error)")
 
     def _recv(self, timeout: float):
-        """The child's next frame, or None when it died or the time ran out."""
+        """The child's next frame (a list), "eof" when it died, "late" when the time ran out."""
         import json
         import select
         import struct
 
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not ready:
-            return None
+            return "late"
         head = _read_exact(self.proc.stdout, 4)
         if head is None:
-            return None
+            return "eof"
         body = _read_exact(self.proc.stdout, struct.unpack("<I", head)[0])
-        return json.loads(body) if body is not None else None
+        return json.loads(body) if body is not None else "eof"
 
     def extract(self, html: str) -> tuple[str, str]:
         """("ok", text) | ("error", message) | ("timeout", message) | ("crash", message)."""
@@ -191,11 +191,11 @@ class Sandbox:
         except (BrokenPipeError, OSError):
             return self._died(t0)
         res = self._recv(self.wall)
-        if res is None:
-            if self.proc.poll() is None:  # alive: the wall-clock guard
-                self.close()
-                return "timeout", (f"extraction took over {self.wall:g} s of wall-clock time (the limit is {self.limit:g} CPU s; "
-                                   "the page waited without computing); the extractor process was stopped")
+        if res == "late":  # alive but silent: the wall-clock guard
+            self.close()
+            return "timeout", (f"extraction took over {self.wall:g} s of wall-clock time (the limit is {self.limit:g} CPU s; "
+                               "the page waited without computing); the extractor process was stopped")
+        if res == "eof":
             return self._died(t0)
         status, value, _cpu = res
         return status, value

@@ -39,7 +39,7 @@ class WebRecord:
     date: str | None  # WARC-Date, ISO 8601 as written
     record_id: str | None
     status: int | None  # HTTP status, None when the record is not HTTP
-    content_type: str | None  # the payload's type (HTTP Content-Type, else the record's)
+    content_type: str | None  # WARC-Identified-Payload-Type, else HTTP Content-Type, else the record's
     charset: str | None  # declared in the HTTP Content-Type
     size: int  # payload bytes
     payload: bytes | None  # None when over max_bytes
@@ -124,6 +124,8 @@ def _record(r, index: int, max_bytes: int) -> WebRecord | StreamError | str:
         ctype, charset = r.http_content_type, r.http_charset
     else:
         ctype = (h.get("Content-Type") or "").split(";")[0].strip().lower() or None
+    # the crawler's own sniffed type (Common Crawl writes it) beats what the server declared
+    ctype = (h.get("WARC-Identified-Payload-Type") or "").split(";")[0].strip().lower() or ctype
     size = r.content_length
     payload = None
     if size <= max_bytes:
@@ -146,13 +148,17 @@ def http_response(body: bytes, content_type: str = "text/html", charset: str | N
     return f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ct}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
 
 
-def record_bytes(kind: str, url: str | None, date: str, block: bytes, uuid: str, http: bool = True) -> bytes:
-    """One WARC/1.1 record. `kind`: response, request, conversion (WET text), warcinfo, ..."""
+def record_bytes(kind: str, url: str | None, date: str, block: bytes, uuid: str, http: bool = True,
+                 payload_type: str | None = None) -> bytes:
+    """One WARC/1.1 record. `kind`: response, request, conversion (WET text), warcinfo, ...;
+    `payload_type`: WARC-Identified-Payload-Type, as Common Crawl writes it."""
     r = WarcRecord()
     r.init_headers(getattr(WarcRecordType, kind), f"uuid:{uuid}".encode())
     if url is not None:
         r.headers["WARC-Target-URI"] = url
     r.headers["WARC-Date"] = date
+    if payload_type:
+        r.headers["WARC-Identified-Payload-Type"] = payload_type
     if http:
         r.headers["Content-Type"] = f"application/http; msgtype={'request' if kind == 'request' else 'response'}"
     elif kind == "conversion":
