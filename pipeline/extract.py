@@ -101,10 +101,13 @@ def make_extractor(spec: dict):
 
 def child_main() -> None:
     """The sandbox process (`python -c ...child_main()`): frames in on stdin, frames out on
-    stdout. In: 4-byte length + UTF-8 HTML. Out: 4-byte length + JSON [status, value, cpu]."""
+    stdout. In: 4-byte length + UTF-8 HTML. Out: 4-byte length + JSON [status, value, cpu].
+    A thread drains stdin into a queue, so the parent's next page never waits on this one."""
     import json
+    import queue
     import struct
     import sys
+    import threading
 
     signal.signal(signal.SIGPROF, signal.SIG_DFL)  # the limit's signal ends the process
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -114,19 +117,29 @@ def child_main() -> None:
     run = make_extractor(spec)
     run("<html><body><p>warm up</p></body></html>")
     limit = float(spec["timeout"])
+    pages: queue.Queue = queue.Queue()
+
+    def read_pages() -> None:
+        while True:
+            head = inp.read(4)
+            if len(head) < 4:
+                pages.put(None)
+                return
+            pages.put(inp.read(struct.unpack("<I", head)[0]))
 
     def send(obj) -> None:
         b = json.dumps(obj).encode()
         out.write(struct.pack("<I", len(b)) + b)
         out.flush()
 
+    threading.Thread(target=read_pages, daemon=True).start()
     send(["ready", None, 0.0])
     while True:
-        head = inp.read(4)
-        if len(head) < 4:
+        data = pages.get()
+        if data is None:
             return
-        html = inp.read(struct.unpack("<I", head)[0]).decode("utf-8", "surrogatepass")
-        t0 = time.process_time()
+        html = data.decode("utf-8", "surrogatepass")
+        t0 = time.thread_time()  # this thread's: the process clock reads stale here while the reader thread waits
         signal.setitimer(signal.ITIMER_PROF, limit)
         try:
             res = run(html)
@@ -135,11 +148,19 @@ def child_main() -> None:
             res = ["error", f"{type(e).__name__}: {e}"[:500]]
         finally:
             signal.setitimer(signal.ITIMER_PROF, 0)
-        send([*res, time.process_time() - t0])
+        send([*res, time.thread_time() - t0])
 
 
 class Sandbox:
-    """Extraction in a child process with a per-page time limit (see the module docstring)."""
+    """Extraction in a child process with a per-page time limit (see the module docstring).
+
+    `submit(html, key)` queues a page and returns the results that are ready, in order, as
+    (key, status, value): status ok (value: the text), error, timeout or crash (value: what
+    happened). Up to DEPTH pages are in flight, so the parent reads and decodes the next page
+    while the child extracts this one. When the child dies, the oldest page in flight is the
+    one it died on; the pages queued behind it go to a new child. `drain()` returns the rest."""
+
+    DEPTH = 2
 
     def __init__(self, spec: dict, wall: float | None = None):
         self.spec = spec
@@ -147,6 +168,8 @@ class Sandbox:
         self.wall = wall or self.limit * WALL_FACTOR + WALL_EXTRA
         self.proc = None
         self.starts = 0
+        self.cpu = 0.0  # extractor CPU seconds, summed over pages that finished
+        self.inflight: list[tuple[object, bytes]] = []
 
     def _start(self):
         import json
@@ -178,27 +201,53 @@ class Sandbox:
         body = _read_exact(self.proc.stdout, struct.unpack("<I", head)[0])
         return json.loads(body) if body is not None else "eof"
 
-    def extract(self, html: str) -> tuple[str, str]:
-        """("ok", text) | ("error", message) | ("timeout", message) | ("crash", message)."""
+    def _write(self, data: bytes) -> None:
         import struct
 
-        if self.proc is None:
-            self._start()
-        t0 = time.monotonic()
-        data = html.encode("utf-8", "surrogatepass")
         try:
             self.proc.stdin.write(struct.pack("<I", len(data)) + data)
-        except (BrokenPipeError, OSError):
-            return self._died(t0)
+        except (BrokenPipeError, OSError):  # the child died: the next _collect finds out and resends
+            pass
+
+    def submit(self, html: str, key) -> list[tuple]:
+        if self.proc is None:
+            self._start()
+        data = html.encode("utf-8", "surrogatepass")
+        self.inflight.append((key, data))
+        self._write(data)
+        done = []
+        while len(self.inflight) > self.DEPTH:
+            done.append(self._collect())
+        return done
+
+    def drain(self) -> list[tuple]:
+        return [self._collect() for _ in range(len(self.inflight))]
+
+    def _collect(self) -> tuple:
+        """The oldest page in flight: (key, status, value)."""
+        t0 = time.monotonic()
         res = self._recv(self.wall)
+        key, _ = self.inflight.pop(0)
+        if isinstance(res, list):
+            status, value, cpu = res
+            self.cpu += cpu
+            return key, status, value
         if res == "late":  # alive but silent: the wall-clock guard
             self.close()
-            return "timeout", (f"extraction took over {self.wall:g} s of wall-clock time (the limit is {self.limit:g} CPU s; "
-                               "the page waited without computing); the extractor process was stopped")
-        if res == "eof":
-            return self._died(t0)
-        status, value, _cpu = res
-        return status, value
+            out = (key, "timeout", f"extraction took over {self.wall:g} s of wall-clock time (the limit is {self.limit:g} "
+                   "CPU s; the page waited without computing); the extractor process was stopped")
+        else:
+            out = (key, *self._died(t0))
+        if self.inflight:  # the pages queued behind it: to a new child
+            self._start()
+            for _, data in self.inflight:
+                self._write(data)
+        return out
+
+    def extract(self, html: str) -> tuple[str, str]:
+        """One page, synchronously: ("ok", text) | ("error" | "timeout" | "crash", message)."""
+        done = self.submit(html, None) + self.drain()
+        return done[-1][1], done[-1][2]
 
     def _died(self, t0: float) -> tuple[str, str]:
         code = self.proc.wait(5)

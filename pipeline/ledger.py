@@ -100,13 +100,13 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
 
 
 def _extraction(ingest: dict[int, dict]) -> dict | None:
-    """HTML extraction in a web source's ingest: pages, CPU-bound seconds in the extractor,
-    timeouts, errors, crashes and extractor restarts, summed over shards."""
+    """HTML extraction in a web source's ingest: pages, the extractor's CPU seconds (pages
+    that finished), timeouts, errors, crashes and extractor restarts, summed over shards."""
     ms = [m["extract"] for m in ingest.values() if m.get("extract")]
     if not any(m["pages"] for m in ms):  # e.g. WET files: text already, no extractor ran
         return None
     out = {"extractor": ms[0]["type"]}
-    for k in ("pages", "seconds", "timeouts", "errors", "crashes", "restarts"):
+    for k in ("pages", "cpu_seconds", "timeouts", "errors", "crashes", "restarts"):
         out[k] = round(sum(m.get(k, 0) for m in ms), 3)
     return out
 

@@ -157,12 +157,12 @@ def render(rep: dict) -> str:
                   _table(["stage", "documents", "tokens"], [[f["stage"], f["docs"], f["tokens"]] for f in e["funnel"]])]
         x = e.get("extraction")
         if x:
-            rate = x["pages"] / x["seconds"] if x["seconds"] else None
+            rate = x["pages"] / x["cpu_seconds"] if x["cpu_seconds"] else None
             skipped = ", ".join(f"{k} {v:,}" for k, v in (e.get("skipped_records") or {}).items()) or "none"
             parts += ["<h3>Extraction (HTML to text)</h3>",
-                      _table(["extractor", "pages", "seconds", "pages/s per worker", "timeouts", "errors", "crashes",
+                      _table(["extractor", "pages", "extractor CPU seconds", "pages/s per core", "timeouts", "errors", "crashes",
                               "records that are not documents"],
-                             [[x["extractor"], x["pages"], x["seconds"], rate, x["timeouts"], x["errors"], x["crashes"], skipped]])]
+                             [[x["extractor"], x["pages"], x["cpu_seconds"], rate, x["timeouts"], x["errors"], x["crashes"], skipped]])]
         rows = [[stage, reason, n] for stage, reasons in e["removed_by_reason"].items() for reason, n in reasons.items()]
         if rows:
             parts += ["<h3>Removed, by stage and reason</h3>", _table(["stage", "reason", "documents"], rows)]
