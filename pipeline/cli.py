@@ -173,7 +173,7 @@ def _dispatch(args) -> int:
         from pipeline import tokens
 
         files = resolve_inputs(lm)
-        missing = config.check_filter_files(lm)
+        missing = config.check_filter_files(lm) + config.check_extractors(lm)
         if missing:
             raise UsageError("\n".join(missing))
         runner.check_owner(lm, lm.output_dir(None), overwrite=False)

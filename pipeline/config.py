@@ -481,6 +481,37 @@ def check_filter_files(lm: "LoadedMixture") -> list[str]:
     return out
 
 
+def check_extractors(lm: "LoadedMixture") -> list[str]:
+    """Every extractor a source names must import here (and on every node): a missing
+    package is a config error with its pip line, not an extractor process that cannot start."""
+    import importlib
+    import importlib.util
+
+    out = []
+    for sname, spec in lm.mixture.sources.items():
+        ex = spec.extract
+        if ex is None or ex.type == "resiliparse":  # resiliparse is a dependency of curate itself
+            continue
+        where = lm.where(("sources", sname, "extract", "type" if ex.type == "trafilatura" else "callable"))
+        if ex.type == "trafilatura":
+            try:
+                importlib.import_module("trafilatura")
+            except ImportError as e:
+                fix = "lxml_html_clean" if "lxml.html.clean" in str(e) or "lxml_html_clean" in str(e) else "trafilatura"
+                out.append(f"{where}: the trafilatura extractor cannot be imported here ({e}); pip install '{fix}' "
+                           "(on every node of a cluster)")
+        else:
+            module = ex.callable.split(":", 1)[0]
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                out.append(f"{where}: the module {module!r} cannot be imported here; install the package that provides "
+                           "it (on every node of a cluster), or fix the module:function name")
+    return out
+
+
 def check_classifier_files(lm: "LoadedMixture") -> list[str]:
     """Model and example files of the classifiers in use must exist."""
     out = []

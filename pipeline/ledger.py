@@ -8,7 +8,9 @@ Built from the shard markers (small JSON), never from the documents. Per source:
                  "dedup:exact": {"exact_duplicate": 40}} (attributes hold each survivor's id)
     quarantined  by reason, e.g. {"invalid_json": 1}
     conservation in == kept + removed + quarantined
-    stages       docs, chars and tokens in and out of each stage, in order
+    stages       docs, chars and tokens in and out of each stage, in order; for web sources
+                 the ingest stage's `skipped_records` counts WARC records that are not
+                 documents (request, warcinfo, ...), and `extraction` sums the extractor's work
 
 A run whose ledger does not balance for any source fails (exit 1).
 """

@@ -28,6 +28,7 @@ from pipeline import __version__, ledger, report, tokens
 from pipeline.config import (
     LoadedMixture,
     check_classifier_files,
+    check_extractors,
     check_filter_files,
     unimplemented,
 )
@@ -74,7 +75,7 @@ class Plan:
         self.lm = lm
         self.run_dir = run_dir
         self.files = resolve_inputs(lm)
-        missing = check_filter_files(lm) + check_classifier_files(lm)
+        missing = check_filter_files(lm) + check_extractors(lm) + check_classifier_files(lm)
         if missing:
             raise UsageError("\n".join(missing))
         self.tokenizer = tokens.check(lm.mixture.tokenizer, lm.base_dir)

@@ -283,6 +283,17 @@ def test_config_errors_for_web_sources(tmp_path):
         config.load(y)
     assert "id_field does not apply to format warc" in str(e.value)
     assert "filters: the filter name 'extract' is reserved" in str(e.value)
+    (tmp_path / "p.html").write_text("<p>x</p>")
+    y = write_yaml(tmp_path / "bad3.yaml", f"""
+        name: bad
+        sources:
+          s:
+            paths: ["{tmp_path}/p.html"]
+            extract: {{type: python, callable: "no_such_module_here:extract"}}
+        """)
+    assert config.check_extractors(config.load(y)) == [
+        f"{y}:5: sources.s.extract.callable: the module 'no_such_module_here' cannot be imported here; install the "
+        "package that provides it (on every node of a cluster), or fix the module:function name"]
 
 
 # ---------------------------------------------------------------- the time limit
