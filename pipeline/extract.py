@@ -19,8 +19,9 @@ with its time, never dropped silently).
 
 Decoding: pages often lie about their charset. Bytes that are valid UTF-8 are UTF-8 (other
 encodings of non-ASCII text are almost never valid UTF-8); otherwise the declared charset
-(HTTP header, then the page's meta tag) if the bytes decode under it; otherwise the
-charset uchardet detects (resiliparse), decoding what does not fit as U+FFFD.
+(HTTP header, then the page's meta tag, read as browsers read labels: iso-8859-1 means
+windows-1252) if the bytes decode under it; otherwise the charset uchardet detects
+(resiliparse), decoding what does not fit as U+FFFD.
 """
 
 from __future__ import annotations
@@ -41,15 +42,16 @@ START_TIMEOUT = 120.0  # seconds for a child to start and import its extractor
 
 def decode(payload: bytes, declared: str | None) -> tuple[str, str]:
     """(text, encoding used) of a page's bytes."""
-    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+    from resiliparse.parse.encoding import bytes_to_str, detect_encoding, map_encoding_to_html5
 
     try:
         return payload.decode("utf-8").removeprefix("\ufeff"), "utf-8"
     except UnicodeDecodeError:
         pass
-    candidates = [declared, detect_encoding(payload[:4096], from_html_meta=True)]
+    # labels as browsers read them (WHATWG): iso-8859-1 and ascii mean windows-1252
+    candidates = [map_encoding_to_html5(declared) if declared else None, detect_encoding(payload[:4096], from_html_meta=True)]
     for enc in candidates:
-        if enc and _known(enc) and enc.lower().replace("_", "-") not in ("utf-8", "utf8"):
+        if enc and _known(enc) and codecs.lookup(enc).name != "utf-8":
             try:
                 return payload.decode(enc), codecs.lookup(enc).name
             except UnicodeDecodeError:

@@ -5,8 +5,8 @@ map (per document shard): the xxh3-128 hash of each kept document's normalised t
 URL without its #fragment; documents without a URL take no part), hash-partitioned.
 reduce (per partition): groups of equal hashes; the survivor is the smallest (source
 priority, id), or for URLs the latest crawl date first; every other member is removed
-with the reason `exact_duplicate_of:<survivor id>` (`url_duplicate_of:` for URLs). 128 bits make an accidental collision negligible
-(about 1e-21 for a billion documents).
+with the reason `exact_duplicate_of:<survivor id>` (`url_duplicate_of:` for URLs). 128
+bits make an accidental collision negligible (about 1e-21 for a billion documents).
 """
 
 from __future__ import annotations
@@ -38,7 +38,25 @@ def _epoch(date) -> int:
     if d.tzinfo is None:
         d = d.replace(tzinfo=timezone.utc)
     return int(d.timestamp())
+
+
 COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string"}
+
+
+def _url_keys(metas: list, spec: dict, h1: list, h2: list, order: list) -> list[int]:
+    """Hash halves and order (minus the crawl date) of each document with a URL; their rows."""
+    keep = []
+    for j, m in enumerate(metas):
+        rec = orjson.loads(m) if m else {}
+        url = rec.get(spec["url_field"])
+        if not isinstance(url, str) or not url:
+            continue  # no URL: not a candidate
+        v = xxhash.xxh3_128_intdigest(url.split("#", 1)[0].encode("utf-8", "surrogatepass"))
+        h1.append(v >> 64)
+        h2.append(v & _M64)
+        order.append(-_epoch(rec.get(spec["date_field"])))
+        keep.append(j)
+    return keep
 
 
 def map_shard(spec: dict, out) -> dict:
@@ -48,17 +66,7 @@ def map_shard(spec: dict, out) -> dict:
     h1, h2, ids, rows_all, order = [], [], [], [], []
     for rows, b in view.kept_batches(doc["documents"], doc["layers"], ["id", "metadata" if by_url else "text"]):
         if by_url:
-            keep = []
-            for j, m in enumerate(b.column("metadata").to_pylist()):
-                rec = orjson.loads(m) if m else {}
-                url = rec.get(spec["url_field"])
-                if not isinstance(url, str) or not url:
-                    continue  # no URL: not a candidate
-                v = xxhash.xxh3_128_intdigest(url.split("#", 1)[0].encode("utf-8", "surrogatepass"))
-                h1.append(v >> 64)
-                h2.append(v & _M64)
-                order.append(-_epoch(rec.get(spec["date_field"])))
-                keep.append(j)
+            keep = _url_keys(b.column("metadata").to_pylist(), spec, h1, h2, order)
             ids.append(b.column("id").take(pa.array(keep, pa.int64())))
             rows_all.append(rows[keep])
             continue

@@ -368,12 +368,6 @@ def _jsonl_records(shard: _Shard, split: dict, fx):
         if not isinstance(text, str):
             shard.bad("text_not_string", f"field {tf!r} is {_jtype(text)}, not a string", f, line_no, offset=offset, raw=raw)
             continue
-        if fx is not None:
-            text, skip = fx.text(text, f, {"line": line_no, "offset": offset}, rec.get("url"))
-            if text is None:
-                continue
-            if skip:
-                rec["extraction"] = skip
         place = f"{rel}:{line_no}"
         if idf is not None:
             rid = rec.pop(idf, None)
@@ -385,7 +379,13 @@ def _jsonl_records(shard: _Shard, split: dict, fx):
             if dup:
                 shard.bad("duplicate_id", dup, f, line_no, offset=offset, raw=raw)
                 continue
-        else:
+        if fx is not None:  # html_field: the page's text (only for records that will be documents)
+            text, skip = fx.text(text, f, {"line": line_no, "offset": offset}, rec.get("url"))
+            if text is None:
+                continue
+            if skip:
+                rec["extraction"] = skip
+        if idf is None:
             source_id, id_ = place, content_id(place, text)
         meta = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS, default=str).decode() if rec and shard.keep_fields else None
         shard.add(id_, text, source_id, meta, line_no)

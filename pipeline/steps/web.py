@@ -46,20 +46,20 @@ class Extraction:
         self.shard = shard
         self.sandbox = extract.Sandbox(shard.spec["extract"])
         self.stats = {"type": shard.spec["extract"]["type"], "pages": 0, "timeouts": 0, "errors": 0, "crashes": 0}
-        self.outbox: deque = deque()  # [fn] ready, or ["page", result or None, context]
+        self.outbox: deque = deque()  # callables ready to run, and _Pages awaiting their result
 
     def later(self, fn) -> None:
         """Run `fn` now, or after the pages queued before it."""
         if not self.outbox:
             fn()
             return
-        self.outbox.append([fn])
+        self.outbox.append(fn)
         if len(self.outbox) > self.MAX_QUEUED:
             self.finish()
 
     def page(self, html: str, file: dict, where: dict, url: str | None, on_text) -> None:
         """Extract `html`; in input order, `on_text(text)` or a quarantine entry."""
-        entry = ["page", None, (html[:EXCERPT], file, where, url, on_text)]
+        entry = _Page((html[:EXCERPT], file, where, url), on_text)
         self.outbox.append(entry)
         self._settle(self.sandbox.submit(html, entry))
 
@@ -68,16 +68,15 @@ class Extraction:
 
     def _settle(self, results) -> None:
         for entry, status, value in results:
-            entry[1] = (status, value)
-        while self.outbox and (len(self.outbox[0]) == 1 or self.outbox[0][1] is not None):
+            entry.result = (status, value)
+        while self.outbox and not (isinstance(self.outbox[0], _Page) and self.outbox[0].result is None):
             e = self.outbox.popleft()
-            if len(e) == 1:
-                e[0]()
+            if not isinstance(e, _Page):
+                e()
                 continue
-            excerpt, file, where, url, on_text = e[2]
-            text = self._outcome(*e[1], excerpt, file, where, url)
+            text = self._outcome(*e.result, *e.where)
             if text is not None:
-                on_text(text)
+                e.on_text(text)
 
     def text_now(self, html: str, file: dict, where: dict, url: str | None) -> str | None:
         """The page's text ("" when there is none), or None when it went to quarantine."""
@@ -99,6 +98,17 @@ class Extraction:
         self.stats["restarts"] = max(0, self.sandbox.starts - 1)
         self.stats["cpu_seconds"] = round(self.sandbox.cpu, 3)  # in the extractor, pages that finished
         return self.stats
+
+
+class _Page:
+    """A page in the outbox: where it came from, what to do with its text, its result once back."""
+
+    __slots__ = ("on_text", "result", "where")
+
+    def __init__(self, where: tuple, on_text):
+        self.where = where  # (excerpt, file, where, url) for a quarantine entry
+        self.on_text = on_text
+        self.result: tuple[str, str] | None = None
 
 
 def _meta(d: dict) -> str:

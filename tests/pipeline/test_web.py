@@ -373,3 +373,13 @@ def test_the_shipped_warc_mixture_runs_on_the_demo_crawl(ray_local, demo_corpus,
     assert set(led["removed"]["extract"]) == {"http_status", "not_html"}
     assert led["removed"]["dedup:exact"]["url_duplicate"] >= 1
     assert led["removed"]["filter:blocked_urls"]["blocked_domain"] > 100
+
+
+def test_decoding_reads_charset_labels_as_browsers_do():
+    s = "Caf\u00e9 \u2013 \u201cquoted\u201d"
+    # iso-8859-1 is read as windows-1252 (WHATWG): the dash and quotes survive, not C1 controls
+    assert extract.decode(s.encode("cp1252"), "iso-8859-1") == (s, "cp1252")
+    assert extract.decode(s.encode("utf-8"), "iso-8859-1") == (s, "utf-8")  # valid UTF-8 wins over the label
+    ja = "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3067\u3059\u3002\u3053\u308c\u306f\u9577\u3044\u6587\u7ae0\u3067\u3059\u3002"
+    assert extract.decode(ja.encode("shift_jis"), None) == (ja, "shift_jis")  # no label: detected
+    assert extract.decode(b"\xef\xbb\xbf<p>x</p>", None) == ("<p>x</p>", "utf-8")  # a BOM is not text
