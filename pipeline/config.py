@@ -44,6 +44,8 @@ class QualitySpec(Model):
 class _ExtractBase(Model):
     timeout: float = Field(5.0, gt=0, description="CPU seconds one page may take; a page over it is quarantined as "
                            "extract_timeout (a wall-clock guard of 4x this + 10 s catches pages that hang without computing)")
+    max_memory_mb: int = Field(2048, ge=256, description="address space of the extractor process; a page that needs more "
+                               "is quarantined (extract_error: MemoryError, or extract_crash) and the shard goes on")
 
 
 class ResiliparseExtract(_ExtractBase):

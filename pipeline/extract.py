@@ -9,8 +9,8 @@ before each page the child arms ITIMER_PROF, whose signal kills it (the default 
 when the page has used `timeout` CPU seconds, even inside C code. The parent also keeps a
 wall-clock guard (for a page that sleeps or deadlocks instead of computing). Either way the
 page goes to quarantine as `extract_timeout`, a new child starts, and the shard goes on;
-an extractor exception is `extract_error`, a child that dies otherwise (out of memory, a
-crash) is `extract_crash`.
+an extractor exception is `extract_error` (MemoryError too: the child's address space is
+capped at `max_memory_mb`), a child that dies otherwise (a crash) is `extract_crash`.
 
 CPU time rather than wall time so that a busy machine does not change which pages time out:
 the limit is a property of the page, not of the load, which keeps runs reproducible (a
@@ -81,7 +81,7 @@ def is_html(content_type: str | None, payload: bytes | None) -> bool:
 
 def make_extractor(spec: dict):
     """A function html -> text for an `extract:` spec (see pipeline/config.py ExtractSpec)."""
-    opts = {k: v for k, v in spec.items() if k not in ("type", "timeout")}
+    opts = {k: v for k, v in spec.items() if k not in ("type", "timeout", "max_memory_mb")}
     if spec["type"] == "resiliparse":
         from resiliparse.extract.html2text import extract_plain_text
 
@@ -111,11 +111,16 @@ def child_main() -> None:
     import sys
     import threading
 
+    import resource
+
     signal.signal(signal.SIGPROF, signal.SIG_DFL)  # the limit's signal ends the process
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing an extractor prints may corrupt the frames
     spec = json.loads(sys.argv[1])
+    if spec.get("max_memory_mb"):  # a page that needs more fails here, not in the worker
+        cap = int(spec["max_memory_mb"]) << 20
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     run = make_extractor(spec)
     run("<html><body><p>warm up</p></body></html>")
     limit = float(spec["timeout"])

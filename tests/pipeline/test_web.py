@@ -341,14 +341,17 @@ def test_a_pathological_page_cannot_stall_a_shard(ray_local, tmp_path, wiki_text
 
 def test_the_sandbox_stops_hangs_errors_and_crashes_and_goes_on():
     """A page that sleeps (no CPU: the wall-clock guard), one whose extractor raises, one
-    that kills the extractor process: each gets its status, and the next page is extracted."""
-    sb = extract.Sandbox({"type": "python", "callable": "tests.pipeline.web_extractors:extract", "timeout": 0.5}, wall=2.0)
+    that needs 3 GB (over the process's cap), one that kills the extractor process: each gets
+    its status, and the next page is extracted."""
+    sb = extract.Sandbox({"type": "python", "callable": "tests.pipeline.web_extractors:extract", "timeout": 0.5,
+                          "max_memory_mb": 1024}, wall=2.0)
     try:
         assert sb.extract("<p>fine</p>") == ("ok", "fine")
         t0 = time.monotonic()
         status, msg = sb.extract("<p>SLEEP</p>")
         assert status == "timeout" and "wall-clock" in msg and time.monotonic() - t0 < 4
         assert sb.extract("<p>RAISE</p>") == ("error", "ValueError: cannot parse this page")
+        assert sb.extract("<p>HOG</p>") == ("error", "MemoryError: ")  # the 1 GB cap, not the machine's memory
         status, msg = sb.extract("<p>CRASH</p>")
         assert status == "crash" and "died" in msg
         assert sb.extract("<p>after</p>") == ("ok", "after") and sb.starts == 3

@@ -1,5 +1,5 @@
 """An extractor for tests/pipeline/test_web.py that misbehaves on request: sleeps, raises,
-kills its own process or spins, by the word in the page; otherwise strips the tags."""
+kills its own process, hogs memory or spins, by the word in the page; otherwise strips the tags."""
 
 import os
 import re
@@ -14,6 +14,8 @@ def extract(html: str) -> str:
         raise ValueError("cannot parse this page")
     if "CRASH" in html:
         os.kill(os.getpid(), signal.SIGKILL)
+    if "HOG" in html:
+        return str(len(bytearray(3 << 30)))  # 3 GB: over the sandbox's address-space cap
     if "SPIN" in html:
         while True:
             pass
