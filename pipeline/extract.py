@@ -42,7 +42,11 @@ START_TIMEOUT = 120.0  # seconds for a child to start and import its extractor
 
 def decode(payload: bytes, declared: str | None) -> tuple[str, str]:
     """(text, encoding used) of a page's bytes."""
-    from resiliparse.parse.encoding import bytes_to_str, detect_encoding, map_encoding_to_html5
+    from resiliparse.parse.encoding import (
+        bytes_to_str,
+        detect_encoding,
+        map_encoding_to_html5,
+    )
 
     try:
         return payload.decode("utf-8").removeprefix("\ufeff"), "utf-8"
@@ -107,11 +111,10 @@ def child_main() -> None:
     A thread drains stdin into a queue, so the parent's next page never waits on this one."""
     import json
     import queue
+    import resource
     import struct
     import sys
     import threading
-
-    import resource
 
     signal.signal(signal.SIGPROF, signal.SIG_DFL)  # the limit's signal ends the process
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -241,8 +244,9 @@ class Sandbox:
             return key, status, value
         if res == "late":  # alive but silent: the wall-clock guard
             self.close()
-            out = (key, "timeout", f"extraction took over {self.wall:g} s of wall-clock time (the limit is {self.limit:g} "
-                   "CPU s; the page waited without computing); the extractor process was stopped")
+            msg = (f"extraction took over {self.wall:g} s of wall-clock time (the limit is {self.limit:g} CPU s; "
+                   "the page waited without computing); the extractor process was stopped")
+            out = (key, "timeout", msg)
         else:
             out = (key, *self._died(t0))
         if self.inflight:  # the pages queued behind it: to a new child
