@@ -121,7 +121,11 @@ def test_warc_records_become_documents_with_their_text_and_metadata(crawl_run, c
     assert [s["stage"] for s in led["stages"]][:3] == ["ingest", "extract", "filter:blocked"]
     assert led["extraction"]["extractor"] == "resiliparse" and led["extraction"]["pages"] == 50
 
-    docs = {r["meta"]["url"]: r for r in _docs(crawl_run, "web") if r["meta"].get("warc_record_id") != "<urn:uuid:older-4>"}
+    rows = _docs(crawl_run, "web")
+    # in record order, whatever finished first: pages are extracted ahead, the records between them wait their turn
+    assert [r["source_id"] for r in rows[:37]] == [f"<urn:uuid:{k}>" for k in [f"page-{i}" for i in range(30)] + [
+        "pdf", "404", "cp1252", "utf8", "spam", "empty", "mislabeled"]]
+    docs = {r["meta"]["url"]: r for r in rows if r["meta"].get("warc_record_id") != "<urn:uuid:older-4>"}
     p7 = docs["https://site1.example/page/7"]
     assert crawl["texts"][7] in p7["text"] and p7["text"].startswith("Title 7")
     for boiler in BOILER + ("More stories", "window.dataLayer"):
