@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from filters import quality
+from pipeline import config, runner
 from pipeline.io import atomic
 from pipeline.steps import classify
 from tests.conftest import curate, write_yaml
@@ -98,10 +99,9 @@ def test_training_evaluates_and_keep_fraction_is_exact(trained):
     assert led["conservation"] and sum(led["sources"]["wiki"]["removed"]["quality:wiki_vs_web"].values()) == len(dropped)
 
 
-def test_same_model_bytes_on_a_second_run(trained):
+def test_same_model_bytes_on_a_second_run(ray_local, trained):
     d, y, _ = trained
-    r = curate("run", str(y), "--workers", "1", "--output", str(d / "two"))
-    assert r.returncode == 0, r.stderr[-3000:]
+    runner.run(config.load(y), workers=1, output=str(d / "two"), log=lambda m: None, quiet=True)  # in process
     a = atomic.read_json(d / "one" / "cls" / "run.json")["steps"]["classify-wiki_vs_web-train"]["dir"]
     b = atomic.read_json(d / "two" / "cls" / "run.json")["steps"]["classify-wiki_vs_web-train"]["dir"]
     assert atomic.file_digest(d / "one" / "cls" / a / "model.bin") == atomic.file_digest(d / "two" / "cls" / b / "model.bin")
@@ -124,14 +124,13 @@ def test_editing_the_threshold_skips_training_and_scoring(trained, demo_corpus):
     assert all((r["keep"] is True) == (r["score"] >= 0.9) for r in rows)
 
 
-def test_pretrained_model_scores_like_the_trained_one(trained, demo_corpus, tmp_path):
+def test_pretrained_model_scores_like_the_trained_one(ray_local, trained, demo_corpus, tmp_path):
     d, _, _ = trained
     run = d / "one" / "cls"
     model = run / atomic.read_json(run / "run.json")["steps"]["classify-wiki_vs_web-train"]["dir"] / "model.bin"
     y = _yaml(tmp_path / "p.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, keep_fraction: 0.3}",
               classifier=f"model: {model}\n            label: __label__hq")
-    r = curate("run", str(y), "--workers", "2", "--output", str(tmp_path))
-    assert r.returncode == 0, r.stderr[-3000:]
+    runner.run(config.load(y), workers=2, output=str(tmp_path), log=lambda m: None, quiet=True)
     steps = atomic.read_json(tmp_path / "cls" / "run.json")["steps"]
     assert "classify-wiki_vs_web-train" not in steps
     a = [(x["id"], x["score"], x["keep"]) for x in _attrs(d / "two" / "cls", "wiki")]  # "one" was re-thresholded

@@ -1,4 +1,5 @@
-"""Dedup through the real CLI and Ray on planted duplicates built from real text.
+"""Dedup on a real Ray (runs in process on the session's Ray, `explain` through the CLI)
+on planted duplicates built from real text.
 
 The corpus: 300 base documents (three Wikipedia summaries each) in source `a`; edited
 copies of 260 of them with known word-5-gram Jaccard between about 0.5 and 1.0, split
@@ -14,6 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline import config, runner
 from pipeline.io import atomic
 from tests.conftest import curate, write_yaml
 from tests.pipeline.dedup.test_text import _naive_words
@@ -100,16 +102,17 @@ def decisions(run_dir: Path) -> dict[str, dict[str, dict]]:
     return out
 
 
+def _run(y: Path, workers: int, out: Path) -> None:
+    """A run in this process on the session's Ray (the CLI path is tested elsewhere)."""
+    runner.run(config.load(y), workers=workers, output=str(out), log=lambda m: None, quiet=True)
+
+
 @pytest.fixture(scope="module")
-def runs(planted, tmp_path_factory):
+def runs(ray_local, planted, tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
-    y1 = _yaml(d / "one.yaml", planted["dir"])
-    r1 = curate("run", str(y1), "--workers", "2", "--output", str(d / "w2"))
-    assert r1.returncode == 0, r1.stderr[-3000:]
+    _run(_yaml(d / "one.yaml", planted["dir"]), 2, d / "w2")
     # other shard counts, one worker, three shuffle partitions
-    y2 = _yaml(d / "two.yaml", planted["dir"], "  partitions: 3", max_shard_bytes=20_000)
-    r2 = curate("run", str(y2), "--workers", "1", "--output", str(d / "w1"))
-    assert r2.returncode == 0, r2.stderr[-3000:]
+    _run(_yaml(d / "two.yaml", planted["dir"], "  partitions: 3", max_shard_bytes=20_000), 1, d / "w1")
     return d / "w2" / "planted", d / "w1" / "planted"
 
 
@@ -180,10 +183,8 @@ def test_same_removals_and_survivors_for_any_workers_shards_and_partitions(runs)
     assert sorted(ma) == sorted(mb)
 
 
-def test_priority_picks_survivors_from_the_listed_source(planted, tmp_path):
-    y = _yaml(tmp_path / "p.yaml", planted["dir"], "  priority: [b]")
-    r = curate("run", str(y), "--workers", "2", "--output", str(tmp_path))
-    assert r.returncode == 0, r.stderr[-3000:]
+def test_priority_picks_survivors_from_the_listed_source(ray_local, planted, tmp_path):
+    _run(_yaml(tmp_path / "p.yaml", planted["dir"], "  priority: [b]"), 2, tmp_path)
     ex = decisions(tmp_path / "planted")["exact"]
     for base, copy in planted["exact"]:
         assert ex[copy]["keep"] is True and ex[base]["reason"] == f"exact_duplicate_of:{copy}"
