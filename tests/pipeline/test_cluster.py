@@ -130,10 +130,16 @@ def test_killing_a_worker_in_the_middle_of_a_shard_is_retried(demo_run_yaml, dem
                 return p
         return None
 
-    _wait_for(lambda: victim() is not None, 300, "a worker running a shard", proc)
-    pid = victim()
-    running = sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
-    os.kill(pid, signal.SIGKILL)
+    pid = None
+    while pid is None:  # the shard seen may finish before the kill: look again
+        found: list = []
+        _wait_for(lambda: found.append(victim()) or found[-1] is not None, 300, "a worker running a shard", proc)
+        running = sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
+        try:
+            os.kill(found[-1], signal.SIGKILL)
+            pid = found[-1]
+        except ProcessLookupError:
+            continue
     print(f"\nSIGKILLed worker pid {pid} (ray::run_shard) at {time.time() - t0:.1f}s; unfinished steps then: {', '.join(running)}")
     _finish(proc, log)
     _assert_same_as_clean(run_dir, demo_run)
