@@ -118,12 +118,13 @@ class Plan:
                      "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in self.mixed_docs(stats)]
 
         self.mix_route = Step("mix-route", "mix-route", {}, [self.mix_select], "pipeline.steps.mix:route_shard",
-                              shards=route_shards)
+                              shards=route_shards, version=dedup_plan.SHUFFLE_VERSION)
 
         def write_shards(st, stats):
             n = stats[self.mix_select.name][0]["n_shards"]
-            root = self.mix_route.dir(self.run_dir) / "to"
-            return [{"inputs": str(root / f"p-{p:05d}"), "describe": f"mixture shard {p}"} for p in range(n)]
+            root = str(self.mix_route.dir(self.run_dir) / "to")
+            maps = len(stats[self.mix_route.name])
+            return [{"inputs": root, "maps": maps, "partition": p, "describe": f"mixture shard {p}"} for p in range(n)]
 
         self.mix = Step("mix", "mix", {}, [self.mix_route], "pipeline.steps.mix:write_shard", shards=write_shards)
         self.steps += [self.mix_select, self.mix_route, self.mix]
@@ -172,32 +173,38 @@ class Plan:
             ing_cfg.update({"extract": extract, "html_field": spec.html_field})
 
         def ingest_shards(st, stats, fdicts=fdicts, spec=spec, scan=scan, sname=sname, duplicates=None):
+            dups = {"duplicates": str(duplicates.dir(self.run_dir)), "duplicate_files": len(stats[duplicates.name])} \
+                if duplicates else {"duplicates": None}
             counts = {m["path"]: m["lines"] for m in stats.get(scan.name, {}).values()} if scan else {}
             splits = ingest_mod.plan_splits(fdicts, spec.model_dump(), counts)
             common = {"source": sname, "text_field": spec.text_field, "id_field": spec.id_field,
                       "hf_split": spec.hf_split, "on_bad_record": spec.on_bad_record, "tokenizer": self.tokenizer,
-                      "max_doc_bytes": spec.max_doc_bytes, "duplicates": duplicates,
+                      "max_doc_bytes": spec.max_doc_bytes, **dups,
                       "extract": extract, "html_field": spec.html_field}
             return [{**common, "split": sp, "describe": sp["describe"]} for sp in splits]
 
         before = [scan] if scan else []
         shards = ingest_shards
         if spec.id_field:  # ids must be unique within the source: checked before ingest (steps/ids.py)
-            idm = Step(f"ids-{sname}", "ids-map", ing_cfg, before, "pipeline.steps.ids:map_shard", shards=ingest_shards)
+            def id_shards(st, stats, spec=spec, ingest_shards=ingest_shards):
+                specs = ingest_shards(st, stats)
+                n = ids_mod.partitions(len(specs) * spec.max_shard_rows)
+                return [{**s, "partitions": n} for s in specs]
+
+            idm = Step(f"ids-{sname}", "ids-map", ing_cfg, before, "pipeline.steps.ids:map_shard", shards=id_shards,
+                       version=dedup_plan.SHUFFLE_VERSION)
 
             def unique_shards(st, stats, idm=idm, sname=sname, spec=spec):
                 ms = stats[idm.name]
-                n = ids_mod.partitions(sum(m["rows"] for m in ms.values()))
-                maps = [str(idm.dir(self.run_dir) / f"{shard_name(i)}.parquet") for i in sorted(ms)]
-                places = [ms[i]["place"] for i in sorted(ms)]
-                return [{"source": sname, "partition": p, "partitions": n, "maps": maps, "places": places,
+                n = ms[0]["partitions"] if ms else 0
+                return [{"source": sname, "partition": p, "maps_dir": str(idm.dir(self.run_dir)), "maps": len(ms),
                          "on_bad_record": spec.on_bad_record, "describe": f"{sname} ids, partition {p}"} for p in range(n)]
 
             idr = Step(f"unique-ids-{sname}", "ids-reduce", {"on_bad_record": spec.on_bad_record}, [idm],
                        "pipeline.steps.ids:reduce_shard", shards=unique_shards)
             self.steps += [idm, idr]
             before = before + [idr]
-            shards = functools.partial(ingest_shards, duplicates=str(idr.dir(self.run_dir)))
+            shards = functools.partial(ingest_shards, duplicates=idr)
         ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, "pipeline.steps.ingest:run_shard", shards=shards)
         self.steps.append(ing)
         self.ingest[sname] = ing

@@ -63,7 +63,7 @@ def run_shard(spec: dict, out) -> dict:
     keep = np.zeros(n, dtype=bool)
     keep[rows] = True
     seen = keep.copy()
-    dec = shuffle.decisions(spec["decisions"], doc["source"], doc["part"])
+    dec = shuffle.decisions(spec["decisions"], doc["k"], spec["reducers"])
     ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
     cols = {"id": ids}
     removed = np.zeros(0, np.int64)

@@ -38,7 +38,7 @@ def _part(nodes: np.ndarray, nparts: int) -> np.ndarray:
     return shuffle.partition_of(fmix64(nodes.astype(np.uint64)), nparts)
 
 
-def _write_edges(u: np.ndarray, v: np.ndarray, out_dir: Path, name: str, nparts: int) -> tuple[int, int]:
+def _write_edges(u: np.ndarray, v: np.ndarray, out_dir: Path, index: int, nparts: int) -> tuple[int, int]:
     """Both directions of the undirected edges (u, v), partitioned by first node; returns
     (count, fingerprint) of what was written."""
     a = np.concatenate([u, v])
@@ -46,13 +46,13 @@ def _write_edges(u: np.ndarray, v: np.ndarray, out_dir: Path, name: str, nparts:
     if len(a):
         pairs = np.unique(np.stack([a, b], axis=1), axis=0)
         a, b = pairs[:, 0], pairs[:, 1]
-    shuffle.write_partitions(pa.table({"u": a, "v": b}), _part(a, nparts), out_dir, name)
+    shuffle.write_partitions(pa.table({"u": a, "v": b}), _part(a, nparts), nparts, shuffle.map_file(out_dir, index))
     fp = fmix64((a.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ b.astype(np.uint64))
     return len(a), int(fp.sum(dtype=np.uint64)) if len(a) else 0
 
 
-def _read_edges(directory: Path) -> tuple[np.ndarray, np.ndarray]:
-    t = shuffle.read_dir(directory)
+def _read_edges(directory: Path, nparts: int, part: int) -> tuple[np.ndarray, np.ndarray]:
+    t = shuffle.read_partition(directory, nparts, part)
     if t is None:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     u, v = t.column("u").to_numpy(), t.column("v").to_numpy()
@@ -62,9 +62,9 @@ def _read_edges(directory: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def star_task(kind: str, in_dir: str, out_dir: str, part: int, nparts: int) -> tuple[int, int]:
     """One large-star or small-star pass over partition `part`."""
-    u, v = _read_edges(fs.path(in_dir) / f"p-{part:05d}")
+    u, v = _read_edges(fs.path(in_dir), nparts, part)
     if len(u) == 0:
-        return 0, 0
+        return _write_edges(u, v, fs.path(out_dir), part, nparts)
     starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
     group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(u)]))
     first_v = v[starts]  # smallest neighbour of each node (sorted by v within u)
@@ -79,16 +79,17 @@ def star_task(kind: str, in_dir: str, out_dir: str, part: int, nparts: int) -> t
         own = head_u != m_head  # u itself joins m when a smaller neighbour exists
         nu = np.concatenate([v[sel], head_u[own]])
         nv = np.concatenate([m[sel], m_head[own]])
-    return _write_edges(nu, nv, fs.path(out_dir), f"from-{part:05d}", nparts)
+    return _write_edges(nu, nv, fs.path(out_dir), part, nparts)
 
 
-def seed_task(edge_files: list[str], out_dir: str, node_dir: str, name: str, nparts: int) -> tuple[int, int]:
+def seed_task(edge_files: list[str], out_dir: str, node_dir: str, index: int, nparts: int) -> tuple[int, int]:
     """Verified edges of some verify outputs -> partitioned edge files, and node rows
     (gid, id, best Jaccard) partitioned the same way."""
     tables = [fs.read_table(f) for f in edge_files]
     t = pa.concat_tables(tables) if tables else None
     if t is None or t.num_rows == 0:
-        return 0, 0
+        shuffle.write_empty(nparts, shuffle.map_file(fs.path(node_dir), index))
+        return _write_edges(np.zeros(0, np.int64), np.zeros(0, np.int64), fs.path(out_dir), index, nparts)
     t = t.filter(t.column("edge"))
     lo, hi = t.column("lo").to_numpy(), t.column("hi").to_numpy()
     jac = t.column("jaccard").to_numpy(zero_copy_only=False)
@@ -97,15 +98,17 @@ def seed_task(edge_files: list[str], out_dir: str, node_dir: str, name: str, npa
         "id": pa.concat_arrays([t.column("lo_id").combine_chunks(), t.column("hi_id").combine_chunks()]),
         "jaccard": pa.array(np.concatenate([jac, jac]), pa.float64()),
     })
-    shuffle.write_partitions(nodes, _part(nodes.column("node").to_numpy(), nparts), fs.path(node_dir), name)
-    return _write_edges(lo, hi, fs.path(out_dir), name, nparts)
+    shuffle.write_partitions(nodes, _part(nodes.column("node").to_numpy(), nparts), nparts,
+                             shuffle.map_file(fs.path(node_dir), index))
+    return _write_edges(lo, hi, fs.path(out_dir), index, nparts)
 
 
 def label_task(edge_dir: str, node_dir: str, out_dir: str, part: int, nparts: int) -> int:
     """Converged stars -> (node, label, id, best Jaccard), partitioned by label."""
-    u, v = _read_edges(fs.path(edge_dir) / f"p-{part:05d}")
-    nt = shuffle.read_dir(fs.path(node_dir) / f"p-{part:05d}")
+    u, v = _read_edges(fs.path(edge_dir), nparts, part)
+    nt = shuffle.read_partition(fs.path(node_dir), nparts, part)
     if nt is None:
+        shuffle.write_empty(nparts, shuffle.map_file(fs.path(out_dir), part))
         return 0
     nt = nt.sort_by([("node", "ascending"), ("jaccard", "descending")])
     node = nt.column("node").to_numpy()
@@ -117,15 +120,18 @@ def label_task(edge_dir: str, node_dir: str, out_dir: str, part: int, nparts: in
     idx = np.searchsorted(node, u[smaller])
     label[idx] = v[smaller]
     out = nt.append_column("label", pa.array(label))
-    shuffle.write_partitions(out, _part(label, nparts), fs.path(out_dir), f"from-{part:05d}")
+    shuffle.write_partitions(out, _part(label, nparts), nparts, shuffle.map_file(fs.path(out_dir), part))
     return out.num_rows
 
 
-def survivor_task(in_dir: str, out_dir: str, part: int, sources: list[str], src_rank: list[int]) -> dict:
+def survivor_task(in_dir: str, out_dir: str, part: int, nparts: int, sources: list[str], src_rank: list[int],
+                  offsets: list[int], ndocs: int) -> dict:
     """Per component: the survivor is the smallest (source priority, id); the others are
     removed. Writes decisions to their document shards and the partition's cluster rows."""
-    t = shuffle.read_dir(fs.path(in_dir) / f"p-{part:05d}")
+    t = shuffle.read_partition(fs.path(in_dir), nparts, part)
+    target = shuffle.map_file(fs.path(out_dir) / "to", part)
     if t is None:
+        shuffle.write_empty(ndocs, target)
         return {"clusters": 0, "removed": 0, "largest": 0}
     node = t.column("node").to_numpy()
     src = shuffle.split_gid(node)[0]
@@ -151,7 +157,7 @@ def survivor_task(in_dir: str, out_dir: str, part: int, sources: list[str], src_
         "jaccard": pa.array(best[removed], mask=np.isnan(best[removed])),
         "cluster": pa.array(cluster, pa.string()), "cluster_size": pa.array(np.repeat(size, size)[removed]),
     })
-    shuffle.write_to_shards(dec, t.column("node").to_numpy()[removed], names, fs.path(out_dir), f"p-{part:05d}")
+    shuffle.write_to_shards(dec, t.column("node").to_numpy()[removed], offsets, ndocs, target)
     members = [[f"{names[srcs[j]]}:{ids[j]}" for j in range(h, h + s)] for h, s in zip(head, size, strict=True)]
     ctab = pa.table({"cluster": [m[0] for m in members], "size": pa.array(size, pa.int64()),
                      "members": pa.array(members, pa.list_(pa.string()))})
@@ -181,12 +187,14 @@ class _Runner:
         return self.ray.get([r.remote(*c) for c in calls])
 
 
-def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: list[str], src_rank: list[int]) -> dict:
+def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: list[str], src_rank: list[int],
+        offsets: list[int], ndocs: int) -> dict:
     """Components and survivors of the verified edges in `edge_files`; decisions go to
-    out_dir/to/<source>/part-XXXXX/, cluster rows to out_dir/clusters/."""
+    out_dir/to/part-XXXXX (one per partition, shuffled to document shards by `offsets`:
+    pipeline/dedup/shuffle.py), cluster rows to out_dir/clusters/."""
     runner = _Runner(nparts > 1)
     groups = [edge_files[i::nparts] for i in range(nparts)]
-    seeded = runner.map(seed_task, [(g, str(work / "r000-seed"), str(work / "nodes"), f"seed-{i:05d}", nparts)
+    seeded = runner.map(seed_task, [(g, str(work / "r000-seed"), str(work / "nodes"), i, nparts)
                                     for i, g in enumerate(groups)])
     count, fp = _total(seeded)
     current = work / "r000-seed"
@@ -204,7 +212,8 @@ def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: 
             break
         count, fp = c2, fp2
     runner.map(label_task, [(str(current), str(work / "nodes"), str(work / "labels"), p, nparts) for p in range(nparts)])
-    res = runner.map(survivor_task, [(str(work / "labels"), str(out_dir), p, sources, src_rank) for p in range(nparts)])
+    res = runner.map(survivor_task, [(str(work / "labels"), str(out_dir), p, nparts, sources, src_rank, offsets, ndocs)
+                                     for p in range(nparts)])
     return {"rounds": rounds, "clusters": sum(r["clusters"] for r in res), "removed": sum(r["removed"] for r in res),
             "largest": max([r["largest"] for r in res] or [0]), "partitions": nparts}
 

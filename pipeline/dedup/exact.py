@@ -87,14 +87,16 @@ def map_shard(spec: dict, out) -> dict:
     })
     if by_url:  # the survivor is the latest crawl: sorted first
         table = table.append_column("order", pa.array(np.array(order, dtype=np.int64)))
-    files = shuffle.write_partitions(table, shuffle.partition_of(k1, spec["partitions"]), fs.path(out.dir) / "buckets",
-                                     f"{doc['source']}-part-{doc['part']:05d}")
-    return {"rows": n, "partitions": spec["partitions"], "files": files}
+    nonempty = shuffle.write_partitions(table, shuffle.partition_of(k1, spec["partitions"]), spec["partitions"],
+                                        shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
+    return {"rows": n, "partitions": spec["partitions"], "segments": nonempty}
 
 
 def reduce_shard(spec: dict, out) -> dict:
-    t = shuffle.read_dir(spec["inputs"])
+    t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
+    target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
     if t is None or t.num_rows == 0:
+        shuffle.write_empty(spec["ndocs"], target)
         return {"rows": 0, "groups": 0, "removed": 0}
     order = [("order", "ascending")] if "order" in t.column_names else []
     t = t.sort_by([("h1", "ascending"), ("h2", "ascending"), *order, ("rank", "ascending"), ("id", "ascending")])
@@ -103,7 +105,6 @@ def reduce_shard(spec: dict, out) -> dict:
     new = np.r_[True, (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])]
     head = np.maximum.accumulate(np.where(new, np.arange(len(new)), 0))  # index of each row's group head
     dup = np.flatnonzero(~new)
-    sources = spec["sources"]
     ranks_to_src = spec["rank_source"]
     surv = pa.array(head[dup])
     table = pa.table({
@@ -111,5 +112,5 @@ def reduce_shard(spec: dict, out) -> dict:
         "duplicate_of": t.column("id").take(surv),
         "duplicate_of_source": pa.array([ranks_to_src[r] for r in t.column("rank").take(surv).to_pylist()], pa.string()),
     })
-    shuffle.write_to_shards(table, t.column("gid").to_numpy()[dup], sources, fs.path(out.dir), f"p-{spec['partition']:05d}")
+    shuffle.write_to_shards(table, t.column("gid").to_numpy()[dup], spec["offsets"], spec["ndocs"], target)
     return {"rows": t.num_rows, "groups": int((~new[1:] & new[:-1]).sum()) if len(new) > 1 else 0, "removed": len(dup)}

@@ -75,18 +75,21 @@ def sig_shard(spec: dict, out) -> dict:
             okeys.append(np.repeat(ok, bands))
             gids.append(np.repeat(g, bands))
             ndocs += len(which)
-    files = 0
+    base = shuffle.map_file(fs.path(out.dir) / "buckets", out.index)
     if keys:
         k = np.concatenate(keys)
         table = pa.table({"bucket": k, "okey": np.concatenate(okeys), "gid": np.concatenate(gids)})
-        files = shuffle.write_partitions(table, shuffle.partition_of(k, spec["partitions"]), fs.path(out.dir) / "buckets",
-                                         f"{doc['source']}-part-{doc['part']:05d}")
-    return {"rows": ndocs, "docs": ndocs, "text_bytes": nbytes, "partitions": spec["partitions"], "files": files}
+        segments = shuffle.write_partitions(table, shuffle.partition_of(k, spec["partitions"]), spec["partitions"], base)
+    else:
+        segments = shuffle.write_empty(spec["partitions"], base)
+    return {"rows": ndocs, "docs": ndocs, "text_bytes": nbytes, "partitions": spec["partitions"], "segments": segments}
 
 
 def buckets_shard(spec: dict, out) -> dict:
-    t = shuffle.read_dir(spec["inputs"])
+    t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
+    target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
     if t is None or t.num_rows == 0:
+        shuffle.write_empty(spec["ndocs"], target)
         return {"rows": 0, "pairs": 0, "buckets": 0, "largest": 0}
     bucket = t.column("bucket").to_numpy()
     okey = t.column("okey").to_numpy()
@@ -108,13 +111,13 @@ def buckets_shard(spec: dict, out) -> dict:
             j = np.concatenate([j, j[1:]])
         lo_parts.append(members[i])
         hi_parts.append(members[j])
-    npairs = 0
+    pairs = np.zeros((0, 2), np.int64)
     if lo_parts:
         lo, hi = np.concatenate(lo_parts), np.concatenate(hi_parts)
         pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
-        npairs = len(pairs)
-        shuffle.write_to_shards(pa.table({"other": pairs[:, 1]}), pairs[:, 0], spec["sources"], fs.path(out.dir),
-                                f"p-{spec['partition']:05d}")
+    npairs = len(pairs)
+    shuffle.write_to_shards(pa.table({"other": pa.array(pairs[:, 1], pa.int64())}), pairs[:, 0], spec["offsets"],
+                            spec["ndocs"], target)
     return {"rows": t.num_rows, "pairs": npairs, "buckets": int((size > 1).sum()), "largest": int(size.max()),
             "large_buckets": big}
 
@@ -139,7 +142,7 @@ def _shingle_sets(docs: dict, p: dict, g: np.ndarray) -> tuple[dict[int, np.ndar
 
 def verify_shard(spec: dict, out) -> dict:
     doc, p = spec["doc"], spec["params"]
-    t = shuffle.decisions(spec["pairs"], doc["source"], doc["part"])
+    t = shuffle.decisions(spec["pairs"], doc["k"], spec["pair_files"])
     final = out.path(".parquet")
     schema = pa.schema([("lo", pa.int64()), ("hi", pa.int64()), ("lo_id", pa.string()), ("hi_id", pa.string()),
                         ("jaccard", pa.float64()), ("edge", pa.bool_())])
@@ -166,15 +169,12 @@ def verify_shard(spec: dict, out) -> dict:
 def clusters_shard(spec: dict, out) -> dict:
     """Connected components of all verified edges (pipeline/dedup/components.py)."""
 
-    files = sorted(str(f) for f in fs.path(spec["edges"]).glob("part-*.parquet"))
-    candidates = edges = 0
-    for f in files:
-        md = fs.read_table(f, columns=["edge"]).column("edge")
-        candidates += len(md)
-        edges += int(pa.compute.sum(md).as_py() or 0)
+    files = [str(fs.path(spec["edges"]) / f"part-{i:05d}.parquet") for i in range(spec["verified"])]
+    edges = spec["edge_count"]  # from the verify markers: no task reads every edge file to count
     nparts = spec["partitions"] or max(1, -(-edges // EDGES_PER_PARTITION))
     work = fs.path(out.dir) / "_work"
     fs.rmtree(work)  # a retried or resumed coordinator starts over
-    res = components.run(files, work, fs.path(out.dir), nparts, spec["sources"], spec["src_rank"])
+    res = components.run(files, work, fs.path(out.dir), nparts, spec["sources"], spec["src_rank"],
+                         spec["offsets"], spec["ndocs"])
     fs.rmtree(work)
-    return {"rows": edges, "candidates": candidates, "edges": edges, **res}
+    return {"rows": edges, "edges": edges, "outputs": nparts, **res}

@@ -57,14 +57,16 @@ def map_shard(spec: dict, out) -> dict:
     k1 = np.array(h1, dtype=np.uint64)
     table = pa.table({"h1": k1, "h2": np.array(h2, dtype=np.uint64), "rank": np.full(len(h1), doc["rank"], np.int32),
                       "id": pa.array(ids, pa.string()), "gid": np.array(gids, dtype=np.int64)})
-    files = shuffle.write_partitions(table, shuffle.partition_of(k1, spec["partitions"]), fs.path(out.dir) / "buckets",
-                                     f"{doc['source']}-part-{doc['part']:05d}")
-    return {"rows": ndocs, "paragraphs": len(h1), "partitions": spec["partitions"], "files": files}
+    segments = shuffle.write_partitions(table, shuffle.partition_of(k1, spec["partitions"]), spec["partitions"],
+                                        shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
+    return {"rows": ndocs, "paragraphs": len(h1), "partitions": spec["partitions"], "segments": segments}
 
 
 def reduce_shard(spec: dict, out) -> dict:
-    t = shuffle.read_dir(spec["inputs"])
+    t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
+    target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
     if t is None or t.num_rows == 0:
+        shuffle.write_empty(spec["ndocs"], target)
         return {"rows": 0, "repeated": 0, "cuts": 0}
     t = t.sort_by([("h1", "ascending"), ("h2", "ascending"), ("rank", "ascending"), ("id", "ascending")])
     h1, h2 = t.column("h1").to_numpy(), t.column("h2").to_numpy()
@@ -78,7 +80,7 @@ def reduce_shard(spec: dict, out) -> dict:
     first_src = [names[r] for r in t.column("rank").take(pa.array(head[cut])).to_pylist()]
     dec = pa.table({"h1": pa.array(h1[cut]), "h2": pa.array(h2[cut]), "kept_in": first_id,
                     "kept_in_source": pa.array(first_src, pa.string())})
-    shuffle.write_to_shards(dec, t.column("gid").to_numpy()[cut], spec["sources"], fs.path(out.dir), f"p-{spec['partition']:05d}")
+    shuffle.write_to_shards(dec, t.column("gid").to_numpy()[cut], spec["offsets"], spec["ndocs"], target)
     repeated = int(((pos == spec["params"]["max_occurrences"])).sum())
     return {"rows": t.num_rows, "repeated": repeated, "cuts": len(cut)}
 
@@ -89,7 +91,7 @@ SPAN = pa.struct([("start", pa.int64()), ("end", pa.int64()), ("kept_in", pa.str
 def apply_shard(spec: dict, out) -> dict:
     doc, p = spec["doc"], spec["params"]
     n = view.num_rows(doc["documents"])
-    dec = shuffle.decisions(spec["decisions"], doc["source"], doc["part"])
+    dec = shuffle.decisions(spec["decisions"], doc["k"], spec["reducers"])
     cuts: dict[int, dict[tuple[int, int], str]] = {}
     if dec is not None:
         for r, a, c, k, ks in zip(*(dec.column(x).to_pylist() for x in ("row", "h1", "h2", "kept_in", "kept_in_source"))):

@@ -20,6 +20,7 @@ from pipeline.executor import Step, shard_name
 from pipeline.io import atomic
 
 PARTITION_ROWS = 4_000_000
+SHUFFLE_VERSION = "2"  # map outputs as .data + .index files (pipeline/dedup/shuffle.py)
 PARAGRAPHS_PER_DOC = 8  # a planning guess: web pages have a few to a few dozen
 
 
@@ -53,10 +54,26 @@ def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, Step] | N
             if last:
                 paths.append(str(attribute_path(last.dir(plan.run_dir), sname, i)))
                 kept, tokens = stats[last.name][j]["docs_out"], stats[last.name][j]["tokens_out"]
-            out.append({"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j,
+            out.append({"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": len(out),
                         "documents": str(ing.dir(plan.run_dir) / f"{shard_name(i)}.parquet"),
                         "layers": paths, "kept": kept, "tokens": tokens})
     return out
+
+
+def shard_offsets(plan, stats: dict) -> tuple[list[int], int]:
+    """Per source (YAML order), the global number of its first document shard; and the
+    number of document shards. Decisions are shuffled back to shard k = offset + shard."""
+    offsets, total = [], 0
+    for sname in plan.lm.mixture.sources:
+        offsets.append(total)
+        total += len(stats[plan.ingest[sname].name])
+    return offsets, total
+
+
+def outputs(stats: dict, step: Step) -> int:
+    """How many shuffle outputs a decision step wrote: one per shard, or what its marker says."""
+    ms = stats[step.name]
+    return ms[0].get("outputs", len(ms)) if 0 in ms else len(ms)
 
 
 def _partitions(cfg, rows: int) -> int:
@@ -86,29 +103,25 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
     def per_doc(extra, prev):
         def shards(st, stats):
             docs = doc_shards(plan, stats, prev)
-            return [{"doc": d, **extra(docs, d), "describe": _describe(d)} for d in docs]
+            return [{"doc": d, **extra(docs, d, stats), "describe": _describe(d)} for d in docs]
         return shards
 
-    def partitions_of(map_step):
-        def count(stats):
-            ms = stats[map_step.name]
-            return next(iter(ms.values()))["partitions"] if ms else 0
-        return count
-
     def reduce_specs(map_step, extra):
-        count = partitions_of(map_step)
-
         def shards(st, stats):
-            return [{"inputs": str(map_step.dir(plan.run_dir) / "buckets" / f"p-{p:05d}"), "partition": p,
-                     "sources": names, "rank_source": rank_source, **extra, "describe": f"partition {p}"}
-                    for p in range(count(stats))]
+            ms = stats[map_step.name]
+            count = ms[0]["partitions"] if ms else 0
+            offsets, ndocs = shard_offsets(plan, stats)
+            return [{"inputs": str(map_step.dir(plan.run_dir) / "buckets"), "maps": len(ms), "partition": p,
+                     "offsets": offsets, "ndocs": ndocs, "sources": names, "rank_source": rank_source, **extra,
+                     "describe": f"partition {p}"} for p in range(count)]
         return shards
 
     def apply_step(kind: str, decisions: Step, fn: str, columns: dict | None, prev, cfg=None, extra=None) -> Step:
         return add(Step(
             f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn,
-            shards=per_doc(lambda docs, d: {"decisions": str(decisions.dir(plan.run_dir)), "columns": columns,
-                                                 **(cfg or {}), **(extra or {})}, prev),
+            shards=per_doc(lambda docs, d, stats: {"decisions": str(decisions.dir(plan.run_dir)), "columns": columns,
+                                                   "reducers": outputs(stats, decisions), **(cfg or {}), **(extra or {})},
+                           prev),
         ))
 
     if dd.exact:
@@ -117,7 +130,7 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
                                                  "date_field": dd.exact.date_field}  # text keys keep their old hashes
         cfg = {"normalize": dd.exact.normalize, **by, **common}
         mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, "pipeline.dedup.exact:map_shard",
-                      shards=per_doc(lambda docs, d: {"normalize": dd.exact.normalize, **by,
+                      version=SHUFFLE_VERSION, shards=per_doc(lambda docs, d, stats: {"normalize": dd.exact.normalize, **by,
                                                             "partitions": _partitions(dd, sum(x["kept"] for x in docs))}, prev)))
         rd = add(Step("dedup-exact-reduce", "dedup-exact-reduce", {}, [mp], "pipeline.dedup.exact:reduce_shard",
                       shards=reduce_specs(mp, {"reason": "url_duplicate_of"} if by else {})))
@@ -129,8 +142,8 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         params = {**fz.model_dump(mode="json"), "rows": fz.rows or fz.num_perm // fz.bands}
         cfg = {"params": params, **common}
         sig = add(Step("dedup-fuzzy-signatures", "dedup-fuzzy-signatures", cfg, base + prev,
-                       "pipeline.dedup.fuzzy:sig_shard",
-                       shards=per_doc(lambda docs, d, params=params: {"params": params, "partitions": _partitions(
+                       "pipeline.dedup.fuzzy:sig_shard", version=SHUFFLE_VERSION,
+                       shards=per_doc(lambda docs, d, stats, params=params: {"params": params, "partitions": _partitions(
                            dd, sum(x["kept"] for x in docs) * fz.bands)}, prev)))
         bk = add(Step("dedup-fuzzy-buckets", "dedup-fuzzy-buckets", {}, [sig], "pipeline.dedup.fuzzy:buckets_shard",
                       shards=reduce_specs(sig, {})))
@@ -139,8 +152,8 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
             docs = doc_shards(plan, stats, prev)
             index = st.dir(plan.run_dir) / "docs.json"
             atomic.write_json(index, {f"{d['src']}:{d['part']}": d for d in docs})
-            return [{"doc": d, "pairs": str(bk.dir(plan.run_dir)), "docs_index": str(index), "params": params,
-                     "describe": _describe(d)} for d in docs]
+            return [{"doc": d, "pairs": str(bk.dir(plan.run_dir)), "pair_files": len(stats[bk.name]),
+                     "docs_index": str(index), "params": params, "describe": _describe(d)} for d in docs]
 
         vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [bk],
                       "pipeline.dedup.fuzzy:verify_shard", shards=verify_shards))
@@ -148,6 +161,9 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         cl = add(Step("dedup-fuzzy-clusters", "dedup-fuzzy-clusters", {}, [vf], "pipeline.dedup.fuzzy:clusters_shard",
                       shards=lambda st, stats, vf=vf: [{"edges": str(vf.dir(plan.run_dir)), "sources": names,
                                                  "src_rank": src_rank, "partitions": dd.partitions,
+                                                 "verified": len(stats[vf.name]),
+                                                 "edge_count": sum(m["edges"] for m in stats[vf.name].values()),
+                                                 **dict(zip(("offsets", "ndocs"), shard_offsets(plan, stats))),
                                                  "describe": "connected components"}]))
         layers.append(apply_step("fuzzy", cl, "pipeline.dedup.apply:run_shard", fuzzy.COLUMNS, prev))
 
@@ -156,7 +172,7 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         params = dd.paragraph.model_dump(mode="json")
         cfg = {"params": params, **common}
         mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, "pipeline.dedup.paragraph:map_shard",
-                      shards=per_doc(lambda docs, d, params=params: {"params": params, "partitions": _partitions(
+                      version=SHUFFLE_VERSION, shards=per_doc(lambda docs, d, stats, params=params: {"params": params, "partitions": _partitions(
                           dd, sum(x["kept"] for x in docs) * PARAGRAPHS_PER_DOC)}, prev)))
         rd = add(Step("dedup-paragraph-reduce", "dedup-paragraph-reduce", {"params": params}, [mp],
                       "pipeline.dedup.paragraph:reduce_shard", shards=reduce_specs(mp, {"params": params})))

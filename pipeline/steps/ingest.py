@@ -144,7 +144,7 @@ def _duplicates(spec: dict, out) -> dict[int, tuple[str, str]]:
     """line or row -> (id, place of its first use), from the unique-ids step (ids.py)."""
     if not spec.get("duplicates"):
         return {}
-    t = shuffle.decisions(spec["duplicates"], spec["source"], out.index)
+    t = shuffle.decisions(spec["duplicates"], out.index, spec["duplicate_files"])
     if t is None:
         return {}
     return {r: (i, f) for r, i, f in zip(t.column("row").to_pylist(), t.column("id").to_pylist(), t.column("first").to_pylist())}

@@ -209,16 +209,19 @@ def route_shard(spec: dict, out) -> dict:
             parts.append(t.append_column("epoch", pa.array(np.full(t.num_rows, e, np.int32)))
                          .append_column("order", pa.array(order)))
     rows = 0
+    base = shuffle.map_file(fs.path(out.dir) / "to", out.index)
     if parts:
         table = pa.concat_tables(parts)
         rows = table.num_rows
         dest = (table.column("order").to_numpy() % np.uint64(n_shards)).astype(np.int64)
-        shuffle.write_partitions(table, dest, fs.path(out.dir) / "to", f"{d['source']}-part-{d['part']:05d}")
+        shuffle.write_partitions(table, dest, n_shards, base)
+    else:
+        shuffle.write_empty(n_shards, base)
     return {"rows": rows, "source": d["source"], "part": d["part"]}
 
 
 def write_shard(spec: dict, out) -> dict:
-    t = shuffle.read_dir(fs.path(spec["inputs"]))
+    t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     final = out.path(".parquet")
     per_source: dict[str, dict] = {}
     if t is None:
