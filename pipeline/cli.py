@@ -216,8 +216,8 @@ def _samples(args) -> int:
     stage, status = args.stage, None
     if stage == "kept":
         stage, status = None, "kept"
-    elif stage or args.reason:
-        status = "removed"
+    elif stage or args.reason:  # a slice of what was dropped: removed by a stage, or quarantined at ingest
+        status = ("removed", "quarantined")
     recs = samples.sample(run, sources, args.n, stage=stage, reason=args.reason, status=status)
     what = f"{len(recs)} documents" + (f" of {', '.join(sources)}" if args.source else "") + (f", stage {args.stage}" if args.stage else "") \
         + (f", reason {args.reason}" if args.reason else "")

@@ -167,9 +167,12 @@ def _url(meta: str | None) -> str | None:
 
 
 def quarantined(run: Run, source: str) -> list[dict]:
+    """The source's quarantined records, read from its ingest step (the run publishes them
+    to <run>/quarantine only at its end, after the samples step has read them)."""
     out = []
-    q = run.dir / "quarantine" / source
-    for f in sorted(q.glob("*.jsonl")) if q.is_dir() else []:
+    ing = run.step_dir(f"ingest-{source}")
+    q = ing / "quarantine" if ing else None
+    for f in sorted(q.glob("*.jsonl")) if q and q.is_dir() else []:
         for line in f.read_bytes().splitlines():
             r = orjson.loads(line)
             place = f"{r['file']}:{r['line']}" if r.get("line") is not None else f"{r['file']}#{r.get('row')}"

@@ -131,6 +131,7 @@ class Plan:
         sm = m.samples
         self.samples = Step(
             "samples", "samples", {"samples": sm.model_dump(), "seed": m.seed}, list(self.steps), "pipeline.samples:sample_shard",
+            version="2",  # 2: quarantined records read from the ingest steps (1 read them before they were published)
             shards=lambda st, stats: [{"run_dir": str(self.run_dir), "source": s, "kept_per_source": sm.kept_per_source,
                                        "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {s}"}
                                       for s in m.sources],

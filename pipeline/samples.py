@@ -65,8 +65,8 @@ def _record(row: dict) -> dict:
     return r
 
 
-def matches(row: dict, stage: str | None, reason: str | None, status: str | None) -> bool:
-    if status and row["status"] != status:
+def matches(row: dict, stage: str | None, reason: str | None, status: tuple[str, ...] | None) -> bool:
+    if status and row["status"] not in status:
         return False
     if stage:
         s = (row["stage"] or "").replace(":", "-")
@@ -78,12 +78,16 @@ def matches(row: dict, stage: str | None, reason: str | None, status: str | None
 
 
 def sample(run: dec.Run, sources: list[str], n: int, stage: str | None = None, reason: str | None = None,
-           status: str | None = None, per_group: bool = False) -> list[dict]:
+           status: str | tuple[str, ...] | None = None, per_group: bool = False) -> list[dict]:
     """The n documents with the smallest hashes among those matching; with per_group, n
-    for each (source, stage, reason group)."""
+    for each (source, stage, reason group). `status`: kept, removed, quarantined, or a
+    tuple of them (None: all). Quarantined records are the stage `ingest`."""
+    status = (status,) if isinstance(status, str) else status
+    scan_shards = (not status or set(status) - {"quarantined"}) and stage != "ingest"
+    scan_quarantine = (not status or "quarantined" in status) and stage in (None, "ingest")
     groups: dict = {}
     for source in sources:
-        for part in run.shards(source) if status != "quarantined" else []:
+        for part in run.shards(source) if scan_shards else []:
             t = dec.shard_decisions(run, source, part, with_text=True)
             for row in t.to_pylist():
                 if not matches(row, stage, reason, status):
@@ -91,7 +95,7 @@ def sample(run: dec.Run, sources: list[str], n: int, stage: str | None = None, r
                 g = (source, row["stage"], dec.reason_group(row["reason"])) if per_group else None
                 keep = groups.setdefault(g, _Keep(n))
                 keep.offer(_h(run.seed, source, row["id"]), lambda row=row: _record(row))
-        if status in (None, "quarantined") and not stage or stage == "ingest":
+        if scan_quarantine:
             for row in dec.quarantined(run, source):
                 if matches(row, None, reason, status):
                     keep = groups.setdefault((source, "ingest", row["reason"]) if per_group else None, _Keep(n))

@@ -19,7 +19,7 @@ import zstandard
 from pipeline import config, runner
 from pipeline.errors import RunError
 from pipeline.io import atomic
-from tests.conftest import write_yaml
+from tests.conftest import curate, write_yaml
 
 
 def _lines(texts: list[str], start: int = 0) -> bytes:
@@ -168,6 +168,29 @@ def test_broken_lines_are_quarantined_with_line_reason_and_excerpt(quarantine_ru
     assert _kept_ids(run_dir, "mixed") == {"ok1", "ok2"}
     assert led["sources"]["mixed"]["quarantined_by_reason"] == {
         "invalid_json": 1, "invalid_utf8": 1, "missing_text": 1, "not_an_object": 1, "text_not_string": 3}
+
+
+def test_a_first_runs_published_samples_and_the_samples_command_show_quarantined_records(quarantine_run, bad_files):
+    """The samples step runs before the run publishes <run>/quarantine: it reads the ingest
+    step's quarantine files. `--stage ingest` and `--reason` reach quarantined records."""
+    run_dir, _ = quarantine_run
+    removed = [orjson.loads(x) for x in (run_dir / "samples" / "mixed" / "removed.jsonl").read_bytes().splitlines()]
+    got = sorted((r["status"], r["stage"], r["reason"], r["source_id"]) for r in removed)
+    f = str(bad_files["files"]["mixed"])
+    assert got == sorted([("quarantined", "ingest", "invalid_json", f"{f}:2"), ("quarantined", "ingest", "missing_text", f"{f}:3"),
+                          ("quarantined", "ingest", "invalid_utf8", f"{f}:7"), ("quarantined", "ingest", "not_an_object", f"{f}:8")]
+                         + [("quarantined", "ingest", "text_not_string", f"{f}:{line}") for line in (4, 5, 6)])
+    assert all(r["error"] for r in removed)
+
+    def cli(*args) -> list[dict]:
+        res = curate("samples", str(run_dir), *args)
+        assert res.returncode == 0, res.stderr
+        return [orjson.loads(x) for x in res.stdout.splitlines()]
+
+    by_stage = cli("--source", "mixed", "--stage", "ingest", "-n", "20")
+    assert sorted(r["source_id"] for r in by_stage) == sorted(f"{f}:{line}" for line in range(2, 9))
+    by_reason = cli("--reason", "invalid_json")
+    assert [(r["source"], r["source_id"], r["status"]) for r in by_reason] == [("mixed", f"{f}:2", "quarantined")]
 
 
 def test_empty_files_and_blank_lines_are_no_records(quarantine_run):
