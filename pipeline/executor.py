@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -41,6 +42,7 @@ from pipeline.errors import CurateError, RunError, UsageError
 from pipeline.io import atomic, fs
 
 MARKERS = "_markers"
+MARKERS_ALL = "_markers.json"  # every shard's marker in one file, written before _SUCCESS
 SUCCESS = "_SUCCESS"
 
 
@@ -60,15 +62,16 @@ class Step:
     version: str = "1"  # bump when the step's code changes its output
     meta: dict = field(default_factory=dict)  # not hashed: the shard specs once listed, for error messages
 
-    @property
+    # computed once: a step's config and inputs do not change after the plan builds it
+    @functools.cached_property
     def config_hash(self) -> str:
         return hash_json({"kind": self.kind, "version": self.version, "config": self.config})
 
-    @property
+    @functools.cached_property
     def inputs_hash(self) -> str:
         return hash_json(sorted(i.hash for i in self.inputs))
 
-    @property
+    @functools.cached_property
     def hash(self) -> str:
         return hash_json([self.config_hash, self.inputs_hash])
 
@@ -166,6 +169,11 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int) -> dict:
 
 
 def read_markers(step_dir: Path) -> dict[int, dict]:
+    """Every shard's marker: from the consolidated file a finished step keeps (one read),
+    else one file per shard (a step in progress)."""
+    done = step_dir / MARKERS_ALL
+    if done.exists():
+        return {int(k): v for k, v in atomic.read_json(done).items()}
     out = {}
     mdir = step_dir / MARKERS
     if mdir.is_dir():
@@ -389,7 +397,11 @@ class Executor:
                 s, idx, spec = queue.popleft()
                 ref = remote.remote(s.fn, spec, str(s.dir(self.run_dir)), idx)
                 in_flight[ref] = (s, idx)
-            done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+            refs = list(in_flight)
+            done, rest = ray.wait(refs, num_returns=1, timeout=1.0)
+            if done and rest:  # harvest every shard already finished in the same pass
+                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+                done += more
             for ref in done:
                 s, idx = in_flight.pop(ref)
                 try:
@@ -440,6 +452,7 @@ class Executor:
     def _finish(self, s: Step, remaining: dict, started: dict):
         d = s.dir(self.run_dir)
         atomic.clean_tmp(d)
+        atomic.write_json(d / MARKERS_ALL, {str(i): m for i, m in sorted(self.stats.get(s.name, {}).items())})
         atomic.write_json(d / SUCCESS, {"shards": len(self.stats.get(s.name, {})), "finished": time.time()})
         remaining.pop(s.name, None)
         self.timings[s.name] = time.time() - started.get(s.name, time.time())

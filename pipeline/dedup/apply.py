@@ -22,6 +22,14 @@ def attribute_path(step_dir: str | Path, source: str, part: int) -> Path:
     return fs.path(step_dir) / source / f"part-{part:05d}.parquet"
 
 
+def from_template(template: dict, src: int, part: int) -> dict:
+    """Document shard (src, part) as doc_shards describes it (paths only)."""
+    t = template[str(src)]
+    name = f"part-{part:05d}.parquet"
+    return {"source": t["source"], "src": src, "part": part, "documents": f"{t['documents']}/{name}",
+            "layers": [f"{d}/{name}" for d in t["layers"]]}
+
+
 def write_attributes(step_dir: str | Path, doc: dict, table: pa.Table) -> None:
     """A stage's attribute file for one document shard, written atomically."""
     final = attribute_path(step_dir, doc["source"], doc["part"])

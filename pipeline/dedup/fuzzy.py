@@ -24,7 +24,8 @@ import pyarrow as pa
 import xxhash
 
 from pipeline.dedup import components, shuffle, text
-from pipeline.io import atomic, fs
+from pipeline.dedup.apply import from_template
+from pipeline.io import fs
 from pipeline.steps import view
 
 ALL_PAIRS = 32
@@ -122,13 +123,14 @@ def buckets_shard(spec: dict, out) -> dict:
             "large_buckets": big}
 
 
-def _shingle_sets(docs: dict, p: dict, g: np.ndarray) -> tuple[dict[int, np.ndarray], dict[int, str]]:
-    """Shingle sets and ids of the documents `g` (gids), read back from their shards."""
+def _shingle_sets(template: dict, p: dict, g: np.ndarray) -> tuple[dict[int, np.ndarray], dict[int, str]]:
+    """Shingle sets and ids of the documents `g` (gids), read back from their shards, each
+    partner shard once (only the row groups that hold a partner)."""
     src, part, row = shuffle.split_gid(g)
     sets, ids = {}, {}
     key = (src << np.int64(24)) | part
     for k in np.unique(key):
-        d = docs[f"{int(k) >> 24}:{int(k) & 0xFFFFFF}"]
+        d = from_template(template, int(k) >> 24, int(k) & 0xFFFFFF)
         sel = key == k
         rows = np.unique(row[sel])
         t = view.read_rows(d["documents"], d["layers"], rows, ["id", "text"])
@@ -153,7 +155,7 @@ def verify_shard(spec: dict, out) -> dict:
     hi = t.column("other").to_numpy()
     pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
     lo, hi = pairs[:, 0], pairs[:, 1]
-    sets, ids = _shingle_sets(atomic.read_json(fs.path(spec["docs_index"])), p, np.concatenate([lo, hi]))
+    sets, ids = _shingle_sets(spec["template"], p, np.concatenate([lo, hi]))
     if p["verify"]:
         jac = np.array([text.jaccard(sets[a], sets[b]) for a, b in zip(lo.tolist(), hi.tolist())])
         edge = jac >= p["threshold"]

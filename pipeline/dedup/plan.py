@@ -17,7 +17,6 @@ import math
 from pipeline.dedup import exact, fuzzy
 from pipeline.dedup.apply import attribute_path
 from pipeline.executor import Step, shard_name
-from pipeline.io import atomic
 
 PARTITION_ROWS = 4_000_000
 SHUFFLE_VERSION = "2"  # map outputs as .data + .index files (pipeline/dedup/shuffle.py)
@@ -57,6 +56,17 @@ def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, Step] | N
             out.append({"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": len(out),
                         "documents": str(ing.dir(plan.run_dir) / f"{shard_name(i)}.parquet"),
                         "layers": paths, "kept": kept, "tokens": tokens})
+    return out
+
+
+def shard_template(plan, layers: list[Step]) -> dict[str, dict]:
+    """Per source index: where its document shards and their layers live, so a task can
+    name any shard's files (`from_template`) without a list of every shard."""
+    out = {}
+    for si, sname in enumerate(plan.lm.mixture.sources):
+        flt = plan.filter.get(sname)
+        dirs = ([str(flt.dir(plan.run_dir))] if flt else []) + [str(st.dir(plan.run_dir) / sname) for st in layers]
+        out[str(si)] = {"source": sname, "documents": str(plan.ingest[sname].dir(plan.run_dir)), "layers": dirs}
     return out
 
 
@@ -103,7 +113,8 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
     def per_doc(extra, prev):
         def shards(st, stats):
             docs = doc_shards(plan, stats, prev)
-            return [{"doc": d, **extra(docs, d, stats), "describe": _describe(d)} for d in docs]
+            kept = sum(x["kept"] for x in docs)  # once per step, not per shard
+            return [{"doc": d, **extra(kept, d, stats), "describe": _describe(d)} for d in docs]
         return shards
 
     def reduce_specs(map_step, extra):
@@ -119,7 +130,7 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
     def apply_step(kind: str, decisions: Step, fn: str, columns: dict | None, prev, cfg=None, extra=None) -> Step:
         return add(Step(
             f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn,
-            shards=per_doc(lambda docs, d, stats: {"decisions": str(decisions.dir(plan.run_dir)), "columns": columns,
+            shards=per_doc(lambda kept, d, stats: {"decisions": str(decisions.dir(plan.run_dir)), "columns": columns,
                                                    "reducers": outputs(stats, decisions), **(cfg or {}), **(extra or {})},
                            prev),
         ))
@@ -130,8 +141,8 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
                                                  "date_field": dd.exact.date_field}  # text keys keep their old hashes
         cfg = {"normalize": dd.exact.normalize, **by, **common}
         mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, "pipeline.dedup.exact:map_shard",
-                      version=SHUFFLE_VERSION, shards=per_doc(lambda docs, d, stats: {"normalize": dd.exact.normalize, **by,
-                                                            "partitions": _partitions(dd, sum(x["kept"] for x in docs))}, prev)))
+                      version=SHUFFLE_VERSION, shards=per_doc(lambda kept, d, stats: {"normalize": dd.exact.normalize, **by,
+                                                            "partitions": _partitions(dd, kept)}, prev)))
         rd = add(Step("dedup-exact-reduce", "dedup-exact-reduce", {}, [mp], "pipeline.dedup.exact:reduce_shard",
                       shards=reduce_specs(mp, {"reason": "url_duplicate_of"} if by else {})))
         layers.append(apply_step("exact", rd, "pipeline.dedup.apply:run_shard", exact.COLUMNS, prev))
@@ -143,17 +154,16 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         cfg = {"params": params, **common}
         sig = add(Step("dedup-fuzzy-signatures", "dedup-fuzzy-signatures", cfg, base + prev,
                        "pipeline.dedup.fuzzy:sig_shard", version=SHUFFLE_VERSION,
-                       shards=per_doc(lambda docs, d, stats, params=params: {"params": params, "partitions": _partitions(
-                           dd, sum(x["kept"] for x in docs) * fz.bands)}, prev)))
+                       shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
+                           dd, kept * fz.bands)}, prev)))
         bk = add(Step("dedup-fuzzy-buckets", "dedup-fuzzy-buckets", {}, [sig], "pipeline.dedup.fuzzy:buckets_shard",
                       shards=reduce_specs(sig, {})))
 
         def verify_shards(st, stats, prev=prev, params=params, bk=bk):
             docs = doc_shards(plan, stats, prev)
-            index = st.dir(plan.run_dir) / "docs.json"
-            atomic.write_json(index, {f"{d['src']}:{d['part']}": d for d in docs})
+            template = shard_template(plan, prev)
             return [{"doc": d, "pairs": str(bk.dir(plan.run_dir)), "pair_files": len(stats[bk.name]),
-                     "docs_index": str(index), "params": params, "describe": _describe(d)} for d in docs]
+                     "template": template, "params": params, "describe": _describe(d)} for d in docs]
 
         vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [bk],
                       "pipeline.dedup.fuzzy:verify_shard", shards=verify_shards))
@@ -172,8 +182,8 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         params = dd.paragraph.model_dump(mode="json")
         cfg = {"params": params, **common}
         mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, "pipeline.dedup.paragraph:map_shard",
-                      version=SHUFFLE_VERSION, shards=per_doc(lambda docs, d, stats, params=params: {"params": params, "partitions": _partitions(
-                          dd, sum(x["kept"] for x in docs) * PARAGRAPHS_PER_DOC)}, prev)))
+                      version=SHUFFLE_VERSION, shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
+                          dd, kept * PARAGRAPHS_PER_DOC)}, prev)))
         rd = add(Step("dedup-paragraph-reduce", "dedup-paragraph-reduce", {"params": params}, [mp],
                       "pipeline.dedup.paragraph:reduce_shard", shards=reduce_specs(mp, {"params": params})))
         layers.append(apply_step("paragraph", rd, "pipeline.dedup.paragraph:apply_shard", None, prev,

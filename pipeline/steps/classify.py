@@ -173,7 +173,7 @@ def score_shard(spec: dict, out) -> dict:
     model = quality.load(spec["model"])
     doc = spec["doc"]
     pf = fs.parquet_file(doc["documents"])
-    state = view.Layers(doc["layers"], pf.metadata.num_rows)
+    state = view.Layers(doc["layers"], pf.metadata.num_rows, ["text"])
     parts_s, parts_t, ids = [], [], []
     start = 0
     for batch in pf.iter_batches(batch_size=view.BATCH_ROWS, columns=["id", "text"]):
@@ -197,7 +197,7 @@ def score_shard(spec: dict, out) -> dict:
 def _keys(shard: dict) -> np.ndarray:
     """(score bits << 32 | tie) of the rows still kept before this stage; larger is better."""
     t = fs.read_table(shard["scores"], columns=["score", "tie"])
-    keep = view.Layers(shard["layers"], t.num_rows).keep
+    keep = view.Layers(shard["layers"], t.num_rows, ()).keep
     bits = t.column("score").to_numpy().astype(np.float32).view(np.uint32).astype(np.uint64)
     return ((bits << np.uint64(32)) | t.column("tie").to_numpy().astype(np.uint64))[keep]
 
@@ -223,7 +223,7 @@ def kth_largest(shards: list[dict], k: int) -> int:
 
 def threshold_shard(spec: dict, out) -> dict:
     shards = spec["shards"]
-    n = sum(int(view.Layers(s["layers"], view.num_rows(s["scores"])).keep.sum()) for s in shards)
+    n = sum(int(view.Layers(s["layers"], view.num_rows(s["scores"]), ()).keep.sum()) for s in shards)
     if spec["min_score"] is not None:
         return {"rows": n, "docs_in": n, "kind": "min_score", "threshold": spec["min_score"], "key": None}
     k = round(spec["keep_fraction"] * n)

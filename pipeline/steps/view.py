@@ -30,14 +30,18 @@ def num_rows(documents: str) -> int:
 
 
 class Layers:
-    """The keep mask and text overrides of one document shard, from its attribute files."""
+    """The keep mask and text overrides of one document shard, from its attribute files.
+    Only the overrides of `columns` are read (default: all); `columns=()` reads `keep` alone,
+    which is what a pass that needs no text should ask for (a rewritten `text` column is
+    most of an attribute file's bytes)."""
 
-    def __init__(self, layers: list[str], n: int):
+    def __init__(self, layers: list[str], n: int, columns=OVERRIDES):
         self.keep = np.ones(n, dtype=bool)
         self.overrides: dict[str, pa.Array] = {}
+        wanted = [c for c in OVERRIDES if c in columns]
         for path in layers:
-            names = fs.parquet_file(path).schema_arrow.names
-            cols = ["keep"] + [c for c in OVERRIDES if c in names]
+            names = fs.parquet_file(path).schema_arrow.names if wanted else ()
+            cols = ["keep"] + [c for c in wanted if c in names]
             t = fs.read_table(path, columns=cols)
             if t.num_rows != n:
                 raise ValueError(f"{path} has {t.num_rows} rows, its document shard {n}")
@@ -61,7 +65,7 @@ def kept_batches(documents: str, layers: list[str], columns: list[str], batch_ro
                  ) -> Iterator[tuple[np.ndarray, pa.RecordBatch]]:
     """(row numbers in the shard, batch of those rows' current values), kept rows only."""
     pf = fs.parquet_file(documents)
-    state = Layers(layers, pf.metadata.num_rows)
+    state = Layers(layers, pf.metadata.num_rows, columns)
     start = 0
     for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
         n = batch.num_rows
