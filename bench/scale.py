@@ -1,0 +1,289 @@
+"""Cost against corpus size: does every figure that should stay flat stay flat from N to 4N?
+
+    python -m bench.scale [--docs 50000] [--scales 1,2,4] [--workers 2] [--json out.json]
+                          [--partitions-x 4] [--skew]
+
+A synthetic corpus of small crawl pages (the demo generator: real Wikipedia text in pages
+with boilerplate, spam, exact and near copies) in input files of a fixed 5,000 documents,
+at N, 2N and 4N; `dedup.partitions` grows with N (one per 20,000 documents, as the
+defaults would at scale, where a partition holds 4M shuffle rows). The full chain runs:
+language + Gopher + C4 filters, exact / fuzzy / paragraph dedup, a fastText classifier
+trained in the run, the mixture, samples, report.
+
+Each scale runs `curate` in a child process of its own (the driver), with `--workers`
+Ray workers. Printed per step: files written, tasks, longest and total task seconds,
+peak worker RSS; the driver's peak RSS and CPU seconds; the wall. Then the ratios from N
+to 4N against the targets of issue 18 (files per document <= 1.25x, longest task <= 1.6x,
+largest worker <= 1.3x, driver memory <= 1.5x, driver CPU seconds per document <= 1.3x).
+
+`--partitions-x K` adds a run at the largest scale with K times the partitions (files per
+document should not move). `--skew` adds skewed corpora at the smallest scale: one
+paragraph in 10% of the documents, one near-duplicate cluster of 5%, and compares each
+task's peak RSS with the unskewed run's.
+
+Not a test: timings never gate CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".cache" / "bench"
+DOCS_PER_FILE = 5000
+DOCS_PER_PARTITION = 20_000
+TARGETS = {"files per document": 1.25, "longest task": 1.6, "largest worker RSS": 1.3, "driver peak RSS": 1.5,
+           "driver CPU s per document": 1.3}
+BOILERPLATE = ("This page uses cookies to improve your experience. By continuing to browse the site you agree to our "
+               "use of cookies and to our privacy policy, which you can read at any time from the footer of every page.")
+
+
+def build_corpus(n_docs: int, skew: str | None = None) -> Path:
+    """web/crawl-XXXXX.jsonl.zst of small pages, wiki/summaries_en.parquet; cached by size
+    and skew (`paragraph`: one paragraph in 10% of documents; `cluster`: 5% of documents
+    near-copies of one page)."""
+    import orjson
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    from pipeline import demo_data
+
+    out = CACHE / f"scale-{n_docs}-{DOCS_PER_FILE}{'-' + skew if skew else ''}"
+    if (out / "_DONE").exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "web").mkdir(parents=True)
+    (out / "wiki").mkdir()
+    wheels = Path(os.environ.get("CURATE_WHEEL_DIR") or ROOT / ".cache" / "wheels")
+    wiki = demo_data.wiki_records(demo_data._wheel(wheels))["en"]
+    pq.write_table(pa.Table.from_pylist(wiki), out / "wiki" / "summaries_en.parquet", compression="zstd")
+    pages = demo_data.web_records(wiki, n_docs, seed=11)
+    rng = random.Random(5)
+    hub = None
+    for i, p in enumerate(pages):
+        p.pop("copy_of", None)
+        if skew == "paragraph" and i % 10 == 3:
+            p["text"] = p["text"] + "\n\n" + BOILERPLATE
+        elif skew == "cluster" and i % 20 == 7:
+            if hub is None:
+                hub = p["text"] + "\n\n" + " ".join(rng.choice(wiki)["text"] for _ in range(3))
+            words = hub.split(" ")
+            j = rng.randrange(len(words))
+            words[j] = words[j] + "s"  # a one-word edit: Jaccard with the hub well above 0.8
+            p["text"] = " ".join(words)
+    cctx = zstandard.ZstdCompressor(level=3)
+    for k in range(0, n_docs, DOCS_PER_FILE):
+        lines = b"".join(orjson.dumps({"id": f"w{k + j:08d}", **p}) + b"\n" for j, p in enumerate(pages[k:k + DOCS_PER_FILE]))
+        (out / "web" / f"crawl-{k // DOCS_PER_FILE:05d}.jsonl.zst").write_bytes(cctx.compress(lines))
+    (out / "_DONE").write_text("")
+    return out
+
+
+def mixture_yaml(corpus: Path, out: Path, partitions: int) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    y = out / "scale.yaml"
+    y.write_text(f"""name: scale
+seed: 0
+sources:
+  web:
+    paths: ["{corpus}/web/*.jsonl.zst"]
+    id_field: id
+    max_shard_rows: {DOCS_PER_FILE}
+    filters: [english, gopher_quality, c4_quality]
+    quality: {{classifier: wiki_vs_web, keep_fraction: 0.5}}
+  wiki:
+    paths: ["{corpus}/wiki/*.parquet"]
+    id_field: id
+filters:
+  english: {{type: language, languages: [en], min_score: 0.65}}
+  gopher_quality: {{type: gopher_quality}}
+  c4_quality: {{type: c4_quality, filter_no_terminal_punct: false}}
+dedup:
+  partitions: {partitions}
+  exact: {{}}
+  fuzzy: {{ngram: 5, num_perm: 112, bands: 14, threshold: 0.8, verify: true}}
+  paragraph: {{min_chars: 50, max_occurrences: 5}}
+classifiers:
+  wiki_vs_web: {{type: fasttext, positive: [wiki], negative: [web], max_examples_per_class: 5000, epochs: 3}}
+mixture:
+  weights: {{web: 0.7, wiki: 0.3}}
+  shard_rows: 20000
+""")
+    return y
+
+
+# ---------------------------------------------------------------- one run, in a child process (the driver)
+
+
+def _child(yaml_path: str, workers: int, output: str) -> None:
+    """Run curate in this process and print the driver's own figures as JSON."""
+    import resource
+
+    from pipeline import config, runner
+
+    t0 = time.perf_counter()
+    runner.run(config.load(Path(yaml_path)), workers=workers, output=output, log=lambda m: None, quiet=True)
+    wall = time.perf_counter() - t0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    hwm = 0.0
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            hwm = int(line.split()[1]) / 1024
+    print("RESULT " + json.dumps({"wall": wall, "driver_cpu": ru.ru_utime + ru.ru_stime, "driver_rss_mb": hwm}))
+
+
+def run_one(corpus: Path, out: Path, workers: int, partitions: int) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    y = mixture_yaml(corpus, out, partitions)
+    r = subprocess.run([sys.executable, "-m", "bench.scale", "--child", str(y), "--workers", str(workers),
+                        "--output", str(out)], capture_output=True, text=True, cwd=ROOT)
+    line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if r.returncode or line is None:
+        raise SystemExit(f"curate run failed:\n{r.stderr[-4000:]}")
+    res = json.loads(line[7:])
+    run = out / "scale"
+    rec = json.loads((run / "run.json").read_text())
+    led = json.loads((run / "ledger.json").read_text())
+    res["docs"] = sum(e["in"] for e in led["sources"].values())
+    steps = {}
+    for name, st in rec["steps"].items():
+        d = run / st["dir"]
+        markers = _markers(d)
+        nfiles = sum(len(f) for _, _, f in os.walk(d))
+        secs = [m.get("seconds", 0.0) for m in markers.values()]
+        steps[name] = {"files": nfiles, "tasks": len(markers), "longest": max(secs or [0.0]), "total": sum(secs),
+                       "rss": max([m.get("peak_rss_mb") or 0.0 for m in markers.values()] or [0.0]),
+                       "wall": st.get("seconds", 0.0)}
+    res["steps"] = steps
+    res["files"] = sum(s["files"] for s in steps.values())
+    res["longest"] = max(s["longest"] for s in steps.values())
+    res["longest_step"] = max(steps, key=lambda k: steps[k]["longest"])
+    res["worker_rss"] = max(s["rss"] for s in steps.values())
+    return res
+
+
+def _markers(d: Path) -> dict:
+    one = d / "_markers.json"
+    if one.exists():
+        return json.loads(one.read_text())
+    return {p.stem: json.loads(p.read_text()) for p in (d / "_markers").glob("*.json")}
+
+
+def _step_group(name: str) -> str:
+    """Per-source steps folded into one row: filter-web, filter-wiki -> filter-*."""
+    for pre in ("ids-", "unique-ids-", "ingest-", "filter-", "quality-"):
+        if name.startswith(pre):
+            rest = name[len(pre):]
+            return pre + "*" + ("-threshold" if rest.endswith("-threshold") else "")
+    if name.startswith("classify-"):
+        return "classify-" + name.rsplit("-", 1)[-1]
+    return name
+
+
+def table(results: list[dict], labels: list[str]) -> str:
+    groups: dict[str, list[dict]] = {}
+    for r in results:
+        g: dict[str, dict] = {}
+        for name, s in r["steps"].items():
+            e = g.setdefault(_step_group(name), {"files": 0, "tasks": 0, "longest": 0.0, "total": 0.0, "rss": 0.0})
+            e["files"] += s["files"]
+            e["tasks"] += s["tasks"]
+            e["longest"] = max(e["longest"], s["longest"])
+            e["total"] += s["total"]
+            e["rss"] = max(e["rss"], s["rss"])
+        for k, v in g.items():
+            groups.setdefault(k, []).append(v)
+    head = "| step | " + " | ".join(f"files {x}" for x in labels) + " | " + " | ".join(f"tasks {x}" for x in labels) \
+        + " | " + " | ".join(f"longest s {x}" for x in labels) + " | longest ratio | " \
+        + " | ".join(f"peak RSS MB {x}" for x in labels) + " |"
+    lines = [head, "|" + " --- |" * (2 + 4 * len(labels))]
+    for k, vs in groups.items():
+        if len(vs) != len(labels):
+            continue
+        ratio = vs[-1]["longest"] / vs[0]["longest"] if vs[0]["longest"] > 0.05 else float("nan")
+        lines.append(f"| {k} | " + " | ".join(f"{v['files']:,}" for v in vs) + " | " + " | ".join(f"{v['tasks']:,}" for v in vs)
+                     + " | " + " | ".join(f"{v['longest']:.2f}" for v in vs) + f" | {ratio:.2f}x | "
+                     + " | ".join(f"{v['rss']:.0f}" for v in vs) + " |")
+    return "\n".join(lines)
+
+
+def ratios(a: dict, b: dict) -> dict[str, float]:
+    return {
+        "files per document": (b["files"] / b["docs"]) / (a["files"] / a["docs"]),
+        "longest task": b["longest"] / a["longest"],
+        "largest worker RSS": b["worker_rss"] / a["worker_rss"],
+        "driver peak RSS": b["driver_rss_mb"] / a["driver_rss_mb"],
+        "driver CPU s per document": (b["driver_cpu"] / b["docs"]) / (a["driver_cpu"] / a["docs"]),
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--docs", type=int, default=50_000, help="N, documents at scale 1 (default 50,000)")
+    ap.add_argument("--scales", default="1,2,4")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--partitions-x", type=int, default=0, help="also run the largest scale with this many times the partitions")
+    ap.add_argument("--skew", action="store_true", help="also run skewed corpora at the smallest scale")
+    ap.add_argument("--json", help="write every figure here")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--output", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        return _child(a.child, a.workers, a.output)
+    scales = [int(x) for x in a.scales.split(",")]
+    work = CACHE / "scale-runs"
+    results, labels = [], []
+    for k in scales:
+        n = a.docs * k
+        corpus = build_corpus(n)
+        parts = max(1, n // DOCS_PER_PARTITION)
+        t = time.perf_counter()
+        r = run_one(corpus, work / f"n{n}", a.workers, parts)
+        r.update({"n": n, "partitions": parts})
+        results.append(r)
+        labels.append(f"{k}N")
+        print(f"{k}N = {n:,} docs, {parts} partitions: wall {r['wall']:.1f} s, {r['files']:,} files under steps/, "
+              f"longest task {r['longest']:.2f} s ({r['longest_step']}), largest worker {r['worker_rss']:.0f} MB, "
+              f"driver {r['driver_rss_mb']:.0f} MB and {r['driver_cpu']:.1f} CPU s ({time.perf_counter() - t:.0f} s)", flush=True)
+    print()
+    print(table(results, labels))
+    print()
+    rt = ratios(results[0], results[-1])
+    print(f"from {labels[0]} to {labels[-1]} (target):")
+    for name, v in rt.items():
+        print(f"  {name:<28} {v:5.2f}x  (<= {TARGETS[name]}x)  {'ok' if v <= TARGETS[name] else 'MISSED'}")
+    extra = {}
+    if a.partitions_x:
+        n = a.docs * scales[-1]
+        parts = max(1, n // DOCS_PER_PARTITION) * a.partitions_x
+        r = run_one(build_corpus(n), work / f"n{n}-p{parts}", a.workers, parts)
+        r.update({"n": n, "partitions": parts})
+        extra["partitions"] = r
+        base = results[-1]
+        print(f"\n{labels[-1]} with {parts} partitions ({a.partitions_x}x): {r['files']:,} files "
+              f"({r['files'] / r['docs']:.4f} per document, {base['files'] / base['docs']:.4f} with {base['partitions']})")
+    if a.skew:
+        n = a.docs * scales[0]
+        base = results[0]
+        for kind in ("paragraph", "cluster"):
+            r = run_one(build_corpus(n, kind), work / f"n{n}-{kind}", a.workers, max(1, n // DOCS_PER_PARTITION))
+            extra[f"skew-{kind}"] = r
+            worst = max(r["steps"], key=lambda s: r["steps"][s]["rss"] / max(base["steps"].get(s, {}).get("rss", 0) or 1e9, 1))
+            print(f"skew {kind}: largest worker {r['worker_rss']:.0f} MB vs {base['worker_rss']:.0f} MB unskewed "
+                  f"({r['worker_rss'] / base['worker_rss']:.2f}x); worst step {worst}: {r['steps'][worst]['rss']:.0f} MB vs "
+                  f"{base['steps'].get(worst, {}).get('rss', 0):.0f} MB")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"results": results, "ratios": rt, "extra": extra}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
