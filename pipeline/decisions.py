@@ -6,7 +6,7 @@ layers (filter attributes, each dedup kind's, the quality attributes) and the mi
 selection, and returns one row per document:
 
     source, id, source_id, status (kept | removed), stage, reason, scores (JSON),
-    survivor_source, survivor_id (dedup removals), n_tokens, text (optional)
+    survivor_source, survivor_id, survivor_gid (dedup removals), n_tokens, text (optional)
 
 `stage` is the stage that removed the document (filter:<name>, dedup:<kind>,
 quality:<classifier>, mix), null when kept. Nothing here holds more than one shard.
@@ -91,6 +91,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
     reason = np.array([None] * n, dtype=object)
     surv_src = np.array([None] * n, dtype=object)
     surv_id = np.array([None] * n, dtype=object)
+    surv_gid = np.array([None] * n, dtype=object)
     scores: list[dict] = [{} for _ in range(n)]
     layers = run.layers(source, part)
     for label, path in layers:
@@ -114,6 +115,10 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
             for i, (s, d) in enumerate(zip(t.column("duplicate_of_source").to_pylist(), t.column("duplicate_of").to_pylist(), strict=True)):
                 if d is not None:
                     surv_src[i], surv_id[i] = s, d
+            if "duplicate_of_gid" in names:  # where the survivor is (runs before this column: looked up by id)
+                for i, g in enumerate(t.column("duplicate_of_gid").to_pylist()):
+                    if g is not None:
+                        surv_gid[i] = g
         if "jaccard" in names:
             for i, v in enumerate(t.column("jaccard").to_pylist()):
                 if v is not None:
@@ -150,7 +155,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
         "reason": pa.array(list(reason), pa.string()),
         "scores": pa.array([orjson.dumps(s).decode() if s else None for s in scores], pa.string()),
         "survivor_source": pa.array(list(surv_src), pa.string()), "survivor_id": pa.array(list(surv_id), pa.string()),
-        "n_tokens": docs.column("n_tokens"),
+        "survivor_gid": pa.array(list(surv_gid), pa.int64()), "n_tokens": docs.column("n_tokens"),
     }
     if with_text:
         out["text"] = docs.column("text")
@@ -168,18 +173,29 @@ def _url(meta: str | None) -> str | None:
 
 def quarantined(run: Run, source: str) -> list[dict]:
     """The source's quarantined records, read from its ingest step (the run publishes them
-    to <run>/quarantine only at its end, after the samples step has read them)."""
-    out = []
+    to <run>/quarantine only at its end, after the samples steps have read them)."""
     ing = run.step_dir(f"ingest-{source}")
     q = ing / "quarantine" if ing else None
-    for f in sorted(q.glob("*.jsonl")) if q and q.is_dir() else []:
-        for line in f.read_bytes().splitlines():
-            r = orjson.loads(line)
-            place = f"{r['file']}:{r['line']}" if r.get("line") is not None else f"{r['file']}#{r.get('row')}"
-            out.append({"source": source, "id": None, "source_id": place,
-                        "status": "quarantined", "stage": "ingest", "reason": r["reason"], "scores": None,
-                        "survivor_source": None, "survivor_id": None, "n_tokens": None, "error": r["error"],
-                        **({"url": r["url"]} if r.get("url") else {})})
+    files = sorted(q.glob("*.jsonl")) if q and q.is_dir() else []
+    return [row for f in files for row in _quarantine_rows(f, source)]
+
+
+def quarantined_shard(run: Run, source: str, shard: int) -> list[dict]:
+    """The quarantined records of one ingest shard."""
+    ing = run.step_dir(f"ingest-{source}")
+    f = ing / "quarantine" / f"part-{shard:05d}.jsonl" if ing else None
+    return _quarantine_rows(f, source) if f is not None and f.exists() else []
+
+
+def _quarantine_rows(f: Path, source: str) -> list[dict]:
+    out = []
+    for line in f.read_bytes().splitlines():
+        r = orjson.loads(line)
+        place = f"{r['file']}:{r['line']}" if r.get("line") is not None else f"{r['file']}#{r.get('row')}"
+        out.append({"source": source, "id": None, "source_id": place,
+                    "status": "quarantined", "stage": "ingest", "reason": r["reason"], "scores": None,
+                    "survivor_source": None, "survivor_id": None, "n_tokens": None, "error": r["error"],
+                    **({"url": r["url"]} if r.get("url") else {})})
     return out
 
 

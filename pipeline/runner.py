@@ -101,15 +101,38 @@ class Plan:
                "max_epochs": max_epochs, "on_shortfall": mx.on_shortfall, "shard_tokens": mx.shard_tokens,
                "shard_rows": mx.shard_rows, "sources": mixed}
 
-        def select_shards(st, stats):
+        def budget(stats):
             docs = self.mixed_docs(stats)
-            avail = {s: sum(d["tokens"] for d in docs if d["source"] == s) for s in mixed}
-            avail_docs = {s: sum(d["kept"] for d in docs if d["source"] == s) for s in mixed}
+            avail, avail_docs = dict.fromkeys(mixed, 0), dict.fromkeys(mixed, 0)
+            for d in docs:
+                avail[d["source"]] += d["tokens"]
+                avail_docs[d["source"]] += d["kept"]
             b = mix_mod.budget(avail, self.weights(), mx.target_tokens, max_epochs, mx.on_shortfall)
-            return [{"docs": docs, "budget": b, "available": avail, "available_docs": avail_docs, "seed": m.seed,
+            epoch = {}  # per source: the epoch whose priorities pick the partial epoch, if there is one
+            for s, e in b.items():
+                whole, partial = (1, 0) if e.get("all") else mix_mod.split_epochs(e["target"], avail[s])
+                epoch[s] = whole if partial > 0 else None
+            return docs, avail, avail_docs, b, epoch
+
+        def priority_shards(st, stats):
+            docs, *_, epoch = budget(stats)
+            return [{"doc": d, "seed": m.seed, "epoch": epoch[d["source"]],
+                     "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in docs]
+
+        self.mix_priority = Step("mix-priority", "mix-priority", cfg, upstream, "pipeline.steps.mix:priority_shard",
+                                 shards=priority_shards)
+
+        def select_shards(st, stats):
+            docs, avail, avail_docs, b, epoch = budget(stats)
+            pdir = self.mix_priority.dir(self.run_dir)
+            keys = {s: [] for s in mixed}
+            for j, d in enumerate(docs):
+                if epoch[d["source"]] is not None:
+                    keys[d["source"]].append(str(pdir / f"{shard_name(j)}.parquet"))
+            return [{"keys": keys, "budget": b, "available": avail, "available_docs": avail_docs, "seed": m.seed,
                      "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows, "describe": "mixture selection"}]
 
-        self.mix_select = Step("mix-select", "mix-select", cfg, upstream, "pipeline.steps.mix:select_shard",
+        self.mix_select = Step("mix-select", "mix-select", cfg, [self.mix_priority], "pipeline.steps.mix:select_shard",
                                shards=select_shards)
 
         def route_shards(st, stats):
@@ -127,16 +150,32 @@ class Plan:
             return [{"inputs": root, "maps": maps, "partition": p, "describe": f"mixture shard {p}"} for p in range(n)]
 
         self.mix = Step("mix", "mix", {}, [self.mix_route], "pipeline.steps.mix:write_shard", shards=write_shards)
-        self.steps += [self.mix_select, self.mix_route, self.mix]
+        self.steps += [self.mix_priority, self.mix_select, self.mix_route, self.mix]
         sm = m.samples
-        self.samples = Step(
-            "samples", "samples", {"samples": sm.model_dump(), "seed": m.seed}, list(self.steps), "pipeline.samples:sample_shard",
-            version="2",  # 2: quarantined records read from the ingest steps (1 read them before they were published)
-            shards=lambda st, stats: [{"run_dir": str(self.run_dir), "source": s, "kept_per_source": sm.kept_per_source,
-                                       "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {s}"}
-                                      for s in m.sources],
-        )
-        self.steps.append(self.samples)
+        cfg = {"samples": sm.model_dump(), "seed": m.seed}
+        ingest_dirs = [str(self.ingest[s].dir(self.run_dir)) for s in m.sources]
+
+        def pick_shards(st, stats):
+            return [{"run_dir": str(self.run_dir), "source": d["source"], "documents": d["documents"],
+                     "ingest_shard": d["part"], "ingest_dirs": ingest_dirs, "kept_per_source": sm.kept_per_source,
+                     "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {d['source']}/{shard_name(d['part'])}"}
+                    for d in dedup_plan.doc_shards(self, stats, self.layers, self.quality)]
+
+        # version 3: picked per document shard, merged per source (2 read quarantined records from the ingest steps)
+        pick = Step("samples-pick", "samples-pick", cfg, list(self.steps), "pipeline.samples:pick_shard", version="3",
+                    shards=pick_shards)
+
+        def sample_shards(st, stats):
+            offsets, _ = dedup_plan.shard_offsets(self, stats)
+            return [{"source": s, "picks": str(pick.dir(self.run_dir)), "first": offsets[i],
+                     "shards": len(stats[self.ingest[s].name]), "kept_per_source": sm.kept_per_source,
+                     "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {s}"}
+                    for i, s in enumerate(m.sources)]
+
+        self.samples = Step("samples", "samples", cfg, [pick], "pipeline.samples:sample_shard", version="3",
+                            shards=sample_shards)
+        self.samples_pick = pick
+        self.steps += [pick, self.samples]
 
     def mixed_docs(self, stats: dict) -> list[dict]:
         """The document shards of the sources in the mixture, with all their layers."""
@@ -275,7 +314,8 @@ def _expected_mixture(plan: Plan, run_dir: Path) -> list[str]:
     target and the epochs it needs; or which step must run first."""
     import math
 
-    upstream = [s for s in plan.steps if s not in (plan.mix_select, plan.mix_route, plan.mix, plan.samples)]
+    upstream = [s for s in plan.steps
+                if s not in (plan.mix_priority, plan.mix_select, plan.mix_route, plan.mix, plan.samples_pick, plan.samples)]
     pending = [s.name for s in upstream if not (s.dir(run_dir) / SUCCESS).exists()]
     if pending:
         return [f"expected mixture: unknown until {pending[0]} runs (and {len(pending) - 1} more steps)" if len(pending) > 1

@@ -5,7 +5,13 @@ the same run publishes the same samples and a slice gives the same documents how
 the run was sharded. Documents are streamed shard by shard (pipeline/decisions.py); only
 the chosen few are held.
 
-Published (the `samples` step, one task per source): `samples/<source>/kept.jsonl` with
+Published by two steps, so no task reads a whole source: `samples-pick`, one task per
+document shard, keeps each group's smallest hashes (at most as many as are published) with
+their texts; `samples`, one task per source, merges its shards' picks (a few records per
+shard and group) and keeps the smallest of those, which are the smallest of the source.
+A dedup survivor's text is read by its gid (one row group), not by scanning ids.
+
+Published: `samples/<source>/kept.jsonl` with
 `kept_per_source` kept documents, and `samples/<source>/removed.jsonl` with
 `removed_per_reason` documents for each (stage, reason). A dedup removal carries its
 survivor (`survivor: {source, id, text}`); a quality removal its score and threshold.
@@ -16,6 +22,7 @@ from __future__ import annotations
 import heapq
 from pathlib import Path
 
+import numpy as np
 import orjson
 import xxhash
 
@@ -120,13 +127,136 @@ def write_jsonl(records: list[dict], path: Path):
     atomic.write_bytes(path, b"".join(orjson.dumps(r) + b"\n" for r in records))
 
 
-def sample_shard(spec: dict, out) -> dict:
-    """The `samples` step: one source's published samples."""
+# ---------------------------------------------------------------- the published samples: a map and a merge
+
+
+def _bottom(keys: np.ndarray, n: int) -> np.ndarray:
+    """Positions of the n smallest keys, in key order (ties: position)."""
+    if n <= 0 or len(keys) == 0:
+        return np.zeros(0, np.int64)
+    return np.lexsort((np.arange(len(keys)), keys))[:n]
+
+
+def _survivor_texts(spec: dict, records: list[tuple[dict, int | None]]) -> None:
+    """Each dedup removal's survivor text, read by the survivor's gid (one row group of its
+    ingest shard); runs that predate gids fall back to a scan of the survivor's source."""
+    from pipeline.dedup import shuffle
+    from pipeline.steps import view
+
+    by_shard: dict[str, list] = {}
+    missing = []
+    for r, g in records:
+        if "survivor" not in r:
+            continue
+        if g is None:
+            missing.append(r)
+            continue
+        src, part, row = (int(x[0]) for x in shuffle.split_gid(np.array([g])))
+        path = f"{spec['ingest_dirs'][src]}/part-{part:05d}.parquet"
+        by_shard.setdefault(path, []).append((row, r))
+    for path, items in by_shard.items():
+        rows = np.array(sorted({row for row, _ in items}))
+        t = view.read_rows(path, [], rows, ["id", "text"])
+        found = dict(zip(rows.tolist(), zip(t.column("id").to_pylist(), t.column("text").to_pylist(), strict=True), strict=True))
+        for row, r in items:
+            i, text = found[row]
+            if i != r["survivor"]["id"]:
+                raise ValueError(f"{path} row {row} holds {i!r}, not the survivor {r['survivor']['id']!r}")
+            r["survivor"]["text"] = (text or "")[:TEXT_LIMIT]
+    if missing:
+        _attach_survivors(dec.Run(fs.path(spec["run_dir"])), missing)
+
+
+def pick_shard(spec: dict, out) -> dict:
+    """The `samples-pick` step, one task per document shard: of each group (kept; removed by
+    stage and reason; quarantined by reason) the records with the smallest sample hashes,
+    at most as many as the source publishes, with their texts. Writes part-XXXXX.jsonl."""
     run = dec.Run(fs.path(spec["run_dir"]))
+    source, part = spec["source"], fs.path(spec["documents"])
+    t = dec.shard_decisions(run, source, part)
+    ids = t.column("id").to_pylist()
+    keys = np.array([_h(run.seed, source, i) for i in ids], np.uint64)
+    status = np.array(t.column("status").to_pylist(), dtype=object)
+    groups: dict[tuple, np.ndarray] = {}
+    kept = np.flatnonzero(status == "kept")
+    if len(kept):
+        groups[("kept",)] = kept
+    removed = np.flatnonzero(status == "removed")
+    if len(removed):
+        stage = t.column("stage").to_pylist()
+        reason = t.column("reason").to_pylist()
+        labels: dict[tuple, list[int]] = {}
+        for i in removed.tolist():
+            labels.setdefault(("removed", stage[i], dec.reason_group(reason[i])), []).append(i)
+        groups.update({k: np.array(v) for k, v in labels.items()})
+    chosen: list[tuple[tuple, int]] = []
+    for g, pos in groups.items():
+        n = spec["kept_per_source"] if g[0] == "kept" else spec["removed_per_reason"]
+        chosen += [(g, int(pos[j])) for j in _bottom(keys[pos], n)]
+    records: list[tuple[dict, int | None]] = []
+    if chosen:
+        rows = np.array(sorted({i for _, i in chosen}))
+        layers = [str(p) for _, p in run.layers(source, part)]
+        texts = view_rows(str(part), layers, rows)
+        for g, i in chosen:
+            row = {k: v[i] for k, v in _columns(t).items()}
+            text, meta = texts[i]
+            row["text"] = text
+            row["url"] = dec._url(meta)
+            r = _record(row)
+            r["_group"], r["_key"] = list(g), int(keys[i])
+            records.append((r, row.get("survivor_gid")))
+    _survivor_texts(spec, records)
+    q = dec.quarantined_shard(run, source, spec["ingest_shard"])
+    qkeys = np.array([_h(run.seed, source, row["source_id"]) for row in q], np.uint64)
+    qgroups: dict[str, list[int]] = {}
+    for j, row in enumerate(q):
+        qgroups.setdefault(row["reason"], []).append(j)
+    for reason, pos in qgroups.items():
+        pos = np.array(pos)
+        for j in _bottom(qkeys[pos], spec["removed_per_reason"]):
+            row = q[int(pos[j])]
+            r = {**row, "scores": {}, "text": ""}
+            r["_group"], r["_key"] = ["quarantined", "ingest", reason], int(qkeys[pos[j]])
+            records.append((r, None))
+    write_jsonl([r for r, _ in records], out.path(".jsonl"))
+    return {"rows": t.num_rows + len(q), "source": source, "picked": len(records)}
+
+
+def _columns(t) -> dict[str, list]:
+    return {c: t.column(c).to_pylist() for c in t.column_names}
+
+
+def view_rows(documents: str, layers: list[str], rows: np.ndarray) -> dict[int, tuple[str, str | None]]:
+    """row -> (current text, metadata) of some rows of a shard."""
+    from pipeline.steps import view
+
+    t = view.read_rows(documents, layers, rows, ["text", "metadata"])
+    return dict(zip(rows.tolist(), zip(t.column("text").to_pylist(), t.column("metadata").to_pylist(), strict=True),
+                    strict=True))
+
+
+def sample_shard(spec: dict, out) -> dict:
+    """The `samples` step, one task per source: the picks of its shards merged, the smallest
+    hashes of each group kept; the same records as one pass over the source."""
+    groups: dict[tuple, list[dict]] = {}
+    for k in range(spec["first"], spec["first"] + spec["shards"]):
+        path = fs.path(spec["picks"]) / f"part-{k:05d}.jsonl"
+        for line in fs.read_bytes(path).splitlines():
+            r = orjson.loads(line)
+            groups.setdefault(tuple(r.pop("_group")), []).append(r)
+
+    def best(g: tuple, n: int) -> list[dict]:
+        recs = groups.get(g, [])
+        recs.sort(key=lambda r: r["_key"])  # stable: ties keep shard order
+        return [{k: v for k, v in r.items() if k != "_key"} for r in recs[:n]]
+
     source = spec["source"]
-    kept = sample(run, [source], spec["kept_per_source"], status="kept")
-    removed = sample(run, [source], spec["removed_per_reason"], status="removed", per_group=True)
-    removed += sample(run, [source], spec["removed_per_reason"], status="quarantined", per_group=True)
+    kept = best(("kept",), spec["kept_per_source"])
+    removed = []
+    for kind in ("removed", "quarantined"):
+        for g in sorted((g for g in groups if g[0] == kind), key=lambda g: tuple("" if x is None else x for x in g)):
+            removed += best(g, spec["removed_per_reason"])
     d = fs.path(out.dir) / source
     write_jsonl(kept, d / "kept.jsonl")
     write_jsonl(removed, d / "removed.jsonl")

@@ -139,6 +139,7 @@ def survivor_task(in_dir: str, out_dir: str, part: int, nparts: int, sources: li
     t = t.append_column("rank", pa.array(rank)).append_column("src", pa.array(src))
     t = t.sort_by([("label", "ascending"), ("rank", "ascending"), ("id", "ascending")])
     label = t.column("label").to_numpy()
+    sorted_node = t.column("node").to_numpy()
     head = np.flatnonzero(np.r_[True, label[1:] != label[:-1]])
     size = np.diff(np.r_[head, len(label)])
     head_of = np.repeat(head, size)
@@ -156,8 +157,9 @@ def survivor_task(in_dir: str, out_dir: str, part: int, nparts: int, sources: li
         "duplicate_of_source": pa.array([names[srcs[head_of[i]]] for i in removed], pa.string()),
         "jaccard": pa.array(best[removed], mask=np.isnan(best[removed])),
         "cluster": pa.array(cluster, pa.string()), "cluster_size": pa.array(np.repeat(size, size)[removed]),
+        "duplicate_of_gid": pa.array(sorted_node[head_of[removed]], pa.int64()),
     })
-    shuffle.write_to_shards(dec, t.column("node").to_numpy()[removed], offsets, ndocs, target)
+    shuffle.write_to_shards(dec, sorted_node[removed], offsets, ndocs, target)
     members = [[f"{names[srcs[j]]}:{ids[j]}" for j in range(h, h + s)] for h, s in zip(head, size, strict=True)]
     ctab = pa.table({"cluster": [m[0] for m in members], "size": pa.array(size, pa.int64()),
                      "members": pa.array(members, pa.list_(pa.string()))})

@@ -40,7 +40,7 @@ def _epoch(date) -> int:
     return int(d.timestamp())
 
 
-COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string"}
+COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string", "duplicate_of_gid": "int64"}
 
 
 def _url_keys(metas: list, spec: dict, h1: list, h2: list, order: list) -> list[int]:
@@ -111,6 +111,7 @@ def reduce_shard(spec: dict, out) -> dict:
         "reason": pc.binary_join_element_wise(spec.get("reason", "exact_duplicate_of"), t.column("id").take(surv), ":"),
         "duplicate_of": t.column("id").take(surv),
         "duplicate_of_source": pa.array([ranks_to_src[r] for r in t.column("rank").take(surv).to_pylist()], pa.string()),
+        "duplicate_of_gid": t.column("gid").take(surv),  # where the survivor is: samples read its text directly
     })
     shuffle.write_to_shards(table, t.column("gid").to_numpy()[dup], spec["offsets"], spec["ndocs"], target)
     return {"rows": t.num_rows, "groups": int((~new[1:] & new[:-1]).sum()) if len(new) > 1 else 0, "removed": len(dup)}

@@ -31,7 +31,7 @@ from pipeline.steps import view
 ALL_PAIRS = 32
 EDGES_PER_PARTITION = 5_000_000
 COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string", "jaccard": "float64",
-           "cluster": "string", "cluster_size": "int64"}
+           "cluster": "string", "cluster_size": "int64", "duplicate_of_gid": "int64"}
 BATCH = 1024
 CHUNK_BYTES = 1 << 20  # text per numpy pass: the pass holds about 40 bytes per byte of text
 

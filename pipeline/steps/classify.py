@@ -28,6 +28,7 @@ from pipeline.dedup.apply import scatter, sizes, stage_stats, write_attributes
 from pipeline.errors import InputError
 from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
+from pipeline import select
 from pipeline.steps import view
 
 VALIDATION_EVERY = 10  # one example in ten, per class, is held out
@@ -188,50 +189,35 @@ def score_shard(spec: dict, out) -> dict:
                       "tie": np.concatenate(parts_t) if parts_t else np.zeros(0, np.uint32)})
     final = out.path(".parquet")
     fs.write_table(table, final, compression="zstd")
-    return {"rows": table.num_rows}
+    # the keys of the rows still kept, complemented (smallest = best), for the threshold's merge
+    keys = score_keys(table.column("score").to_numpy(), table.column("tie").to_numpy())[state.keep]
+    select.write_keys(out.path(".parquet", "keys"), ~keys, np.ones(len(keys), np.int64))
+    return {"rows": table.num_rows, "kept": len(keys)}
 
 
 # ---------------------------------------------------------------- threshold
 
 
-def _keys(shard: dict) -> np.ndarray:
-    """(score bits << 32 | tie) of the rows still kept before this stage; larger is better."""
-    t = fs.read_table(shard["scores"], columns=["score", "tie"])
-    keep = view.Layers(shard["layers"], t.num_rows, ()).keep
-    bits = t.column("score").to_numpy().astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((bits << np.uint64(32)) | t.column("tie").to_numpy().astype(np.uint64))[keep]
-
-
-def kth_largest(shards: list[dict], k: int) -> int:
-    """The k-th largest key over all shards, exactly, by radix select on 16-bit digits
-    (4 passes over the score files; memory: one shard's keys and 65,536 counters)."""
-    prefix, mask = 0, 0
-    for shift in (48, 32, 16, 0):
-        counts = np.zeros(1 << 16, np.int64)
-        for sh in shards:
-            keys = _keys(sh)
-            keys = keys[(keys & np.uint64(mask)) == np.uint64(prefix)]
-            counts += np.bincount(((keys >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.int64), minlength=1 << 16)
-        above = np.cumsum(counts[::-1])  # above[i]: keys with digit >= 65535 - i
-        i = int(np.searchsorted(above, k))
-        digit = (1 << 16) - 1 - i
-        k -= int(above[i - 1]) if i else 0
-        prefix |= digit << shift
-        mask |= 0xFFFF << shift
-    return prefix
-
-
 def threshold_shard(spec: dict, out) -> dict:
-    shards = spec["shards"]
-    n = sum(int(view.Layers(s["layers"], view.num_rows(s["scores"]), ()).keep.sum()) for s in shards)
+    """The threshold of a source: min_score as given, or the exact keep_fraction cutoff
+    merged from the score tasks' key files (pipeline/select.py: no pass over the source)."""
+    paths = [f"{spec['keys']}/part-{j:05d}.parquet" for j in range(spec["shards"])]
+    n, _ = select.totals(paths)
     if spec["min_score"] is not None:
         return {"rows": n, "docs_in": n, "kind": "min_score", "threshold": spec["min_score"], "key": None}
     k = round(spec["keep_fraction"] * n)
     if k == 0:
         return {"rows": n, "docs_in": n, "kind": "keep_fraction", "k": 0, "threshold": 1.0, "key": str(2**64 - 1)}
-    key = kth_largest(shards, k)
+    c, _, _ = select.cutoff(paths, k)  # the k-th smallest complement: the k-th largest key
+    key = (2**64 - 1) ^ c
     score = float(np.array([key >> 32], np.uint32).view(np.float32)[0])
     return {"rows": n, "docs_in": n, "kind": "keep_fraction", "k": k, "threshold": score, "key": str(key)}
+
+
+def score_keys(scores: np.ndarray, tie: np.ndarray) -> np.ndarray:
+    """(score bits << 32 | tie): larger is better, no two documents alike (bar a 32-bit tie)."""
+    bits = scores.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return (bits << np.uint64(32)) | tie.astype(np.uint64)
 
 
 # ---------------------------------------------------------------- apply

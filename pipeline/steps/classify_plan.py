@@ -66,6 +66,7 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
             shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c: [
                 {"doc": d, "model": model_path, "label": c.label, "lowercase": c.lowercase,
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)],
+            version="2",  # 2: also writes keys/, the kept rows' keys for the threshold's merge
         )
         plan.steps.append(score)
 
@@ -75,8 +76,8 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
         thr_cfg = {"min_score": q.min_score, "keep_fraction": q.keep_fraction}
         thr = Step(
             f"quality-{sname}-threshold", "quality-threshold", thr_cfg, [score], "pipeline.steps.classify:threshold_shard",
-            shards=lambda st, stats, scores_of=scores_of, q=q, sname=sname: [
-                {"shards": [{"scores": p, "layers": d["layers"]} for d, p in scores_of(stats)],
+            shards=lambda st, stats, scores_of=scores_of, q=q, sname=sname, score=score: [
+                {"keys": str(score.dir(plan.run_dir) / "keys"), "shards": len(scores_of(stats)),
                  "min_score": q.min_score, "keep_fraction": q.keep_fraction, "describe": f"threshold of {sname}"}],
         )
         plan.steps.append(thr)

@@ -1,8 +1,9 @@
 """The weighted mixture: token targets, epochs, a deterministic global shuffle.
 
-    mix-select   one task: each source's budget, and for a source that is down-sampled or
-                 needs a partial epoch, the priority cutoff (an exact token-weighted radix
-                 select over the kept documents' priorities, streamed from their shards)
+    mix-priority per document shard of a source that is down-sampled or needs a partial
+                 epoch: its kept documents' priorities and tokens, sorted, with a histogram
+    mix-select   one task: each source's budget and priority cutoff, exact, merged from the
+                 priority files' histograms and one row group each (pipeline/select.py)
     mix-route    per document shard: every chosen (document, epoch) goes to output shard
                  order % n_shards, where order = hash(seed, source, id, epoch)
     mix          per output shard: its rows sorted by order, written as part-XXXXX.parquet
@@ -31,6 +32,7 @@ import xxhash
 
 from pipeline.dedup import shuffle
 from pipeline.errors import RunError
+from pipeline import select
 from pipeline.io import atomic, fs
 from pipeline.steps import view
 
@@ -105,54 +107,33 @@ def split_epochs(target: int, avail: int) -> tuple[int, int]:
 # ---------------------------------------------------------------- token-weighted cutoff
 
 
-def _prio_tokens(d: dict, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+def priority_shard(spec: dict, out) -> dict:
+    """`mix-priority`, per document shard of a source with a partial epoch: the priority
+    and tokens of every kept document, sorted, for the select's merge (pipeline/select.py)."""
+    d, epoch = spec["doc"], spec["epoch"]
     p, t = [], []
-    for _, b in view.kept_batches(d["documents"], d["layers"], ["id", "n_tokens"]):
-        p.append(priority(seed, d["source"], b.column("id").to_pylist(), epoch))
-        t.append(b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
-    if not p:
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
-    return np.concatenate(p), np.concatenate(t)
-
-
-def cutoff(arrays, want: int) -> tuple[int, int, int]:
-    """The smallest priority c with sum(tokens of priority <= c) >= want, by a radix select
-    on 16-bit digits; `arrays()` yields (priorities, tokens) per shard, again for each pass.
-    Returns (c, documents chosen, tokens chosen)."""
-    prefix, mask, need = 0, 0, want
-    for shift in (48, 32, 16, 0):
-        sums = np.zeros(1 << 16, np.int64)
-        for p, t in arrays():
-            sel = (p & np.uint64(mask)) == np.uint64(prefix)
-            digit = ((p[sel] >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.int64)
-            sums += np.bincount(digit, weights=t[sel], minlength=1 << 16).astype(np.int64)
-        cum = np.cumsum(sums)
-        i = int(np.searchsorted(cum, need))  # first digit where the running total reaches need
-        i = min(i, (1 << 16) - 1)
-        need -= int(cum[i - 1]) if i else 0
-        prefix |= i << shift
-        mask |= 0xFFFF << shift
-    docs = toks = 0
-    for p, t in arrays():
-        sel = p <= np.uint64(prefix)
-        docs += int(sel.sum())
-        toks += int(t[sel].sum())
-    return prefix, docs, toks
+    if epoch is not None:
+        for _, b in view.kept_batches(d["documents"], d["layers"], ["id", "n_tokens"]):
+            p.append(priority(spec["seed"], d["source"], b.column("id").to_pylist(), epoch))
+            t.append(b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
+    p = np.concatenate(p) if p else np.zeros(0, np.uint64)
+    t = np.concatenate(t) if t else np.zeros(0, np.int64)
+    if epoch is not None:
+        select.write_keys(out.path(".parquet"), p, t)
+    return {"rows": len(p), "source": d["source"]}
 
 
 def select_shard(spec: dict, out) -> dict:
     """The selection of every source (see the module docstring)."""
-    seed = spec["seed"]
     plan = {}
     total_tokens = total_rows = 0
     for s, b in spec["budget"].items():
-        docs = [d for d in spec["docs"] if d["source"] == s]
         avail, avail_docs = spec["available"][s], spec["available_docs"][s]
         whole, partial = (1, 0) if b.get("all") else split_epochs(b["target"], avail)
         entry = {**b, "available": avail, "available_docs": avail_docs, "whole_epochs": whole, "partial_tokens": partial,
                  "cutoff": None, "partial_docs": 0, "partial_tokens_chosen": 0}
         if partial > 0:
-            c, n, t = cutoff(lambda docs=docs, whole=whole: (_prio_tokens(d, seed, whole) for d in docs), partial)
+            c, n, t = select.cutoff(spec["keys"][s], partial)
             entry.update({"cutoff": str(c), "partial_docs": n, "partial_tokens_chosen": t})
         entry["rows"] = whole * avail_docs + entry["partial_docs"]
         entry["tokens"] = whole * avail + entry["partial_tokens_chosen"]

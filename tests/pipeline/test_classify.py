@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from filters import quality
-from pipeline import config, runner
+from pipeline import config, runner, select
 from pipeline.io import atomic
 from pipeline.steps import classify
 from tests.conftest import curate, write_yaml
@@ -26,19 +26,19 @@ def test_roc_auc_equals_pair_counting():
 
 
 def test_kth_largest_is_exact_across_shards(tmp_path):
+    """The threshold's merge of the score tasks' key files gives the exact k-th largest key."""
     rng = np.random.default_rng(1)
-    shards, keys = [], []
+    files, keys = [], []
     for j in range(4):
         n = 500
         score = np.concatenate([rng.random(n - 100), np.full(100, 0.5)]).astype(np.float32)  # ties in score
         tie = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-        f = tmp_path / f"s{j}.parquet"
-        pq.write_table(pa.table({"score": score, "tie": tie}), f)
-        shards.append({"scores": str(f), "layers": []})
+        files.append(str(tmp_path / f"s{j}.parquet"))
+        select.write_keys(files[-1], ~classify.score_keys(score, tie), np.ones(n, np.int64))
         keys += [(int(a) << 32) | int(b) for a, b in zip(score.view(np.uint32), tie, strict=True)]
     keys.sort(reverse=True)
     for k in (1, 2, 137, 1000, 1999, 2000):
-        assert classify.kth_largest(shards, k) == keys[k - 1]
+        assert (2**64 - 1) ^ select.cutoff(files, k)[0] == keys[k - 1]
 
 
 def _yaml(path, corpus, quality_line: str, classifier: str = "", extra_sources: str = ""):

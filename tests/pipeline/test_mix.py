@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 
 import numpy as np
 import pyarrow.dataset as pads
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline import select
 from pipeline.errors import RunError
 from pipeline.io import atomic
 from pipeline.steps import mix
@@ -67,7 +69,11 @@ def test_budget_and_selection_properties(srcs, data):
             p = mix.priority(7, s, ids, whole)
             t = np.array(tokens, np.int64)
             cut = data.draw(st.integers(0, len(ids)))
-            c, n, tok = mix.cutoff(lambda p=p, t=t, cut=cut: [(p[:cut], t[:cut]), (p[cut:], t[cut:])], partial)
+            with tempfile.TemporaryDirectory() as tmp:  # the select's merge over two priority files
+                files = [f"{tmp}/a.parquet", f"{tmp}/b.parquet"]
+                select.write_keys(files[0], p[:cut], t[:cut])
+                select.write_keys(files[1], p[cut:], t[cut:])
+                c, n, tok = select.cutoff(files, partial)
             assert n == sum(1 for _, e in rows if e == whole) and tok == got - whole * avail[s]
     if not any(v["capped"] for v in b.values()):
         assert abs(sum(v["target"] for v in b.values()) - target) <= len(names)
@@ -158,7 +164,7 @@ def test_shortfall_stops_before_writing_or_renormalizes(ray_local, corpus, tmp_p
     y = _yaml(tmp_path / "e.yaml", corpus, spec + "\n          on_shortfall: renormalize")
     runner.run(config.load(y), output=str(tmp_path / "e"), log=lambda m: None, quiet=True)
     steps = atomic.read_json(tmp_path / "e" / "m" / "run.json")["steps"]
-    assert {k for k, v in steps.items() if v["status"] == "SUCCESS"} == {"mix-select", "mix-route", "mix", "samples"}
+    assert {k for k, v in steps.items() if v["status"] == "SUCCESS"} == {"mix-priority", "mix-select", "mix-route", "mix", "samples-pick", "samples"}
     m = atomic.read_json(tmp_path / "e" / "m" / "manifest.json")["sources"]
     assert m["small"]["capped"] and 1.9 < m["small"]["epochs"] <= 2.0 + 1e-9 + 300 / m["small"]["available_tokens"]
     assert m["small"]["realized_weight"] < 0.3 - 0.01 and m["big"]["realized_weight"] > 0.7 + 0.01

@@ -1,0 +1,119 @@
+"""Exact selections over a whole source without a task that reads the whole source.
+
+Two steps of the run need a cutoff over every kept document of a source: the mixture's
+partial epoch (the smallest priority whose documents' tokens reach a target) and a
+quality `keep_fraction` (the k-th largest score). Both are a *weighted cutoff*: the
+smallest key c with sum(weight of keys <= c) >= want (k-th largest: keys complemented,
+weight 1).
+
+Each document shard's task writes its keys sorted (`write_keys`: a small Parquet file of
+`key, weight`, row groups of 1,024 rows) with a histogram of the keys' top 12 bits,
+counts and weights, in the file's metadata. The merge (`cutoff`) reads each file's
+footer, sums the histograms, finds the one bin that holds the answer, and reads from
+each file only the row groups whose keys fall in that bin (about 1/4096 of the keys
+when they are hashes); the answer is exact, the same as one pass over every key.
+
+Cost: the map is part of a per-shard task that reads its shard anyway; the merge reads
+one footer (~70 KB at most) and about one row group per shard: O(shards), not
+O(documents). Past ~10^5 shards a tree level (merging histograms in groups) would keep
+the merge flat; not needed below that.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.io import fs
+
+BITS = 12
+SHIFT = np.uint64(64 - BITS)
+ROWS = 1024
+META = b"curate.histogram"
+SCHEMA = pa.schema([("key", pa.uint64()), ("weight", pa.int64())])
+
+
+def _pack(a: np.ndarray) -> str:
+    return base64.b64encode(zlib.compress(a.astype("<i8").tobytes(), 6)).decode()
+
+
+def _unpack(s: str) -> np.ndarray:
+    return np.frombuffer(zlib.decompress(base64.b64decode(s)), "<i8")
+
+
+def write_keys(path, keys: np.ndarray, weights: np.ndarray) -> int:
+    """One shard's keys (uint64) and weights (int64), sorted, with their histogram."""
+    keys = np.asarray(keys, np.uint64)
+    weights = np.asarray(weights, np.int64)
+    order = np.argsort(keys, kind="stable")
+    keys, weights = keys[order], weights[order]
+    top = (keys >> SHIFT).astype(np.int64)
+    counts = np.bincount(top, minlength=1 << BITS)
+    sums = np.bincount(top, weights=weights, minlength=1 << BITS).astype(np.int64)
+    meta = f'{{"counts": "{_pack(counts)}", "weights": "{_pack(sums)}"}}'.encode()
+    table = pa.table({"key": keys, "weight": weights}, schema=SCHEMA.with_metadata({META: meta}))
+    fs.write_table(table, path, row_group_size=ROWS, compression="zstd")
+    return len(keys)
+
+
+def _histogram(path) -> tuple[np.ndarray, np.ndarray]:
+    import orjson
+
+    md = fs.parquet_file(path).schema_arrow.metadata or {}
+    h = orjson.loads(md[META])
+    return _unpack(h["counts"]), _unpack(h["weights"])
+
+
+def totals(paths: list) -> tuple[int, int]:
+    """(keys, weight) over all files, from their footers."""
+    n = w = 0
+    for p in paths:
+        c, s = _histogram(p)
+        n += int(c.sum())
+        w += int(s.sum())
+    return n, w
+
+
+def cutoff(paths: list, want: int) -> tuple[int, int, int]:
+    """(c, keys <= c, weight of keys <= c) for the smallest key c whose running weight
+    reaches `want`. With too little weight in all: the largest key."""
+    counts = np.zeros(1 << BITS, np.int64)
+    weights = np.zeros(1 << BITS, np.int64)
+    for p in paths:
+        c, s = _histogram(p)
+        counts += c
+        weights += s
+    cum = np.cumsum(weights)
+    if cum.size == 0 or cum[-1] < want or counts.sum() == 0:
+        d = int(np.flatnonzero(counts)[-1]) if counts.any() else 0
+        need = None
+    else:
+        d = int(np.searchsorted(cum, want))  # the first bin where the running weight reaches want
+        need = want - (int(cum[d - 1]) if d else 0)
+    lo = np.uint64(d) << SHIFT
+    cond = pc.field("key") >= pa.scalar(lo, pa.uint64())
+    if d + 1 < (1 << BITS):
+        cond = cond & (pc.field("key") < pa.scalar(np.uint64(d + 1) << SHIFT, pa.uint64()))
+    parts = [_read(p, cond) for p in paths]
+    t = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
+    t = t.sort_by([("key", "ascending")])
+    keys = t.column("key").to_numpy()
+    w = np.cumsum(t.column("weight").to_numpy())
+    below_n = int(counts[:d].sum())
+    below_w = int(weights[:d].sum())
+    if need is None:
+        i = len(keys) - 1
+    else:
+        i = int(np.searchsorted(w, need))
+    c = int(keys[i])
+    last = int(np.searchsorted(keys, np.uint64(c), side="right"))  # equal keys: all of them are <= c
+    return c, below_n + last, below_w + int(w[last - 1])
+
+
+def _read(path, cond) -> pa.Table:
+    """The rows of one key file that satisfy `cond` (row-group statistics skip the rest)."""
+    return fs.read_table(path, filters=cond, columns=["key", "weight"])

@@ -1,0 +1,42 @@
+"""The exact select merged from per-shard key files (pipeline/select.py) against a sort of
+every key: any shard layout, empty shards, zero weights, ties, every target."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import select
+
+
+def _reference(keys: np.ndarray, weights: np.ndarray, want: int) -> tuple[int, int, int]:
+    order = np.argsort(keys, kind="stable")
+    k, w = keys[order], np.cumsum(weights[order])
+    i = int(np.searchsorted(w, want)) if w[-1] >= want else len(k) - 1
+    c = int(k[i])
+    last = int(np.searchsorted(k, np.uint64(c), side="right"))
+    return c, last, int(w[last - 1])
+
+
+@pytest.mark.parametrize("layout", ["random", "clustered", "ties"])
+def test_cutoff_equals_a_sort_of_every_key(tmp_path, layout):
+    rng = np.random.default_rng({"random": 1, "clustered": 2, "ties": 3}[layout])
+    files, all_k, all_w = [], [], []
+    for j in range(6):
+        n = [0, 1, 3000, 700, 0, 2500][j]
+        if layout == "random":
+            k = rng.integers(0, 2**64, n, dtype=np.uint64)
+        elif layout == "clustered":  # every key in one histogram bin: the merge reads that bin from every file
+            k = (np.uint64(77) << np.uint64(52)) | rng.integers(0, 2**40, n, dtype=np.uint64)
+        else:  # many equal keys
+            k = rng.integers(0, 50, n, dtype=np.uint64) << np.uint64(58)
+        w = rng.integers(0, 900, n).astype(np.int64) * (rng.random(n) > 0.2)  # a fifth weigh nothing
+        files.append(str(tmp_path / f"s{j}.parquet"))
+        assert select.write_keys(files[-1], k, w) == n
+        all_k.append(k)
+        all_w.append(w)
+    keys, weights = np.concatenate(all_k), np.concatenate(all_w)
+    total = int(weights.sum())
+    assert select.totals(files) == (len(keys), total)
+    for want in sorted({1, 2, 999, total // 7, total // 2, total - 1, total, total + 5}):
+        assert select.cutoff(files, want) == _reference(keys, weights, want), want
