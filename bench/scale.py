@@ -154,13 +154,18 @@ def run_one(corpus: Path, out: Path, workers: int, partitions: int) -> dict:
     rec = json.loads((run / "run.json").read_text())
     led = json.loads((run / "ledger.json").read_text())
     res["docs"] = sum(e["in"] for e in led["sources"].values())
+    res["web_docs"] = led["sources"]["web"]["in"]
+    res["chars"] = sum(e["stages"][0].get("chars_out", 0) for e in led["sources"].values())  # after ingest
     steps = {}
     for name, st in rec["steps"].items():
         d = run / st["dir"]
         markers = _markers(d)
-        nfiles = sum(len(f) for _, _, f in os.walk(d))
+        walked = [(root, f) for root, _, fs_ in os.walk(d) for f in fs_]
+        nfiles = len(walked)
+        nbytes = sum(os.path.getsize(os.path.join(root, f)) for root, f in walked)
         secs = [m.get("seconds", 0.0) for m in markers.values()]
-        steps[name] = {"files": nfiles, "tasks": len(markers), "longest": max(secs or [0.0]), "total": sum(secs),
+        steps[name] = {"files": nfiles, "bytes": nbytes, "tasks": len(markers), "longest": max(secs or [0.0]), "total": sum(secs),
+                       "rows": sum(m.get("rows", 0) or 0 for m in markers.values()),
                        "rss": max([m.get("peak_rss_mb") or 0.0 for m in markers.values()] or [0.0]),
                        "wall": st.get("seconds", 0.0)}
     res["steps"] = steps
