@@ -60,6 +60,7 @@ class Step:
     #          the documents the shard processed (progress counts it)
     shards: Callable[[Step, dict], list[dict]]  # (step, stats of finished steps), called once inputs are done
     version: str = "1"  # bump when the step's code changes its output
+    cpus: float = 1  # CPU slots a task takes (0 for a coordinator that waits on tasks of its own)
     meta: dict = field(default_factory=dict)  # not hashed: the shard specs once listed, for error messages
 
     # computed once: a step's config and inputs do not change after the plan builds it
@@ -395,7 +396,8 @@ class Executor:
         while queue or in_flight:
             while queue and len(in_flight) < cap:
                 s, idx, spec = queue.popleft()
-                ref = remote.remote(s.fn, spec, str(s.dir(self.run_dir)), idx)
+                r = remote if s.cpus == 1 else remote.options(num_cpus=s.cpus)
+                ref = r.remote(s.fn, spec, str(s.dir(self.run_dir)), idx)
                 in_flight[ref] = (s, idx)
             refs = list(in_flight)
             done, rest = ray.wait(refs, num_returns=1, timeout=1.0)

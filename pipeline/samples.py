@@ -130,11 +130,15 @@ def write_jsonl(records: list[dict], path: Path):
 # ---------------------------------------------------------------- the published samples: a map and a merge
 
 
-def _bottom(keys: np.ndarray, n: int) -> np.ndarray:
-    """Positions of the n smallest keys, in key order (ties: position)."""
+def _bottom(keys: np.ndarray, n: int, ids: list) -> list[int]:
+    """Positions of the n smallest (key, id): ties of the 64-bit key go by id, never by
+    position, so the choice does not depend on sharding."""
     if n <= 0 or len(keys) == 0:
-        return np.zeros(0, np.int64)
-    return np.lexsort((np.arange(len(keys)), keys))[:n]
+        return []
+    order = np.argsort(keys, kind="stable")
+    if len(order) > n:
+        order = order[keys[order] <= keys[order[n - 1]]]  # the n smallest and every key tied with the n-th
+    return sorted(order.tolist(), key=lambda j: (int(keys[j]), ids[j] or ""))[:n]
 
 
 def _survivor_texts(spec: dict, records: list[tuple[dict, int | None]]) -> None:
@@ -192,7 +196,7 @@ def pick_shard(spec: dict, out) -> dict:
     chosen: list[tuple[tuple, int]] = []
     for g, pos in groups.items():
         n = spec["kept_per_source"] if g[0] == "kept" else spec["removed_per_reason"]
-        chosen += [(g, int(pos[j])) for j in _bottom(keys[pos], n)]
+        chosen += [(g, int(pos[j])) for j in _bottom(keys[pos], n, [ids[i] for i in pos.tolist()])]
     records: list[tuple[dict, int | None]] = []
     if chosen:
         rows = np.array(sorted({i for _, i in chosen}))
@@ -214,7 +218,7 @@ def pick_shard(spec: dict, out) -> dict:
         qgroups.setdefault(row["reason"], []).append(j)
     for reason, pos in qgroups.items():
         pos = np.array(pos)
-        for j in _bottom(qkeys[pos], spec["removed_per_reason"]):
+        for j in _bottom(qkeys[pos], spec["removed_per_reason"], [q[i]["source_id"] for i in pos.tolist()]):
             row = q[int(pos[j])]
             r = {**row, "scores": {}, "text": ""}
             r["_group"], r["_key"] = ["quarantined", "ingest", reason], int(qkeys[pos[j]])
@@ -248,7 +252,7 @@ def sample_shard(spec: dict, out) -> dict:
 
     def best(g: tuple, n: int) -> list[dict]:
         recs = groups.get(g, [])
-        recs.sort(key=lambda r: r["_key"])  # stable: ties keep shard order
+        recs.sort(key=lambda r: (r["_key"], r.get("id") or r.get("source_id") or ""))
         return [{k: v for k, v in r.items() if k != "_key"} for r in recs[:n]]
 
     source = spec["source"]

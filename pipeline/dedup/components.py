@@ -180,13 +180,32 @@ class _Runner:
             self.ray = ray
             self.remote = {}
 
+        self.longest = 0.0  # the longest round task and its peak RSS, for the clusters marker
+        self.peak_rss_mb = 0.0
+
     def map(self, fn, calls: list[tuple]) -> list:
         if not self.parallel:
-            return [fn(*c) for c in calls]
-        r = self.remote.get(fn)
-        if r is None:
-            r = self.remote[fn] = self.ray.remote(num_cpus=1, max_retries=3)(fn)
-        return self.ray.get([r.remote(*c) for c in calls])
+            out = [_timed(fn, *c) for c in calls]
+        else:
+            r = self.remote.get(fn)
+            if r is None:
+                r = self.remote[fn] = self.ray.remote(num_cpus=1, max_retries=3)(_timed)
+            out = self.ray.get([r.remote(fn, *c) for c in calls])
+        self.longest = max([self.longest] + [o[1] for o in out])
+        self.peak_rss_mb = max([self.peak_rss_mb] + [o[2] for o in out])
+        return [o[0] for o in out]
+
+
+def _timed(fn, *args):
+    """(fn(*args), seconds, peak RSS MB of the task)."""
+    import time
+
+    from pipeline.executor import _peak_rss_mb, _reset_peak_rss
+
+    reset = _reset_peak_rss()
+    t0 = time.time()
+    res = fn(*args)
+    return res, time.time() - t0, _peak_rss_mb(reset)
 
 
 def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: list[str], src_rank: list[int],
@@ -217,7 +236,8 @@ def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: 
     res = runner.map(survivor_task, [(str(work / "labels"), str(out_dir), p, nparts, sources, src_rank, offsets, ndocs)
                                      for p in range(nparts)])
     return {"rounds": rounds, "clusters": sum(r["clusters"] for r in res), "removed": sum(r["removed"] for r in res),
-            "largest": max([r["largest"] for r in res] or [0]), "partitions": nparts}
+            "largest": max([r["largest"] for r in res] or [0]), "partitions": nparts,
+            "round_task_longest": round(runner.longest, 3), "round_task_peak_rss_mb": runner.peak_rss_mb}
 
 
 def _total(results: list[tuple[int, int]]) -> tuple[int, int]:

@@ -7,7 +7,9 @@ buckets (per bucket partition): documents sharing a bucket are candidate pairs. 
     bucket of up to ALL_PAIRS members every pair is a candidate; in a larger one each
     member is paired with the first and with the one before it (members ordered by
     source priority and id hash), which keeps templated pages from exploding into k^2
-    pairs while every member still meets the cluster. Pairs go to the lower member's shard.
+    pairs while every member still meets the cluster. Pairs go to the later member's
+    shard, so a bucket of a million near-copies sends each verify task about two pairs
+    per member it holds, and the hub's text is read once per task, not held by one.
 verify (per document shard): the pairs, deduplicated; with `verify: true`, the true
     Jaccard similarity of the two documents' shingle sets, recomputed from their current
     text (only candidates are read back), and only pairs at or above `threshold` are edges.
@@ -48,17 +50,20 @@ def _chunks(lengths, limit: int):
         yield lo, len(lengths)
 
 
-def _okey(rank: int, ids: list[str]) -> np.ndarray:
-    """An order key that does not depend on sharding: source priority, then a hash of the id."""
+def _okey(rank: int, ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """An order key that does not depend on sharding: source priority, then 120 bits of
+    hashes of the id (56 + an independent 64), so that two documents tie with a chance of
+    about 1e-16 among 25 billion; only then does the gid (a shard position) decide."""
     h = np.array([xxhash.xxh3_64_intdigest(i) for i in ids], dtype=np.uint64) >> np.uint64(8)
-    return (np.uint64(rank) << np.uint64(56)) | h
+    h2 = np.array([xxhash.xxh3_64_intdigest(i, seed=0x5EED) for i in ids], dtype=np.uint64)
+    return (np.uint64(rank) << np.uint64(56)) | h, h2
 
 
 def sig_shard(spec: dict, out) -> dict:
     doc, p = spec["doc"], spec["params"]
     a, b = text.permutations(p["num_perm"], p["seed"])
     bands, rows_per = p["bands"], p["rows"]
-    keys, okeys, gids = [], [], []
+    keys, okeys, okeys2, gids = [], [], [], []
     nbytes = ndocs = 0
     for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"], batch_rows=BATCH):
         lengths = pa.compute.binary_length(batch.column("text")).to_numpy(zero_copy_only=False)
@@ -70,16 +75,18 @@ def sig_shard(spec: dict, out) -> dict:
             if not len(which):
                 continue
             bk = text.band_buckets(sig, bands, rows_per)
-            ok = _okey(doc["rank"], batch.column("id").slice(lo, hi - lo).take(pa.array(which)).to_pylist())
+            ok, ok2 = _okey(doc["rank"], batch.column("id").slice(lo, hi - lo).take(pa.array(which)).to_pylist())
             g = shuffle.gid(doc["src"], doc["part"], rows[lo:hi][which])
             keys.append(bk.ravel())
             okeys.append(np.repeat(ok, bands))
+            okeys2.append(np.repeat(ok2, bands))
             gids.append(np.repeat(g, bands))
             ndocs += len(which)
     base = shuffle.map_file(fs.path(out.dir) / "buckets", out.index)
     if keys:
         k = np.concatenate(keys)
-        table = pa.table({"bucket": k, "okey": np.concatenate(okeys), "gid": np.concatenate(gids)})
+        table = pa.table({"bucket": k, "okey": np.concatenate(okeys), "okey2": np.concatenate(okeys2),
+                          "gid": np.concatenate(gids)})
         segments = shuffle.write_partitions(table, shuffle.partition_of(k, spec["partitions"]), spec["partitions"], base)
     else:
         segments = shuffle.write_empty(spec["partitions"], base)
@@ -94,8 +101,9 @@ def buckets_shard(spec: dict, out) -> dict:
         return {"rows": 0, "pairs": 0, "buckets": 0, "largest": 0}
     bucket = t.column("bucket").to_numpy()
     okey = t.column("okey").to_numpy()
+    okey2 = t.column("okey2").to_numpy()
     g = t.column("gid").to_numpy()
-    order = np.lexsort((g, okey, bucket))
+    order = np.lexsort((g, okey2, okey, bucket))
     bucket, g = bucket[order], g[order]
     cuts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
     size = np.diff(cuts)
@@ -117,7 +125,7 @@ def buckets_shard(spec: dict, out) -> dict:
         lo, hi = np.concatenate(lo_parts), np.concatenate(hi_parts)
         pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
     npairs = len(pairs)
-    shuffle.write_to_shards(pa.table({"other": pa.array(pairs[:, 1], pa.int64())}), pairs[:, 0], spec["offsets"],
+    shuffle.write_to_shards(pa.table({"other": pa.array(pairs[:, 0], pa.int64())}), pairs[:, 1], spec["offsets"],
                             spec["ndocs"], target)
     return {"rows": t.num_rows, "pairs": npairs, "buckets": int((size > 1).sum()), "largest": int(size.max()),
             "large_buckets": big}
@@ -151,8 +159,8 @@ def verify_shard(spec: dict, out) -> dict:
     if t is None or t.num_rows == 0:
         fs.write_table(schema.empty_table(), final)
         return {"rows": 0, "candidates": 0, "edges": 0}
-    lo = shuffle.gid(doc["src"], doc["part"], t.column("row").to_numpy())
-    hi = t.column("other").to_numpy()
+    hi = shuffle.gid(doc["src"], doc["part"], t.column("row").to_numpy())  # pairs come to their later member
+    lo = t.column("other").to_numpy()
     pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
     lo, hi = pairs[:, 0], pairs[:, 1]
     sets, ids = _shingle_sets(spec["template"], p, np.concatenate([lo, hi]))
@@ -169,8 +177,11 @@ def verify_shard(spec: dict, out) -> dict:
 
 
 def clusters_shard(spec: dict, out) -> dict:
-    """Connected components of all verified edges (pipeline/dedup/components.py)."""
+    """Connected components of all verified edges (pipeline/dedup/components.py). A
+    coordinator: it holds counts and waits for its rounds' tasks (it takes no CPU slot)."""
+    import time
 
+    cpu0 = time.process_time()
     files = [str(fs.path(spec["edges"]) / f"part-{i:05d}.parquet") for i in range(spec["verified"])]
     edges = spec["edge_count"]  # from the verify markers: no task reads every edge file to count
     nparts = spec["partitions"] or max(1, -(-edges // EDGES_PER_PARTITION))
@@ -179,4 +190,5 @@ def clusters_shard(spec: dict, out) -> dict:
     res = components.run(files, work, fs.path(out.dir), nparts, spec["sources"], spec["src_rank"],
                          spec["offsets"], spec["ndocs"])
     fs.rmtree(work)
-    return {"rows": edges, "edges": edges, "outputs": nparts, **res}
+    return {"rows": edges, "edges": edges, "outputs": nparts, "coordinator_cpu_seconds": round(time.process_time() - cpu0, 3),
+            **res}

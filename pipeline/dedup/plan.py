@@ -168,7 +168,7 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [bk],
                       "pipeline.dedup.fuzzy:verify_shard", shards=verify_shards))
         src_rank = [rk[s] for s in names]
-        cl = add(Step("dedup-fuzzy-clusters", "dedup-fuzzy-clusters", {}, [vf], "pipeline.dedup.fuzzy:clusters_shard",
+        cl = add(Step("dedup-fuzzy-clusters", "dedup-fuzzy-clusters", {}, [vf], "pipeline.dedup.fuzzy:clusters_shard", cpus=0,
                       shards=lambda st, stats, vf=vf: [{"edges": str(vf.dir(plan.run_dir)), "sources": names,
                                                  "src_rank": src_rank, "partitions": dd.partitions,
                                                  "verified": len(stats[vf.name]),

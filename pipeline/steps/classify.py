@@ -24,11 +24,11 @@ import pyarrow as pa
 import xxhash
 
 from filters import quality
+from pipeline import select
 from pipeline.dedup.apply import scatter, sizes, stage_stats, write_attributes
 from pipeline.errors import InputError
 from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
-from pipeline import select
 from pipeline.steps import view
 
 VALIDATION_EVERY = 10  # one example in ten, per class, is held out
@@ -85,19 +85,67 @@ def _file_examples(path: str):
             yield line_no, raw.decode("utf-8", "replace")
 
 
+def tau(k: int, kept: int) -> int:
+    """The hash bound under which a shard offers its documents to a class's sample of k:
+    k + 8 sqrt(k) + 64 expected among `kept` documents, so that fewer than k fall under it
+    with a chance far below 1e-12 (then training falls back to a full pass, still exact)."""
+    if kept <= 0:
+        return 2**64 - 1
+    return min(2**64 - 1, int((k + 8 * k**0.5 + 64) / kept * 2**64))
+
+
+def examples_shard(spec: dict, out) -> dict:
+    """`classify-<name>-examples`, per document shard of a classifier's sources: the kept
+    documents whose sample hash is under the class's bound `tau` (hash, row, id)."""
+    d, seed, bound = spec["doc"], spec["seed"], np.uint64(spec["tau"])
+    hs, rows, ids, n = [], [], [], 0
+    for r, b in view.kept_batches(d["documents"], d["layers"], ["id"]):
+        i = b.column("id").to_pylist()
+        h = np.array([_h(seed, d["source"], x) for x in i], np.uint64)
+        sel = np.flatnonzero(h < bound) if spec["tau"] < 2**64 - 1 else np.arange(len(h))
+        hs.append(h[sel])
+        rows.append(r[sel])
+        ids += [i[j] for j in sel.tolist()]
+        n += len(h)
+    table = pa.table({"h": np.concatenate(hs) if hs else np.zeros(0, np.uint64),
+                      "row": np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64),
+                      "id": pa.array(ids, pa.string())})
+    fs.write_table(table, out.path(".parquet"), compression="zstd")
+    return {"rows": n, "source": d["source"], "candidates": table.num_rows}
+
+
+def _scan_all(bk: "_BottomK", d: dict, seed: int) -> None:
+    for rows, b in view.kept_batches(d["documents"], d["layers"], ["id"]):
+        ids = b.column("id").to_pylist()
+        h = np.array([_h(seed, d["source"], i) for i in ids], np.uint64)
+        bk.add(h, [(d["documents"], d["layers"], d["source"], int(r), i) for r, i in zip(rows.tolist(), ids, strict=True)])
+
+
 def _sample(side: dict, k: int, seed: int) -> list[tuple[int, str, str]]:
-    """(hash, origin, text) of the k examples of one class with the smallest hashes."""
-    bk = _BottomK(k)
-    for d in side["shards"]:
-        for rows, b in view.kept_batches(d["documents"], d["layers"], ["id"]):
-            ids = b.column("id").to_pylist()
-            h = np.array([_h(seed, d["source"], i) for i in ids], np.uint64)
-            bk.add(h, [(d["documents"], d["layers"], d["source"], int(r), i) for r, i in zip(rows.tolist(), ids, strict=True)])
-    for path in side["files"]:
-        for line, text in _file_examples(path):
-            if text:
-                bk.add(np.array([_h(seed, path, line)], np.uint64), [(None, None, path, line, text)])
-    chosen = bk.result()
+    """(hash, origin, text) of the k examples of one class with the smallest hashes: the
+    shards' candidates under the bound (examples_shard) and the example files; exact, the
+    same as a pass over every kept document, which is the fallback if the bound fell short."""
+
+    def gather(full: bool) -> list:
+        bk = _BottomK(k)
+        for d in side["shards"]:
+            if full or "candidates" not in d:
+                _scan_all(bk, d, seed)
+                continue
+            t = fs.read_table(d["candidates"])
+            bk.add(t.column("h").to_numpy(), [(d["documents"], d["layers"], d["source"], int(r), i) for r, i in
+                                              zip(t.column("row").to_pylist(), t.column("id").to_pylist(), strict=True)])
+        for path in side["files"]:
+            for line, text in _file_examples(path):
+                if text:
+                    bk.add(np.array([_h(seed, path, line)], np.uint64), [(None, None, path, line, text)])
+        return bk.result()
+
+    chosen = gather(False)
+    offered = sum(d.get("offered", 0) for d in side["shards"])
+    kept = sum(d.get("kept", 0) for d in side["shards"])
+    if offered < kept and not (len(chosen) >= k and chosen[-1][0] < side["tau"]):
+        chosen = gather(True)  # the bound let fewer than k through: every kept document, as before
     out: dict[int, tuple[int, str, str]] = {}
     by_shard: dict[str, list] = {}
     for pos, (h, (docs, layers, origin, row, x)) in enumerate(chosen):

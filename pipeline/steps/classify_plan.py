@@ -12,6 +12,7 @@ from __future__ import annotations
 from pipeline.dedup.plan import doc_shards
 from pipeline.executor import Step, shard_name
 from pipeline.io import atomic, fs
+from pipeline.steps import classify
 
 MODEL = "model.bin"
 
@@ -39,16 +40,37 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
         cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model")},
                "positive": sides["positive"][0], "negative": sides["negative"][0], "files": digests}
 
-        def train_shards(st, stats, cname=cname, params=params, sides=sides):
+        def side_docs(stats, sides=sides, cap=params["max_examples_per_class"]):
+            """(side, its document shards, its hash bound) for each class."""
             docs = doc_shards(plan, stats, dedup)
+            out = []
+            for side, (names, _) in sides.items():
+                mine = [d for d in docs if d["source"] in names]
+                out.append((side, mine, classify.tau(cap, sum(d["kept"] for d in mine))))
+            return out
+
+        def example_shards(st, stats, side_docs=side_docs, seed=params["seed"]):
+            return [{"doc": d, "seed": seed, "tau": bound, "describe": f"{side} examples {d['source']}/{shard_name(d['part'])}"}
+                    for side, mine, bound in side_docs(stats) for d in mine]
+
+        ex = Step(f"classify-{cname}-examples", "classify-examples", cfg, everything, "pipeline.steps.classify:examples_shard",
+                  shards=example_shards)
+
+        def train_shards(st, stats, cname=cname, params=params, sides=sides, side_docs=side_docs, ex=ex):
             spec = {"name": cname, "params": params, "describe": f"train classifier {cname}"}
-            for side, (names, files) in sides.items():
-                spec[side] = {"shards": [d for d in docs if d["source"] in names], "files": files}
+            j = 0
+            for side, mine, bound in side_docs(stats):
+                shards = []
+                for d in mine:  # the examples step's shards are the sides' shards in this order
+                    shards.append({**d, "candidates": str(ex.dir(plan.run_dir) / f"{shard_name(j)}.parquet"),
+                                   "offered": stats[ex.name][j]["candidates"]})
+                    j += 1
+                spec[side] = {"shards": shards, "files": sides[side][1], "tau": bound}
             return [spec]
 
-        train = Step(f"classify-{cname}-train", "classify-train", cfg, everything, "pipeline.steps.classify:train_shard",
-                     shards=train_shards)
-        plan.steps.append(train)
+        train = Step(f"classify-{cname}-train", "classify-train", cfg, [ex], "pipeline.steps.classify:train_shard",
+                     shards=train_shards, version="2")  # 2: samples from the examples step's candidates
+        plan.steps += [ex, train]
         models[cname] = (train, str(train.dir(plan.run_dir) / MODEL), None)
 
     out = {}

@@ -146,3 +146,29 @@ def test_missing_model_is_a_clear_error(demo_corpus, tmp_path):
     assert f"{y}:13: classifiers.wiki_vs_web.model: no such model file: {tmp_path}/models/nope.bin" in r.stderr
     assert "Traceback" not in r.stderr
 
+
+
+def test_training_sample_from_bounded_candidates_equals_a_full_pass(tmp_path):
+    """Each shard offers only the documents under the class's hash bound; the k smallest
+    of the offers are the k smallest of the class (and a bound set too low falls back)."""
+    from pipeline.executor import ShardOutput
+
+    rng = np.random.default_rng(4)
+    shards = []
+    for j in range(5):
+        n = int(rng.integers(200, 3000))
+        p = tmp_path / f"docs-{j}.parquet"
+        pq.write_table(pa.table({"id": [f"d{j}-{i}" for i in range(n)], "text": ["x"] * n}), p)
+        shards.append({"documents": str(p), "layers": [], "source": "web", "kept": n})
+    k = 300
+    bound = classify.tau(k, sum(d["kept"] for d in shards))
+    assert bound < 2**64 - 1  # the bound is in force: shards offer about a tenth of their documents
+    offered = []
+    for j, d in enumerate(shards):
+        m = classify.examples_shard({"doc": d, "seed": 3, "tau": bound}, ShardOutput(str(tmp_path / "ex"), j))
+        offered.append({**d, "candidates": str(tmp_path / "ex" / f"part-{j:05d}.parquet"), "offered": m["candidates"]})
+    assert sum(o["offered"] for o in offered) < sum(d["kept"] for d in shards) / 3
+    full = classify._sample({"shards": shards, "files": [], "tau": bound}, k, 3)  # no candidates: every document
+    assert classify._sample({"shards": offered, "files": [], "tau": bound}, k, 3) == full and len(full) == k
+    low = [{**o, "offered": 1} for o in offered]  # as if the bound had let too few through: the fallback
+    assert classify._sample({"shards": low, "files": [], "tau": 1 << 40}, k, 3) == full
