@@ -13,21 +13,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipeline.dedup import shuffle
+from pipeline.dedup import combine, shuffle
 from pipeline.io import fs
 from pipeline.steps import view
 
 
 def attribute_path(step_dir: str | Path, source: str, part: int) -> Path:
     return fs.path(step_dir) / source / f"part-{part:05d}.parquet"
-
-
-def from_template(template: dict, src: int, part: int) -> dict:
-    """Document shard (src, part) as doc_shards describes it (paths only)."""
-    t = template[str(src)]
-    name = f"part-{part:05d}.parquet"
-    return {"source": t["source"], "src": src, "part": part, "documents": f"{t['documents']}/{name}",
-            "layers": [f"{d}/{name}" for d in t["layers"]]}
 
 
 def write_attributes(step_dir: str | Path, doc: dict, table: pa.Table) -> None:
@@ -72,6 +64,8 @@ def run_shard(spec: dict, out) -> dict:
     keep[rows] = True
     seen = keep.copy()
     dec = shuffle.decisions(spec["decisions"], doc["k"], spec["reducers"])
+    if spec.get("combined"):  # key-level decisions (pipeline/dedup/combine.py)
+        dec = combine.resolve(dec, spec.get("rest"), list(spec["columns"]))
     ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
     cols = {"id": ids}
     removed = np.zeros(0, np.int64)

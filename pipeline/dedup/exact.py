@@ -2,7 +2,10 @@
 with `key: url`, the same URL (re-crawls of one page).
 
 map (per document shard): the xxh3-128 hash of each kept document's normalised text (or
-URL without its #fragment; documents without a URL take no part), hash-partitioned.
+URL without its #fragment; documents without a URL take no part); each hash's first
+holder in the shard is hash-partitioned, the shard's other holders stay in its rest file
+(pipeline/dedup/combine.py, m = 1), so a text copied a million times costs its reducer
+one row per shard.
 reduce (per partition): groups of equal hashes; the survivor is the smallest (source
 priority, id), or for URLs the latest crawl date first; every other member is removed
 with the reason `exact_duplicate_of:<survivor id>` (`url_duplicate_of:` for URLs). 128
@@ -19,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from pipeline.dedup import shuffle, text
+from pipeline.dedup import combine, shuffle, text
 from pipeline.io import fs
 from pipeline.steps import view
 
@@ -87,9 +90,11 @@ def map_shard(spec: dict, out) -> dict:
     })
     if by_url:  # the survivor is the latest crawl: sorted first
         table = table.append_column("order", pa.array(np.array(order, dtype=np.int64)))
-    nonempty = shuffle.write_partitions(table, shuffle.partition_of(k1, spec["partitions"]), spec["partitions"],
-                                        shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
-    return {"rows": n, "partitions": spec["partitions"], "segments": nonempty}
+    top, rest = combine.local_top(table, ["order"] if by_url else [], 1)
+    nonempty = shuffle.write_partitions(top, shuffle.partition_of(top.column("h1").to_numpy(), spec["partitions"]),
+                                        spec["partitions"], shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
+    return {"rows": n, "partitions": spec["partitions"], "segments": nonempty,
+            "rest": combine.write_rest(rest, fs.path(out.dir) / "rest", out.index)}
 
 
 def reduce_shard(spec: dict, out) -> dict:
@@ -100,18 +105,18 @@ def reduce_shard(spec: dict, out) -> dict:
         return {"rows": 0, "groups": 0, "removed": 0}
     order = [("order", "ascending")] if "order" in t.column_names else []
     t = t.sort_by([("h1", "ascending"), ("h2", "ascending"), *order, ("rank", "ascending"), ("id", "ascending")])
-    h1 = t.column("h1").to_numpy()
-    h2 = t.column("h2").to_numpy()
-    new = np.r_[True, (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])]
-    head = np.maximum.accumulate(np.where(new, np.arange(len(new)), 0))  # index of each row's group head
-    dup = np.flatnonzero(~new)
+    head, cut, emit, st = combine.reduce_groups(t, 1)
+    sel = np.flatnonzero(emit)
+    surv = pa.array(head[sel])
     ranks_to_src = spec["rank_source"]
-    surv = pa.array(head[dup])
     table = pa.table({
+        "h1": t.column("h1").take(pa.array(sel)), "h2": t.column("h2").take(pa.array(sel)),
+        "cut": pa.array(cut[sel]), "extra": t.column("extra").take(pa.array(sel)),
         "reason": pc.binary_join_element_wise(spec.get("reason", "exact_duplicate_of"), t.column("id").take(surv), ":"),
         "duplicate_of": t.column("id").take(surv),
         "duplicate_of_source": pa.array([ranks_to_src[r] for r in t.column("rank").take(surv).to_pylist()], pa.string()),
         "duplicate_of_gid": t.column("gid").take(surv),  # where the survivor is: samples read its text directly
     })
-    shuffle.write_to_shards(table, t.column("gid").to_numpy()[dup], spec["offsets"], spec["ndocs"], target)
-    return {"rows": t.num_rows, "groups": int((~new[1:] & new[:-1]).sum()) if len(new) > 1 else 0, "removed": len(dup)}
+    shuffle.write_to_shards(table, t.column("gid").to_numpy()[sel], spec["offsets"], spec["ndocs"], target)
+    return {"rows": t.num_rows, "documents": st["holders"], "groups": st["repeated"], "removed": st["past"]}
+

@@ -7,12 +7,17 @@ buckets (per bucket partition): documents sharing a bucket are candidate pairs. 
     bucket of up to ALL_PAIRS members every pair is a candidate; in a larger one each
     member is paired with the first and with the one before it (members ordered by
     source priority and id hash), which keeps templated pages from exploding into k^2
-    pairs while every member still meets the cluster. Pairs go to the later member's
-    shard, so a bucket of a million near-copies sends each verify task about two pairs
-    per member it holds, and the hub's text is read once per task, not held by one.
-verify (per document shard): the pairs, deduplicated; with `verify: true`, the true
-    Jaccard similarity of the two documents' shingle sets, recomputed from their current
-    text (only candidates are read back), and only pairs at or above `threshold` are edges.
+    pairs while every member still meets the cluster. Each pair is sent to both members'
+    document shards.
+fetch (per document shard): the shard's documents in pairs are read (only their row
+    groups, from the shard itself) and sent, id and text, to the verify partitions of
+    their pairs, once per partition; each pair goes once, from its later member. A hub
+    in a million pairs is copied at most once per verify partition.
+verify (per pair partition, sized from the pair count and the average text): the
+    pairs, deduplicated, with both texts at hand; with `verify: true`, the true Jaccard
+    similarity of the two documents' shingle sets, recomputed from their current text,
+    and only pairs at or above `threshold` are edges. No task reads another shard's
+    files, so the work per task does not grow with the number of shards.
 clusters: connected components of the edges, partitioned (pipeline/dedup/components.py);
     the survivor of a component is its smallest (source priority, id); every other
     member is removed with `near_duplicate_of:<survivor id> (jaccard=0.87)`, the Jaccard
@@ -26,7 +31,6 @@ import pyarrow as pa
 import xxhash
 
 from pipeline.dedup import components, shuffle, text
-from pipeline.dedup.apply import from_template
 from pipeline.io import fs
 from pipeline.steps import view
 
@@ -125,46 +129,65 @@ def buckets_shard(spec: dict, out) -> dict:
         lo, hi = np.concatenate(lo_parts), np.concatenate(hi_parts)
         pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
     npairs = len(pairs)
-    shuffle.write_to_shards(pa.table({"other": pa.array(pairs[:, 0], pa.int64())}), pairs[:, 1], spec["offsets"],
-                            spec["ndocs"], target)
+    lo, hi = pairs[:, 0], pairs[:, 1]
+    shuffle.write_to_shards(pa.table({"lo": np.concatenate([lo, lo]), "hi": np.concatenate([hi, hi])}),
+                            np.concatenate([lo, hi]), spec["offsets"], spec["ndocs"], target)  # to both members
     return {"rows": t.num_rows, "pairs": npairs, "buckets": int((size > 1).sum()), "largest": int(size.max()),
             "large_buckets": big}
 
 
-def _shingle_sets(template: dict, p: dict, g: np.ndarray) -> tuple[dict[int, np.ndarray], dict[int, str]]:
-    """Shingle sets and ids of the documents `g` (gids), read back from their shards, each
-    partner shard once (only the row groups that hold a partner)."""
-    src, part, row = shuffle.split_gid(g)
-    sets, ids = {}, {}
-    key = (src << np.int64(24)) | part
-    for k in np.unique(key):
-        d = from_template(template, int(k) >> 24, int(k) & 0xFFFFFF)
-        sel = key == k
-        rows = np.unique(row[sel])
-        t = view.read_rows(d["documents"], d["layers"], rows, ["id", "text"])
-        base = shuffle.gid(d["src"], d["part"], rows)
-        for gg, i, txt in zip(base.tolist(), t.column("id").to_pylist(), t.column("text").to_pylist()):
-            ids[gg] = i
-            if p["verify"]:
-                sets[gg] = text.shingle_set(txt, p["ngram"], p["normalize"])
-    return sets, ids
+def pair_partition(lo: np.ndarray, hi: np.ndarray, nparts: int) -> np.ndarray:
+    """The verify partition of each pair (lo, hi) of gids."""
+    x = (lo.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ hi.astype(np.uint64)
+    return shuffle.partition_of(text.fmix64(x), nparts)
+
+
+def fetch_shard(spec: dict, out) -> dict:
+    """A document shard's part in the candidate pairs -> the verify partitions: its
+    documents' ids and texts, once per partition that needs them, and the pairs whose
+    later member it holds."""
+    doc, p, nparts = spec["doc"], spec["params"], spec["partitions"]
+    t = shuffle.decisions(spec["pairs"], doc["k"], spec["pair_files"])
+    texts_base = shuffle.map_file(fs.path(out.dir) / "texts", out.index)
+    pairs_base = shuffle.map_file(fs.path(out.dir) / "pairs", out.index)
+    if t is None or t.num_rows == 0:
+        shuffle.write_empty(nparts, texts_base)
+        shuffle.write_empty(nparts, pairs_base)
+        return {"rows": 0, "pairs": 0, "texts": 0, "partitions": nparts}
+    row = t.column("row").to_numpy()
+    lo, hi = t.column("lo").to_numpy(), t.column("hi").to_numpy()
+    me = shuffle.gid(doc["src"], doc["part"], row)
+    v = pair_partition(lo, hi, nparts)
+    own = np.unique(np.stack([lo[me == hi], hi[me == hi]], axis=1), axis=0)  # each pair once, from its later member
+    shuffle.write_partitions(pa.table({"lo": own[:, 0], "hi": own[:, 1]}), pair_partition(own[:, 0], own[:, 1], nparts),
+                             nparts, pairs_base)
+    need = np.unique(np.stack([row, v], axis=1), axis=0)  # (row, partition): a text once per partition
+    rows = np.unique(need[:, 0])
+    cols = ["id", "text"] if p["verify"] else ["id"]
+    docs = view.read_rows(doc["documents"], doc["layers"], rows, cols)
+    at = pa.array(np.searchsorted(rows, need[:, 0]))
+    table = pa.table({"gid": shuffle.gid(doc["src"], doc["part"], need[:, 0]), **{c: docs.column(c).take(at) for c in cols}})
+    shuffle.write_partitions(table, need[:, 1], nparts, texts_base)
+    return {"rows": len(rows), "pairs": len(own), "texts": len(need), "partitions": nparts}
 
 
 def verify_shard(spec: dict, out) -> dict:
-    doc, p = spec["doc"], spec["params"]
-    t = shuffle.decisions(spec["pairs"], doc["k"], spec["pair_files"])
+    """One verify partition: its pairs, each with both documents' texts at hand."""
+    p = spec["params"]
     final = out.path(".parquet")
     schema = pa.schema([("lo", pa.int64()), ("hi", pa.int64()), ("lo_id", pa.string()), ("hi_id", pa.string()),
                         ("jaccard", pa.float64()), ("edge", pa.bool_())])
-    if t is None or t.num_rows == 0:
+    pt = shuffle.read_partition(fs.path(spec["fetched"]) / "pairs", spec["maps"], spec["partition"])
+    if pt is None or pt.num_rows == 0:
         fs.write_table(schema.empty_table(), final)
         return {"rows": 0, "candidates": 0, "edges": 0}
-    hi = shuffle.gid(doc["src"], doc["part"], t.column("row").to_numpy())  # pairs come to their later member
-    lo = t.column("other").to_numpy()
-    pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
+    pairs = np.unique(np.stack([pt.column("lo").to_numpy(), pt.column("hi").to_numpy()], axis=1), axis=0)
     lo, hi = pairs[:, 0], pairs[:, 1]
-    sets, ids = _shingle_sets(spec["template"], p, np.concatenate([lo, hi]))
+    tt = shuffle.read_partition(fs.path(spec["fetched"]) / "texts", spec["maps"], spec["partition"])
+    g = tt.column("gid").to_pylist()
+    ids = dict(zip(g, tt.column("id").to_pylist()))
     if p["verify"]:
+        sets = {x: text.shingle_set(t, p["ngram"], p["normalize"]) for x, t in zip(g, tt.column("text").to_pylist())}
         jac = np.array([text.jaccard(sets[a], sets[b]) for a, b in zip(lo.tolist(), hi.tolist())])
         edge = jac >= p["threshold"]
     else:
@@ -173,7 +196,7 @@ def verify_shard(spec: dict, out) -> dict:
     table = pa.table({"lo": lo, "hi": hi, "lo_id": [ids[x] for x in lo.tolist()], "hi_id": [ids[x] for x in hi.tolist()],
                       "jaccard": pa.array(jac, mask=np.isnan(jac)), "edge": edge}, schema=schema)
     fs.write_table(table, final, compression="zstd")
-    return {"rows": len(lo), "candidates": len(lo), "edges": int(edge.sum())}
+    return {"rows": len(lo), "candidates": len(lo), "texts": len(g), "edges": int(edge.sum())}
 
 
 def clusters_shard(spec: dict, out) -> dict:

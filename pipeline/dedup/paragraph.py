@@ -2,7 +2,10 @@
 the first `max_occurrences` of them.
 
 map (per document shard): the xxh3-128 hash of every stripped paragraph of at least
-    `min_chars` characters, once per document, hash-partitioned.
+    `min_chars` characters, once per document; each hash's first `max_occurrences`
+    holders in the shard are hash-partitioned, the shard's other holders stay in its
+    rest file (pipeline/dedup/combine.py), so a boilerplate paragraph in 10% of the
+    documents costs its reducer `max_occurrences` rows per shard.
 reduce (per partition): exact counts per paragraph hash; where more than
     `max_occurrences` documents hold it, the documents after the first `max_occurrences`
     in (source priority, id) order get a cut decision.
@@ -19,7 +22,7 @@ import pyarrow as pa
 import xxhash
 
 from pipeline import tokens
-from pipeline.dedup import shuffle, text
+from pipeline.dedup import combine, shuffle, text
 from pipeline.dedup.apply import write_attributes
 from pipeline.io import fs
 from pipeline.steps import view
@@ -54,12 +57,14 @@ def map_shard(spec: dict, out) -> dict:
                     ids.append(i)
                     gids.append(gg)
         ndocs += len(rows)
-    k1 = np.array(h1, dtype=np.uint64)
-    table = pa.table({"h1": k1, "h2": np.array(h2, dtype=np.uint64), "rank": np.full(len(h1), doc["rank"], np.int32),
-                      "id": pa.array(ids, pa.string()), "gid": np.array(gids, dtype=np.int64)})
-    segments = shuffle.write_partitions(table, shuffle.partition_of(k1, spec["partitions"]), spec["partitions"],
-                                        shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
-    return {"rows": ndocs, "paragraphs": len(h1), "partitions": spec["partitions"], "segments": segments}
+    table = pa.table({"h1": np.array(h1, dtype=np.uint64), "h2": np.array(h2, dtype=np.uint64),
+                      "rank": np.full(len(h1), doc["rank"], np.int32), "id": pa.array(ids, pa.string()),
+                      "gid": np.array(gids, dtype=np.int64)})
+    top, rest = combine.local_top(table, [], p["max_occurrences"])
+    segments = shuffle.write_partitions(top, shuffle.partition_of(top.column("h1").to_numpy(), spec["partitions"]),
+                                        spec["partitions"], shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
+    return {"rows": ndocs, "paragraphs": len(h1), "partitions": spec["partitions"], "segments": segments,
+            "rest": combine.write_rest(rest, fs.path(out.dir) / "rest", out.index)}
 
 
 def reduce_shard(spec: dict, out) -> dict:
@@ -69,20 +74,16 @@ def reduce_shard(spec: dict, out) -> dict:
         shuffle.write_empty(spec["ndocs"], target)
         return {"rows": 0, "repeated": 0, "cuts": 0}
     t = t.sort_by([("h1", "ascending"), ("h2", "ascending"), ("rank", "ascending"), ("id", "ascending")])
-    h1, h2 = t.column("h1").to_numpy(), t.column("h2").to_numpy()
-    new = np.r_[True, (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])]
-    idx = np.arange(len(new))
-    head = np.maximum.accumulate(np.where(new, idx, 0))
-    pos = idx - head  # 0 for the first document holding the paragraph
-    cut = np.flatnonzero(pos >= spec["params"]["max_occurrences"])
-    first_id = t.column("id").take(pa.array(head[cut]))
+    head, cut, emit, st = combine.reduce_groups(t, spec["params"]["max_occurrences"])
+    sel = np.flatnonzero(emit)
+    first = pa.array(head[sel])
     names = spec["rank_source"]
-    first_src = [names[r] for r in t.column("rank").take(pa.array(head[cut])).to_pylist()]
-    dec = pa.table({"h1": pa.array(h1[cut]), "h2": pa.array(h2[cut]), "kept_in": first_id,
-                    "kept_in_source": pa.array(first_src, pa.string())})
-    shuffle.write_to_shards(dec, t.column("gid").to_numpy()[cut], spec["offsets"], spec["ndocs"], target)
-    repeated = int(((pos == spec["params"]["max_occurrences"])).sum())
-    return {"rows": t.num_rows, "repeated": repeated, "cuts": len(cut)}
+    dec = pa.table({"h1": t.column("h1").take(pa.array(sel)), "h2": t.column("h2").take(pa.array(sel)),
+                    "cut": pa.array(cut[sel]), "extra": t.column("extra").take(pa.array(sel)),
+                    "kept_in": t.column("id").take(first),
+                    "kept_in_source": pa.array([names[r] for r in t.column("rank").take(first).to_pylist()], pa.string())})
+    shuffle.write_to_shards(dec, t.column("gid").to_numpy()[sel], spec["offsets"], spec["ndocs"], target)
+    return {"rows": t.num_rows, "holders": st["holders"], "repeated": st["repeated"], "cuts": st["past"]}
 
 
 SPAN = pa.struct([("start", pa.int64()), ("end", pa.int64()), ("kept_in", pa.string())])
@@ -91,7 +92,8 @@ SPAN = pa.struct([("start", pa.int64()), ("end", pa.int64()), ("kept_in", pa.str
 def apply_shard(spec: dict, out) -> dict:
     doc, p = spec["doc"], spec["params"]
     n = view.num_rows(doc["documents"])
-    dec = shuffle.decisions(spec["decisions"], doc["k"], spec["reducers"])
+    dec = combine.resolve(shuffle.decisions(spec["decisions"], doc["k"], spec["reducers"]), spec.get("rest"),
+                          ["kept_in", "kept_in_source"])
     cuts: dict[int, dict[tuple[int, int], str]] = {}
     if dec is not None:
         for r, a, c, k, ks in zip(*(dec.column(x).to_pylist() for x in ("row", "h1", "h2", "kept_in", "kept_in_source"))):

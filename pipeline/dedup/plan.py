@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import math
 
-from pipeline.dedup import exact, fuzzy
+from pipeline.dedup import combine, exact, fuzzy
 from pipeline.dedup.apply import attribute_path
 from pipeline.executor import Step, shard_name
 
 PARTITION_ROWS = 4_000_000
 SHUFFLE_VERSION = "2"  # map outputs as .data + .index files (pipeline/dedup/shuffle.py)
+COMBINE_VERSION = "3"  # exact and paragraph maps send each key's first holders only (pipeline/dedup/combine.py)
 PARAGRAPHS_PER_DOC = 8  # a planning guess: web pages have a few to a few dozen
+VERIFY_TEXT_BYTES = 64 << 20  # text per fuzzy verify partition (its shingle sets take about as much again)
 
 
 def ranks(mixture) -> dict[str, int]:
@@ -56,17 +58,6 @@ def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, Step] | N
             out.append({"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": len(out),
                         "documents": str(ing.dir(plan.run_dir) / f"{shard_name(i)}.parquet"),
                         "layers": paths, "kept": kept, "tokens": tokens})
-    return out
-
-
-def shard_template(plan, layers: list[Step]) -> dict[str, dict]:
-    """Per source index: where its document shards and their layers live, so a task can
-    name any shard's files (`from_template`) without a list of every shard."""
-    out = {}
-    for si, sname in enumerate(plan.lm.mixture.sources):
-        flt = plan.filter.get(sname)
-        dirs = ([str(flt.dir(plan.run_dir))] if flt else []) + [str(st.dir(plan.run_dir) / sname) for st in layers]
-        out[str(si)] = {"source": sname, "documents": str(plan.ingest[sname].dir(plan.run_dir)), "layers": dirs}
     return out
 
 
@@ -127,11 +118,19 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
                      "describe": f"partition {p}"} for p in range(count)]
         return shards
 
-    def apply_step(kind: str, decisions: Step, fn: str, columns: dict | None, prev, cfg=None, extra=None) -> Step:
+    def apply_step(kind: str, decisions: Step, fn: str, columns: dict | None, prev, cfg=None, extra=None,
+                   combined: Step | None = None) -> Step:
+        def rest(d, stats):  # the map's rest file for this shard (pipeline/dedup/combine.py)
+            if combined is None:
+                return {}
+            n = stats[combined.name][d["k"]].get("rest", 0)
+            return {"combined": True, "rest": str(combine.rest_path(combined.dir(plan.run_dir) / "rest", d["k"])) if n else None}
+
         return add(Step(
             f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn,
             shards=per_doc(lambda kept, d, stats: {"decisions": str(decisions.dir(plan.run_dir)), "columns": columns,
-                                                   "reducers": outputs(stats, decisions), **(cfg or {}), **(extra or {})},
+                                                   "reducers": outputs(stats, decisions), **(cfg or {}), **(extra or {}),
+                                                   **rest(d, stats)},
                            prev),
         ))
 
@@ -141,11 +140,11 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
                                                  "date_field": dd.exact.date_field}  # text keys keep their old hashes
         cfg = {"normalize": dd.exact.normalize, **by, **common}
         mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, "pipeline.dedup.exact:map_shard",
-                      version=SHUFFLE_VERSION, shards=per_doc(lambda kept, d, stats: {"normalize": dd.exact.normalize, **by,
+                      version=COMBINE_VERSION, shards=per_doc(lambda kept, d, stats: {"normalize": dd.exact.normalize, **by,
                                                             "partitions": _partitions(dd, kept)}, prev)))
         rd = add(Step("dedup-exact-reduce", "dedup-exact-reduce", {}, [mp], "pipeline.dedup.exact:reduce_shard",
                       shards=reduce_specs(mp, {"reason": "url_duplicate_of"} if by else {})))
-        layers.append(apply_step("exact", rd, "pipeline.dedup.apply:run_shard", exact.COLUMNS, prev))
+        layers.append(apply_step("exact", rd, "pipeline.dedup.apply:run_shard", exact.COLUMNS, prev, combined=mp))
 
     if dd.fuzzy:
         prev = list(layers)
@@ -157,16 +156,24 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
                        shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
                            dd, kept * fz.bands)}, prev)))
         bk = add(Step("dedup-fuzzy-buckets", "dedup-fuzzy-buckets", {}, [sig], "pipeline.dedup.fuzzy:buckets_shard",
-                      shards=reduce_specs(sig, {})))
+                      version="2", shards=reduce_specs(sig, {})))
 
-        def verify_shards(st, stats, prev=prev, params=params, bk=bk):
-            docs = doc_shards(plan, stats, prev)
-            template = shard_template(plan, prev)
-            return [{"doc": d, "pairs": str(bk.dir(plan.run_dir)), "pair_files": len(stats[bk.name]),
-                     "template": template, "params": params, "describe": _describe(d)} for d in docs]
+        def fetch_shards(st, stats, prev=prev, params=params, sig=sig, bk=bk):
+            pairs = sum(m["pairs"] for m in stats[bk.name].values())
+            docs = sum(m["docs"] for m in stats[sig.name].values())
+            avg = sum(m["text_bytes"] for m in stats[sig.name].values()) / max(1, docs)
+            nparts = dd.partitions or max(1, math.ceil(2 * pairs * avg / VERIFY_TEXT_BYTES))
+            return [{"doc": d, "pairs": str(bk.dir(plan.run_dir)), "pair_files": len(stats[bk.name]), "params": params,
+                     "partitions": nparts, "describe": _describe(d)} for d in doc_shards(plan, stats, prev)]
 
-        vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [bk],
-                      "pipeline.dedup.fuzzy:verify_shard", shards=verify_shards))
+        fe = add(Step("dedup-fuzzy-fetch", "dedup-fuzzy-fetch", {"params": params}, [bk],
+                      "pipeline.dedup.fuzzy:fetch_shard", shards=fetch_shards))
+        vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [fe],
+                      "pipeline.dedup.fuzzy:verify_shard",
+                      shards=lambda st, stats, fe=fe, params=params: [
+                          {"fetched": str(fe.dir(plan.run_dir)), "maps": len(stats[fe.name]), "partition": v,
+                           "params": params, "describe": f"pair partition {v}"}
+                          for v in range(stats[fe.name][0]["partitions"] if stats[fe.name] else 0)]))
         src_rank = [rk[s] for s in names]
         cl = add(Step("dedup-fuzzy-clusters", "dedup-fuzzy-clusters", {}, [vf], "pipeline.dedup.fuzzy:clusters_shard", cpus=0,
                       shards=lambda st, stats, vf=vf: [{"edges": str(vf.dir(plan.run_dir)), "sources": names,
@@ -182,10 +189,10 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         params = dd.paragraph.model_dump(mode="json")
         cfg = {"params": params, **common}
         mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, "pipeline.dedup.paragraph:map_shard",
-                      version=SHUFFLE_VERSION, shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
+                      version=COMBINE_VERSION, shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
                           dd, kept * PARAGRAPHS_PER_DOC)}, prev)))
         rd = add(Step("dedup-paragraph-reduce", "dedup-paragraph-reduce", {"params": params}, [mp],
                       "pipeline.dedup.paragraph:reduce_shard", shards=reduce_specs(mp, {"params": params})))
         layers.append(apply_step("paragraph", rd, "pipeline.dedup.paragraph:apply_shard", None, prev,
-                                 {"params": params, "tokenizer_id": plan.tokenizer_id}, {"tokenizer": plan.tokenizer}))
+                                 {"params": params, "tokenizer_id": plan.tokenizer_id}, {"tokenizer": plan.tokenizer}, combined=mp))
     return layers

@@ -174,6 +174,9 @@ def test_same_removals_and_survivors_for_any_workers_shards_and_partitions(runs)
     shards = {s: steps[f"ingest-{s}"]["shards"] for s in ("a", "b")}
     print(f"\ninput shards per source: 3 and 3 vs {shards['a']} and {shards['b']}")
     assert min(shards.values()) > 3  # really other shard counts
+    # fuzzy verify works per pair partition (3 here), fed by one fetch task per document shard
+    assert steps["dedup-fuzzy-verify"]["shards"] == 3
+    assert steps["dedup-fuzzy-fetch"]["shards"] == sum(shards.values())
     for kind in ("exact", "fuzzy", "paragraph"):
         a = {i: (r["keep"], r["reason"], r.get("duplicate_of")) for i, r in one[kind].items()}
         b = {i: (r["keep"], r["reason"], r.get("duplicate_of")) for i, r in two[kind].items()}

@@ -1,0 +1,116 @@
+"""Map-side combining (pipeline/dedup/combine.py) against a reduce over every holder.
+
+Shards of random keys with heavy ones (a key held by 40% of the documents, keys repeated
+inside one shard) go through the real path: `local_top` per shard, the shuffle files, the
+exact and paragraph reducers, `write_to_shards`, and `resolve` with each shard's rest file.
+The decisions must be those of one global sort; a heavy key must cost its reducer at most
+m rows per shard.
+"""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline.dedup import combine, exact, paragraph, shuffle
+
+SHARDS_PER_SOURCE = 4
+
+
+def _corpus(seed: int, with_order: bool):
+    rng = random.Random(seed)
+    shards = []
+    for src in range(2):
+        for part in range(SHARDS_PER_SOURCE):
+            rows = []
+            for r in range(rng.randint(0, 60)):
+                u = rng.random()
+                key = 0 if u < 0.4 else (rng.randint(1, 4) if u < 0.7 else rng.randint(5, 400))
+                rows.append({"key": key, "id": f"d{rng.randint(0, 10**9):010d}", "row": r,
+                             "order": rng.randint(-3, 3) if with_order else 0})
+            shards.append({"src": src, "part": part, "rank": 1 - src, "rows": rows})  # source 1 ranks first
+    return shards
+
+
+def _table(sh: dict, with_order: bool) -> pa.Table:
+    rows = sh["rows"]
+    keys = np.array([r["key"] * 0x9E3779B97F4A7C15 % (1 << 64) for r in rows], dtype=np.uint64)
+    t = pa.table({"h1": keys, "h2": keys ^ np.uint64(12345), "rank": np.full(len(rows), sh["rank"], np.int32),
+                  "id": pa.array([r["id"] for r in rows], pa.string()),
+                  "gid": shuffle.gid(sh["src"], sh["part"], np.array([r["row"] for r in rows], np.int64))})
+    if with_order:
+        t = t.append_column("order", pa.array([r["order"] for r in rows], pa.int64()))
+    return t
+
+
+def _expected(shards, m: int, with_order: bool) -> dict:
+    """(src, part, row) -> the id of the key's first holder, for every holder past the first m."""
+    by_key: dict = {}
+    for sh in shards:
+        for r in sh["rows"]:
+            by_key.setdefault(r["key"], []).append((r["order"], sh["rank"], r["id"], (sh["src"], sh["part"], r["row"])))
+    out = {}
+    for holders in by_key.values():
+        holders.sort()
+        for h in holders[m:]:
+            out[h[3]] = holders[0][2]
+    return out
+
+
+@pytest.mark.parametrize("kind,m,with_order,seed", [("exact", 1, False, 1), ("exact", 1, True, 2),
+                                                    ("paragraph", 1, False, 3), ("paragraph", 3, False, 4),
+                                                    ("paragraph", 5, False, 5)])
+def test_combined_decisions_equal_a_reduce_over_every_holder(tmp_path, kind, m, with_order, seed):
+    shards = _corpus(seed, with_order)
+    nparts = 3
+    offsets = [0, SHARDS_PER_SOURCE]
+    rests = {}
+    for k, sh in enumerate(shards):
+        top, rest = combine.local_top(_table(sh, with_order), ["order"] if with_order else [], m)
+        shuffle.write_partitions(top, shuffle.partition_of(top.column("h1").to_numpy(), nparts), nparts,
+                                 shuffle.map_file(tmp_path / "map" / "buckets", k))
+        rests[k] = combine.write_rest(rest, tmp_path / "map" / "rest", k)
+    spec = {"inputs": str(tmp_path / "map" / "buckets"), "maps": len(shards), "offsets": offsets,
+            "ndocs": len(shards), "rank_source": ["b", "a"], "params": {"max_occurrences": m}}
+    reduce = exact.reduce_shard if kind == "exact" else paragraph.reduce_shard
+    received = 0
+    for p in range(nparts):
+        st = reduce({**spec, "partition": p}, SimpleNamespace(dir=str(tmp_path / "red"), index=p))
+        received += st["rows"]
+    heavy = sum(1 for sh in shards for r in sh["rows"] if r["key"] == 0)
+    assert received <= sum(min(m, len({r["row"] for r in sh["rows"] if r["key"] == k}))
+                           for sh in shards for k in {r["key"] for r in sh["rows"]})
+    got = {}
+    cols = list(exact.COLUMNS) if kind == "exact" else ["kept_in", "kept_in_source"]
+    for k, sh in enumerate(shards):
+        dec = shuffle.decisions(tmp_path / "red", k, nparts)
+        rest = str(combine.rest_path(tmp_path / "map" / "rest", k)) if rests[k] else None
+        t = combine.resolve(dec, rest, cols)
+        if t is None:
+            continue
+        assert t.column("row").to_pylist() == sorted(t.column("row").to_pylist())
+        for r in t.to_pylist():
+            survivor = r["duplicate_of"] if kind == "exact" else r["kept_in"]
+            got[(sh["src"], sh["part"], r["row"])] = survivor
+            if kind == "exact":
+                assert r["reason"] == f"exact_duplicate_of:{survivor}"
+    want = _expected(shards, m, with_order)
+    assert got == want
+    print(f"\n{kind} m={m}: {sum(len(s['rows']) for s in shards)} holders, heavy key {heavy}, "
+          f"reducers received {received} rows, {len(want)} decisions")
+
+
+def test_a_rest_file_that_does_not_match_its_decisions_is_an_error(tmp_path):
+    t = pa.table({"h1": np.array([7, 7, 7], np.uint64), "h2": np.array([1, 1, 1], np.uint64),
+                  "rank": np.zeros(3, np.int32), "id": ["a", "b", "c"], "gid": shuffle.gid(0, 0, np.arange(3))})
+    top, rest = combine.local_top(t, [], 1)
+    assert top.column("extra").to_pylist() == [2] and rest.column("row").to_pylist() == [1, 2]
+    dec = pa.table({"h1": np.array([7], np.uint64), "h2": np.array([1], np.uint64), "cut": [False], "extra": [3],
+                    "kept_in": ["a"], "kept_in_source": ["s"], "row": [0]})
+    combine.write_rest(rest, tmp_path, 0)
+    with pytest.raises(ValueError, match="does not hold the extra holders"):
+        combine.resolve(dec, str(combine.rest_path(tmp_path, 0)), ["kept_in", "kept_in_source"])
