@@ -11,7 +11,7 @@ written per document, peak RSS per task. Extrapolated to D documents on nodes x 
   documents, so the per-document figures carry 10x their fixed per-task cost);
 - reduce partitions P = shuffle rows / 4,000,000 (the default, `dedup.partitions` unset);
   rows per document as measured (exact 1, fuzzy `bands`, paragraph as counted);
-- text-bound steps (ingest, filters, signatures, verify, paragraph, scoring, samples
+- text-bound steps (ingest, filters, signatures, fetch, verify, paragraph, scoring, samples
   picks, mixture) scale with bytes: x (TEXT_BYTES / the bench's average document bytes);
 - a step's wall = its CPU seconds / cores (they are embarrassingly parallel), and steps run
   one after another (the executor overlaps ready steps; this is the pessimistic sum);
@@ -30,7 +30,7 @@ from pathlib import Path
 TEXT_BYTES = 3000  # FineWeb: ~15 T GPT-2 tokens over ~25 B documents ~ 600 tokens ~ 3 KB of text per document
 SHARD_DOCS = 50_000
 PARTITION_ROWS = 4_000_000
-TEXT_STEPS = ("ingest-", "filter-", "dedup-fuzzy-signatures", "dedup-fuzzy-verify", "dedup-paragraph", "classify-",
+TEXT_STEPS = ("ingest-", "filter-", "dedup-fuzzy-signatures", "dedup-fuzzy-fetch", "dedup-fuzzy-verify", "dedup-paragraph", "classify-",
               "samples-pick", "mix-route", "mix", "dedup-exact-map", "ids-")
 REDUCERS = ("dedup-exact-reduce", "dedup-fuzzy-buckets", "dedup-paragraph-reduce", "unique-ids-")
 MERGES = ("mix-select", "samples", "dedup-fuzzy-clusters", "classify-wiki_vs_web-train")

@@ -17,9 +17,10 @@ to 4N against the targets of issue 18 (files per document <= 1.25x, longest task
 largest worker <= 1.3x, driver memory <= 1.5x, driver CPU seconds per document <= 1.3x).
 
 `--partitions-x K` adds a run at the largest scale with K times the partitions (files per
-document should not move). `--skew` adds skewed corpora at the smallest scale: one
-paragraph in 10% of the documents, one near-duplicate cluster of 5%, and compares each
-task's peak RSS with the unskewed run's.
+document should not move). `--skew` adds skewed corpora at the smallest scale, with 4x
+the partitions: one paragraph in 10% of the documents, one near-duplicate cluster of 5%,
+beside an unskewed run; per reduce step, the largest task's input rows against the
+step's mean, and the longest task.
 
 Not a test: timings never gate CI.
 """
@@ -163,11 +164,16 @@ def run_one(corpus: Path, out: Path, workers: int, partitions: int) -> dict:
         walked = [(root, f) for root, _, fs_ in os.walk(d) for f in fs_]
         nfiles = len(walked)
         nbytes = sum(os.path.getsize(os.path.join(root, f)) for root, f in walked)
-        secs = [m.get("seconds", 0.0) for m in markers.values()]
+        # a coordinator (it takes no CPU slot and waits for its rounds' tasks) counts by its longest round task
+        # (or its own CPU seconds, if more)
+        secs = [max(m["round_task_longest"], m.get("coordinator_cpu_seconds", 0.0)) if "round_task_longest" in m
+                else m.get("seconds", 0.0) for m in markers.values()]
         steps[name] = {"files": nfiles, "bytes": nbytes, "tasks": len(markers), "longest": max(secs or [0.0]), "total": sum(secs),
                        "rows": sum(m.get("rows", 0) or 0 for m in markers.values()),
+                       "max_rows": max([m.get("rows", 0) or 0 for m in markers.values()] or [0]),
                        "rss": max([m.get("peak_rss_mb") or 0.0 for m in markers.values()] or [0.0]),
-                       "wall": st.get("seconds", 0.0)}
+                       "wall": st.get("seconds", 0.0),
+                       "coordinator_cpu": sum(m.get("coordinator_cpu_seconds", 0.0) for m in markers.values())}
     res["steps"] = steps
     res["files"] = sum(s["files"] for s in steps.values())
     res["longest"] = max(s["longest"] for s in steps.values())
@@ -231,6 +237,41 @@ def ratios(a: dict, b: dict) -> dict[str, float]:
     }
 
 
+SKEWED_STEPS = ("dedup-exact-reduce", "dedup-paragraph-reduce", "dedup-fuzzy-buckets", "dedup-fuzzy-verify",
+                "dedup-fuzzy-clusters")
+
+
+def skew_report(n: int, workers: int, work: Path, extra: dict) -> None:
+    """The skewed corpora beside an unskewed one, all with 4x the partitions (so that one
+    heavy key stands out against the others): per reduce step, the largest task's input
+    rows and its ratio to the step's mean, and the slowest task."""
+    parts = max(1, n // DOCS_PER_PARTITION) * 4
+    runs = {}
+    for kind in (None, "paragraph", "cluster"):
+        r = run_one(build_corpus(n, kind), work / f"n{n}-skew-{kind or 'none'}", workers, parts)
+        runs[kind or "none"] = r
+        extra[f"skew-{kind or 'none'}"] = r
+    print(f"\nskew at {n:,} documents, {parts} partitions (paragraph: one paragraph in 10% of documents; "
+          f"cluster: 5% of documents near-copies of one page)")
+    print("| step | " + " | ".join(f"{k}: largest task rows (x mean) | {k}: longest s" for k in runs) + " |")
+    print("|" + " --- |" * (1 + 2 * len(runs)))
+    for step in SKEWED_STEPS:
+        cells = []
+        for r in runs.values():
+            s = r["steps"].get(step)
+            if not s:
+                cells += ["", ""]
+                continue
+            mean = s["rows"] / max(1, s["tasks"])
+            cells += [f"{s['max_rows']:,} ({s['max_rows'] / mean if mean else 0:.2f}x)", f"{s['longest']:.2f}"]
+        print(f"| {step} | " + " | ".join(cells) + " |")
+    base = runs["none"]
+    for kind in ("paragraph", "cluster"):
+        r = runs[kind]
+        print(f"skew {kind}: largest worker {r['worker_rss']:.0f} MB vs {base['worker_rss']:.0f} MB unskewed; "
+              f"longest task {r['longest']:.2f} s ({r['longest_step']}) vs {base['longest']:.2f} s")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=50_000, help="N, documents at scale 1 (default 50,000)")
@@ -277,15 +318,7 @@ def main(argv=None):
         print(f"\n{labels[-1]} with {parts} partitions ({a.partitions_x}x): {r['files']:,} files "
               f"({r['files'] / r['docs']:.4f} per document, {base['files'] / base['docs']:.4f} with {base['partitions']})")
     if a.skew:
-        n = a.docs * scales[0]
-        base = results[0]
-        for kind in ("paragraph", "cluster"):
-            r = run_one(build_corpus(n, kind), work / f"n{n}-{kind}", a.workers, max(1, n // DOCS_PER_PARTITION))
-            extra[f"skew-{kind}"] = r
-            worst = max(r["steps"], key=lambda s: r["steps"][s]["rss"] / max(base["steps"].get(s, {}).get("rss", 0) or 1e9, 1))
-            print(f"skew {kind}: largest worker {r['worker_rss']:.0f} MB vs {base['worker_rss']:.0f} MB unskewed "
-                  f"({r['worker_rss'] / base['worker_rss']:.2f}x); worst step {worst}: {r['steps'][worst]['rss']:.0f} MB vs "
-                  f"{base['steps'].get(worst, {}).get('rss', 0):.0f} MB")
+        skew_report(a.docs * scales[0], a.workers, work, extra)
     if a.json:
         Path(a.json).write_text(json.dumps({"results": results, "ratios": rt, "extra": extra}, indent=1))
 
