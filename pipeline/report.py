@@ -5,7 +5,8 @@ and after every stage, from the ledger), removals by stage and reason, the quali
 histogram with its threshold, the language distribution, the target and realised mixture
 weights (from the manifest), and the run time of every step. report.html shows the same
 numbers as tables and matplotlib plots inlined as SVG, in one self-contained page.
-Score columns are read from the attribute files (one float per document), never texts.
+Score histograms and language counts are summed from the shard markers (the quality and
+filter tasks count them), so the driver reads one file per step, never a column per document.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from pipeline import decisions as dec
 from pipeline import html as pages
+from pipeline.executor import read_markers
 from pipeline.io import atomic, fs
 
 BINS = 20
@@ -27,12 +29,16 @@ def _quality(run: dec.Run, source: str) -> dict | None:
     qdir = run.step_dir(f"quality-{source}")
     if not qdir:
         return None
-    counts = np.zeros(BINS, np.int64)
-    for f in sorted((qdir / source).glob("part-*.parquet")):
-        t = fs.read_table(f, columns=["keep", "score"])
-        seen = t.column("keep").is_valid().to_numpy(zero_copy_only=False)
-        s = t.column("score").to_numpy(zero_copy_only=False)[seen]
-        counts += np.histogram(s, bins=BINS, range=(0.0, 1.0))[0]
+    marks = read_markers(qdir)
+    if marks and all("score_histogram" in m and len(m["score_histogram"]) == BINS for m in marks.values()):
+        counts = np.sum([m["score_histogram"] for m in marks.values()], axis=0).astype(np.int64)
+    else:  # a step cached before its markers carried histograms: read its score columns
+        counts = np.zeros(BINS, np.int64)
+        for f in sorted((qdir / source).glob("part-*.parquet")):
+            t = fs.read_table(f, columns=["keep", "score"])
+            seen = t.column("keep").is_valid().to_numpy(zero_copy_only=False)
+            s = t.column("score").to_numpy(zero_copy_only=False)[seen]
+            counts += np.histogram(s, bins=BINS, range=(0.0, 1.0))[0]
     thr = atomic.read_json(run.step_dir(f"quality-{source}-threshold") / "_markers" / "part-00000.json")
     return {"bins": [round(i / BINS, 4) for i in range(BINS + 1)], "counts": counts.tolist(),
             "threshold": thr["threshold"], "kind": thr["kind"], "documents": int(counts.sum())}
@@ -41,13 +47,19 @@ def _quality(run: dec.Run, source: str) -> dict | None:
 def _languages(run: dec.Run, source: str) -> dict[str, int]:
     fdir = run.step_dir(f"filter-{source}")
     out: dict[str, int] = {}
-    for f in sorted(fdir.glob("part-*.parquet")) if fdir else []:
+    marks = read_markers(fdir) if fdir else {}
+    if marks and all("languages" in m for m in marks.values()):
+        for m in marks.values():
+            for k, v in m["languages"].items():
+                out[k] = out.get(k, 0) + v
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+    for f in sorted(fdir.glob("part-*.parquet")) if fdir else []:  # cached before markers carried languages
         cols = [c for c in fs.parquet_file(f).schema_arrow.names if c.endswith(".lang")]
         if cols:
             for v in fs.read_table(f, columns=cols[:1]).column(0).to_pylist():
                 if v is not None:
                     out[v] = out.get(v, 0) + 1
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def build(run_dir: Path) -> dict:

@@ -13,6 +13,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.io import atomic
@@ -130,6 +133,15 @@ def test_report_page_and_json_agree_with_ledger_and_manifest(demo_run, tmp_path)
     q = rep["sources"]["web"]["quality"]
     assert sum(q["counts"]) == next(st["docs_in"] for st in led["sources"]["web"]["stages"] if st["stage"].startswith("quality"))
     assert rep["mixture"]["total_tokens"] == man["total_tokens"]
+    # the histogram and language counts summed from shard markers equal those of the attribute files
+    steps = atomic.read_json(demo_run / "run.json")["steps"]
+    scores = pq.read_table(demo_run / steps["quality-web"]["dir"] / "web")
+    seen = scores.filter(pc.is_valid(scores.column("keep"))).column("score").to_numpy()
+    assert q["counts"] == np.histogram(seen, bins=20, range=(0.0, 1.0))[0].tolist()
+    filt = pq.read_table(sorted((demo_run / steps["filter-web"]["dir"]).glob("part-*.parquet")))
+    lang = next(c for c in filt.column_names if c.endswith(".lang"))
+    assert rep["sources"]["web"]["languages"] == {
+        v["values"]: v["counts"] for v in pc.value_counts(filt.column(lang).drop_null()).to_pylist()}
     page = demo_run / "report.html"
     url = page.resolve().as_uri()
     b = Browser(tmp_path)

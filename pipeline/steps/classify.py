@@ -271,6 +271,9 @@ def score_keys(scores: np.ndarray, tie: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- apply
 
 
+HIST_BINS = 20  # the report's score histogram
+
+
 def apply_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
     t = fs.read_table(spec["scores"], columns=["id", "score", "tie"])
@@ -294,4 +297,6 @@ def apply_shard(spec: dict, out) -> dict:
                       "reason": scatter(n, drop, reasons) if len(drop) else pa.nulls(n, pa.string()),
                       "score": t.column("score")})
     write_attributes(out.dir, doc, table)
-    return stage_stats(doc, rows, chars, toks, keep[rows], {label: len(drop)} if len(drop) else {})
+    hist = np.histogram(score[seen], bins=HIST_BINS, range=(0.0, 1.0))[0]  # the report sums these, not the files
+    return {**stage_stats(doc, rows, chars, toks, keep[rows], {label: len(drop)} if len(drop) else {}),
+            "score_histogram": hist.tolist()}

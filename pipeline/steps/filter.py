@@ -39,7 +39,18 @@ def run_shard(spec: dict, out) -> dict:
     final = out.path(".parquet")
     fs.write_table(table, final, compression="zstd")
     kept = int(pa.compute.sum(table.column("keep")).as_py() or 0)
-    return {"rows": table.num_rows, "docs_in": table.num_rows, "docs_out": kept, "stages": stages}
+    return {"rows": table.num_rows, "docs_in": table.num_rows, "docs_out": kept, "stages": stages,
+            "languages": languages(table)}
+
+
+def languages(table: pa.Table) -> dict[str, int]:
+    """Documents per language of the shard's first language filter (for the report, so
+    that it reads markers, not every shard's attributes)."""
+    cols = [c for c in table.column_names if c.endswith(".lang")]
+    if not cols:
+        return {}
+    vc = pa.compute.value_counts(table.column(cols[0]).drop_null())
+    return {str(v["values"]): int(v["counts"]) for v in vc.to_pylist()}
 
 
 def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None = None) -> pa.Table:
