@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.scale import CACHE, DOCS_PER_PARTITION, ROOT, build_corpus, mixture_yaml
 
-LINE = re.compile(r'"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP')
+LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)*(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP')  # some lines are ANSI-coloured
 
 
 def _free_port() -> int:

@@ -176,6 +176,8 @@ def copy(src, dst) -> None:
     makedirs(dst.parent)
     if is_local(src) and is_local(dst):
         shutil.copy2(src, dst)
+    elif not is_local(src) and not is_local(dst) and src.fs == dst.fs:  # one object store: a server-side copy, no bytes through here
+        src.fs.copy(src.path, dst.path)
     else:
         with src.open("rb") as i, dst.open("wb") as o:
             shutil.copyfileobj(i, o, 1 << 20)

@@ -7,6 +7,7 @@ and must give the bytes of a local run."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -88,7 +89,7 @@ def s3_server(tmp_path_factory):
 
     s3 = s3fs.S3FileSystem(skip_instance_cache=True)
     s3.mkdir("curate-test")
-    yield env, s3
+    yield env, s3, log
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
@@ -108,7 +109,7 @@ def local_remote_run(demo_corpus, tmp_path_factory):
 
 
 def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, local_remote_run, tmp_path):
-    env, s3 = s3_server
+    env, s3, log = s3_server
     for sub in ("wiki/summaries_es.parquet", "web/crawl-00000.jsonl.zst", "web/crawl-00001.jsonl.zst"):
         s3.put(str(demo_corpus / sub), f"curate-test/in/{sub}")
     y = write_yaml(tmp_path / "r.yaml", _small_mixture("s3://curate-test/in", "s3://curate-test/runs"))
@@ -128,6 +129,13 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, loca
         assert hashlib.sha256(s3.cat(f"curate-test/runs/remote/{p}")).hexdigest() == sha
     led_r, led_l = (atomic.read_json(fs.path(x) / "ledger.json")["sources"] for x in (run, local_remote_run))
     assert led_r == led_l and all(v["conservation"] for v in led_r.values())
+    # publication copies on the server: once the mix step is done, no GET of its shards reaches the store
+    # (a GET would be the driver streaming the bytes); the log colours some lines with ANSI codes
+    lines = log.read_text(errors="replace").splitlines()
+    done = max(i for i, x in enumerate(lines) if re.search(r'PUT /curate-test/runs/remote/steps/mix-[0-9a-f]+/_SUCCESS', x))
+    mix_gets = [x for x in lines[done:] if re.search(r'GET /curate-test/runs/remote/steps/mix-[0-9a-f]+/part-', x)]
+    assert mix_gets == [], mix_gets[:3]
+    assert any(re.search(r'PUT /curate-test/runs/remote/mixture/part-', x) for x in lines[done:])
     keys = s3.find("curate-test/runs")
     assert not [k for k in keys if ".tmp-" in k or k.endswith(".tmp")], "temporary objects left behind"
     assert any(k.endswith("/_SUCCESS") for k in keys) and any("/samples/index.html" in k for k in keys)
