@@ -46,11 +46,11 @@ def kind(name: str) -> str:
     return "shard"
 
 
-def model(run: dict, docs: float, cores: int) -> list[dict]:
+def model(run: dict, docs: float, cores: int, shard_docs: int = SHARD_DOCS) -> list[dict]:
     n = run["docs"]
     avg_bytes = run["chars"] / n
     text_factor = TEXT_BYTES / avg_bytes
-    S = math.ceil(docs / SHARD_DOCS)
+    S = math.ceil(docs / shard_docs)
     bench_shards = max(s["tasks"] for s in run["steps"].values())
     rows_per_doc = {name: st["rows"] / n for name, st in run["steps"].items()}
     out = []
@@ -78,7 +78,31 @@ def model(run: dict, docs: float, cores: int) -> list[dict]:
                     "bytes_written": st["bytes"] if name.endswith(FIXED_OUTPUT) else st["bytes"] / n * docs * (f if k == "shard" else 1.0),
                     "cpu_s": cpu,
                     "wall_h": (cpu / cores if k != "merge" else cpu) / 3600, "rss_mb": rss, "rows_per_doc": rows_per_doc[name]})
+    by = {r["step"]: r for r in out}
+    edges = run["steps"].get("dedup-fuzzy-verify", {}).get("rows", 0) / n * docs
+    for r in out:
+        r["shuffle_reads"] = 2 * S * _readers_of(r["step"], by, edges)
     return out
+
+
+def _readers_of(name: str, by: dict, edges: float) -> int:
+    """How many shuffle files each of the S per-shard maps (or readers) meets in this step:
+    a reducer reads its segment of every map's file, a per-shard step its segment of every
+    reducer's file (an index read and a data read each)."""
+    tasks = lambda pre: sum(r["tasks"] for k, r in by.items() if k.startswith(pre))  # noqa: E731
+    if name.startswith(REDUCERS) or name == "dedup-fuzzy-verify":
+        return by[name]["tasks"]
+    source = {"dedup-exact": "dedup-exact-reduce", "dedup-paragraph": "dedup-paragraph-reduce",
+              "dedup-fuzzy-fetch": "dedup-fuzzy-buckets"}.get(name)
+    if source:
+        return tasks(source)
+    if name == "dedup-fuzzy":
+        return max(1, math.ceil(edges / 5_000_000))  # the clusters step's outputs, one per edge partition
+    if name.startswith("ingest-"):
+        return tasks("unique-ids-" + name[len("ingest-"):])
+    if name == "mix":
+        return by[name]["tasks"]  # each mix task reads its segment of every route file
+    return 0
 
 
 def main(argv=None):
@@ -86,6 +110,7 @@ def main(argv=None):
     ap.add_argument("scale_json")
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--cores", type=int, default=64)
+    ap.add_argument("--shard-docs", type=int, default=SHARD_DOCS, help="documents per shard (max_shard_rows)")
     a = ap.parse_args(argv)
     data = json.loads(Path(a.scale_json).read_text())
     run = data["results"][-1]
@@ -96,19 +121,21 @@ def main(argv=None):
     # the marginal cost of a task, from the smallest to the largest run (the fixed costs cancel)
     driver_per_task = (run["driver_cpu"] - first["driver_cpu"]) / (ntasks[1] - ntasks[0]) if ntasks[1] > ntasks[0] else average
     print(f"measured: {run['docs']:,} documents, {run['chars'] / run['docs']:.0f} bytes each on average; "
-          f"modelled: {TEXT_BYTES} bytes per document, {SHARD_DOCS:,} per shard, {a.nodes} nodes x {a.cores} cores")
+          f"modelled: {TEXT_BYTES} bytes per document, {a.shard_docs:,} per shard, {a.nodes} nodes x {a.cores} cores")
     for docs in (1e9, 25e9):
-        rows = model(run, docs, cores)
+        rows = model(run, docs, cores, a.shard_docs)
         print(f"\n### {docs / 1e9:g} B documents\n")
-        print("| step | tasks | objects written | GB written | CPU hours | wall hours | peak RSS per task MB |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        print("| step | tasks | objects written | GB written | shuffle reads | CPU hours | wall hours | peak RSS per task MB |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for r in rows:
-            print(f"| {r['step']} | {r['tasks']:,} | {r['objects']:,} | {r['bytes_written'] / 1e9:,.1f} | {r['cpu_s'] / 3600:,.1f} | "
-                  f"{r['wall_h']:.2f} | {r['rss_mb']:.0f} |")
+            print(f"| {r['step']} | {r['tasks']:,} | {r['objects']:,} | {r['bytes_written'] / 1e9:,.1f} | {r['shuffle_reads']:.2g} | "
+                  f"{r['cpu_s'] / 3600:,.1f} | {r['wall_h']:.2f} | {r['rss_mb']:.0f} |")
         tasks = sum(r["tasks"] for r in rows)
-        print(f"| **total** | {tasks:,} | {sum(r['objects'] for r in rows):,} | {sum(r['bytes_written'] for r in rows) / 1e9:,.0f} | "
+        reads = sum(r["shuffle_reads"] for r in rows)
+        print(f"| **total** | {tasks:,} | {sum(r['objects'] for r in rows):,} | {sum(r['bytes_written'] for r in rows) / 1e9:,.0f} | {reads:.2g} | "
               f"{sum(r['cpu_s'] for r in rows) / 3600:,.0f} | {sum(r['wall_h'] for r in rows):.1f} | |")
-        print(f"\ndriver: {driver_per_task * 1000:.2f} ms CPU per task (marginal, {ntasks[0]:,} -> {ntasks[1]:,} tasks; "
+        print(f"\nshuffle reads: {reads / docs:.3f} per document (index + data ranged reads; on an object store, GETs)")
+        print(f"driver: {driver_per_task * 1000:.2f} ms CPU per task (marginal, {ntasks[0]:,} -> {ntasks[1]:,} tasks; "
               f"{average * 1000:.1f} ms with the fixed costs) -> {driver_per_task * tasks / 3600:.2f} h for {tasks:,} tasks")
 
 
