@@ -32,7 +32,7 @@ SHARD_DOCS = 50_000
 PARTITION_ROWS = 4_000_000
 TEXT_STEPS = ("ingest-", "filter-", "dedup-fuzzy-signatures", "dedup-fuzzy-fetch", "dedup-fuzzy-verify", "dedup-paragraph", "classify-",
               "samples-pick", "mix-route", "mix", "dedup-exact-map", "ids-")
-REDUCERS = ("dedup-exact-reduce", "dedup-fuzzy-buckets", "dedup-paragraph-reduce", "unique-ids-")
+REDUCERS = ("dedup-exact-reduce", "dedup-fuzzy-buckets", "dedup-paragraph-reduce", "unique-ids-", "id-index-")
 MERGES = ("mix-select", "samples", "dedup-fuzzy-clusters", "classify-wiki_vs_web-train")
 FIXED_OUTPUT = ("-train", "mix-select", "-threshold")  # a model, a cutoff: their output does not grow with the corpus
 BYTES_PER_ROW = {"dedup-exact-reduce": 48, "dedup-fuzzy-buckets": 24, "dedup-paragraph-reduce": 60, "unique-ids-": 40}

@@ -191,7 +191,7 @@ def _markers(d: Path) -> dict:
 
 def _step_group(name: str) -> str:
     """Per-source steps folded into one row: filter-web, filter-wiki -> filter-*."""
-    for pre in ("ids-", "unique-ids-", "ingest-", "filter-", "quality-"):
+    for pre in ("ids-", "unique-ids-", "id-index-", "ingest-", "filter-", "quality-"):
         if name.startswith(pre):
             rest = name[len(pre):]
             return pre + "*" + ("-threshold" if rest.endswith("-threshold") else "")

@@ -1,7 +1,8 @@
 """`curate explain RUN --id ID`: why one document was kept or removed, stage by stage.
 
-Reads the run's step outputs, not the documents in memory: the ingest shards' `id`
-column finds the document's shard and row; the filter attributes of the same shard and
+Reads the run's step outputs, not the documents in memory: the source's id index
+(`id-index-<source>`, pipeline/steps/idindex.py) finds the document's shard and row in a
+few row groups of one file; the filter attributes of the same shard and
 row say which filters it passed, with their scores, and which removed it; so do the dedup
 attributes (`<step>/<source>/part-XXXXX.parquet`), with the survivor's id and, for a
 near-duplicate, its cluster; the mix step's shard specs say which mixture file holds it.
@@ -14,8 +15,10 @@ from pathlib import Path
 import pyarrow.compute as pc
 
 from pipeline.errors import UsageError
+from pipeline.executor import shard_name
 from pipeline.io import atomic, fs
 from pipeline.ledger import filter_stage
+from pipeline.steps import idindex
 
 
 def _steps(run_dir: Path) -> dict:
@@ -36,7 +39,14 @@ def find(run_dir: Path, doc_id: str) -> list[dict]:
             continue
         source = name[len("ingest-"):]
         d = run_dir / st["dir"]
-        for part in sorted(d.glob("part-*.parquet")):
+        index = steps.get(f"id-index-{source}")
+        if index and index.get("status") in ("SUCCESS", "SKIPPED"):  # a few row groups of one file
+            for shard, row in idindex.lookup(run_dir / index["dir"], index["shards"], doc_id):
+                part = d / f"{shard_name(shard)}.parquet"
+                if _read_row(part, row, ["id"])["id"] == doc_id:  # a 64-bit hash may name another id
+                    out.append(_explain_row(run_dir, rj, source, part, row))
+            continue
+        for part in sorted(d.glob("part-*.parquet")):  # a run from before the index: every shard's ids
             ids = fs.read_table(part, columns=["id"]).column("id")
             hits = pc.indices_nonzero(pc.equal(ids, doc_id)).to_pylist()
             for row in hits:

@@ -45,7 +45,7 @@ from pipeline.executor import (
 )
 from pipeline.io import atomic, fs
 from pipeline.io.discover import InputFile, resolve_inputs
-from pipeline.steps import classify_plan
+from pipeline.steps import classify_plan, idindex
 from pipeline.steps import ids as ids_mod
 from pipeline.steps import ingest as ingest_mod
 from pipeline.steps import mix as mix_mod
@@ -245,8 +245,22 @@ class Plan:
             self.steps += [idm, idr]
             before = before + [idr]
             shards = functools.partial(ingest_shards, duplicates=idr)
-        ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, "pipeline.steps.ingest:run_shard", shards=shards)
-        self.steps.append(ing)
+        def indexed(st, stats, shards=shards, spec=spec):  # every shard writes its part of the id index
+            specs = shards(st, stats)
+            n = idindex.partitions(len(specs) * spec.max_shard_rows)
+            return [{**s, "index_partitions": n} for s in specs]
+
+        ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, "pipeline.steps.ingest:run_shard", shards=indexed,
+                   version="2")
+
+        def index_shards(st, stats, ing=ing, sname=sname):
+            ms = stats[ing.name]
+            n = ms[0]["index_partitions"] if ms else 0
+            return [{"maps_dir": str(ing.dir(self.run_dir)), "maps": len(ms), "partition": p,
+                     "describe": f"{sname} id index, range {p}"} for p in range(n)]
+
+        idx = Step(f"id-index-{sname}", "id-index", {}, [ing], "pipeline.steps.idindex:reduce_shard", shards=index_shards)
+        self.steps += [ing, idx]
         self.ingest[sname] = ing
         chain = self.chains[sname] = filter_chain(spec, bool(extract))
         if chain:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,7 +33,7 @@ from pipeline.dedup import shuffle
 from pipeline.errors import InputError
 from pipeline.io import atomic, fs, readers
 from pipeline.io.readers import StreamError
-from pipeline.steps import web
+from pipeline.steps import idindex, web
 
 DOC_SCHEMA = pa.schema(
     [
@@ -192,6 +193,7 @@ class _Shard:
         self.cols: dict[str, list] = {"id": [], "text": [], "source_id": [], "metadata": []}
         self.pending_bytes = 0
         self.stats = {"records_in": 0, "docs_out": 0, "chars": 0, "tokens": 0, "quarantined": {}, "stream_error": None}
+        self.hashes: list[np.ndarray] = []  # of the ids, for the id index (steps/idindex.py)
 
     def duplicate(self, loc: int) -> str | None:
         """The quarantine message when this record's id was used earlier in the source."""
@@ -252,6 +254,7 @@ class _Shard:
             schema=DOC_SCHEMA,
         )
         self.writer.write_table(table, row_group_size=len(texts))
+        self.hashes.append(idindex.id_hash(c["id"]))
         self.stats["docs_out"] += len(texts)
         self.stats["chars"] += sum(n_chars)
         self.stats["tokens"] += sum(n_tok or [])
@@ -262,6 +265,10 @@ class _Shard:
     def close(self) -> dict:
         self.flush()
         self.writer.close()
+        if "index_partitions" in self.spec:  # before the shard: a committed shard has its index
+            h = np.concatenate(self.hashes) if self.hashes else np.zeros(0, np.uint64)
+            idindex.write_map(h, self.out.dir, self.out.index, self.spec["index_partitions"])
+            self.stats["index_partitions"] = self.spec["index_partitions"]
         atomic.commit(self.tmp, self.final)
         if self.qfile is not None:
             self.qfile.close()
