@@ -8,7 +8,7 @@
    counts the UTF-8 bytes of the input text.
 2. The whole fuzzy dedup, from JSONL on disk to the decision of what to remove:
    Curate: `curate run` with only `dedup.fuzzy` (verified), `--workers N`, timed from the
-   steps' own wall times in run.json (signatures, buckets, verify, clusters, apply), plus
+   steps' own wall times in run.json (signatures, buckets, fetch, verify, clusters, apply), plus
    the whole command; peak memory is the largest worker RSS in the shard markers.
    datatrove: its four stages (signature -> buckets -> cluster -> filter), each run as
    its tasks in one process one after another (one core), in a child process whose peak
@@ -175,7 +175,7 @@ def main(argv=None):
     print(f"\n2. whole fuzzy dedup (Curate --workers {args.workers}; datatrove one core)")
     print(f"   datatrove: {' + '.join(f'{k} {dt[k]:.1f}' for k in ('signatures', 'buckets', 'clusters', 'filter'))}"
           f" = {dt['total']:.1f} s, peak RSS {dt['peak_rss_mb']:.0f} MB")
-    parts = [k for k in ("signatures", "buckets", "verify", "clusters", "apply") if k in cu]
+    parts = [k for k in ("signatures", "buckets", "fetch", "verify", "clusters", "apply") if k in cu]
     print(f"   curate:    {' + '.join(f'{k} {cu[k]:.1f}' for k in parts)} = {cu['total']:.1f} s "
           f"(whole `curate run` incl. Ray start and reading JSONL: {cu['command']:.1f} s), peak worker RSS {cu['peak_rss_mb']:.0f} MB")
     print(f"   ratio curate/datatrove: {dt['total'] / cu['total']:.1f}x (steps), {dt['total'] / cu['command']:.1f}x (whole command)")
