@@ -244,15 +244,27 @@ def sample_shard(spec: dict, out) -> dict:
     """The `samples` step, one task per source: the picks of its shards merged, the smallest
     hashes of each group kept; the same records as one pass over the source."""
     groups: dict[tuple, list[dict]] = {}
-    for k in range(spec["first"], spec["first"] + spec["shards"]):
-        path = fs.path(spec["picks"]) / f"part-{k:05d}.jsonl"
-        for line in fs.read_bytes(path).splitlines():
+
+    def order(r: dict):
+        return r["_key"], r.get("id") or r.get("source_id") or ""
+
+    def limit(g: tuple) -> int:
+        return spec["kept_per_source"] if g[0] == "kept" else spec["removed_per_reason"]
+
+    paths = [fs.path(spec["picks"]) / f"part-{k:05d}.jsonl" for k in range(spec["first"], spec["first"] + spec["shards"])]
+    for data in fs.read_many(fs.read_bytes, paths):  # reads in flight together, merged in shard order
+        for line in data.splitlines():
             r = orjson.loads(line)
-            groups.setdefault(tuple(r.pop("_group")), []).append(r)
+            g = tuple(r.pop("_group"))
+            recs = groups.setdefault(g, [])
+            recs.append(r)
+            if len(recs) >= 2 * limit(g) + 64:  # keep each group's best: memory bounded by the picks, not the shards
+                recs.sort(key=order)
+                del recs[limit(g):]
 
     def best(g: tuple, n: int) -> list[dict]:
         recs = groups.get(g, [])
-        recs.sort(key=lambda r: (r["_key"], r.get("id") or r.get("source_id") or ""))
+        recs.sort(key=order)
         return [{k: v for k, v in r.items() if k != "_key"} for r in recs[:n]]
 
     source = spec["source"]

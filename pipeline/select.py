@@ -71,8 +71,7 @@ def _histogram(path) -> tuple[np.ndarray, np.ndarray]:
 def totals(paths: list) -> tuple[int, int]:
     """(keys, weight) over all files, from their footers."""
     n = w = 0
-    for p in paths:
-        c, s = _histogram(p)
+    for c, s in fs.read_many(_histogram, paths):
         n += int(c.sum())
         w += int(s.sum())
     return n, w
@@ -83,8 +82,7 @@ def cutoff(paths: list, want: int) -> tuple[int, int, int]:
     reaches `want`. With too little weight in all: the largest key."""
     counts = np.zeros(1 << BITS, np.int64)
     weights = np.zeros(1 << BITS, np.int64)
-    for p in paths:
-        c, s = _histogram(p)
+    for c, s in fs.read_many(_histogram, paths):
         counts += c
         weights += s
     cum = np.cumsum(weights)
@@ -98,7 +96,7 @@ def cutoff(paths: list, want: int) -> tuple[int, int, int]:
     cond = pc.field("key") >= pa.scalar(lo, pa.uint64())
     if d + 1 < (1 << BITS):
         cond = cond & (pc.field("key") < pa.scalar(np.uint64(d + 1) << SHIFT, pa.uint64()))
-    parts = [_read(p, cond) for p in paths]
+    parts = list(fs.read_many(lambda p: _read(p, cond), paths))
     t = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
     t = t.sort_by([("key", "ascending")])
     keys = t.column("key").to_numpy()

@@ -171,6 +171,22 @@ def rmtree(p) -> None:
         p.fs.rm(p.path, recursive=True)
 
 
+def read_many(fn, items, threads: int = 32):
+    """fn(item) for every item, in the items' order, up to `threads` at a time and no more
+    than 4 x `threads` results held: a merge reading one small summary per shard waits on
+    tens of milliseconds per object-store GET, so it keeps many in flight, not one."""
+    items = list(items)
+    if len(items) < 2:
+        yield from (fn(x) for x in items)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    window = 4 * threads
+    with ThreadPoolExecutor(min(threads, len(items))) as pool:
+        for lo in range(0, len(items), window):
+            yield from pool.map(fn, items[lo:lo + window])
+
+
 def copy(src, dst) -> None:
     src, dst = path(src), path(dst)
     makedirs(dst.parent)
