@@ -18,7 +18,8 @@ verify (per pair partition, sized from the pair count and the average text): the
     similarity of the two documents' shingle sets, recomputed from their current text,
     and only pairs at or above `threshold` are edges. No task reads another shard's
     files, so the work per task does not grow with the number of shards.
-clusters: connected components of the edges, partitioned (pipeline/dedup/components.py);
+clusters: connected components of the edges, partitioned by edge, so no task holds a hub
+    or a giant component (pipeline/dedup/components.py);
     the survivor of a component is its smallest (source priority, id); every other
     member is removed with `near_duplicate_of:<survivor id> (jaccard=0.87)`, the Jaccard
     being that of the member's closest verified neighbour.

@@ -77,3 +77,30 @@ def test_components_match_union_find(tmp_path, nparts, ray_local):
         for r in t:
             assert r["cluster"].split(":", 1)[1] == r["duplicate_of"]
     assert rows == res["removed"]
+
+
+def test_a_hub_and_a_giant_component_are_spread_over_every_partition(tmp_path, ray_local):
+    """One node joined to 4,000 others (a bucket of near-copies paired with its first member),
+    plus a chain through them: one component of 4,001 members. With 4 partitions, every
+    round's edges and every survivor task's rows are spread, not on the hub's partition."""
+    nodes = [int(g) for g in shuffle.gid(0, 0, np.arange(4001))]
+    hub = nodes[0]
+    edges = [(hub, n) for n in nodes[1:]] + [(nodes[i], nodes[i + 1]) for i in range(1, 4000, 7)]
+    ids = {n: f"id{i:05d}" for i, n in enumerate(nodes)}
+    t = pa.table({"lo": pa.array([a for a, _ in edges], pa.int64()), "hi": pa.array([b for _, b in edges], pa.int64()),
+                  "lo_id": [ids[a] for a, _ in edges], "hi_id": [ids[b] for _, b in edges],
+                  "jaccard": pa.array([0.9] * len(edges)), "edge": pa.array([True] * len(edges))})
+    pq.write_table(t, tmp_path / "part-00000.parquet")
+    nparts = 4
+    res = components.run([str(tmp_path / "part-00000.parquet")], tmp_path / "work", tmp_path / "out", nparts, ["s0"], [0],
+                         [0], 1)
+    assert res["clusters"] == 1 and res["largest"] == 4001 and res["removed"] == 4000
+    for step in sorted((tmp_path / "work").glob("r*-*")):
+        d = step if step.name.endswith("seed") else step / "edges"
+        rows = [0 if (x := shuffle.read_partition(d, nparts, p)) is None else x.num_rows for p in range(nparts)]
+        assert max(rows) <= 0.4 * sum(rows), (step.name, rows)  # ~1/4 each; the hub's partition would hold half or more
+    best = [shuffle.read_partition(tmp_path / "work" / "best" / "best", nparts, p) for p in range(nparts)]
+    assert sum(b.num_rows for b in best if b is not None) <= nparts * components.MAX_MEMBERS
+    row = pq.read_table(tmp_path / "out" / "clusters").to_pylist()[0]
+    assert row["size"] == 4001 and len(row["members"]) == components.MAX_MEMBERS and row["members"][0] == "s0:id00000"
+    assert sum(0 if (d := shuffle.decisions(tmp_path / "out", 0, nparts)) is None else d.num_rows for _ in [0]) == 4000
