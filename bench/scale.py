@@ -18,7 +18,7 @@ largest worker <= 1.3x, driver memory <= 1.5x, driver CPU seconds per document <
 
 `--partitions-x K` adds a run at the largest scale with K times the partitions (files per
 document should not move). `--skew` adds skewed corpora at the smallest scale, with 4x
-the partitions: one paragraph in 10% of the documents, one near-duplicate cluster of 5%,
+the partitions: one paragraph in 10% of the documents, one near-duplicate cluster of 5% and one of 10%,
 beside an unskewed run; per reduce step, the largest task's input rows against the
 step's mean, and the longest task.
 
@@ -50,7 +50,8 @@ BOILERPLATE = ("This page uses cookies to improve your experience. By continuing
 def build_corpus(n_docs: int, skew: str | None = None) -> Path:
     """web/crawl-XXXXX.jsonl.zst of small pages, wiki/summaries_en.parquet; cached by size
     and skew (`paragraph`: one paragraph in 10% of documents; `cluster`: 5% of documents
-    near-copies of one page)."""
+    near-copies of one page; `bucket`: 10%, so every LSH band has a bucket of 10% of the
+    documents)."""
     import orjson
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -74,7 +75,7 @@ def build_corpus(n_docs: int, skew: str | None = None) -> Path:
         p.pop("copy_of", None)
         if skew == "paragraph" and i % 10 == 3:
             p["text"] = p["text"] + "\n\n" + BOILERPLATE
-        elif skew == "cluster" and i % 20 == 7:
+        elif (skew == "cluster" and i % 20 == 7) or (skew == "bucket" and i % 10 == 7):
             if hub is None:
                 hub = p["text"] + "\n\n" + " ".join(rng.choice(wiki)["text"] for _ in range(3))
             words = hub.split(" ")
@@ -247,12 +248,12 @@ def skew_report(n: int, workers: int, work: Path, extra: dict) -> None:
     rows and its ratio to the step's mean, and the slowest task."""
     parts = max(1, n // DOCS_PER_PARTITION) * 4
     runs = {}
-    for kind in (None, "paragraph", "cluster"):
+    for kind in (None, "paragraph", "cluster", "bucket"):
         r = run_one(build_corpus(n, kind), work / f"n{n}-skew-{kind or 'none'}", workers, parts)
         runs[kind or "none"] = r
         extra[f"skew-{kind or 'none'}"] = r
     print(f"\nskew at {n:,} documents, {parts} partitions (paragraph: one paragraph in 10% of documents; "
-          f"cluster: 5% of documents near-copies of one page)")
+          f"cluster: 5% of documents near-copies of one page; bucket: 10%)")
     print("| step | " + " | ".join(f"{k}: largest task rows (x mean) | {k}: longest s" for k in runs) + " |")
     print("|" + " --- |" * (1 + 2 * len(runs)))
     for step in SKEWED_STEPS:
@@ -266,7 +267,7 @@ def skew_report(n: int, workers: int, work: Path, extra: dict) -> None:
             cells += [f"{s['max_rows']:,} ({s['max_rows'] / mean if mean else 0:.2f}x)", f"{s['longest']:.2f}"]
         print(f"| {step} | " + " | ".join(cells) + " |")
     base = runs["none"]
-    for kind in ("paragraph", "cluster"):
+    for kind in ("paragraph", "cluster", "bucket"):
         r = runs[kind]
         print(f"skew {kind}: largest worker {r['worker_rss']:.0f} MB vs {base['worker_rss']:.0f} MB unskewed; "
               f"longest task {r['longest']:.2f} s ({r['longest_step']}) vs {base['longest']:.2f} s")
