@@ -248,7 +248,7 @@ def _classifier_lines(run_dir: Path) -> list[str]:
     for name, st in atomic.read_json(run_dir / "run.json")["steps"].items():
         if not (name.startswith("classify-") and name.endswith("-train")):
             continue
-        ev = atomic.read_json(run_dir / st["dir"] / "eval.json")
+        ev = atomic.read_json(fs.join(run_dir, st["dir"]) / "eval.json")
         ex = ev["examples"]
         out.append(f"classifier {name[len('classify-'):-len('-train')]}: validation ROC AUC {ev['roc_auc']:.3f}, "
                    f"F1 {ev['f1']:.3f} (precision {ev['precision']:.3f}, recall {ev['recall']:.3f}) at 0.5 on "

@@ -228,6 +228,8 @@ class SamplesSpec(Model):
 class Mixture(Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the run directory is <output>/<name>")
     output: str = Field("out", description="where run directories go; relative to the YAML file")
+    store: str | None = Field(None, description="where finished steps are kept, by hash, shared by every mixture file "
+                                                "that names the same store (default: <output>/_store); relative to the YAML file")
     seed: int = Field(0, description="seed of every sampled or shuffled choice")
     tokenizer: str | None = Field("gpt2", description="gpt2 (offline BPE), a path to a tokenizer.json, or null for no token counts")
     sources: dict[str, SourceSpec] = Field(min_length=1, description="named input corpora")
@@ -275,6 +277,17 @@ class LoadedMixture:
         if not out.is_absolute():
             out = (Path.cwd() if override else self.base_dir) / out
         return (out / self.mixture.name).resolve()
+
+    def store_dir(self, override: str | None = None):
+        """The step store: `store:`, or `_store` beside the run directories (a run name
+        cannot start with '_', so no run directory is ever the store)."""
+        target = self.mixture.store
+        if target is None:
+            return self.output_dir(override).parent / "_store"
+        if fs.is_url(target):
+            return fs.path(target.rstrip("/"))
+        out = Path(target)
+        return (out if out.is_absolute() else self.base_dir / out).resolve()
 
     def canonical(self) -> dict:
         return self.mixture.model_dump(mode="json")

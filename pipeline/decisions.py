@@ -37,8 +37,8 @@ class Run:
         self.config = self.record["config"]
         self.seed = self.config["seed"]
         sel = self.steps.get("mix-select")
-        self.selection = atomic.read_json(self.dir / sel["dir"] / "_markers" / "part-00000.json") if sel else None
-        mix_step = atomic.read_json(self.dir / sel["dir"] / "step.json") if sel else None
+        self.selection = atomic.read_json(fs.join(self.dir, sel["dir"]) / "_markers" / "part-00000.json") if sel else None
+        mix_step = atomic.read_json(fs.join(self.dir, sel["dir"]) / "step.json") if sel else None
         self.sources = mix_step["config"]["sources"] if mix_step else list(self.config["sources"])
         self.all_sources = [s for s in self._yaml_order()]
 
@@ -49,7 +49,7 @@ class Run:
 
     def step_dir(self, name: str) -> Path | None:
         st = self.steps.get(name)
-        return self.dir / st["dir"] if st else None
+        return fs.join(self.dir, st["dir"]) if st else None
 
     def shards(self, source: str) -> list[Path]:
         d = self.step_dir(f"ingest-{source}")

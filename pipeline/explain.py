@@ -38,10 +38,10 @@ def find(run_dir: Path, doc_id: str) -> list[dict]:
         if not name.startswith("ingest-"):
             continue
         source = name[len("ingest-"):]
-        d = run_dir / st["dir"]
+        d = fs.join(run_dir, st["dir"])
         index = steps.get(f"id-index-{source}")
         if index and index.get("status") in ("SUCCESS", "SKIPPED"):  # a few row groups of one file
-            for shard, row in idindex.lookup(run_dir / index["dir"], index["shards"], doc_id):
+            for shard, row in idindex.lookup(fs.join(run_dir, index["dir"]), index["shards"], doc_id):
                 part = d / f"{shard_name(shard)}.parquet"
                 if _read_row(part, row, ["id"])["id"] == doc_id:  # a 64-bit hash may name another id
                     out.append(_explain_row(run_dir, rj, source, part, row))
@@ -61,7 +61,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
     info["stages"].append({"stage": "ingest", "result": "ok", "shard": f"{rj['steps'][f'ingest-{source}']['dir']}/{part.name}"})
     filt = rj["steps"].get(f"filter-{source}")
     if filt:
-        fdir = run_dir / filt["dir"]
+        fdir = fs.join(run_dir, filt["dir"])
         attrs = fs.read_table(fdir / part.name)
         rec = attrs.slice(row, 1).to_pylist()[0]
         step_cfg = atomic.read_json(fdir / "step.json")["config"]["filters"]
@@ -77,7 +77,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["stages"].append({"stage": "text rewritten", "result": f"{doc['n_chars']:,} -> {rec['n_chars']:,} chars"})
             info["excerpt"] = rec["text"][:200]
     for name, stage in _later_steps(rj, source):
-        path = run_dir / rj["steps"][name]["dir"] / source / part.name
+        path = fs.join(run_dir, rj["steps"][name]["dir"]) / source / part.name
         if info["status"] != "kept":
             continue
         rec = fs.read_table(path).slice(row, 1).to_pylist()[0]
@@ -116,7 +116,7 @@ def _cluster(run_dir: Path, rj: dict, cluster: str) -> dict | None:
     st = rj["steps"].get("dedup-fuzzy-clusters")
     if not st:
         return None
-    t = fs.read_table(run_dir / st["dir"] / "clusters", filters=[("cluster", "=", cluster)])
+    t = fs.read_table(fs.join(run_dir, st["dir"]) / "clusters", filters=[("cluster", "=", cluster)])
     if not t.num_rows:
         return None
     return t.to_pylist()[0]
@@ -141,7 +141,7 @@ def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str) -> str | No
     sel_step = rj["steps"].get("mix-select")
     if not sel_step:
         return None
-    marker = atomic.read_json(run_dir / sel_step["dir"] / "_markers" / "part-00000.json")
+    marker = atomic.read_json(fs.join(run_dir, sel_step["dir"]) / "_markers" / "part-00000.json")
     sel = marker["sources"].get(source)
     if sel is None:
         return "not in the mixture: the source is excluded"

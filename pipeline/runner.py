@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -71,9 +72,10 @@ def _tokenizer_id(spec: str | None) -> str | None:
 class Plan:
     """The steps of one mixture, in dependency order, and how they connect."""
 
-    def __init__(self, lm: LoadedMixture, run_dir: Path):
+    def __init__(self, lm: LoadedMixture, run_dir: Path, store: Path | None = None):
         self.lm = lm
         self.run_dir = run_dir
+        self.store = store if store is not None else run_dir  # where step directories are (the step store)
         self.files = resolve_inputs(lm)
         missing = check_filter_files(lm) + check_extractors(lm) + check_classifier_files(lm)
         if missing:
@@ -124,7 +126,7 @@ class Plan:
 
         def select_shards(st, stats):
             docs, avail, avail_docs, b, epoch = budget(stats)
-            pdir = self.mix_priority.dir(self.run_dir)
+            pdir = self.mix_priority.dir(self.store)
             keys = {s: [] for s in mixed}
             for j, d in enumerate(docs):
                 if epoch[d["source"]] is not None:
@@ -145,7 +147,7 @@ class Plan:
 
         def write_shards(st, stats):
             n = stats[self.mix_select.name][0]["n_shards"]
-            root = str(self.mix_route.dir(self.run_dir) / "to")
+            root = str(self.mix_route.dir(self.store) / "to")
             maps = len(stats[self.mix_route.name])
             return [{"inputs": root, "maps": maps, "partition": p, "describe": f"mixture shard {p}"} for p in range(n)]
 
@@ -153,7 +155,7 @@ class Plan:
         self.steps += [self.mix_priority, self.mix_select, self.mix_route, self.mix]
         sm = m.samples
         cfg = {"samples": sm.model_dump(), "seed": m.seed}
-        ingest_dirs = [str(self.ingest[s].dir(self.run_dir)) for s in m.sources]
+        ingest_dirs = [str(self.ingest[s].dir(self.store)) for s in m.sources]
 
         def pick_shards(st, stats):
             return [{"run_dir": str(self.run_dir), "source": d["source"], "documents": d["documents"],
@@ -167,7 +169,7 @@ class Plan:
 
         def sample_shards(st, stats):
             offsets, _ = dedup_plan.shard_offsets(self, stats)
-            return [{"source": s, "picks": str(pick.dir(self.run_dir)), "first": offsets[i],
+            return [{"source": s, "picks": str(pick.dir(self.store)), "first": offsets[i],
                      "shards": len(stats[self.ingest[s].name]), "kept_per_source": sm.kept_per_source,
                      "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {s}"}
                     for i, s in enumerate(m.sources)]
@@ -213,7 +215,7 @@ class Plan:
             ing_cfg.update({"extract": extract, "html_field": spec.html_field})
 
         def ingest_shards(st, stats, fdicts=fdicts, spec=spec, scan=scan, sname=sname, duplicates=None):
-            dups = {"duplicates": str(duplicates.dir(self.run_dir)), "duplicate_files": len(stats[duplicates.name])} \
+            dups = {"duplicates": str(duplicates.dir(self.store)), "duplicate_files": len(stats[duplicates.name])} \
                 if duplicates else {"duplicates": None}
             counts = {m["path"]: m["lines"] for m in stats.get(scan.name, {}).values()} if scan else {}
             splits = ingest_mod.plan_splits(fdicts, spec.model_dump(), counts)
@@ -237,7 +239,7 @@ class Plan:
             def unique_shards(st, stats, idm=idm, sname=sname, spec=spec):
                 ms = stats[idm.name]
                 n = ms[0]["partitions"] if ms else 0
-                return [{"source": sname, "partition": p, "maps_dir": str(idm.dir(self.run_dir)), "maps": len(ms),
+                return [{"source": sname, "partition": p, "maps_dir": str(idm.dir(self.store)), "maps": len(ms),
                          "on_bad_record": spec.on_bad_record, "describe": f"{sname} ids, partition {p}"} for p in range(n)]
 
             idr = Step(f"unique-ids-{sname}", "ids-reduce", {"on_bad_record": spec.on_bad_record}, [idm],
@@ -256,7 +258,7 @@ class Plan:
         def index_shards(st, stats, ing=ing, sname=sname):
             ms = stats[ing.name]
             n = ms[0]["index_partitions"] if ms else 0
-            return [{"maps_dir": str(ing.dir(self.run_dir)), "maps": len(ms), "partition": p,
+            return [{"maps_dir": str(ing.dir(self.store)), "maps": len(ms), "partition": p,
                      "describe": f"{sname} id index, range {p}"} for p in range(n)]
 
         idx = Step(f"id-index-{sname}", "id-index", {}, [ing], "pipeline.steps.idindex:reduce_shard", shards=index_shards)
@@ -268,7 +270,7 @@ class Plan:
                   for f in chain]
 
             def filter_shards(st, stats, ing=ing, fl=fl):
-                d = ing.dir(self.run_dir)
+                d = ing.dir(self.store)
                 return [{"documents": str(d / f"{shard_name(i)}.parquet"), "filters": fl, "tokenizer": self.tokenizer,
                          "describe": f"{ing.name}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
 
@@ -298,18 +300,19 @@ def previous_steps(run_dir: Path) -> dict:
 
 def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
     run_dir = lm.output_dir(output)
+    store = lm.store_dir(output)
     problems = unimplemented(lm)
-    plan = Plan(lm, run_dir)
+    plan = Plan(lm, run_dir, store)
     prev = previous_steps(run_dir)
-    lines = [f"run directory: {run_dir}", "", f"{'step':<24} {'hash':<9} {'action':<6} why"]
+    lines = [f"run directory: {run_dir}", f"step store:    {store}", "", f"{'step':<24} {'hash':<9} {'action':<6} why"]
     for s in plan.steps:
-        action, why = step_status(s, run_dir, prev)
+        action, why = step_status(s, store, prev)
         lines.append(f"{s.name:<24} {s.hash[:8]:<9} {action:<6} {why}")
     lines += ["", f"{'source':<16} {'files':>6} {'input MB':>10} {'docs':>10} {'tokens':>12}"]
     for sname in lm.mixture.sources:
         files = plan.files[sname]
         ing = plan.ingest[sname]
-        d = ing.dir(run_dir)
+        d = ing.dir(store)
         docs = toks = "?"
         if (d / SUCCESS).exists():
             mk = read_markers(d)
@@ -317,24 +320,24 @@ def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
             toks = f"{sum(m['tokens'] for m in mk.values()):,}"
         lines.append(f"{sname:<16} {len(files):>6} {sum(f.size for f in files) / 1e6:>10.1f} {docs:>10} {toks:>12}")
     lines.append("(docs and tokens after ingest; '?' until ingest has run)")
-    lines += ["", *_expected_mixture(plan, run_dir)]
+    lines += ["", *_expected_mixture(plan)]
     if problems:
         lines += ["", "cannot run yet:"] + [f"  {p}" for p in problems]
     return "\n".join(lines)
 
 
-def _expected_mixture(plan: Plan, run_dir: Path) -> list[str]:
+def _expected_mixture(plan: Plan) -> list[str]:
     """The mixture the current outputs would give: per source, kept tokens available, the
     target and the epochs it needs; or which step must run first."""
     import math
 
     upstream = [s for s in plan.steps
                 if s not in (plan.mix_priority, plan.mix_select, plan.mix_route, plan.mix, plan.samples_pick, plan.samples)]
-    pending = [s.name for s in upstream if not (s.dir(run_dir) / SUCCESS).exists()]
+    pending = [s.name for s in upstream if not (s.dir(plan.store) / SUCCESS).exists()]
     if pending:
         return [f"expected mixture: unknown until {pending[0]} runs (and {len(pending) - 1} more steps)" if len(pending) > 1
                 else f"expected mixture: unknown until {pending[0]} runs"]
-    stats = {s.name: read_markers(s.dir(run_dir)) for s in upstream}
+    stats = {s.name: read_markers(s.dir(plan.store)) for s in upstream}
     mx = plan.lm.mixture.mixture
     docs = plan.mixed_docs(stats)
     mixed = [s for s in plan.lm.mixture.sources if s not in mx.exclude]
@@ -394,25 +397,29 @@ def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None
     if todo:
         raise UsageError("\n".join(str(t) for t in todo))
     run_dir = lm.output_dir(output)
+    store = lm.store_dir(output)
     check_owner(lm, run_dir, overwrite)
-    plan = Plan(lm, run_dir)
+    plan = Plan(lm, run_dir, store)
     prev = previous_steps(run_dir)
     fs.makedirs(run_dir)
+    _adopt_legacy_steps(plan, run_dir)
     t0 = time.time()
     record = {
         "name": lm.mixture.name, "status": "RUNNING", "mixture_file": str(lm.path.resolve()),
         "config": lm.canonical(), "config_hash": lm.config_hash(), "workers": workers,
         "ray_address": os.environ.get("RAY_ADDRESS"), "host": socket.gethostname(),
         "git_commit": _git_commit(lm.base_dir), "curate_version": __version__, "started": t0,
-        "steps": {s.name: _step_record(s, run_dir, "PENDING") for s in plan.steps},
+        "store": str(store),
+        "steps": {s.name: _step_record(s, run_dir, store, "PENDING") for s in plan.steps},
     }
+    _link_steps(plan, run_dir)
     for s in plan.steps:
-        action, why = step_status(s, run_dir, prev)
+        action, why = step_status(s, store, prev)
         log(f"{s.name:<24} {action:<5} {why}")
     atomic.write_json(run_dir / "run.json", record)
     from pipeline.executor import Progress
 
-    ex = Executor(run_dir, workers=workers, progress=Progress(quiet=quiet))
+    ex = Executor(store, workers=workers, progress=Progress(quiet=quiet))
     try:
         stats = ex.run(plan.steps)
     except BaseException as e:
@@ -437,9 +444,54 @@ def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None
     return run_dir
 
 
-def _step_record(s: Step, run_dir: Path, status: str) -> dict:
-    return {"hash": s.hash, "config_hash": s.config_hash, "inputs_hash": s.inputs_hash,
-            "dir": str(s.dir(run_dir).relative_to(run_dir)), "status": status}
+def _step_record(s: Step, run_dir: Path, store, status: str) -> dict:
+    """`dir`: `steps/<name>-<hash>` where the run directory links its store steps (local
+    disks), else the store step's own path or URL."""
+    d = s.dir(store)
+    rel = f"steps/{d.name}" if fs.is_local(run_dir) and fs.is_local(d) else str(d)
+    return {"hash": s.hash, "config_hash": s.config_hash, "inputs_hash": s.inputs_hash, "dir": rel, "status": status}
+
+
+def _link_steps(plan: Plan, run_dir: Path) -> None:
+    """`<run>/steps/<name>-<hash>`: a relative symlink to each store step the run uses, so
+    a run directory shows (and `du -L` counts) what it is made of. Local disks only."""
+    if plan.store == run_dir or not (fs.is_local(run_dir) and fs.is_local(plan.store)):
+        return
+    links = Path(run_dir) / "steps"
+    links.mkdir(parents=True, exist_ok=True)
+    wanted = {s.dir(plan.store).name: s.dir(plan.store) for s in plan.steps}
+    for p in links.iterdir():  # links of steps this run no longer uses
+        if p.is_symlink() and p.name not in wanted:
+            p.unlink()
+    for name, target in wanted.items():
+        link = links / name
+        rel = os.path.relpath(target, links)
+        if link.is_symlink() and os.readlink(link) == rel:
+            continue
+        if link.is_symlink():
+            link.unlink()
+        elif link.exists():  # a pre-store step directory _adopt_legacy_steps did not move: the store's copy wins
+            shutil.rmtree(link)
+        Path(target).mkdir(parents=True, exist_ok=True)
+        link.symlink_to(rel, target_is_directory=True)
+
+
+def _adopt_legacy_steps(plan: Plan, run_dir: Path) -> None:
+    """Run directories from before the store kept their steps inside: move each finished
+    one the store lacks into the store (a rename), so an upgrade recomputes nothing."""
+    if plan.store == run_dir or not (fs.is_local(run_dir) and fs.is_local(plan.store)):
+        return
+    legacy = Path(run_dir) / "steps"
+    if not legacy.is_dir():
+        return
+    for s in plan.steps:
+        old, new = legacy / s.dir(plan.store).name, s.dir(plan.store)
+        if old.is_dir() and not old.is_symlink() and (old / SUCCESS).exists() and not Path(new).exists():
+            Path(new).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.replace(old, new)
+            except OSError:  # another filesystem: leave it, the step runs again in the store
+                pass
 
 
 def _finish_record(record: dict, plan: Plan, run_dir: Path, ex: Executor, t0: float):
@@ -497,7 +549,7 @@ def _publish_samples(plan: Plan, run_dir: Path) -> list[dict]:
 
     from pipeline import html
 
-    sdir = plan.samples.dir(run_dir)
+    sdir = plan.samples.dir(plan.store)
     pairs, listed, records = [], [], []
     for source in plan.lm.mixture.sources:
         for name in ("kept.jsonl", "removed.jsonl"):
@@ -535,7 +587,7 @@ def _link_tree(pairs: list[tuple[Path, str]], dest: Path):
 
 
 def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
-    mix_dir = plan.mix.dir(run_dir)
+    mix_dir = plan.mix.dir(plan.store)
     markers = stats[plan.mix.name]
     files, pairs = [], []
     for i in sorted(markers):
@@ -566,7 +618,7 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
         }
     return {
         "name": plan.lm.mixture.name, "config_hash": plan.lm.config_hash(), "seed": plan.lm.mixture.seed,
-        "target_tokens": plan.lm.mixture.mixture.target_tokens, "step": f"steps/{mix_dir.name}",
+        "target_tokens": plan.lm.mixture.mixture.target_tokens, "step": _step_record(plan.mix, run_dir, plan.store, "")["dir"],
         "step_hash": plan.mix.hash, "steps": {s.name: s.hash for s in plan.steps}, "sources": sources,
         "total_docs": sum(f["rows"] for f in files), "total_tokens": sum(v["tokens"] for v in per_source.values()),
         "files": files,

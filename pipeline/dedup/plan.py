@@ -45,18 +45,18 @@ def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, Step] | N
         for j, i in enumerate(sorted(stats[ing.name])):
             paths, kept, tokens = [], stats[ing.name][i]["docs_out"], stats[ing.name][i]["tokens"]
             if flt:
-                paths.append(str(flt.dir(plan.run_dir) / f"{shard_name(i)}.parquet"))
+                paths.append(str(flt.dir(plan.store) / f"{shard_name(i)}.parquet"))
                 mk = stats[flt.name][i]
                 kept = mk["docs_out"]
                 tokens = mk["stages"][list(mk["stages"])[-1]]["tokens_out"] if mk["stages"] else tokens
             for st in layers:
-                paths.append(str(attribute_path(st.dir(plan.run_dir), sname, i)))
+                paths.append(str(attribute_path(st.dir(plan.store), sname, i)))
                 kept, tokens = stats[st.name][len(out)]["docs_out"], stats[st.name][len(out)]["tokens_out"]
             if last:
-                paths.append(str(attribute_path(last.dir(plan.run_dir), sname, i)))
+                paths.append(str(attribute_path(last.dir(plan.store), sname, i)))
                 kept, tokens = stats[last.name][j]["docs_out"], stats[last.name][j]["tokens_out"]
             out.append({"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": len(out),
-                        "documents": str(ing.dir(plan.run_dir) / f"{shard_name(i)}.parquet"),
+                        "documents": str(ing.dir(plan.store) / f"{shard_name(i)}.parquet"),
                         "layers": paths, "kept": kept, "tokens": tokens})
     return out
 
@@ -113,7 +113,7 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
             ms = stats[map_step.name]
             count = ms[0]["partitions"] if ms else 0
             offsets, ndocs = shard_offsets(plan, stats)
-            return [{"inputs": str(map_step.dir(plan.run_dir) / "buckets"), "maps": len(ms), "partition": p,
+            return [{"inputs": str(map_step.dir(plan.store) / "buckets"), "maps": len(ms), "partition": p,
                      "offsets": offsets, "ndocs": ndocs, "sources": names, "rank_source": rank_source, **extra,
                      "describe": f"partition {p}"} for p in range(count)]
         return shards
@@ -124,11 +124,11 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
             if combined is None:
                 return {}
             n = stats[combined.name][d["k"]].get("rest", 0)
-            return {"combined": True, "rest": str(combine.rest_path(combined.dir(plan.run_dir) / "rest", d["k"])) if n else None}
+            return {"combined": True, "rest": str(combine.rest_path(combined.dir(plan.store) / "rest", d["k"])) if n else None}
 
         return add(Step(
             f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn,
-            shards=per_doc(lambda kept, d, stats: {"decisions": str(decisions.dir(plan.run_dir)), "columns": columns,
+            shards=per_doc(lambda kept, d, stats: {"decisions": str(decisions.dir(plan.store)), "columns": columns,
                                                    "reducers": outputs(stats, decisions), **(cfg or {}), **(extra or {}),
                                                    **rest(d, stats)},
                            prev),
@@ -163,7 +163,7 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
             docs = sum(m["docs"] for m in stats[sig.name].values())
             avg = sum(m["text_bytes"] for m in stats[sig.name].values()) / max(1, docs)
             nparts = dd.partitions or max(1, math.ceil(2 * pairs * avg / VERIFY_TEXT_BYTES))
-            return [{"doc": d, "pairs": str(bk.dir(plan.run_dir)), "pair_files": len(stats[bk.name]), "params": params,
+            return [{"doc": d, "pairs": str(bk.dir(plan.store)), "pair_files": len(stats[bk.name]), "params": params,
                      "partitions": nparts, "describe": _describe(d)} for d in doc_shards(plan, stats, prev)]
 
         fe = add(Step("dedup-fuzzy-fetch", "dedup-fuzzy-fetch", {"params": params}, [bk],
@@ -171,12 +171,12 @@ def add_steps(plan, base: list[Step]) -> list[Step]:
         vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [fe],
                       "pipeline.dedup.fuzzy:verify_shard",
                       shards=lambda st, stats, fe=fe, params=params: [
-                          {"fetched": str(fe.dir(plan.run_dir)), "maps": len(stats[fe.name]), "partition": v,
+                          {"fetched": str(fe.dir(plan.store)), "maps": len(stats[fe.name]), "partition": v,
                            "params": params, "describe": f"pair partition {v}"}
                           for v in range(stats[fe.name][0]["partitions"] if stats[fe.name] else 0)]))
         src_rank = [rk[s] for s in names]
         cl = add(Step("dedup-fuzzy-clusters", "dedup-fuzzy-clusters", {}, [vf], "pipeline.dedup.fuzzy:clusters_shard", cpus=0,
-                      shards=lambda st, stats, vf=vf: [{"edges": str(vf.dir(plan.run_dir)), "sources": names,
+                      shards=lambda st, stats, vf=vf: [{"edges": str(vf.dir(plan.store)), "sources": names,
                                                  "src_rank": src_rank, "partitions": dd.partitions,
                                                  "verified": len(stats[vf.name]),
                                                  "edge_count": sum(m["edges"] for m in stats[vf.name].values()),

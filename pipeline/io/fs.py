@@ -171,6 +171,14 @@ def rmtree(p) -> None:
         p.fs.rm(p.path, recursive=True)
 
 
+def join(run_dir, d: str):
+    """A step directory as run.json records it: relative to the run directory (local runs
+    link their store steps under `steps/`), or an absolute path or URL (a store elsewhere)."""
+    if is_url(d) or d.startswith("/"):
+        return path(d)
+    return path(run_dir) / d
+
+
 def read_many(fn, items, threads: int = 32):
     """fn(item) for every item, in the items' order, up to `threads` at a time and no more
     than 4 x `threads` results held: a merge reading one small summary per shard waits on

@@ -62,7 +62,7 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
             for side, mine, bound in side_docs(stats):
                 shards = []
                 for d in mine:  # the examples step's shards are the sides' shards in this order
-                    shards.append({**d, "candidates": str(ex.dir(plan.run_dir) / f"{shard_name(j)}.parquet"),
+                    shards.append({**d, "candidates": str(ex.dir(plan.store) / f"{shard_name(j)}.parquet"),
                                    "offered": stats[ex.name][j]["candidates"]})
                     j += 1
                 spec[side] = {"shards": shards, "files": sides[side][1], "tau": bound}
@@ -71,7 +71,7 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
         train = Step(f"classify-{cname}-train", "classify-train", cfg, [ex], "pipeline.steps.classify:train_shard",
                      shards=train_shards, version="2")  # 2: samples from the examples step's candidates
         plan.steps += [ex, train]
-        models[cname] = (train, str(train.dir(plan.run_dir) / MODEL), None)
+        models[cname] = (train, str(train.dir(plan.store) / MODEL), None)
 
     out = {}
     for sname, q in used.items():
@@ -93,13 +93,13 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
         plan.steps.append(score)
 
         def scores_of(stats, score=score, source_docs=source_docs):
-            return [(d, str(score.dir(plan.run_dir) / f"{shard_name(j)}.parquet")) for j, d in enumerate(source_docs(stats))]
+            return [(d, str(score.dir(plan.store) / f"{shard_name(j)}.parquet")) for j, d in enumerate(source_docs(stats))]
 
         thr_cfg = {"min_score": q.min_score, "keep_fraction": q.keep_fraction}
         thr = Step(
             f"quality-{sname}-threshold", "quality-threshold", thr_cfg, [score], "pipeline.steps.classify:threshold_shard",
             shards=lambda st, stats, scores_of=scores_of, q=q, sname=sname, score=score: [
-                {"keys": str(score.dir(plan.run_dir) / "keys"), "shards": len(scores_of(stats)),
+                {"keys": str(score.dir(plan.store) / "keys"), "shards": len(scores_of(stats)),
                  "min_score": q.min_score, "keep_fraction": q.keep_fraction, "describe": f"threshold of {sname}"}],
         )
         plan.steps.append(thr)

@@ -132,8 +132,8 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, loca
     # publication copies on the server: once the mix step is done, no GET of its shards reaches the store
     # (a GET would be the driver streaming the bytes); the log colours some lines with ANSI codes
     lines = log.read_text(errors="replace").splitlines()
-    done = max(i for i, x in enumerate(lines) if re.search(r'PUT /curate-test/runs/remote/steps/mix-[0-9a-f]+/_SUCCESS', x))
-    mix_gets = [x for x in lines[done:] if re.search(r'GET /curate-test/runs/remote/steps/mix-[0-9a-f]+/part-', x)]
+    done = max(i for i, x in enumerate(lines) if re.search(r'PUT /curate-test/runs/_store/steps/mix-[0-9a-f]+/_SUCCESS', x))
+    mix_gets = [x for x in lines[done:] if re.search(r'GET /curate-test/runs/_store/steps/mix-[0-9a-f]+/part-', x)]
     assert mix_gets == [], mix_gets[:3]
     assert any(re.search(r'PUT /curate-test/runs/remote/mixture/part-', x) for x in lines[done:])
     keys = s3.find("curate-test/runs")

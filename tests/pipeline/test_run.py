@@ -66,12 +66,13 @@ def test_mixture_reads_with_pyarrow_dataset_and_hf_datasets(demo_run, tmp_path):
 
 
 def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_run_yaml, demo_run, tmp_path):
-    """A copy of the session's demo run directory (run directories are relocatable), run again."""
+    """A copy of the session's output folder (run directories and their step store move
+    together: the runs' step links are relative), run again."""
     import shutil
 
     demo_yaml = demo_run_yaml
     out = str(tmp_path)
-    shutil.copytree(demo_run, tmp_path / "demo", symlinks=True)
+    shutil.copytree(demo_run.parent, tmp_path, symlinks=True, dirs_exist_ok=True)
     t0 = time.time()
     r = curate("run", str(demo_yaml), "--output", out)
     took = time.time() - t0
