@@ -21,8 +21,10 @@ from pipeline import decisions as dec
 from pipeline import html as pages
 from pipeline.executor import read_markers
 from pipeline.io import atomic, fs
+from pipeline.steps import classify
+from pipeline.steps import filter as filter_step
 
-BINS = 20
+BINS = classify.HIST_BINS
 
 
 def _quality(run: dec.Run, source: str) -> dict | None:
@@ -30,15 +32,13 @@ def _quality(run: dec.Run, source: str) -> dict | None:
     if not qdir:
         return None
     marks = read_markers(qdir)
-    if marks and all("score_histogram" in m and len(m["score_histogram"]) == BINS for m in marks.values()):
+    if marks and all(len(m.get("score_histogram", ())) == BINS for m in marks.values()):
         counts = np.sum([m["score_histogram"] for m in marks.values()], axis=0).astype(np.int64)
-    else:  # a step cached before its markers carried histograms: read its score columns
+    else:  # a step cached before its markers carried histograms: what its tasks would have counted
         counts = np.zeros(BINS, np.int64)
         for f in sorted((qdir / source).glob("part-*.parquet")):
             t = fs.read_table(f, columns=["keep", "score"])
-            seen = t.column("keep").is_valid().to_numpy(zero_copy_only=False)
-            s = t.column("score").to_numpy(zero_copy_only=False)[seen]
-            counts += np.histogram(s, bins=BINS, range=(0.0, 1.0))[0]
+            counts += classify.score_histogram(t.filter(t.column("keep").is_valid()).column("score").to_numpy())
     thr = atomic.read_json(run.step_dir(f"quality-{source}-threshold") / "_markers" / "part-00000.json")
     return {"bins": [round(i / BINS, 4) for i in range(BINS + 1)], "counts": counts.tolist(),
             "threshold": thr["threshold"], "kind": thr["kind"], "documents": int(counts.sum())}
@@ -46,19 +46,17 @@ def _quality(run: dec.Run, source: str) -> dict | None:
 
 def _languages(run: dec.Run, source: str) -> dict[str, int]:
     fdir = run.step_dir(f"filter-{source}")
-    out: dict[str, int] = {}
     marks = read_markers(fdir) if fdir else {}
     if marks and all("languages" in m for m in marks.values()):
-        for m in marks.values():
-            for k, v in m["languages"].items():
-                out[k] = out.get(k, 0) + v
-        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
-    for f in sorted(fdir.glob("part-*.parquet")) if fdir else []:  # cached before markers carried languages
-        cols = [c for c in fs.parquet_file(f).schema_arrow.names if c.endswith(".lang")]
-        if cols:
-            for v in fs.read_table(f, columns=cols[:1]).column(0).to_pylist():
-                if v is not None:
-                    out[v] = out.get(v, 0) + 1
+        per_shard = [m["languages"] for m in marks.values()]
+    else:  # a step cached before its markers carried languages: what its tasks would have counted
+        per_shard = [filter_step.languages(fs.read_table(f, columns=[c for c in fs.parquet_file(f).schema_arrow.names
+                                                                     if c.endswith(".lang")]))
+                     for f in sorted(fdir.glob("part-*.parquet"))] if fdir else []
+    out: dict[str, int] = {}
+    for counts in per_shard:
+        for k, v in counts.items():
+            out[k] = out.get(k, 0) + v
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

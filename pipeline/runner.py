@@ -472,8 +472,7 @@ def _link_steps(plan: Plan, run_dir: Path) -> None:
             link.unlink()
         elif link.exists():  # a pre-store step directory _adopt_legacy_steps did not move: the store's copy wins
             shutil.rmtree(link)
-        Path(target).mkdir(parents=True, exist_ok=True)
-        link.symlink_to(rel, target_is_directory=True)
+        link.symlink_to(rel, target_is_directory=True)  # resolves once the executor makes the step
 
 
 def _adopt_legacy_steps(plan: Plan, run_dir: Path) -> None:

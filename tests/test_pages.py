@@ -180,3 +180,21 @@ def test_samples_command_slices_and_shows_survivors(demo_run, tmp_path):
     assert allrows.num_rows == led["totals"]["in"]
     status = allrows.column("status").to_pylist()
     assert status.count("kept") == led["totals"]["kept"] and status.count("removed") == led["totals"]["removed_total"]
+
+
+def test_report_figures_of_steps_cached_before_their_markers_carried_them_are_the_same(demo_run, monkeypatch):
+    """Quality and filter steps cached by an older Curate have no histogram or language
+    counts in their markers: the report counts them from the attribute files, to the same figures."""
+    from pipeline import report
+
+    rep = atomic.read_json(demo_run / "report.json")
+    orig = report.read_markers
+
+    def old_markers(d):
+        return {k: {x: y for x, y in m.items() if x not in ("score_histogram", "languages")} for k, m in orig(d).items()}
+
+    monkeypatch.setattr(report, "read_markers", old_markers)
+    again = report.build(demo_run)
+    for s, v in rep["sources"].items():
+        assert again["sources"][s]["quality"] == v["quality"] and again["sources"][s]["languages"] == v["languages"], s
+    assert rep["sources"]["web"]["languages"] and rep["sources"]["web"]["quality"]["counts"]

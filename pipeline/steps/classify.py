@@ -274,6 +274,12 @@ def score_keys(scores: np.ndarray, tie: np.ndarray) -> np.ndarray:
 HIST_BINS = 20  # the report's score histogram
 
 
+def score_histogram(scores: np.ndarray) -> np.ndarray:
+    """Counts of scores in HIST_BINS equal bins of [0, 1] (the quality task's marker; the
+    report sums them)."""
+    return np.histogram(scores, bins=HIST_BINS, range=(0.0, 1.0))[0]
+
+
 def apply_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
     t = fs.read_table(spec["scores"], columns=["id", "score", "tie"])
@@ -297,6 +303,5 @@ def apply_shard(spec: dict, out) -> dict:
                       "reason": scatter(n, drop, reasons) if len(drop) else pa.nulls(n, pa.string()),
                       "score": t.column("score")})
     write_attributes(out.dir, doc, table)
-    hist = np.histogram(score[seen], bins=HIST_BINS, range=(0.0, 1.0))[0]  # the report sums these, not the files
     return {**stage_stats(doc, rows, chars, toks, keep[rows], {label: len(drop)} if len(drop) else {}),
-            "score_histogram": hist.tolist()}
+            "score_histogram": score_histogram(score[seen]).tolist()}
