@@ -24,6 +24,10 @@ a typical session:
   curate samples out/demo --stage dedup-fuzzy --format html --out fuzzy.html
   curate explain out/demo --id ID     one document's path through every stage
   edit a threshold or a weight, run again: only what the edit touches re-runs
+  cp mixtures/demo.yaml mixtures/demo-b.yaml, change `name` and a weight, run it: a variant beside the first
+  curate runs out                     the variants side by side
+  curate diff out/demo out/demo-b     what the edit changed: config, steps, weights, removals, documents
+  curate gc out --dry-run             store steps no run directory uses (after you delete one)
 
 on a cluster (token auth on; see README "Running on a cluster"):
   RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=~/.ray/curate_token \
@@ -103,6 +107,14 @@ def _parser() -> argparse.ArgumentParser:
     ru.add_argument("output", nargs="?", default="out", help="the folder holding run directories (default: out)")
     ru.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+    g = sub.add_parser("gc", help="delete the store steps no run directory uses (after you delete run directories)",
+                       description="Variants share one step store, so deleting a run directory frees nothing by itself. "
+                       "gc deletes every step of the store that no run directory (in OUTPUT, or registered in the store) "
+                       "names in its run.json, and never a step a live run holds the lease of. Prints each step and its size.")
+    g.add_argument("output", nargs="?", default="out", help="the folder holding run directories (default: out)")
+    g.add_argument("--store", help="the step store, when the YAML's `store:` moved it (default: OUTPUT/_store)")
+    g.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+
     rp = sub.add_parser("report", help="(re)write report.html and report.json of a run and print the path")
     rp.add_argument("run_dir")
     return p
@@ -143,6 +155,12 @@ def _dispatch(args) -> int:
 
         rows = runs.collect(args.output)
         print(json.dumps(rows, indent=1) if args.json else runs.render(rows))
+        return 0
+    if args.cmd == "gc":
+        from pipeline import gc
+
+        _, lines = gc.collect(args.output, args.store, dry_run=args.dry_run)
+        print("\n".join(lines))
         return 0
     if args.cmd == "demo-data":
         from pipeline import demo_data

@@ -40,6 +40,7 @@ from pipeline import __version__
 from pipeline.config import hash_json
 from pipeline.errors import CurateError, RunError, UsageError
 from pipeline.io import atomic, fs
+from pipeline.lease import Leases, describe
 
 MARKERS = "_markers"
 MARKERS_ALL = "_markers.json"  # every shard's marker in one file, written before _SUCCESS
@@ -141,7 +142,7 @@ def _resolve(fn: str) -> Callable:
 TASK_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
-def run_shard(fn: str, spec: dict, step_dir: str, index: int) -> dict:
+def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None = None) -> dict:
     """Body of one shard task (also callable in-process): run, then write the marker.
 
     One core per task: thread pools are pinned here, before the step's modules load (a
@@ -162,6 +163,8 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int) -> dict:
     stats["seconds"] = round(time.time() - started, 3)
     stats["peak_rss_mb"] = _peak_rss_mb(reset)
     stats["node"] = _node()
+    if writer:
+        stats["writer"] = writer  # the run that computed this shard (steps are shared between runs)
     atomic.write_json(out.path(".json", MARKERS), stats)
     return stats
 
@@ -329,6 +332,10 @@ class Progress:
             left = f", ETA {eta:.0f}s" if eta is not None and s["done"] < s["total"] else ""
             print(f"[{name}] {s['done']}/{s['total']} shards, {s['docs']:,} docs, {rate:,.0f} docs/s{left}", file=self.stream, flush=True)
 
+    def note(self, line: str):
+        if not self.quiet:
+            print(line, file=self.stream, flush=True)
+
     def finish(self, name: str, seconds: float):
         if self.tty and name in self.bars:
             self.bars.pop(name).close()
@@ -351,14 +358,17 @@ def _versions() -> dict:
 class Executor:
     """Runs steps in dependency order; the shards of every ready step share one task pool."""
 
-    def __init__(self, run_dir: Path, workers: int | None = None, max_retries: int = 3, progress: Progress | None = None):
+    def __init__(self, run_dir: Path, workers: int | None = None, max_retries: int = 3, progress: Progress | None = None,
+                 leases: Leases | None = None):
         self.run_dir = fs.path(run_dir)
+        self.leases = leases  # None: no other run shares these steps (no leases taken)
         self.workers = workers
         self.max_retries = max_retries
         self.progress = progress or Progress()
         self.stats: dict[str, dict[int, dict]] = {}  # step name -> shard index -> marker stats
         self.timings: dict[str, float] = {}
         self.status: dict[str, str] = {}
+        self.computed: dict[str, int] = {}  # step name -> shards this run computed (the rest were cached or another run's)
 
     def _ensure_ray(self):
         import ray
@@ -368,7 +378,19 @@ class Executor:
             check_shared_output(self.run_dir)
         return ray
 
+    def lease_dir(self, s: Step):
+        return self.run_dir / "_leases" / s.dir(self.run_dir).name
+
     def run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
+        try:
+            return self._run(steps)
+        finally:
+            if self.leases is not None:  # failed or interrupted: free what we hold for the others at once
+                for s in steps:
+                    if self.status.get(s.name) != "SUCCESS":
+                        self.leases.release(self.lease_dir(s))
+
+    def _run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
         for s in steps:
             d = s.dir(self.run_dir)
             if (d / SUCCESS).exists():
@@ -380,27 +402,68 @@ class Executor:
         ray = self._ensure_ray()
         remote = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)(run_shard)
         cap = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers or 1)))
+        writer = self.leases.run_id if self.leases else None
         queue: deque = deque()
         in_flight: dict = {}
         remaining: dict[str, int] = {}
         started: dict[str, float] = {}
         waiting = list(todo)
+        last_poll = [0.0]
+        blocked: dict[str, Step] = {}  # steps another live run holds the lease of: wait, then reuse or take over
+
+        def claim(s: Step) -> bool:
+            """True when this run computes `s`; False when `s` is another run's (now done, or blocked)."""
+            d = s.dir(self.run_dir)
+            if (d / SUCCESS).exists():  # another run finished it meanwhile
+                self._reuse(s)
+                return False
+            if self.leases is None:
+                return True
+            rec = self.leases.acquire(self.lease_dir(s))
+            if rec is None:
+                if (d / SUCCESS).exists():  # finished between the look and the lease
+                    self.leases.release(self.lease_dir(s))
+                    self._reuse(s)
+                    return False
+                prev = self.leases.took_over.pop(str(self.lease_dir(s)), None)
+                if prev is not None:
+                    self.progress.note(f"[{s.name}] taking over from {describe(prev)}: its lease expired or its process is gone")
+                return True
+            if s.name not in blocked:
+                self.progress.note(f"[{s.name}] waiting: {describe(rec)} is computing it")
+            blocked[s.name] = s
+            self.status[s.name] = "WAITING"
+            return False
 
         def activate_ready():
             for s in list(waiting):
-                if all(i.name in self.stats and i.name not in remaining for i in s.inputs):
+                if all(i.name in self.stats and i.name not in remaining and i.name not in blocked for i in s.inputs):
                     waiting.remove(s)
+                    if claim(s):
+                        self._activate(s, queue, remaining, started)
+
+        def poll_blocked():
+            for name, s in list(blocked.items()):
+                if claim(s):
+                    blocked.pop(name)
                     self._activate(s, queue, remaining, started)
+                elif s.name in self.stats and self.status.get(s.name) == "REUSED":
+                    blocked.pop(name)
 
         activate_ready()
-        while queue or in_flight:
+        while queue or in_flight or blocked:
+            self._check_lost()
             while queue and len(in_flight) < cap:
                 s, idx, spec = queue.popleft()
                 r = remote if s.cpus == 1 else remote.options(num_cpus=s.cpus)
-                ref = r.remote(s.fn, spec, str(s.dir(self.run_dir)), idx)
+                ref = r.remote(s.fn, spec, str(s.dir(self.run_dir)), idx, writer)
                 in_flight[ref] = (s, idx)
             refs = list(in_flight)
-            done, rest = ray.wait(refs, num_returns=1, timeout=1.0)
+            if refs:
+                done, rest = ray.wait(refs, num_returns=1, timeout=1.0)
+            else:  # only waiting on other runs' steps
+                done, rest = [], []
+                time.sleep(min(1.0, self.leases.ttl / 8) if self.leases else 1.0)
             if done and rest:  # harvest every shard already finished in the same pass
                 more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
                 done += more
@@ -414,15 +477,35 @@ class Executor:
                     self.status[s.name] = "FAILED"
                     raise RunError(f"step {s.name}, shard {idx} ({_describe(s, idx)}) failed: {_cause(e)}") from None
                 self.stats[s.name][idx] = st
+                self.computed[s.name] = self.computed.get(s.name, 0) + 1
                 self.progress.update(s.name, st.get("rows", 0))
                 remaining[s.name] -= 1
                 if remaining[s.name] == 0:
                     self._finish(s, remaining, started)
+            if blocked and time.time() - last_poll[0] >= 1.0:
+                last_poll[0] = time.time()
+                n = len(blocked)
+                poll_blocked()
+                if len(blocked) < n:
+                    activate_ready()
             if len(in_flight) < cap:  # room for more: start any step whose inputs just finished
                 activate_ready()
         if waiting:
             raise RunError(f"steps never became ready: {', '.join(s.name for s in waiting)} (a dependency cycle?)")
         return self.stats
+
+    def _reuse(self, s: Step) -> None:
+        """A step another run computed while this one waited: its markers, as if cached."""
+        self.stats[s.name] = read_markers(s.dir(self.run_dir))
+        self.status[s.name] = "REUSED"
+        self.progress.note(f"[{s.name}] done by another run: reused")
+
+    def _check_lost(self) -> None:
+        if self.leases is not None and self.leases.lost:
+            d, rec = next(iter(self.leases.lost.items()))
+            raise RunError(f"lost the lease on {fs.path(d).name} to {describe(rec)}: this run stopped renewing it for "
+                           f"longer than {self.leases.ttl:.0f}s (CURATE_LEASE_SECONDS) and the other took the step over; "
+                           "run again to reuse its work")
 
     def _activate(self, s: Step, queue: deque, remaining: dict, started: dict):
         d = s.dir(self.run_dir)
@@ -456,6 +539,8 @@ class Executor:
         atomic.clean_tmp(d)
         atomic.write_json(d / MARKERS_ALL, {str(i): m for i, m in sorted(self.stats.get(s.name, {}).items())})
         atomic.write_json(d / SUCCESS, {"shards": len(self.stats.get(s.name, {})), "finished": time.time()})
+        if self.leases is not None:
+            self.leases.release(self.lease_dir(s))
         remaining.pop(s.name, None)
         self.timings[s.name] = time.time() - started.get(s.name, time.time())
         self.status[s.name] = "SUCCESS"

@@ -16,6 +16,7 @@ manifest.json, mixture/ (hard links into the mix step) and quarantine/.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
 import os
 import shutil
@@ -46,6 +47,7 @@ from pipeline.executor import (
 )
 from pipeline.io import atomic, fs
 from pipeline.io.discover import InputFile, resolve_inputs
+from pipeline.lease import Leases, describe
 from pipeline.steps import classify_plan, idindex
 from pipeline.steps import ids as ids_mod
 from pipeline.steps import ingest as ingest_mod
@@ -399,6 +401,31 @@ def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None
     run_dir = lm.output_dir(output)
     store = lm.store_dir(output)
     check_owner(lm, run_dir, overwrite)
+    leases = Leases(name=lm.mixture.name)
+    try:
+        return _run(lm, run_dir, store, leases, workers, log, quiet)
+    finally:
+        leases.release_all()
+
+
+def _claim_run_dir(leases: Leases, run_dir: Path, store) -> None:
+    """One run at a time writes a run directory (its mixture, ledger, samples): a second
+    refuses at once rather than waiting, since it would only redo the same work. The store
+    also records which run directories use it, for `curate gc`."""
+    rec = leases.acquire(fs.path(run_dir) / "_lease")
+    if rec is not None:
+        raise UsageError(
+            f"{run_dir} is in use: {describe(rec)} is writing it. Wait for that run to finish (then this one "
+            "reuses every step it made), or give this file another `name` or --output to run a variant beside it "
+            f"(a run killed without cleanup frees the directory after {leases.ttl:.0f}s, CURATE_LEASE_SECONDS)")
+    key = hashlib.sha1(str(run_dir).encode()).hexdigest()[:16]
+    reg = fs.path(store) / "_runs" / f"{key}.json"
+    if not reg.exists():
+        atomic.write_json(reg, {"run_dir": str(run_dir)})
+
+
+def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, quiet) -> Path:
+    _claim_run_dir(leases, run_dir, store)
     plan = Plan(lm, run_dir, store)
     prev = previous_steps(run_dir)
     fs.makedirs(run_dir)
@@ -409,7 +436,7 @@ def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None
         "config": lm.canonical(), "config_hash": lm.config_hash(), "workers": workers,
         "ray_address": os.environ.get("RAY_ADDRESS"), "host": socket.gethostname(),
         "git_commit": _git_commit(lm.base_dir), "curate_version": __version__, "started": t0,
-        "store": str(store),
+        "store": str(store), "run_id": leases.run_id,
         "steps": {s.name: _step_record(s, run_dir, store, "PENDING") for s in plan.steps},
     }
     _link_steps(plan, run_dir)
@@ -419,7 +446,7 @@ def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None
     atomic.write_json(run_dir / "run.json", record)
     from pipeline.executor import Progress
 
-    ex = Executor(store, workers=workers, progress=Progress(quiet=quiet))
+    ex = Executor(store, workers=workers, progress=Progress(quiet=quiet), leases=leases)
     try:
         stats = ex.run(plan.steps)
     except BaseException as e:
@@ -498,6 +525,7 @@ def _finish_record(record: dict, plan: Plan, run_dir: Path, ex: Executor, t0: fl
         r = record["steps"][s.name]
         r["status"] = ex.status.get(s.name, r["status"])
         r["shards"] = len(ex.stats.get(s.name, {}))
+        r["computed"] = ex.computed.get(s.name, 0)
         if s.name in ex.timings:
             r["seconds"] = round(ex.timings[s.name], 3)
     from pipeline.executor import _versions

@@ -4,6 +4,13 @@ every step whose hash they share, and each keeps its own run directory."""
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
 
 from pipeline.io import atomic
 from tests.conftest import curate, mixture_shas, write_yaml
@@ -63,3 +70,139 @@ def test_a_weights_only_variant_runs_only_the_mixture_and_keeps_its_own_run_dire
 def test_a_threshold_only_variant_runs_the_threshold_the_quality_step_and_what_follows(demo_run, demo_run_yaml):
     run, ran, _ = _variant(demo_run, demo_run_yaml, "demo-q", "keep_fraction: 0.5", "keep_fraction: 0.4")
     assert ran == {"quality-web-threshold", "quality-web"} | MIX_AND_SAMPLES, sorted(ran)
+
+
+# ---------------------------------------------------------------- two runs at once (leases)
+
+
+def _start(yaml, out, log, env=None):
+    """`curate run` in its own session (so a SIGKILL takes its Ray with it), output to a file."""
+    e = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    e.update(env or {})
+    f = open(log, "w")
+    return subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(yaml), "--workers", "2", "--output", str(out)],
+                            stdout=f, stderr=subprocess.STDOUT, env=e, start_new_session=True)
+
+
+def _copy(demo_run_yaml, tmp_path, name: str, old: str = "", new: str = ""):
+    text = demo_run_yaml.read_text().replace("name: demo\n", f"name: {name}\n").replace(old, new)
+    return write_yaml(tmp_path / f"{name}.yaml", text)
+
+
+def _writers(store_step) -> dict[int, str]:
+    return {int(k): v.get("writer") for k, v in atomic.read_json(store_step / "_markers.json").items()}
+
+
+@pytest.fixture(scope="module")
+def together(demo_run_yaml, tmp_path_factory):
+    """Two variants started at the same moment into one fresh output (and a third start of
+    the first while it runs)."""
+    tmp_path = tmp_path_factory.mktemp("together")
+    out = tmp_path / "out"
+    y1 = _copy(demo_run_yaml, tmp_path, "c1")  # the demo under another name: the same mixture
+    y2 = _copy(demo_run_yaml, tmp_path, "c2", "weights: {web: 0.6, wiki: 0.3, code: 0.1}", "weights: {web: 0.5, wiki: 0.4, code: 0.1}")
+    p1, p2 = _start(y1, out, tmp_path / "c1.log"), _start(y2, out, tmp_path / "c2.log")
+    while not (out / "c1" / "_lease").exists() and p1.poll() is None:
+        time.sleep(0.1)
+    again = curate("run", str(y1), "--workers", "1", "--output", str(out))
+    assert p1.wait(timeout=600) == 0, (tmp_path / "c1.log").read_text()[-3000:]
+    assert p2.wait(timeout=600) == 0, (tmp_path / "c2.log").read_text()[-3000:]
+    return out, y1, again
+
+
+def test_two_runs_started_together_compute_every_shard_once_and_match_a_single_run(demo_run, together):
+    out, _, again = together
+    # a second run into a run directory in use is refused at once, naming the run that holds it
+    assert again.returncode == 2 and "is in use: run c1" in again.stderr, again.stderr[-2000:]
+    assert "Traceback" not in again.stderr
+    a, b = (atomic.read_json(out / n / "run.json") for n in ("c1", "c2"))
+    ids = {a["run_id"], b["run_id"]}
+    shared = [k for k in a["steps"] if a["steps"][k]["dir"] == b["steps"].get(k, {}).get("dir")]
+    assert len(shared) >= 20 and not set(shared) & MIX_AND_SAMPLES
+    for k in shared:  # every shard of a shared step computed by exactly one of the two runs
+        shards = a["steps"][k]["shards"]
+        assert a["steps"][k]["computed"] + b["steps"][k]["computed"] == shards, (k, a["steps"][k], b["steps"][k])
+        who = set(_writers(out / "c1" / a["steps"][k]["dir"]).values())
+        assert len(who) == 1 and who <= ids, (k, who)
+        mine = a if a["run_id"] in who else b
+        assert mine["steps"][k]["status"] == "SUCCESS" and mine["steps"][k]["computed"] == shards
+    for run in (a, b):  # each run's own mix steps are its own
+        for k in MIX_AND_SAMPLES:
+            assert set(_writers(out / run["name"] / run["steps"][k]["dir"]).values()) == {run["run_id"]}
+    assert mixture_shas(out / "c1") == mixture_shas(demo_run)  # the bytes of a single run
+    assert abs(atomic.read_json(out / "c2" / "manifest.json")["sources"]["wiki"]["realized_weight"] - 0.4) < 0.01
+
+
+def test_a_run_killed_halfway_leaves_its_steps_to_the_other_after_the_lease_expires(demo_run, demo_run_yaml, tmp_path):
+    out = tmp_path / "out"
+    env = {"CURATE_LEASE_SECONDS": "10"}
+    y1, y2 = _copy(demo_run_yaml, tmp_path, "k1"), _copy(demo_run_yaml, tmp_path, "k2")
+    p1 = _start(y1, out, tmp_path / "k1.log", env)
+    p2 = None
+    victim, deadline = None, time.time() + 300
+    while victim is None and p1.poll() is None and time.time() < deadline:
+        for lease in (out / "_store" / "_leases").glob("*/gen-*.json"):
+            step = out / "_store" / "steps" / lease.parent.name
+            try:
+                held_by = atomic.read_json(lease)["name"]
+                total = len(atomic.read_json(step / "step.json")["shards"])
+            except (FileNotFoundError, ValueError):
+                continue
+            done = len(list((step / "_markers").glob("*.json"))) if (step / "_markers").is_dir() else 0
+            if p2 is None:
+                p2 = _start(y2, out, tmp_path / "k2.log", env)  # k2 now finds k1 at work
+            # halfway through a step with more shards left than k1 can have in flight (4): a shard k1's
+            # dying workers finish still counts as k1's; the rest must be k2's
+            if held_by == "k1" and done >= 1 and total - done >= 5 and not (step / "_SUCCESS").exists():
+                victim = step
+                break
+        time.sleep(0.02)
+    assert victim is not None, (tmp_path / "k1.log").read_text()[-3000:]
+    os.killpg(p1.pid, signal.SIGKILL)  # the driver and its Ray: no cleanup, the lease stays behind
+    p1.wait()
+    assert p2.wait(timeout=600) == 0, (tmp_path / "k2.log").read_text()[-3000:]
+    log = (tmp_path / "k2.log").read_text()
+    assert f"[{victim.name.rsplit('-', 1)[0]}] taking over" in log, log[-3000:]
+    k1 = atomic.read_json(out / "k1" / "run.json")
+    k2 = atomic.read_json(out / "k2" / "run.json")
+    writers = _writers(victim)
+    assert len(writers) == len(atomic.read_json(victim / "step.json")["shards"])
+    assert set(writers.values()) == {k1["run_id"], k2["run_id"]}  # k1's finished shards kept, the rest k2's
+    assert k2["steps"][victim.name.rsplit("-", 1)[0]]["computed"] >= 1
+    assert mixture_shas(out / "k2") == mixture_shas(demo_run)
+
+
+def test_gc_frees_exactly_the_steps_no_other_run_uses_and_never_a_leased_one(together):
+    import shutil
+
+    from pipeline.lease import Leases
+
+    out, y1, _ = together
+    a, b = (atomic.read_json(out / n / "run.json") for n in ("c1", "c2"))
+    only_b = sorted({v["dir"].split("/")[-1] for v in b["steps"].values()} - {v["dir"].split("/")[-1] for v in a["steps"].values()})
+    assert len(only_b) == len(MIX_AND_SAMPLES)  # c2 differs in weights only
+    store = out / "_store"
+    before = sorted(p.name for p in (store / "steps").iterdir())
+    assert curate("gc", str(out)).stdout.splitlines()[-1].startswith("0 steps, 0.0 MB freed")  # both runs use every step
+    shutil.rmtree(out / "c2")
+    dry = curate("gc", str(out), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    listed = sorted(x.split()[2] for x in dry.stdout.splitlines() if x.startswith("would delete"))
+    assert listed == only_b
+    assert sorted(p.name for p in (store / "steps").iterdir()) == before  # nothing deleted
+    # a step under a live lease is kept, whoever holds it
+    held = Leases(name="someone")
+    assert held.acquire(store / "_leases" / only_b[0]) is None
+    sizes = {n: sum(f.stat().st_size for f in (store / "steps" / n).rglob("*") if f.is_file()) for n in only_b}
+    r = curate("gc", str(out))
+    lines = r.stdout.splitlines()
+    assert sorted(x.split()[1] for x in lines if x.startswith("deleted")) == only_b[1:]
+    assert any(x.startswith("kept") and only_b[0] in x and "live run" in x for x in lines)
+    assert f"{sum(sizes[n] for n in only_b[1:]) / 1e6:,.1f} MB freed" in lines[-1]
+    assert sorted(p.name for p in (store / "steps").iterdir()) == sorted(set(before) - set(only_b[1:]))
+    held.release_all()
+    assert [x.split()[1] for x in curate("gc", str(out)).stdout.splitlines() if x.startswith("deleted")] == only_b[:1]
+    # what c1 uses is intact: its plan is all cached
+    plan = curate("plan", str(y1), "--output", str(out)).stdout.splitlines()
+    head = next(i for i, x in enumerate(plan) if x.split()[:3] == ["step", "hash", "action"])
+    assert {x.split()[2] for x in plan[head + 1: plan.index("", head)]} == {"skip"}

@@ -1,0 +1,84 @@
+"""Leases (pipeline/lease.py): one holder at a time, expiry, takeover by exactly one run."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import time
+
+import orjson
+
+from pipeline.lease import Leases, holder
+
+
+def _plant(d, gen: int, **rec) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    base = {"run": "elsewhere-run", "name": "other", "host": "another-host", "pid": 1, "renewed": time.time(), "ttl": 5}
+    (d / f"gen-{gen:06d}.json").write_bytes(orjson.dumps({**base, **rec}))
+
+
+def test_one_holder_at_a_time_and_release_frees_it(tmp_path):
+    a, b = Leases(name="a"), Leases(name="b")
+    d = tmp_path / "step"
+    assert a.acquire(d) is None and a.acquire(d) is None  # held, and asking again is fine
+    rec = b.acquire(d)
+    assert rec is not None and rec["run"] == a.run_id and rec["pid"] == os.getpid()
+    a.release(d)
+    assert holder(d) is None and b.acquire(d) is None
+    assert holder(d)["run"] == b.run_id
+    b.release_all()
+
+
+def test_an_expired_lease_is_taken_over_and_its_holder_learns_it_lost(tmp_path):
+    d = tmp_path / "step"
+    _plant(d, 1, renewed=time.time() - 3)  # another machine, renewed 3 s ago, ttl 5: live
+    me = Leases(name="me", ttl=5)
+    assert me.acquire(d)["run"] == "elsewhere-run"
+    _plant(d, 1, renewed=time.time() - 6)  # not renewed for longer than its ttl
+    assert me.acquire(d) is None
+    assert sorted(p.name for p in d.iterdir()) == ["gen-000001.json", "gen-000002.json"]
+    # the old holder, had it been paused rather than dead, finds a later generation and stops
+    old = Leases(run_id="elsewhere-run", ttl=5)
+    old.held[str(d)] = 1
+    old.renew()
+    assert str(d) not in old.held and old.lost[str(d)]["run"] == me.run_id
+    me.release_all()
+
+
+def test_a_holder_that_died_on_this_machine_is_taken_over_at_once(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()  # a pid that no longer exists
+    d = tmp_path / "step"
+    import socket
+
+    _plant(d, 1, host=socket.gethostname(), pid=p.pid, ttl=600)
+    me = Leases(name="me")
+    assert me.acquire(d) is None  # no 600 s wait: the holder's process is gone
+    me.release_all()
+
+
+def test_the_holder_renews_its_lease_while_it_works(tmp_path):
+    d = tmp_path / "step"
+    me = Leases(name="me", ttl=1.2)
+    assert me.acquire(d) is None
+    first = holder(d)["renewed"]
+    time.sleep(2.0)  # longer than the ttl: only renewals keep it live
+    rec = Leases(name="other", ttl=1.2).acquire(d)
+    assert rec is not None and rec["run"] == me.run_id and rec["renewed"] > first
+    me.release_all()
+
+
+def _race(args):
+    d, q = args
+    return Leases(name=f"racer-{os.getpid()}").acquire(d) is None
+
+
+def test_of_eight_processes_taking_over_one_expired_lease_exactly_one_wins(tmp_path):
+    d = tmp_path / "step"
+    _plant(d, 1, renewed=time.time() - 60)
+    with mp.get_context("spawn").Pool(8) as pool:
+        won = pool.map(_race, [(str(d), i) for i in range(8)])
+    assert sum(won) == 1, won
+    assert sorted(p.name for p in d.iterdir() if p.name.startswith("gen-")) == ["gen-000001.json", "gen-000002.json"]
