@@ -107,6 +107,19 @@ def _parser() -> argparse.ArgumentParser:
     ru.add_argument("output", nargs="?", default="out", help="the folder holding run directories (default: out)")
     ru.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+    df = sub.add_parser("diff", help="what differs between two runs: config, steps, weights, removals, documents changing fate",
+                        description="Compare two finished run directories (e.g. a mixture and its variant): the YAML keys "
+                        "changed, the steps shared and not, per source the documents, tokens and realised weights side by "
+                        "side, the removals per stage and reason with their delta, and the documents that changed fate (kept "
+                        "in A and removed in B, the reverse, removed by another stage) with the stage responsible. "
+                        "Streams shard by shard.")
+    df.add_argument("run_a")
+    df.add_argument("run_b")
+    df.add_argument("--out", help="write every document changing fate, with both decisions, to this Parquet file")
+    df.add_argument("--samples", type=int, default=0, metavar="N", help="print N documents of each kind with their text")
+    df.add_argument("--seed", type=int, default=0, help="seed of the --samples draw (default 0)")
+    df.add_argument("--json", action="store_true", help="print the figures as JSON")
+
     g = sub.add_parser("gc", help="delete the store steps no run directory uses (after you delete run directories)",
                        description="Variants share one step store, so deleting a run directory frees nothing by itself. "
                        "gc deletes every step of the store that no run directory (in OUTPUT, or registered in the store) "
@@ -155,6 +168,14 @@ def _dispatch(args) -> int:
 
         rows = runs.collect(args.output)
         print(json.dumps(rows, indent=1) if args.json else runs.render(rows))
+        return 0
+    if args.cmd == "diff":
+        import json
+
+        from pipeline import diff
+
+        data, text = diff.diff(args.run_a, args.run_b, out=args.out, samples=args.samples, seed=args.seed)
+        print(json.dumps(data, indent=1, default=str) if args.json else text)
         return 0
     if args.cmd == "gc":
         from pipeline import gc

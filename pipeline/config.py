@@ -290,7 +290,8 @@ class LoadedMixture:
         return (out if out.is_absolute() else self.base_dir / out).resolve()
 
     def canonical(self) -> dict:
-        return self.mixture.model_dump(mode="json")
+        # serialize_as_any: each filter with its own parameters, not only the base model's `type`
+        return self.mixture.model_dump(mode="json", serialize_as_any=True)
 
     def config_hash(self) -> str:
         return hash_json(self.canonical())

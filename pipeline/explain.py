@@ -184,11 +184,24 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def _source_tables(run, source: str):
+    import pyarrow as pa
+
+    from pipeline import decisions
+
+    schema = None
+    for p in run.shards(source):
+        t = decisions.shard_decisions(run, source, p)
+        schema = t.schema
+        yield t
+    q = decisions.quarantined(run, source)
+    if q:
+        yield pa.Table.from_pylist([{k: v for k, v in r.items() if k != "error"} for r in q], schema=schema)
+
+
 def write_all(run_dir: Path, out: Path) -> int:
     """`curate explain --all`: one row per input document (quarantined records included),
     streamed shard by shard into one Parquet file."""
-    import pyarrow as pa
-
     from pipeline import decisions
 
     run = decisions.Run(run_dir)
@@ -197,12 +210,7 @@ def write_all(run_dir: Path, out: Path) -> int:
     tmp = atomic.tmp_path(out)
     try:
         for source in run.all_sources:
-            tables = [decisions.shard_decisions(run, source, p) for p in run.shards(source)]
-            q = decisions.quarantined(run, source)
-            if q:
-                tables.append(pa.Table.from_pylist([{k: v for k, v in r.items() if k != "error"} for r in q],
-                                                   schema=tables[0].schema if tables else None))
-            for t in tables:
+            for t in _source_tables(run, source):  # one shard at a time
                 if writer is None:
                     writer = fs.parquet_writer(tmp, t.schema, compression="zstd")
                 writer.write_table(t.cast(writer.schema))

@@ -37,6 +37,14 @@ def test_good_file_loads_with_defaults(tmp_path):
     assert lm.output_dir() == (tmp_path / "out" / "t").resolve()
 
 
+def test_the_recorded_config_and_its_hash_carry_every_filter_parameter(tmp_path):
+    a = config.load(write_yaml(tmp_path / "a.yaml", GOOD))
+    b = config.load(write_yaml(tmp_path / "b.yaml", GOOD.replace("max_chars: 1000", "max_chars: 2000")))
+    assert a.canonical()["filters"]["gopher_quality"] == {"type": "length", "min_chars": None, "max_chars": 1000, "min_words": None,
+                                                          "max_words": None, "min_lines": None, "max_lines": None}
+    assert a.config_hash() != b.config_hash()  # run.json and manifest.json tell the two runs apart
+
+
 def test_unknown_key_names_line_and_allowed_keys(tmp_path):
     msg = _err(tmp_path, GOOD.replace("    paths:", "    pathz: []\n    paths:"))
     assert msg.startswith("x.yaml:4: sources.web.pathz: unknown key 'pathz'; did you mean 'paths'?; allowed keys: extract, filters, format,")

@@ -206,3 +206,43 @@ def test_gc_frees_exactly_the_steps_no_other_run_uses_and_never_a_leased_one(tog
     plan = curate("plan", str(y1), "--output", str(out)).stdout.splitlines()
     head = next(i for i, x in enumerate(plan) if x.split()[:3] == ["step", "hash", "action"])
     assert {x.split()[2] for x in plan[head + 1: plan.index("", head)]} == {"skip"}
+
+
+def test_diff_of_a_one_threshold_variant_names_exactly_the_documents_the_threshold_moves(demo_run, demo_run_yaml, tmp_path):
+    import pyarrow.parquet as pq
+
+    from filters import base
+
+    run, _, _ = _variant(demo_run, demo_run_yaml, "demo-t", "not_huge: {type: length, max_chars: 20000}",
+                         "not_huge: {type: length, max_chars: 12000}")
+    out = tmp_path / "fate.parquet"
+    r = curate("diff", str(demo_run), str(run), "--out", str(out), "--samples", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = r.stdout
+    assert "  filters.not_huge.max_chars: 20000 -> 12000" in text and 'name: "demo" -> "demo-t"' in text
+    # the filter's own decision at both thresholds, computed here on the code documents
+    old, new = (base.build(base.parse_params({"type": "length", "max_chars": m})) for m in (20000, 12000))
+    ingest = demo_run / atomic.read_json(demo_run / "run.json")["steps"]["ingest-code"]["dir"]
+    moved = set()
+    for part in sorted(ingest.glob("part-*.parquet")):
+        for batch in pq.ParquetFile(part).iter_batches(columns=["id", "text"]):
+            a, b = old.apply(batch).keep, new.apply(batch).keep
+            moved |= {i for i, x, y in zip(batch.column("id").to_pylist(), a, b, strict=True) if x and not y}
+    assert len(moved) >= 5
+    rows = pq.read_table(out).to_pylist()
+    by_filter = {x["id"] for x in rows if x["stage"] == "filter:not_huge"}
+    assert by_filter == moved  # exactly the documents the threshold moves, none missed, none extra
+    assert all(x["source"] == "code" and x["b_stage"] == "filter:not_huge" and x["a_stage"] != "filter:not_huge"
+               and x["kind"] in ("kept -> removed", "removed by another stage") for x in rows if x["id"] in moved)
+    n_kept = sum(x["kind"] == "kept -> removed" for x in rows if x["id"] in moved)
+    assert f"code filter:not_huge: {sum(1 for x in rows if x['kind'] == 'kept -> removed' and x['stage'] == 'filter:not_huge'):,}" in text \
+        or n_kept == 0
+    # the realised weights side by side, as the manifests give them
+    ma, mb = (atomic.read_json(d / "manifest.json")["sources"] for d in (demo_run, run))
+    line = next(x for x in text.splitlines() if x.startswith("  code "))
+    assert f"{ma['code']['realized_weight']:.3f}" in line and f"{mb['code']['realized_weight']:.3f}" in line
+    led_a, led_b = (atomic.read_json(d / "ledger.json")["sources"]["code"]["removed"] for d in (demo_run, run))
+    delta = led_b["filter:not_huge"]["too_many_chars"] - led_a["filter:not_huge"]["too_many_chars"]
+    assert delta == len(moved)
+    assert any(x.split()[:3] == ["code", "filter:not_huge", "too_many_chars"] and x.split()[-1] == f"{delta:+,}" for x in text.splitlines())
+    assert "sample: kept -> removed" in text or "sample: removed by another stage" in text
