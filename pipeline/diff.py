@@ -124,6 +124,19 @@ def fates(a: decisions.Run, b: decisions.Run, out=None, samples: int = 0, seed: 
     return {"counts": counts, "skipped": skipped, "compared": compared, "samples": picked}
 
 
+def _config(run: decisions.Run) -> dict:
+    """The run's recorded config, with each used filter's parameters as its filter step
+    resolved them (runs recorded before run.json carried filter parameters kept only `type`)."""
+    cfg = {**run.config, "filters": dict(run.config.get("filters") or {})}
+    for name in run.steps:
+        if name.startswith("filter-"):
+            d = run.step_dir(name)
+            for fname, params in atomic.read_json(d / "step.json")["config"].get("filters", []):
+                if fname in cfg["filters"] and not fname.startswith("_"):
+                    cfg["filters"][fname] = params
+    return cfg
+
+
 def _name(step_rec: dict) -> str:
     return step_rec["dir"].rstrip("/").rsplit("/", 1)[-1]
 
@@ -151,7 +164,7 @@ def diff(run_a, run_b, out=None, samples: int = 0, seed: int = 0) -> tuple[dict,
     a, b = _open(run_a), _open(run_b)
     lines = [f"A: {run_a}  ({a.record['name']}, {a.record.get('mixture_file')})",
              f"B: {run_b}  ({b.record['name']}, {b.record.get('mixture_file')})", ""]
-    changes = config_changes(a.config, b.config)
+    changes = config_changes(_config(a), _config(b))
     lines.append(f"config: {len(changes)} keys differ")
     for k, va, vb in changes:
         lines.append(f"  {k}: {_j(va)} -> {_j(vb)}")

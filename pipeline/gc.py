@@ -51,6 +51,10 @@ def _run_dirs(output, store) -> tuple[list, list]:
     return list(seen.values()), gone
 
 
+def _runs(n: int) -> str:
+    return f"{n} run director{'y' if n == 1 else 'ies'}"
+
+
 def plan(output, store=None) -> dict:
     store = fs.path(store) if store else fs.path(output) / "_store"
     steps_root = store / "steps"
@@ -88,8 +92,8 @@ def collect(output, store=None, dry_run: bool = False) -> tuple[dict, list[str]]
             fs.path(f).unlink()
     freed = sum(s for _, s in p["delete"])
     lines.append(f"{len(p['delete'])} steps, {freed / 1e6:,.1f} MB {'to free' if dry_run else 'freed'}; "
-                 f"{len(p['kept'])} steps kept for {len(p['runs'])} run directories"
+                 f"{len(p['kept'])} steps kept for {_runs(len(p['runs']))}"
                  + (f", {len(p['leased'])} in use by a live run" if p["leased"] else "")
-                 + (f"; {len(p['gone'])} deleted run directories forgotten" if p["gone"] and not dry_run else ""))
+                 + (f"; forgot {_runs(len(p['gone']))} deleted since" if p["gone"] and not dry_run else ""))
     p["freed"] = freed
     return p, lines
