@@ -14,7 +14,8 @@ machine, after `ttl` elsewhere). Taking over an expired lease creates the next g
 file; creation is exclusive (a hard link, which fails if the name exists), so of two runs
 taking over the same lease exactly one wins, with no compare-and-swap needed. A holder that
 finds a later generation than its own has lost the lease (it paused longer than `ttl`) and
-stops. On object stores the creation is a check then a write: two runs starting the same
+stops. Expiry compares the holder's clock with the reader's: the machines of a cluster must
+agree to well under `ttl` (NTP does). On object stores the creation is a check then a write: two runs starting the same
 step within the same instant may both compute it; the bytes are the same (writes are atomic
 and deterministic), only the work is doubled.
 """

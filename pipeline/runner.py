@@ -48,6 +48,7 @@ from pipeline.executor import (
 from pipeline.io import atomic, fs
 from pipeline.io.discover import InputFile, resolve_inputs
 from pipeline.lease import Leases, describe
+from pipeline.lease import holder as lease_holder
 from pipeline.steps import classify_plan, idindex
 from pipeline.steps import ids as ids_mod
 from pipeline.steps import ingest as ingest_mod
@@ -309,6 +310,8 @@ def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
     lines = [f"run directory: {run_dir}", f"step store:    {store}", "", f"{'step':<24} {'hash':<9} {'action':<6} why"]
     for s in plan.steps:
         action, why = step_status(s, store, prev)
+        if action == "run" and (rec := lease_holder(fs.path(store) / "_leases" / s.dir(store).name)) is not None:
+            why += f"; {describe(rec)} is computing it now: a run waits for it, then reuses it"
         lines.append(f"{s.name:<24} {s.hash[:8]:<9} {action:<6} {why}")
     lines += ["", f"{'source':<16} {'files':>6} {'input MB':>10} {'docs':>10} {'tokens':>12}"]
     for sname in lm.mixture.sources:
