@@ -414,6 +414,7 @@ class Executor:
         def claim(s: Step) -> bool:
             """True when this run computes `s`; False when `s` is another run's (now done, or blocked)."""
             d = s.dir(self.run_dir)
+            fs.refresh(d)
             if (d / SUCCESS).exists():  # another run finished it meanwhile
                 self._reuse(s)
                 return False

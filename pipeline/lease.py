@@ -15,9 +15,10 @@ file; creation is exclusive (a hard link, which fails if the name exists), so of
 taking over the same lease exactly one wins, with no compare-and-swap needed. A holder that
 finds a later generation than its own has lost the lease (it paused longer than `ttl`) and
 stops. Expiry compares the holder's clock with the reader's: the machines of a cluster must
-agree to well under `ttl` (NTP does). On object stores the creation is a check then a write: two runs starting the same
-step within the same instant may both compute it; the bytes are the same (writes are atomic
-and deterministic), only the work is doubled.
+agree to well under `ttl` (NTP does). On object stores the creation is a conditional write
+(S3's `If-None-Match: *`, through fsspec's `mode="create"`); a filesystem without one falls
+back to a check then a write, where two runs starting the same step in the same instant may
+both compute it (the bytes are the same: writes are atomic and deterministic).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def ttl_seconds() -> float:
 
 def _gens(d) -> list[int]:
     d = fs.path(d)
+    fs.refresh(d)  # another run's generations, not a cached listing
     if not d.exists():
         return []
     out = []
@@ -105,6 +107,13 @@ def _create_exclusive(path, data: bytes) -> bool:
             return False
         finally:
             tmp.unlink(missing_ok=True)
+    try:  # a conditional write (S3: If-None-Match: *; any fsspec filesystem with mode="create")
+        path.fs.pipe_file(path.path, data, mode="create")
+        return True
+    except FileExistsError:
+        return False
+    except (TypeError, NotImplementedError):  # a filesystem without exclusive creation
+        pass
     if path.exists():
         return False
     atomic.write_bytes(path, data)

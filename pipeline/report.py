@@ -4,7 +4,7 @@ report.json holds the numbers: per source the funnel (documents and tokens after
 and after every stage, from the ledger), removals by stage and reason, the quality score
 histogram with its threshold, the language distribution, the target and realised mixture
 weights (from the manifest), and the run time of every step. report.html shows the same
-numbers as tables and matplotlib plots inlined as SVG, in one self-contained page.
+numbers as tables and bar charts inlined as SVG (pipeline/plots.py), in one self-contained page.
 Score histograms and language counts are summed from the shard markers (the quality and
 filter tasks count them), so the driver reads one file per step, never a column per document.
 """
@@ -12,13 +12,13 @@ filter tasks count them), so the driver reads one file per step, never a column 
 from __future__ import annotations
 
 import html
-import io
 from pathlib import Path
 
 import numpy as np
 
 from pipeline import decisions as dec
 from pipeline import html as pages
+from pipeline import plots
 from pipeline.executor import read_markers
 from pipeline.io import atomic, fs
 from pipeline.steps import classify
@@ -82,53 +82,21 @@ def build(run_dir: Path) -> dict:
             "steps": steps}
 
 
-def _svg(fig) -> str:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    s = buf.getvalue()
-    return s[s.index("<svg"):]
-
-
 def _plots(rep: dict) -> dict[str, str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.fonttype"] = "none"
-    matplotlib.rcParams["svg.hashsalt"] = "curate"  # stable ids, so the same run gives the same page
-    import matplotlib.pyplot as plt
-
     out = {}
     for s, e in rep["sources"].items():
-        fig, ax = plt.subplots(figsize=(7, 0.35 * len(e["funnel"]) + 0.8))
-        labels = [f["stage"] for f in e["funnel"]][::-1]
-        ax.barh(labels, [f["docs"] for f in e["funnel"]][::-1], color="#4a7fb5")
-        ax.set_xlabel("documents after the stage")
-        ax.set_title(f"{s}: funnel")
-        out[f"funnel-{s}"] = _svg(fig)
+        out[f"funnel-{s}"] = plots.hbar(f"{s}: funnel", [f["stage"] for f in e["funnel"]], [f["docs"] for f in e["funnel"]],
+                                        "documents after the stage")
         q = e["quality"]
         if q:
-            fig, ax = plt.subplots(figsize=(7, 2.6))
-            ax.bar(q["bins"][:-1], q["counts"], width=1 / BINS, align="edge", color="#7a9f5a")
-            ax.axvline(q["threshold"], color="#c33", linestyle="--", label=f"threshold {q['threshold']:.4g}")
-            ax.set_xlabel("quality score")
-            ax.set_ylabel("documents")
-            ax.legend()
-            ax.set_title(f"{s}: quality scores of the documents that reached the stage")
-            out[f"quality-{s}"] = _svg(fig)
+            out[f"quality-{s}"] = plots.histogram(f"{s}: quality scores of the documents that reached the stage",
+                                                  q["bins"], q["counts"], q["threshold"], "quality score")
     mixed = {s: e["mixture"] for s, e in rep["sources"].items() if e["mixture"]}
     if mixed:
-        fig, ax = plt.subplots(figsize=(7, 2.6))
-        x = np.arange(len(mixed))
-        target = [v["weight"] if v["weight"] is not None else 0 for v in mixed.values()]
-        ax.bar(x - 0.2, target, 0.4, label="target weight", color="#bbb")
-        ax.bar(x + 0.2, [v["realized_weight"] for v in mixed.values()], 0.4, label="realised weight", color="#4a7fb5")
-        ax.set_xticks(x, list(mixed))
-        ax.legend()
-        ax.set_title("mixture weights (token shares)")
-        out["weights"] = _svg(fig)
+        out["weights"] = plots.grouped(
+            "mixture weights (token shares)", list(mixed),
+            {"target weight": [v["weight"] if v["weight"] is not None else 0 for v in mixed.values()],
+             "realised weight": [v["realized_weight"] for v in mixed.values()]}, ["#bbb", "#4a7fb5"])
     return out
 
 

@@ -163,6 +163,14 @@ def write_table(table, final, **kw) -> None:
     commit(tmp, final)
 
 
+def refresh(p) -> None:
+    """Forget cached listings under `p` (fsspec caches them per filesystem): what another
+    process wrote since becomes visible. A no-op on local paths."""
+    p = path(p)
+    if not is_local(p):
+        p.fs.invalidate_cache(p.path)
+
+
 def rmtree(p) -> None:
     p = path(p)
     if is_local(p):

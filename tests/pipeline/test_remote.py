@@ -144,3 +144,33 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, loca
     assert r2.returncode == 0, r2.stderr[-2000:]
     rec = atomic.read_json(fs.path(run) / "run.json")
     assert {s["status"] for s in rec["steps"].values()} == {"SKIPPED"}
+
+
+def _s3_race(url):
+    from pipeline.lease import Leases
+
+    return Leases(name=f"racer-{os.getpid()}").acquire(url) is None
+
+
+def test_leases_on_s3_are_conditional_writes_so_one_run_takes_over(s3_server):
+    import multiprocessing as mp
+
+    import orjson
+
+    from pipeline.lease import Leases, holder
+
+    env, s3, _ = s3_server
+    url = "s3://curate-test/_store/_leases/step-abc"
+    a, b = Leases(name="a"), Leases(name="b")
+    assert a.acquire(url) is None and b.acquire(url)["run"] == a.run_id
+    a.release(url)
+    assert holder(url) is None and b.acquire(url) is None
+    b.release_all()
+    # an expired lease of a run on another machine: of 8 processes taking it over, one wins
+    s3.pipe_file("curate-test/_store/_leases/step-race/gen-000001.json", orjson.dumps(
+        {"run": "gone", "name": "gone", "host": "elsewhere", "pid": 1, "renewed": time.time() - 600, "ttl": 60}))
+    with mp.get_context("spawn").Pool(8) as pool:
+        won = pool.map(_s3_race, ["s3://curate-test/_store/_leases/step-race"] * 8)
+    assert sum(won) == 1, won
+    assert sorted(p.rsplit("/", 1)[-1] for p in s3.ls("curate-test/_store/_leases/step-race", refresh=True)) == \
+        ["gen-000001.json", "gen-000002.json"]
