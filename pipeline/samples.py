@@ -202,8 +202,9 @@ def pick_shard(spec: dict, out) -> dict:
         rows = np.array(sorted({i for _, i in chosen}))
         layers = [str(p) for _, p in run.layers(source, part)]
         texts = view_rows(str(part), layers, rows)
+        cols = _columns(t)  # once a shard, not once a record
         for g, i in chosen:
-            row = {k: v[i] for k, v in _columns(t).items()}
+            row = {k: v[i] for k, v in cols.items()}
             text, meta = texts[i]
             row["text"] = text
             row["url"] = dec._url(meta)
