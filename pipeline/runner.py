@@ -167,7 +167,9 @@ class Plan:
                     for d in dedup_plan.doc_shards(self, stats, self.layers, self.quality)]
 
         # version 3: picked per document shard, merged per source (2 read quarantined records from the ingest steps)
-        pick = Step("samples-pick", "samples-pick", cfg, list(self.steps), "pipeline.samples:pick_shard", version="3",
+        # every step whose decisions it reads, up to the mixture's selection (not its files: it runs beside them)
+        reads = [s for s in self.steps if s not in (self.mix_route, self.mix)]
+        pick = Step("samples-pick", "samples-pick", cfg, reads, "pipeline.samples:pick_shard", version="3",
                     shards=pick_shards)
 
         def sample_shards(st, stats):
