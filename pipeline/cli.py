@@ -95,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("run_dir")
     sp.add_argument("--source", action="append", help="only this source (repeatable; default: all)")
     sp.add_argument("--stage", help="only documents removed at this stage: filter-<name>, dedup-exact, dedup-fuzzy, "
-                    "dedup-paragraph, quality-<classifier>, mix; or `kept`")
+                    "dedup-paragraph, decontaminate, quality-<classifier>, mix; or `kept`")
     sp.add_argument("--reason", help="only this reason (a prefix such as near_duplicate_of, or a whole reason)")
     sp.add_argument("-n", type=int, default=20, help="how many documents (default 20)")
     sp.add_argument("--format", choices=["jsonl", "parquet", "html"], default="jsonl")
@@ -226,7 +226,7 @@ def _dispatch(args) -> int:
         from pipeline import tokens
 
         files = resolve_inputs(lm)
-        missing = config.check_filter_files(lm) + config.check_extractors(lm)
+        missing = config.check_filter_files(lm) + config.check_extractors(lm) + config.check_eval_files(lm)
         if missing:
             raise UsageError("\n".join(missing))
         runner.check_owner(lm, lm.output_dir(None), overwrite=False)

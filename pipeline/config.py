@@ -179,6 +179,22 @@ class DedupSpec(Model):
     partitions: int | None = Field(None, ge=1, description="shuffle partitions; default: from the number of documents")
 
 
+class EvalSetSpec(Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the eval set's name, as reasons and the report give it")
+    paths: list[str] = Field(min_length=1, description="JSONL (.gz, .zst) or Parquet files of eval items; relative to the YAML file")
+    text_fields: list[str] = Field(["text"], min_length=1, description="fields joined (one per line) into an item's text, e.g. [question, choices, answer]")
+    id_field: str | None = Field(None, description="the item's id; default: <file name>:<line or row>")
+
+
+class DecontaminateSpec(Model):
+    against: list[EvalSetSpec] = Field(min_length=1, description="the eval sets no training document may contain")
+    ngram: int = Field(13, ge=3, le=64, description="n-gram length in words (lowercased word tokens: runs of letters, digits, '_')")
+    unit: Literal["paragraph", "document"] = Field("paragraph", description="what is compared with each eval item: each paragraph (split on blank lines) or the whole document")
+    min_overlap: float = Field(0.5, gt=0, le=1, description="a unit is contaminated when this share of its n-grams is found in one eval item")
+    min_unit_words: int | None = Field(None, ge=1, description="units with fewer words are not checked; default: ngram")
+    action: Literal["remove"] = Field("remove", description="remove a contaminated document (cutting only its paragraphs is to come)")
+
+
 class ClassifierSpec(Model):
     type: Literal["fasttext"] = Field("fasttext", description="the classifier kind")
     positive: list[str] = Field(default_factory=list, description="sources (after their filters and dedup) or files "
@@ -236,6 +252,7 @@ class Mixture(Model):
     filters: dict[str, filter_base.FilterParams] = Field(
         default_factory=dict, description="named filter instances; `type` picks a registered filter (`curate filters`)")
     dedup: DedupSpec | None = Field(None, description="deduplication across all sources")
+    decontaminate: DecontaminateSpec | None = Field(None, description="remove documents that contain eval items (after dedup, before quality)")
     classifiers: dict[str, ClassifierSpec] = Field(default_factory=dict, description="named quality classifiers")
     mixture: MixtureSpec = Field(default_factory=MixtureSpec, description="how kept documents become the mixture")
     samples: SamplesSpec = Field(default_factory=SamplesSpec, description="published samples of kept and removed documents")
@@ -526,6 +543,27 @@ def check_extractors(lm: "LoadedMixture") -> list[str]:
                 out.append(f"{where}: the module {module!r} cannot be imported here; install the package that provides "
                            "it (on every node of a cluster), or fix the module:function name")
     return out
+
+
+def check_eval_files(lm: "LoadedMixture") -> list[str]:
+    """Every eval file `decontaminate.against` names must exist (globs: at least one file)."""
+    out = []
+    dc = lm.mixture.decontaminate
+    for i, e in enumerate(dc.against if dc else []):
+        for j, p in enumerate(e.paths):
+            if not eval_files(lm, p):
+                out.append(f"{lm.where(('decontaminate', 'against', i, 'paths', j))}: no file matches {p}; "
+                           "give JSONL (.gz, .zst) or Parquet files of eval items, relative to the YAML file")
+    return out
+
+
+def eval_files(lm: "LoadedMixture", pattern: str) -> list[str]:
+    import glob
+
+    p = pattern if fs.is_url(pattern) or Path(pattern).is_absolute() else str(lm.base_dir / pattern)
+    if fs.is_url(p):
+        return [p] if fs.path(p).exists() else []
+    return sorted(x for x in glob.glob(p) if Path(x).is_file())
 
 
 def check_classifier_files(lm: "LoadedMixture") -> list[str]:

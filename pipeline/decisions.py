@@ -65,6 +65,9 @@ class Run:
             d = self.step_dir(f"dedup-{kind}")
             if d:
                 out.append((f"dedup:{kind}", d / source / part.name))
+        d = self.step_dir("decontaminate")
+        if d:
+            out.append(("decontaminate", d / source / part.name))
         q = self.step_dir(f"quality-{source}")
         if q:
             cls = (self.config["sources"][source].get("quality") or {}).get("classifier")
@@ -79,6 +82,8 @@ def reason_group(reason: str | None) -> str | None:
         return None
     if reason.startswith(("exact_duplicate_of:", "near_duplicate_of:", "url_duplicate_of:")):
         return reason.split(":", 1)[0]
+    if reason.startswith("contaminated:"):  # contaminated:<eval set>:<item> (overlap=..) -> contaminated:<eval set>
+        return ":".join(reason.split(":", 2)[:2])
     return reason.split(" (", 1)[0]
 
 

@@ -88,6 +88,8 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["removed_by"] = {"stage": stage, "reason": rec["reason"]}
             if rec.get("cluster"):
                 info["cluster"] = _cluster(run_dir, rj, rec["cluster"])
+            if rec.get("eval_id") is not None:
+                info["contamination"] = _contamination(run_dir, rj, part, rec)
         elif rec.get("cut_spans"):
             spans = rec["cut_spans"]
             info["stages"].append({"stage": stage, "result": f"kept, {len(spans)} repeated paragraph(s) cut "
@@ -106,10 +108,33 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
 def _later_steps(rj: dict, source: str) -> list[tuple[str, str]]:
     """(step, stage) of the stages after a source's filters: dedup kinds, then quality."""
     out = [(n, "dedup:" + n.split("-", 1)[1]) for n in ("dedup-exact", "dedup-fuzzy", "dedup-paragraph") if n in rj["steps"]]
+    if "decontaminate" in rj["steps"]:
+        out.append(("decontaminate", "decontaminate"))
     classifier = ((rj["config"]["sources"][source].get("quality")) or {}).get("classifier")
     if f"quality-{source}" in rj["steps"]:
         out.append((f"quality-{source}", f"quality:{classifier}"))
     return out
+
+
+def _contamination(run_dir: Path, rj: dict, part: Path, rec: dict) -> dict:
+    """The eval item a removed document contains, its unit, and the n-grams they share."""
+    from pipeline.steps import decontam
+
+    ix = fs.join(run_dir, rj["steps"]["decontaminate-index"]["dir"])
+    items = fs.read_table(ix / "items" / "part-00000.parquet")
+    k = items.column("id").to_pylist().index(rec["eval_id"]) if rec["eval_id"] in items.column("id").to_pylist() else None
+    item = items.slice(k, 1).to_pylist()[0] if k is not None else {}
+    doc = _read_row(part, _row_of(part, rec["id"]), ["text"])["text"]
+    unit = doc[rec["unit_start"]:rec["unit_end"]]
+    n = rj["config"]["decontaminate"]["ngram"]
+    return {"eval_set": rec["eval_set"], "eval_id": rec["eval_id"], "eval_text": item.get("text"), "unit": unit,
+            "overlap": rec["overlap"], "units_flagged": rec["units_flagged"],
+            "shared_ngrams": decontam.shared_ngrams(unit, item.get("text") or "", n)[:20]}
+
+
+def _row_of(part: Path, doc_id: str) -> int:
+    ids = fs.read_table(part, columns=["id"]).column("id")
+    return pc.indices_nonzero(pc.equal(ids, doc_id)).to_pylist()[0]
 
 
 def _cluster(run_dir: Path, rj: dict, cluster: str) -> dict | None:
@@ -170,6 +195,12 @@ def render(infos: list[dict], doc_id: str) -> str:
             lines.append(f"  {st['stage']:<28} {st['result']}{extra}{('  (' + scores + ')') if scores else ''}{where}")
         if info["status"] == "removed":
             lines.append(f"  => removed at {info['removed_by']['stage']}: {info['removed_by']['reason']}")
+            ct = info.get("contamination")
+            if ct:
+                lines.append(f"  eval item {ct['eval_set']}:{ct['eval_id']} (overlap {ct['overlap']:.2f}, "
+                             f"{ct['units_flagged']} unit(s) flagged): {' '.join((ct['eval_text'] or '').split())[:300]!r}")
+                lines.append(f"  the unit: {' '.join(ct['unit'].split())[:300]!r}")
+                lines.append("  shared n-grams: " + "; ".join(ct["shared_ngrams"][:5]) + (" ..." if len(ct["shared_ngrams"]) > 5 else ""))
             cl = info.get("cluster")
             if cl:
                 lines.append(f"  cluster of {cl['size']} (survivor first): " + ", ".join(cl["members"][:10])

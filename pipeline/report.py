@@ -79,7 +79,34 @@ def build(run_dir: Path) -> dict:
             "config_hash": run.record["config_hash"], "sources": sources, "totals": led["totals"],
             "mixture": {"total_tokens": man["total_tokens"], "total_docs": man["total_docs"], "files": len(man["files"]),
                         "target_tokens": man.get("target_tokens")},
-            "steps": steps}
+            "steps": steps, "contamination": _contamination(run)}
+
+
+def _contamination(run: dec.Run) -> dict | None:
+    """Per train source and eval set, the documents and units flagged and n-grams matched; per
+    eval set, how many of its items were found anywhere (summed from the markers)."""
+    d, ix = run.step_dir("decontaminate"), run.step_dir("decontaminate-index")
+    if d is None or ix is None:
+        return None
+    sets = read_markers(ix)[0]["sets"]
+    by_source: dict[str, dict] = {}
+    hit: set[int] = set()
+    for m in read_markers(d).values():
+        for es, c in m.get("contamination", {}).items():
+            e = by_source.setdefault(m["source"], {}).setdefault(es, {"documents": 0, "units": 0, "ngrams": 0})
+            for k in e:
+                e[k] += c[k]
+        hit.update(m.get("items_hit", []))
+    import pyarrow.compute as pc
+
+    owner = fs.read_table(ix / "items" / "part-00000.parquet", columns=["set"]).column("set")
+    found = {es: 0 for es in sets}
+    if hit:
+        for es, n in zip(*pc.value_counts(owner.take(sorted(hit))).flatten(), strict=True):
+            found[es.as_py()] = n.as_py()
+    return {"by_source": by_source,
+            "eval_sets": {es: {**v, "items_found": found[es], "share_found": round(found[es] / v["items"], 6) if v["items"] else 0.0}
+                          for es, v in sets.items()}}
 
 
 def _plots(rep: dict) -> dict[str, str]:
@@ -149,6 +176,13 @@ def render(rep: dict) -> str:
         if e["languages"]:
             parts += ["<h3>Languages (language ID's best label)</h3>",
                       _table(["language", "documents"], list(e["languages"].items())[:15])]
+    c = rep.get("contamination")
+    if c:
+        parts += ["<h2>Contamination</h2>",
+                  _table(["eval set", "items", "items found in the corpus", "share", "n-grams indexed", "items too short to check"],
+                         [[es, v["items"], v["items_found"], v["share_found"], v["ngrams"], v["too_short"]] for es, v in c["eval_sets"].items()]),
+                  _table(["source", "eval set", "documents removed", "units flagged", "n-grams matched"],
+                         [[s, es, v["documents"], v["units"], v["ngrams"]] for s, sets in c["by_source"].items() for es, v in sets.items()])]
     parts += ["<h2>Steps</h2>", _table(["step", "status", "shards", "seconds"],
                                        [[k, v["status"], v["shards"], v["seconds"]] for k, v in rep["steps"].items()])]
     return pages.page(f"Curate run {rep['name']}", "\n".join(parts), style="svg { max-width: 100%; height: auto; }")

@@ -30,6 +30,7 @@ from pipeline import __version__, ledger, report, tokens
 from pipeline.config import (
     LoadedMixture,
     check_classifier_files,
+    check_eval_files,
     check_extractors,
     check_filter_files,
     unimplemented,
@@ -49,7 +50,7 @@ from pipeline.io import atomic, fs
 from pipeline.io.discover import InputFile, resolve_inputs
 from pipeline.lease import Leases, describe
 from pipeline.lease import holder as lease_holder
-from pipeline.steps import classify_plan, idindex
+from pipeline.steps import classify_plan, decontam_plan, idindex
 from pipeline.steps import ids as ids_mod
 from pipeline.steps import ingest as ingest_mod
 from pipeline.steps import mix as mix_mod
@@ -80,7 +81,7 @@ class Plan:
         self.run_dir = run_dir
         self.store = store if store is not None else run_dir  # where step directories are (the step store)
         self.files = resolve_inputs(lm)
-        missing = check_filter_files(lm) + check_extractors(lm) + check_classifier_files(lm)
+        missing = check_filter_files(lm) + check_extractors(lm) + check_classifier_files(lm) + check_eval_files(lm)
         if missing:
             raise UsageError("\n".join(missing))
         self.tokenizer = tokens.check(lm.mixture.tokenizer, lm.base_dir)
@@ -94,6 +95,9 @@ class Plan:
             self._source_steps(sname, spec)
         base = [self.filter.get(s) or self.ingest[s] for s in m.sources]
         self.layers = dedup_plan.add_steps(self, base)  # global attribute steps, in order
+        dc = decontam_plan.add_steps(self, base, self.layers)
+        if dc is not None:
+            self.layers.append(dc)
         self.quality = classify_plan.add_steps(self, dict(zip(m.sources, base, strict=True)), self.layers)
         self._mix_steps(base + self.layers + list(self.quality.values()))
 
@@ -558,7 +562,7 @@ def _ledger(plan: Plan, stats: dict) -> dict:
     entries = {}
     for sname, spec in plan.lm.mixture.sources.items():
         flt = plan.filter.get(sname)
-        later = [(f"dedup:{st.name.split('-', 1)[1]}", [m for m in stats[st.name].values() if m["source"] == sname])
+        later = [(st.meta.get("stage") or f"dedup:{st.name.split('-', 1)[1]}", [m for m in stats[st.name].values() if m["source"] == sname])
                  for st in plan.layers]
         if sname in plan.quality:
             later.append((f"quality:{spec.quality.classifier}", list(stats[plan.quality[sname].name].values())))

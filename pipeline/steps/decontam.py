@@ -1,0 +1,229 @@
+"""Decontamination: remove training documents that contain eval items.
+
+A mixture is only trusted when the data it will be judged on is not in it. Eval sets are
+small (thousands to millions of n-grams), so they are not shuffled against the corpus but
+broadcast: `decontaminate-index` (one task) reads the eval files named in
+`decontaminate.against` and writes every item's distinct word n-grams as a sorted array of
+64-bit hashes with the item each came from (12 bytes an n-gram; 10,000 items of 100 words:
+~11 MB). `decontaminate` then runs once per document shard after dedup: it loads that
+array, splits each kept document into units (paragraphs, or the whole document), hashes
+each unit's n-grams and looks them up (numpy searchsorted). A unit is contaminated by an
+item when at least `min_overlap` of its distinct n-grams are the item's; the document is
+removed with `contaminated:<eval set>:<item id> (overlap=0.83)`, naming the unit with the
+highest overlap. A 64-bit hash match is taken as a match: with a million eval n-grams a
+false match has a chance of ~5e-14 per unit n-gram, and a unit needs half its n-grams to
+match one item.
+
+Words are those of fuzzy dedup (pipeline/dedup/text.py `shingles`, without its digit
+folding): the text lowercased, punctuation (datatrove's set) and whitespace turned into
+spaces, split on spaces; so case, punctuation and spacing do not hide a copy, and numbers
+still count. An n-gram is n consecutive words; hashing is vectorised over a batch of units.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from pipeline.dedup import apply, text
+from pipeline.io import fs, readers
+from pipeline.io.discover import format_from_name
+from pipeline.steps import view
+
+OPTIONS = ("case", "punctuation")  # lowercased; punctuation (datatrove's set) and whitespace separate words
+
+
+def unit_ngrams(texts: list[str], n: int, min_words: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each text, its distinct word n-gram hashes when it has at least `min_words` (and n)
+    words: (hashes, text index, distinct n-grams per text), sorted by text then hash."""
+    if not texts:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    _, wdoc = text.shingles(texts, 1, OPTIONS)  # one 1-gram a word: the word counts
+    nwords = np.bincount(wdoc, minlength=len(texts))
+    h, d = text.shingles(texts, n, OPTIONS)
+    ok = nwords[d] >= max(n, min_words)
+    h, d = h[ok], d[ok]
+    order = np.lexsort((h, d))
+    h, d = h[order], d[order]
+    keep = np.ones(len(h), bool)
+    keep[1:] = (h[1:] != h[:-1]) | (d[1:] != d[:-1])  # distinct within a text
+    h, d = h[keep], d[keep]
+    return h, d, np.bincount(d, minlength=len(texts))
+
+
+def shared_ngrams(unit: str, item: str, n: int) -> list[str]:
+    """The n-grams (as words) a unit shares with an eval item, in the unit's order: what
+    `curate explain` shows. Words as above (fold without digits)."""
+    def grams(t: str) -> list[str]:
+        ws = bytes(text.fold([t], OPTIONS)).decode("utf-8", "replace").split()
+        return [" ".join(ws[i:i + n]) for i in range(len(ws) - n + 1)]
+
+    theirs = set(grams(item))
+    out, seen = [], set()
+    for g in grams(unit):
+        if g in theirs and g not in seen:
+            seen.add(g)
+            out.append(g)
+    return out
+
+
+# ---------------------------------------------------------------- the eval index (one task)
+
+
+def _items(path: str, fields: list[str], id_field: str | None):
+    """(item id, text) of every record of one eval file."""
+    name = fs.path(path).name
+    fmt, comp = format_from_name(name)
+    if fmt == "parquet":
+        row = 0
+        cols = fields + ([id_field] if id_field else [])
+        for b in fs.parquet_file(path).iter_batches(columns=cols):
+            for rec in b.to_pylist():
+                yield (str(rec[id_field]) if id_field else f"{name}:{row}"), _join(rec, fields)
+                row += 1
+        return
+    if comp is None and path.endswith((".gz", ".zst")):
+        comp = "gzip" if path.endswith(".gz") else "zstd"
+    for line_no, _, raw in readers.iter_lines(path, comp, {}):
+        if not raw.strip():
+            continue
+        rec = orjson.loads(raw)
+        yield (str(rec[id_field]) if id_field else f"{name}:{line_no}"), _join(rec, fields)
+
+
+def _join(rec: dict, fields: list[str]) -> str:
+    parts = []
+    for f in fields:
+        v = rec.get(f)
+        if isinstance(v, list):
+            parts += [str(x) for x in v]
+        elif v is not None:
+            parts.append(str(v))
+    return "\n".join(parts)
+
+
+def index_shard(spec: dict, out) -> dict:
+    """`decontaminate-index`: every eval item's distinct n-gram hashes, sorted, with the item's number."""
+    n = spec["ngram"]
+    sets, ids, texts = [], [], []
+    for es in spec["sets"]:
+        for path in es["files"]:
+            for item_id, t in _items(path, es["text_fields"], es["id_field"]):
+                sets.append(es["name"])
+                ids.append(item_id)
+                texts.append(t)
+    h, d, counts = unit_ngrams(texts, n, n)
+    order = np.lexsort((d, h))
+    fs.write_table(pa.table({"h": h[order], "item": d[order].astype(np.int32)}), out.path(".parquet", "index"),
+                   compression="zstd")
+    fs.write_table(pa.table({"item": np.arange(len(ids), dtype=np.int32), "set": sets, "id": ids,
+                             "ngrams": counts.astype(np.int64), "text": [t[:4000] for t in texts]}),
+                   out.path(".parquet", "items"), compression="zstd")
+    per_set: dict[str, dict] = {}
+    for s_, c in zip(sets, counts.tolist(), strict=True):
+        e = per_set.setdefault(s_, {"items": 0, "ngrams": 0, "too_short": 0})
+        e["items"] += 1
+        e["ngrams"] += c
+        e["too_short"] += c == 0
+    return {"rows": len(ids), "ngrams": int(len(h)), "index_bytes": int(len(h)) * 12, "sets": per_set}
+
+
+# ---------------------------------------------------------------- per document shard
+
+
+class Index:
+    """The broadcast eval n-grams of one run, loaded once per task."""
+
+    def __init__(self, step_dir: str):
+        t = fs.read_table(fs.path(step_dir) / "index" / "part-00000.parquet")
+        self.h = t.column("h").to_numpy()
+        self.item = t.column("item").to_numpy()
+        items = fs.read_table(fs.path(step_dir) / "items" / "part-00000.parquet", columns=["set", "id"])
+        self.sets = items.column("set").to_pylist()
+        self.ids = items.column("id").to_pylist()
+
+    def best(self, h: np.ndarray, unit: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per unit, the item sharing most of its distinct n-grams (-1 if none; ties: the
+        smallest item number) and how many. `h`, `unit`: distinct (hash, unit) pairs."""
+        lo = np.searchsorted(self.h, h, "left")
+        cnt = np.searchsorted(self.h, h, "right") - lo
+        best_item = np.full(n_units, -1, np.int64)
+        best_n = np.zeros(n_units, np.int64)
+        hit = cnt > 0
+        if not hit.any():
+            return best_item, best_n
+        lo, cnt, u = lo[hit], cnt[hit], unit[hit]
+        starts = np.repeat(lo - np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt) + np.arange(cnt.sum())
+        items = self.item[starts].astype(np.int64)
+        units = np.repeat(u, cnt)
+        pair, counts = np.unique(units * (len(self.sets) + 1) + items, return_counts=True)
+        pu, pi = pair // (len(self.sets) + 1), pair % (len(self.sets) + 1)
+        order = np.lexsort((pi, -counts, pu))  # per unit: most n-grams first, then the smallest item
+        first = np.ones(len(order), bool)
+        first[1:] = pu[order][1:] != pu[order][:-1]
+        sel = order[first]
+        best_item[pu[sel]] = pi[sel]
+        best_n[pu[sel]] = counts[sel]
+        return best_item, best_n
+
+
+COLUMNS = {"eval_set": pa.string(), "eval_id": pa.string(), "overlap": pa.float64(), "units_flagged": pa.int32(),
+           "ngrams_matched": pa.int32(), "unit_start": pa.int32(), "unit_end": pa.int32()}
+
+
+def apply_shard(spec: dict, out) -> dict:
+    """`decontaminate`, per document shard: an attribute file with `keep`, `reason` and the
+    eval item each removed document contains (its set, id, overlap, the unit's span)."""
+    doc, n = spec["doc"], spec["ngram"]
+    min_words = spec["min_unit_words"] or n
+    idx = Index(spec["index"])
+    total = view.num_rows(doc["documents"])
+    rows, chars, toks = apply.sizes(doc)
+    keep = np.zeros(total, bool)
+    keep[rows] = True
+    seen = keep.copy()
+    cols = {c: [None] * total for c in COLUMNS}
+    reason = [None] * total
+    removed: dict[str, int] = {}
+    stats_sets: dict[str, dict] = {}
+    items_hit: set[int] = set()
+    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["text"]):
+        units, owner, spans = [], [], []
+        for row, t in zip(r.tolist(), b.column("text").to_pylist(), strict=True):
+            for a, e in ([(0, len(t))] if spec["unit"] == "document" else text.segments(t, "paragraph")):
+                units.append(t[a:e])
+                owner.append(row)
+                spans.append((a, e))
+        h, u, distinct = unit_ngrams(units, n, min_words)
+        item, matched = idx.best(h, u, len(units))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            overlap = np.where(distinct > 0, matched / np.maximum(distinct, 1), 0.0)
+        flagged = np.flatnonzero((item >= 0) & (overlap >= spec["min_overlap"]))
+        per_doc: dict[int, list[int]] = {}
+        for k in flagged.tolist():
+            per_doc.setdefault(owner[k], []).append(k)
+        for row, ks in per_doc.items():
+            k = max(ks, key=lambda x: (overlap[x], -x))  # the unit with the highest overlap, the first of equals
+            it = int(item[k])
+            items_hit.update(int(item[x]) for x in ks)
+            keep[row] = False
+            es = idx.sets[it]
+            reason[row] = f"contaminated:{es}:{idx.ids[it]} (overlap={overlap[k]:.2f})"
+            vals = (es, idx.ids[it], round(float(overlap[k]), 6), len(ks), int(matched[ks].sum()), spans[k][0], spans[k][1])
+            for c, v in zip(COLUMNS, vals, strict=True):
+                cols[c][row] = v
+            removed[f"contaminated:{es}"] = removed.get(f"contaminated:{es}", 0) + 1
+            st = stats_sets.setdefault(es, {"documents": 0, "units": 0, "ngrams": 0})
+            st["documents"] += 1
+            st["units"] += len(ks)
+            st["ngrams"] += int(matched[ks].sum())
+    ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
+    table = pa.table({"id": ids, "keep": pa.array(np.where(seen, keep, False), pa.bool_(), mask=~seen),
+                      "reason": pa.array(reason, pa.string()),
+                      **{c: pa.array(v, COLUMNS[c]) for c, v in cols.items()}})
+    apply.write_attributes(out.dir, doc, table)
+    st = apply.stage_stats(doc, rows, chars, toks, keep[rows], removed)
+    st["contamination"] = dict(sorted(stats_sets.items()))
+    st["items_hit"] = sorted(items_hit)
+    return st

@@ -1,0 +1,38 @@
+"""The decontamination steps of a plan: the eval index (one task), then one task per
+document shard after dedup (pipeline/steps/decontam.py). The eval files' sha256 enter the
+index step's hash, so editing an eval file re-runs decontamination and what follows."""
+
+from __future__ import annotations
+
+from pipeline.config import eval_files
+from pipeline.dedup.plan import doc_shards
+from pipeline.executor import Step, shard_name
+from pipeline.io import atomic, fs
+
+
+def add_steps(plan, base: list[Step], layers: list[Step]) -> Step | None:
+    """Append the decontamination steps to plan.steps; returns the attribute step (a layer)."""
+    dc = plan.lm.mixture.decontaminate
+    if dc is None:
+        return None
+    sets = []
+    for e in dc.against:
+        files = [f for p in e.paths for f in eval_files(plan.lm, p)]
+        sets.append({"name": e.name, "files": files, "text_fields": e.text_fields, "id_field": e.id_field,
+                     "sha256": [atomic.file_digest(fs.path(f))[1] for f in files]})
+    hashed = [{k: v for k, v in s.items() if k != "files"} for s in sets]  # contents, not where the files are
+    index = Step("decontaminate-index", "decontaminate-index", {"ngram": dc.ngram, "sets": hashed}, [],
+                 "pipeline.steps.decontam:index_shard",
+                 shards=lambda st, stats: [{"sets": sets, "ngram": dc.ngram, "describe": "eval index"}])
+    plan.steps.append(index)
+    prev = list(layers)
+    params = {"ngram": dc.ngram, "unit": dc.unit, "min_overlap": dc.min_overlap, "min_unit_words": dc.min_unit_words}
+
+    def shards(st, stats):
+        return [{"doc": d, "index": str(index.dir(plan.store)), **params, "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                for d in doc_shards(plan, stats, prev)]
+
+    apply = Step("decontaminate", "decontaminate", {**params, "action": dc.action}, base + prev + [index],
+                 "pipeline.steps.decontam:apply_shard", shards=shards, meta={"stage": "decontaminate"})
+    plan.steps.append(apply)
+    return apply

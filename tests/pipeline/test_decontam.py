@@ -1,0 +1,133 @@
+"""Decontamination (pipeline/steps/decontam.py): eval items planted in real text are found,
+kind by kind; a clean corpus of real documents loses none; the decisions do not depend on
+workers or sharding."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.io import atomic
+from tests.conftest import curate, write_yaml
+
+KINDS = ("verbatim", "changed", "split", "question")
+
+
+@pytest.fixture(scope="module")
+def planted(demo_corpus, tmp_path_factory):
+    """Eval items are Wikipedia summaries held out of the corpus (question: the first half,
+    answer: the second); the corpus is every other summary (three languages) and the
+    standard library's modules, with 40 items of each kind planted amid other paragraphs."""
+    d = tmp_path_factory.mktemp("decontam")
+    rng = random.Random(7)
+    wiki = []
+    for lang in ("en", "es", "fr"):
+        wiki += pq.read_table(demo_corpus / "wiki" / f"summaries_{lang}.parquet", columns=["id", "text"]).to_pylist()
+    en = [r for r in wiki if r["id"].startswith("en:") and 80 <= len(r["text"].split()) <= 400]
+    held = rng.sample(en, 160)
+    held_ids = {r["id"] for r in held}
+    clean = [r for r in wiki if r["id"] not in held_ids]
+    for f in sorted((demo_corpus / "code").glob("*.jsonl.gz")):
+        with gzip.open(f, "rt") as fh:
+            clean += [{"id": json.loads(x)["path"], "text": json.loads(x)["text"]} for x in fh]
+    items = []
+    with open(d / "eval.jsonl", "w") as f:
+        for i, r in enumerate(held):
+            w = r["text"].split()
+            q, a = " ".join(w[: len(w) // 2]), " ".join(w[len(w) // 2:])
+            items.append((f"item{i}", q, a))
+            f.write(json.dumps({"qid": f"item{i}", "question": q, "answer": a}) + "\n")
+    docs = [{"id": f"clean-{r['id']}", "text": r["text"]} for r in clean]
+    fillers = [r["text"] for r in rng.sample(clean, 400)]
+    for j, (qid, q, a) in enumerate(items):
+        kind = KINDS[j % 4]
+        if kind == "verbatim":
+            body = [f"{q}\n{a}"]
+        elif kind == "changed":  # 1-3 words replaced
+            w = f"{q} {a}".split()
+            for pos in rng.sample(range(len(w)), rng.randint(1, 3)):
+                w[pos] = "zzplanted"
+            body = [" ".join(w)]
+        elif kind == "split":  # the item over two paragraphs, other text between
+            body = [q, fillers[2 * j + 1][:300], a]
+        else:  # the question only
+            body = [q]
+        docs.append({"id": f"{kind}-{qid}", "text": "\n\n".join([fillers[2 * j][:500], *body, "Thanks for reading."])})
+    rng.shuffle(docs)
+    with open(d / "corpus.jsonl", "w") as f:
+        for x in docs:
+            f.write(json.dumps(x) + "\n")
+    return d, len(clean)
+
+
+def _run(d, name: str, workers: str, shard_rows: int, ngram: int = 13):
+    y = write_yaml(d / f"{name}.yaml", f"""
+        name: {name}
+        output: out
+        sources:
+          corpus: {{paths: [corpus.jsonl], id_field: id, max_shard_rows: {shard_rows}}}
+        decontaminate:
+          against:
+            - {{name: heldout, paths: [eval.jsonl], text_fields: [question, answer], id_field: qid}}
+          ngram: {ngram}
+        mixture: {{weights: {{corpus: 1.0}}}}
+    """)
+    r = curate("run", str(y), "--workers", workers)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = d / "out" / name
+    rj = atomic.read_json(run / "run.json")
+    t = pq.read_table(sorted((run / rj["steps"]["decontaminate"]["dir"] / "corpus").glob("part-*.parquet")))
+    return run, {i: (k, r) for i, k, r in zip(t.column("id").to_pylist(), t.column("keep").to_pylist(),
+                                                 t.column("reason").to_pylist(), strict=True)}
+
+
+def test_planted_eval_items_are_found_and_a_clean_corpus_loses_nothing(planted):
+    d, n_clean = planted
+    run, dec = _run(d, "dc2", "2", 4000)
+    removed = {i: r for i, (k, r) in dec.items() if k is False}
+    recall = {}
+    for kind in KINDS:
+        ids = [i for i in dec if i.startswith(f"{kind}-")]
+        hit = [i for i in ids if i in removed]
+        assert all(removed[i].startswith(f"contaminated:heldout:{i.split('-', 1)[1]} (overlap=") for i in hit), \
+            [removed[i] for i in hit][:3]  # the item named is the planted one
+        recall[kind] = len(hit) / len(ids)
+    false = [i for i in removed if i.startswith("clean-")]
+    print(f"\nrecall at the defaults (13-grams, paragraphs, min_overlap 0.5) on 40 items each: {recall}; "
+          f"false positives on {n_clean:,} clean documents: {len(false)}")
+    assert recall["verbatim"] == recall["split"] == recall["question"] == 1.0
+    assert recall["changed"] >= 0.5
+    assert false == [] and n_clean >= 5000
+    led = atomic.read_json(run / "ledger.json")["sources"]["corpus"]
+    assert led["removed"]["decontaminate"] == {"contaminated:heldout": len(removed)} and led["conservation"]
+    # the report's contamination table: per source and eval set, and the items found anywhere
+    c = atomic.read_json(run / "report.json")["contamination"]
+    assert c["by_source"]["corpus"]["heldout"]["documents"] == len(removed)
+    planted_items = {i.split("-", 1)[1] for i in dec if not i.startswith("clean-")}
+    assert c["eval_sets"]["heldout"]["items"] == 160 and c["eval_sets"]["heldout"]["items_found"] == len(planted_items)
+    assert "<h2>Contamination</h2>" in (run / "report.html").read_text()
+    # explain shows the eval item, the unit and the n-grams they share
+    one = next(i for i in removed if i.startswith("verbatim-"))
+    info = json.loads(curate("explain", str(run), "--id", one, "--json").stdout)[0]
+    ct = info["contamination"]
+    assert ct["eval_id"] == one.split("-", 1)[1] and ct["overlap"] == 1.0 and len(ct["shared_ngrams"]) >= 5
+    assert all(w in ct["unit"].lower() and w in ct["eval_text"].lower() for g in ct["shared_ngrams"] for w in g.split())
+    # one worker and other shards: the same decisions
+    _, again = _run(d, "dc1", "1", 9000)
+    assert again == dec
+
+
+def test_shorter_ngrams_are_stated_not_assumed(planted):
+    """The same corpus with 8-grams: what it adds on the changed items and costs in false positives."""
+    d, n_clean = planted
+    _, dec = _run(d, "dc8", "2", 4000, ngram=8)
+    removed = {i for i, (k, _) in dec.items() if k is False}
+    changed = [i for i in dec if i.startswith("changed-")]
+    false = [i for i in removed if i.startswith("clean-")]
+    print(f"\n8-grams: changed items found {sum(i in removed for i in changed)}/{len(changed)}; "
+          f"false positives on {n_clean:,} clean documents: {len(false)} {false[:5]}")
+    assert all(i in removed for i in dec if i.startswith(("verbatim-", "split-", "question-")))
