@@ -160,10 +160,12 @@ def _power_table(base: int, n: int) -> np.ndarray:
 _WORD_MUL = _U64(0x9E3779B97F4A7C15)
 
 
-def shingles(texts: list[str], n: int, options=("case", "punctuation", "digits")) -> tuple[np.ndarray, np.ndarray]:
+def shingles(texts: list[str], n: int, options=("case", "punctuation", "digits"), min_words: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Hashes of the word n-grams of texts after `fold` (words split on whitespace).
 
-    Returns (hashes uint64, doc index int64), doc-major; a text with no words has none.
+    Returns (hashes uint64, doc index int64), doc-major; a text with no words has none,
+    nor has a text with fewer than `min_words` words (when min_words >= n, a text shorter
+    than n words has none either: decontamination checks only units of n words or more).
     Each word is hashed from its bytes, each n-gram from its n word hashes, so the hash
     does not depend on how much whitespace separates the words.
     """
@@ -195,10 +197,12 @@ def shingles(texts: list[str], n: int, options=("case", "punctuation", "digits")
             acc *= _WORD_MUL
             acc += word[k : m + k]
         ok = word_doc[:m] == word_doc[n - 1 :]
+        if min_words:
+            ok &= counts[word_doc[:m]] >= min_words
         h_parts.append(acc[ok])
         d_parts.append(word_doc[:m][ok])
     first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    for d in np.flatnonzero((counts > 0) & (counts < n)):  # fewer words than n: one shingle of all
+    for d in np.flatnonzero((counts > 0) & (counts < n) & (counts >= min_words)):  # fewer words than n: one shingle of all
         acc = int(word[first[d]])
         for k in range(1, counts[d]):
             acc = (acc * int(_WORD_MUL) + int(word[first[d] + k])) & 0xFFFFFFFFFFFFFFFF

@@ -36,15 +36,11 @@ OPTIONS = ("case", "punctuation")  # lowercased; punctuation (datatrove's set) a
 
 def unit_ngrams(texts: list[str], n: int, min_words: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each text, its distinct word n-gram hashes when it has at least `min_words` (and n)
-    words: (hashes, text index, distinct n-grams per text), sorted by text then hash."""
+    words: (hashes, text index, distinct n-grams per text), sorted by hash, then text."""
     if not texts:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    _, wdoc = text.shingles(texts, 1, OPTIONS)  # one 1-gram a word: the word counts
-    nwords = np.bincount(wdoc, minlength=len(texts))
-    h, d = text.shingles(texts, n, OPTIONS)
-    ok = nwords[d] >= max(n, min_words)
-    h, d = h[ok], d[ok]
-    order = np.lexsort((h, d))
+    h, d = text.shingles(texts, n, OPTIONS, min_words=max(n, min_words))
+    order = np.argsort(h, kind="stable")  # radix sort; shingles' output is text-major, so texts stay in order within a hash
     h, d = h[order], d[order]
     keep = np.ones(len(h), bool)
     keep[1:] = (h[1:] != h[:-1]) | (d[1:] != d[:-1])  # distinct within a text
@@ -146,14 +142,16 @@ class Index:
     def best(self, h: np.ndarray, unit: np.ndarray, n_units: int) -> tuple[np.ndarray, np.ndarray]:
         """Per unit, the item sharing most of its distinct n-grams (-1 if none; ties: the
         smallest item number) and how many. `h`, `unit`: distinct (hash, unit) pairs."""
-        lo = np.searchsorted(self.h, h, "left")
-        cnt = np.searchsorted(self.h, h, "right") - lo
         best_item = np.full(n_units, -1, np.int64)
         best_n = np.zeros(n_units, np.int64)
-        hit = cnt > 0
+        if not len(self.h) or not len(h):
+            return best_item, best_n
+        lo = np.searchsorted(self.h, h, "left")
+        hit = self.h[np.minimum(lo, len(self.h) - 1)] == h
         if not hit.any():
             return best_item, best_n
-        lo, cnt, u = lo[hit], cnt[hit], unit[hit]
+        lo, u = lo[hit], unit[hit]
+        cnt = np.searchsorted(self.h, h[hit], "right") - lo  # an n-gram several items share
         starts = np.repeat(lo - np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt) + np.arange(cnt.sum())
         items = self.item[starts].astype(np.int64)
         units = np.repeat(u, cnt)
