@@ -29,6 +29,7 @@ bench: setup
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]' 2>&1 | grep -v "^WARNING: Location" || true
 	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m bench $(BENCH_ARGS)
 	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m bench.extract
+	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m bench.decontam
 
 # tests/test_pages.py opens the published pages in headless Chromium (Debian's package)
 browser:
