@@ -106,6 +106,10 @@ class SourceSpec(Model):
         None, description="read the matched files through datasets.load_dataset(hf_builder, data_files=...), "
         "streaming: csv, json, text, parquet, ...; implies format: hf")
     filters: list[str] = Field(default_factory=list, description="names from the `filters` section, applied in order")
+    role: Literal["train", "eval", "reference"] = Field(
+        "train", description="train: mixed; eval: filtered and deduplicated, never mixed, a decontamination reference "
+        "(`decontaminate.against`); reference: only a dedup reference (train documents that duplicate it are removed, "
+        "it emits nothing). Dedup never removes an eval or reference document in favour of a train one")
     quality: QualitySpec | None = Field(None, description="score with a classifier and keep the best")
     on_bad_record: Literal["quarantine", "fail"] = Field(
         "quarantine", description="quarantine: keep going and record file, line and error; fail: stop at the first bad record"
@@ -187,7 +191,8 @@ class EvalSetSpec(Model):
 
 
 class DecontaminateSpec(Model):
-    against: list[EvalSetSpec] = Field(min_length=1, description="the eval sets no training document may contain")
+    against: list[EvalSetSpec | str] = Field(min_length=1, description="the eval sets no training document may contain: "
+                                             "files ({name, paths, text_fields, id_field}) or the names of sources with role: eval")
     ngram: int = Field(13, ge=3, le=64, description="n-gram length in words (lowercased word tokens: runs of letters, digits, '_')")
     unit: Literal["paragraph", "document"] = Field("paragraph", description="what is compared with each eval item: each paragraph (split on blank lines) or the whole document")
     min_overlap: float = Field(0.5, gt=0, le=1, description="a unit is contaminated when this share of its n-grams is found in one eval item")
@@ -256,6 +261,10 @@ class Mixture(Model):
     classifiers: dict[str, ClassifierSpec] = Field(default_factory=dict, description="named quality classifiers")
     mixture: MixtureSpec = Field(default_factory=MixtureSpec, description="how kept documents become the mixture")
     samples: SamplesSpec = Field(default_factory=SamplesSpec, description="published samples of kept and removed documents")
+
+    def excluded(self) -> set[str]:
+        """Sources left out of the mixture: `mixture.exclude` and every eval or reference source."""
+        return set(self.mixture.exclude) | {s for s, v in self.sources.items() if v.role != "train"}
 
     @field_validator("filters")
     @classmethod
@@ -550,7 +559,7 @@ def check_eval_files(lm: "LoadedMixture") -> list[str]:
     out = []
     dc = lm.mixture.decontaminate
     for i, e in enumerate(dc.against if dc else []):
-        for j, p in enumerate(e.paths):
+        for j, p in enumerate([] if isinstance(e, str) else e.paths):
             if not eval_files(lm, p):
                 out.append(f"{lm.where(('decontaminate', 'against', i, 'paths', j))}: no file matches {p}; "
                            "give JSONL (.gz, .zst) or Parquet files of eval items, relative to the YAML file")
@@ -630,11 +639,19 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
     for i, s in enumerate(m.mixture.exclude):
         if s not in m.sources:
             out.append((("mixture", "exclude", i), f"unknown source {s!r}; defined: {defined_sources}"))
+    for i, a in enumerate(m.decontaminate.against if m.decontaminate else []):
+        if isinstance(a, str) and (a not in m.sources or m.sources[a].role != "eval"):
+            out.append((("decontaminate", "against", i), f"{a!r} is not a source with role: eval; name one "
+                        f"({', '.join(s for s, v in m.sources.items() if v.role == 'eval') or 'none defined'}) or give "
+                        "{name, paths, text_fields} for eval files"))
     w = m.mixture.weights
     if w is not None:
         for s in w:
             if s not in m.sources:
                 out.append((("mixture", "weights", s), f"{s} has weight {w[s]} but no source named {s}; defined: {defined_sources}"))
+            elif m.sources[s].role != "train":
+                out.append((("mixture", "weights", s), f"{s} has role: {m.sources[s].role}, which is never mixed; "
+                            "remove its weight, or make it role: train"))
         total = sum(w.values())
         if not m.mixture.normalize and abs(total - 1.0) > 1e-6:
             out.append((("mixture", "weights"), f"weights sum to {total:g}, not 1; fix them or set mixture.normalize: true"))

@@ -143,7 +143,8 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
         ids = docs.column("id").to_pylist()
         if sel is None:
             chosen = np.zeros(len(kept_idx), bool)
-            why = "excluded"
+            role = run.config["sources"][source].get("role", "train")
+            why = "excluded" if role == "train" else f"role_{role}"
         elif sel["whole_epochs"] > 0:
             chosen = np.ones(len(kept_idx), bool)
             why = ""

@@ -104,7 +104,7 @@ class Plan:
     def _mix_steps(self, upstream: list[Step]):
         m = self.lm.mixture
         mx = m.mixture
-        mixed = [s for s in m.sources if s not in mx.exclude]
+        mixed = [s for s in m.sources if s not in m.excluded()]
         max_epochs = {s: (m.sources[s].max_epochs or mx.max_epochs) for s in mixed}
         cfg = {"seed": m.seed, "weights": mx.weights, "normalize": mx.normalize, "target_tokens": mx.target_tokens,
                "max_epochs": max_epochs, "on_shortfall": mx.on_shortfall, "shard_tokens": mx.shard_tokens,
@@ -190,14 +190,14 @@ class Plan:
 
     def mixed_docs(self, stats: dict) -> list[dict]:
         """The document shards of the sources in the mixture, with all their layers."""
-        exclude = self.lm.mixture.mixture.exclude
+        exclude = self.lm.mixture.excluded()
         return [d for d in dedup_plan.doc_shards(self, stats, self.layers, self.quality) if d["source"] not in exclude]
 
     def weights(self) -> dict[str, float] | None:
         mx = self.lm.mixture.mixture
         if mx.weights is None:
             return None
-        w = {s: v for s, v in mx.weights.items() if s not in mx.exclude}
+        w = {s: v for s, v in mx.weights.items() if s not in self.lm.mixture.excluded()}
         total = sum(w.values())
         return {s: v / total for s, v in w.items()} if mx.normalize and total else w
 
@@ -351,7 +351,7 @@ def _expected_mixture(plan: Plan) -> list[str]:
     stats = {s.name: read_markers(s.dir(plan.store)) for s in upstream}
     mx = plan.lm.mixture.mixture
     docs = plan.mixed_docs(stats)
-    mixed = [s for s in plan.lm.mixture.sources if s not in mx.exclude]
+    mixed = [s for s in plan.lm.mixture.sources if s not in plan.lm.mixture.excluded()]
     avail = {s: sum(d["tokens"] for d in docs if d["source"] == s) for s in mixed}
     max_epochs = {s: (plan.lm.mixture.sources[s].max_epochs or mx.max_epochs) for s in mixed}
     try:
@@ -570,7 +570,7 @@ def _ledger(plan: Plan, stats: dict) -> dict:
         r = rows.get(sname, {"docs": 0, "tokens": 0, "repeats": 0})
         mix = {"rows": r["docs"], "tokens": r["tokens"], "repeats": r["repeats"]}
         if sel is None:  # excluded from the mixture
-            mix.update({"kept": 0, "excluded": True})
+            mix.update({"kept": 0, "excluded": "excluded" if spec.role == "train" else f"role_{spec.role}"})
         else:
             mix.update({"kept": sel["distinct_docs"], "not_selected": sel["available_docs"] - sel["distinct_docs"]})
         entries[sname] = ledger.source_entry(

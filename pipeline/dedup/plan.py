@@ -26,9 +26,11 @@ VERIFY_TEXT_BYTES = 64 << 20  # text per fuzzy verify partition (its shingle set
 
 
 def ranks(mixture) -> dict[str, int]:
-    """Source priority for survivors: `dedup.priority` first, then the rest in YAML order."""
+    """Source priority for survivors: eval and reference sources before every train source
+    (a train copy of an eval item goes, never the item), then `dedup.priority`, then YAML order."""
     prio = list((mixture.dedup.priority if mixture.dedup else None) or [])
     order = prio + [s for s in mixture.sources if s not in prio]
+    order = [s for s in order if mixture.sources[s].role != "train"] + [s for s in order if mixture.sources[s].role == "train"]
     return {s: i for i, s in enumerate(order)}
 
 

@@ -109,6 +109,11 @@ def index_shard(spec: dict, out) -> dict:
                 sets.append(es["name"])
                 ids.append(item_id)
                 texts.append(t)
+    for d in spec.get("sources", []):  # eval sources: their documents after filters and dedup
+        for _, b in view.kept_batches(d["documents"], d["layers"], ["id", "text"]):
+            ids += b.column("id").to_pylist()
+            texts += b.column("text").to_pylist()
+            sets += [d["source"]] * b.num_rows
     h, d, counts = unit_ngrams(texts, n, n)
     order = np.lexsort((d, h))
     fs.write_table(pa.table({"h": h[order], "item": d[order].astype(np.int32)}), out.path(".parquet", "index"),
@@ -186,7 +191,8 @@ def apply_shard(spec: dict, out) -> dict:
     removed: dict[str, int] = {}
     stats_sets: dict[str, dict] = {}
     items_hit: set[int] = set()
-    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["text"]):
+    batches = view.kept_batches(doc["documents"], doc["layers"], ["text"]) if doc["source"] in spec["train"] else []
+    for r, b in batches:  # eval and reference sources pass: they are what is checked against
         units, owner, spans = [], [], []
         for row, t in zip(r.tolist(), b.column("text").to_pylist(), strict=True):
             for a, e in ([(0, len(t))] if spec["unit"] == "document" else text.segments(t, "paragraph")):

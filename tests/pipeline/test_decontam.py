@@ -131,3 +131,75 @@ def test_shorter_ngrams_are_stated_not_assumed(planted):
     print(f"\n8-grams: changed items found {sum(i in removed for i in changed)}/{len(changed)}; "
           f"false positives on {n_clean:,} clean documents: {len(false)} {false[:5]}")
     assert all(i in removed for i in dec if i.startswith(("verbatim-", "split-", "question-")))
+
+
+def test_reference_and_eval_sources_are_references_and_emit_nothing(demo_corpus, tmp_path):
+    """A train source and a reference source share 300 documents (150 exact, 150 near copies);
+    an eval source's items are planted in 20 more train documents. The reference is listed
+    after the train source, so only its role makes it the survivor."""
+    rng = random.Random(11)
+    wiki = [r for r in pq.read_table(demo_corpus / "wiki" / "summaries_en.parquet", columns=["id", "text"]).to_pylist()
+            if len(r["text"].split()) >= 60]
+    rng.shuffle(wiki)
+    long = [r for r in wiki if len(r["text"].split()) >= 150][:300]  # a near copy of these is >= 0.93 Jaccard
+    rest = [r for r in wiki if len(r["text"].split()) < 150]
+    shared, evals = long, rest[1500:1520]
+    train = long + rest[:1200]
+    ref = []
+    for i, r in enumerate(shared):
+        t = r["text"]
+        if i >= 150:  # a near copy: one word changed
+            w = t.split()
+            w[5] = "alteredword"
+            t = " ".join(w)
+        ref.append({"id": f"ref{i}", "text": t})
+    ref += [{"id": f"ref-own{i}", "text": r["text"]} for i, r in enumerate(rest[2000:2100])]
+    fill = rest[1600:1640]
+    planted = [{"id": f"planted{i}", "text": "\n\n".join([fill[2 * i]["text"], " ".join(e["text"].split()[:40]),
+                                                          fill[2 * i + 1]["text"]])} for i, e in enumerate(evals)]
+    planted.append({"id": "copy-of-e0", "text": evals[0]["text"]})  # a whole eval item: dedup takes it first
+    for name, rows in (("train", [{"id": r["id"], "text": r["text"]} for r in train] + planted), ("ref", ref),
+                       ("evalset", [{"id": f"e{i}", "text": e["text"]} for i, e in enumerate(evals)])):
+        with open(tmp_path / f"{name}.jsonl", "w") as f:
+            for x in rows:
+                f.write(json.dumps(x) + "\n")
+    y = write_yaml(tmp_path / "roles.yaml", """
+        name: roles
+        output: out
+        sources:
+          train: {paths: [train.jsonl], id_field: id}
+          ref: {paths: [ref.jsonl], id_field: id, role: reference}
+          evalset: {paths: [evalset.jsonl], id_field: id, role: eval}
+        dedup:
+          exact: {}
+          fuzzy: {ngram: 5, num_perm: 112, bands: 14, threshold: 0.8, verify: true}
+        decontaminate:
+          against: [evalset]
+        mixture: {weights: {train: 1.0}}
+    """)
+    r = curate("run", str(y), "--workers", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "out" / "roles"
+    out = tmp_path / "all.parquet"
+    assert curate("explain", str(run), "--all", "--out", str(out)).returncode == 0
+    rows = {(x["source"], x["id"]): x for x in pq.read_table(out).to_pylist()}
+    for i, s in enumerate(shared):
+        x = rows[("train", s["id"])]
+        kind = "exact_duplicate_of" if i < 150 else "near_duplicate_of"
+        assert x["status"] == "removed" and x["reason"].split(" (")[0] == f"{kind}:ref{i}" and x["survivor_source"] == "ref", x
+    for i in range(20):
+        x = rows[("train", f"planted{i}")]
+        assert x["stage"] == "decontaminate" and x["reason"].startswith(f"contaminated:evalset:e{i} ("), x
+    x = rows[("train", "copy-of-e0")]
+    assert x["reason"] == "exact_duplicate_of:e0" and x["survivor_source"] == "evalset"
+    assert all(x["status"] == "kept" for (src, i), x in rows.items() if src == "train" and not i.startswith(("planted", "copy"))
+               and i not in {s["id"] for s in shared})
+    # the references emit nothing: every document accounted for, none in the mixture
+    led = atomic.read_json(run / "ledger.json")["sources"]
+    assert all(e["conservation"] for e in led.values())
+    assert led["ref"]["removed"]["mix"] == {"role_reference": 400} and led["evalset"]["removed"]["mix"] == {"role_eval": 20}
+    mixed = pq.read_table(sorted((run / "mixture").glob("*.parquet")), columns=["source"]).column("source").to_pylist()
+    assert set(mixed) == {"train"}
+    bad = curate("validate", str(write_yaml(tmp_path / "bad.yaml", y.read_text().replace(
+        "weights: {train: 1.0}", "weights: {train: 0.5, ref: 0.5}"))))
+    assert bad.returncode == 2 and "ref has role: reference, which is never mixed" in bad.stderr
