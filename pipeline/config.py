@@ -219,6 +219,17 @@ class ClassifierSpec(Model):
     seed: int = Field(0, description="sampling seed")
 
 
+class ValidationSpec(Model):
+    fraction: float | None = Field(None, gt=0, lt=1, description="share of each train source's documents held out")
+    tokens: int | None = Field(None, ge=1, description="tokens held out of each train source (instead of fraction)")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.fraction is None) == (self.tokens is None):
+            raise ValueError("give exactly one of fraction (a share of documents) or tokens")
+        return self
+
+
 class MixtureSpec(Model):
     target_tokens: int | None = Field(None, ge=1, description="tokens in the final mixture; default: with weights, the most "
                                       "that repeats no source; without, every kept token")
@@ -230,6 +241,8 @@ class MixtureSpec(Model):
     on_shortfall: Literal["error", "renormalize"] = Field("error", description="when a source cannot fill its share")
     shard_tokens: int | None = Field(None, ge=1, description="tokens per mixture shard (shards are filled by hash: sizes vary by a few %)")
     shard_rows: int = Field(100_000, ge=1, description="rows per mixture Parquet shard, when shard_tokens is not set")
+    validation: ValidationSpec | None = Field(None, description="a held-out share of every train source, chosen by a seeded "
+                                              "hash of the id after dedup and decontamination, written to validation/; never mixed")
 
     @field_validator("weights")
     @classmethod

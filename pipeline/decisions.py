@@ -65,9 +65,10 @@ class Run:
             d = self.step_dir(f"dedup-{kind}")
             if d:
                 out.append((f"dedup:{kind}", d / source / part.name))
-        d = self.step_dir("decontaminate")
-        if d:
-            out.append(("decontaminate", d / source / part.name))
+        for name in ("decontaminate", "validation"):
+            d = self.step_dir(name)
+            if d:
+                out.append((name, d / source / part.name))
         q = self.step_dir(f"quality-{source}")
         if q:
             cls = (self.config["sources"][source].get("quality") or {}).get("classifier")

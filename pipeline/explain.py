@@ -108,8 +108,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
 def _later_steps(rj: dict, source: str) -> list[tuple[str, str]]:
     """(step, stage) of the stages after a source's filters: dedup kinds, then quality."""
     out = [(n, "dedup:" + n.split("-", 1)[1]) for n in ("dedup-exact", "dedup-fuzzy", "dedup-paragraph") if n in rj["steps"]]
-    if "decontaminate" in rj["steps"]:
-        out.append(("decontaminate", "decontaminate"))
+    out += [(n, n) for n in ("decontaminate", "validation") if n in rj["steps"]]
     classifier = ((rj["config"]["sources"][source].get("quality")) or {}).get("classifier")
     if f"quality-{source}" in rj["steps"]:
         out.append((f"quality-{source}", f"quality:{classifier}"))

@@ -78,7 +78,8 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
     available = stages[-1]["docs_out"] if len(stages) > 1 else stages[0]["docs_out"]
     kept = mix["kept"]
     if mix.get("excluded"):  # "excluded" (mixture.exclude), or role_eval / role_reference
-        removed["mix"] = {mix["excluded"] if isinstance(mix["excluded"], str) else "excluded": available}
+        if available:  # (an eval source's documents have all gone to validation/ before the mix)
+            removed["mix"] = {mix["excluded"] if isinstance(mix["excluded"], str) else "excluded": available}
     elif mix.get("not_selected"):
         removed["mix"] = {"not_selected": mix["not_selected"]}
     removed_total = sum(sum(r.values()) for r in removed.values())

@@ -50,7 +50,7 @@ from pipeline.io import atomic, fs
 from pipeline.io.discover import InputFile, resolve_inputs
 from pipeline.lease import Leases, describe
 from pipeline.lease import holder as lease_holder
-from pipeline.steps import classify_plan, decontam_plan, idindex
+from pipeline.steps import classify_plan, decontam_plan, idindex, validation_plan
 from pipeline.steps import ids as ids_mod
 from pipeline.steps import ingest as ingest_mod
 from pipeline.steps import mix as mix_mod
@@ -95,9 +95,10 @@ class Plan:
             self._source_steps(sname, spec)
         base = [self.filter.get(s) or self.ingest[s] for s in m.sources]
         self.layers = dedup_plan.add_steps(self, base)  # global attribute steps, in order
-        dc = decontam_plan.add_steps(self, base, self.layers)
-        if dc is not None:
-            self.layers.append(dc)
+        for more in (decontam_plan, validation_plan):  # global layers after dedup, in this order
+            step = more.add_steps(self, base, self.layers)
+            if step is not None:
+                self.layers.append(step)
         self.quality = classify_plan.add_steps(self, dict(zip(m.sources, base, strict=True)), self.layers)
         self._mix_steps(base + self.layers + list(self.quality.values()))
 
@@ -638,6 +639,7 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
             if m.get("quarantine_file"):
                 qpairs.append((fs.path(m["quarantine_file"]), f"{sname}/{shard_name(i)}.jsonl"))
     _link_tree(qpairs, run_dir / "quarantine")
+    validation = _publish_validation(plan, run_dir, stats)
     per_source = _mixed_per_source(markers)
     total = sum(v["tokens"] for v in per_source.values()) or 1
     selection = stats[plan.mix_select.name][0]["sources"]
@@ -657,5 +659,28 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
         "target_tokens": plan.lm.mixture.mixture.target_tokens, "step": _step_record(plan.mix, run_dir, plan.store, "")["dir"],
         "step_hash": plan.mix.hash, "steps": {s.name: s.hash for s in plan.steps}, "sources": sources,
         "total_docs": sum(f["rows"] for f in files), "total_tokens": sum(v["tokens"] for v in per_source.values()),
-        "files": files,
+        "files": files, **({"validation": validation} if validation is not None else {}),
     }
+
+
+def _publish_validation(plan: Plan, run_dir: Path, stats: dict) -> dict | None:
+    """validation/<source>/part-XXXXX.parquet: the held-out documents (links or copies of the
+    validation step's files), listed per source with rows, tokens and sha256."""
+    step = next((s for s in plan.steps if s.name == "validation"), None)
+    if step is None:
+        return None
+    sel = stats["validation-select"][0]["sources"]
+    pairs, out = [], {}
+    for m in sorted(stats[step.name].values(), key=lambda m: (m["source"], m["part"])):
+        h = m.get("held")
+        e = out.setdefault(m["source"], {"role": plan.lm.mixture.sources[m["source"]].role, "docs": 0, "tokens": 0, "files": []})
+        if h:
+            pairs.append((step.dir(plan.store) / "docs" / h["file"], h["file"]))
+            e["docs"] += h["rows"]
+            e["tokens"] += h["tokens"]
+            e["files"].append({"path": f"validation/{h['file']}", "rows": h["rows"], "tokens": h["tokens"],
+                               "bytes": h["bytes"], "sha256": h["sha256"]})
+    for s_, v in sel.items():
+        out.setdefault(s_, {"role": "train", "docs": 0, "tokens": 0, "files": []})["available"] = v["available"]
+    _link_tree(pairs, run_dir / "validation")
+    return {s_: e for s_, e in out.items() if e["role"] == "eval" or s_ in sel}  # what validation/ holds

@@ -197,7 +197,12 @@ def test_reference_and_eval_sources_are_references_and_emit_nothing(demo_corpus,
     # the references emit nothing: every document accounted for, none in the mixture
     led = atomic.read_json(run / "ledger.json")["sources"]
     assert all(e["conservation"] for e in led.values())
-    assert led["ref"]["removed"]["mix"] == {"role_reference": 400} and led["evalset"]["removed"]["mix"] == {"role_eval": 20}
+    assert led["ref"]["removed"]["mix"] == {"role_reference": 400} and "mix" not in led["evalset"]["removed"]
+    assert led["evalset"]["removed"]["validation"] == {"eval_source": 20}  # written to validation/ instead
+    man = atomic.read_json(run / "manifest.json")["validation"]
+    assert set(man) == {"evalset"} and man["evalset"]["docs"] == 20
+    val = pq.read_table(sorted((run / "validation" / "evalset").glob("*.parquet"))).column("id").to_pylist()
+    assert sorted(val) == sorted(f"e{i}" for i in range(20))
     mixed = pq.read_table(sorted((run / "mixture").glob("*.parquet")), columns=["source"]).column("source").to_pylist()
     assert set(mixed) == {"train"}
     bad = curate("validate", str(write_yaml(tmp_path / "bad.yaml", y.read_text().replace(
