@@ -46,11 +46,12 @@ def ttl_seconds() -> float:
 def _gens(d) -> list[int]:
     d = fs.path(d)
     fs.refresh(d)  # another run's generations, not a cached listing
-    if not d.exists():
+    try:
+        names = [p.name for p in d.iterdir()]
+    except (FileNotFoundError, NotADirectoryError):  # never made, or released while we looked
         return []
     out = []
-    for p in d.iterdir():
-        n = p.name
+    for n in names:
         if n.startswith("gen-") and n.endswith(".json"):
             try:
                 out.append(int(n[4:-5]))
