@@ -197,7 +197,8 @@ class DecontaminateSpec(Model):
     unit: Literal["paragraph", "document"] = Field("paragraph", description="what is compared with each eval item: each paragraph (split on blank lines) or the whole document")
     min_overlap: float = Field(0.5, gt=0, le=1, description="a unit is contaminated when this share of its n-grams is found in one eval item")
     min_unit_words: int | None = Field(None, ge=1, description="units with fewer words are not checked; default: ngram")
-    action: Literal["remove"] = Field("remove", description="remove a contaminated document (cutting only its paragraphs is to come)")
+    action: Literal["remove", "cut"] = Field("remove", description="remove a contaminated document, or cut its contaminated "
+                                             "units (a document left empty is removed)")
 
 
 class ClassifierSpec(Model):

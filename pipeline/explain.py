@@ -95,6 +95,12 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["stages"].append({"stage": stage, "result": f"kept, {len(spans)} repeated paragraph(s) cut "
                                    f"({rec['cut_chars']:,} chars; first kept in {spans[0]['kept_in']})"})
             info["excerpt"] = rec["text"][:200]
+        elif rec.get("eval_id") is not None:  # decontaminate with action: cut
+            info["stages"].append({"stage": stage, "result": f"kept, {rec['units_flagged']} contaminated unit(s) cut "
+                                   f"({rec['eval_set']}:{rec['eval_id']}, overlap {rec['overlap']:.2f})"})
+            info["contamination"] = _contamination(run_dir, rj, part, rec)
+            if rec.get("text") is not None:
+                info["excerpt"] = rec["text"][:200]
         else:
             info["stages"].append({"stage": stage, "result": "kept", "scores": scores})
     if info["status"] == "kept":

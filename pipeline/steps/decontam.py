@@ -26,6 +26,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from pipeline import tokens
 from pipeline.dedup import apply, text
 from pipeline.io import fs, readers
 from pipeline.io.discover import format_from_name
@@ -171,6 +172,19 @@ class Index:
         return best_item, best_n
 
 
+def _first(owner: list[int], row: int) -> int:
+    return owner.index(row)
+
+
+def _units_of(spans: list, owner: list[int], row: int) -> list:
+    """The (start, end) spans of one document's units, in order (units are listed document by document)."""
+    i = _first(owner, row)
+    j = i
+    while j < len(owner) and owner[j] == row:
+        j += 1
+    return spans[i:j]
+
+
 COLUMNS = {"eval_set": pa.string(), "eval_id": pa.string(), "overlap": pa.float64(), "units_flagged": pa.int32(),
            "ngrams_matched": pa.int32(), "unit_start": pa.int32(), "unit_end": pa.int32()}
 
@@ -191,10 +205,14 @@ def apply_shard(spec: dict, out) -> dict:
     removed: dict[str, int] = {}
     stats_sets: dict[str, dict] = {}
     items_hit: set[int] = set()
+    cut = spec.get("action") == "cut"
+    new_text: dict[int, str] = {}
+    cut_stats = {"paragraphs_cut": 0, "chars_cut": 0, "docs_rewritten": 0}
     batches = view.kept_batches(doc["documents"], doc["layers"], ["text"]) if doc["source"] in spec["train"] else []
     for r, b in batches:  # eval and reference sources pass: they are what is checked against
         units, owner, spans = [], [], []
-        for row, t in zip(r.tolist(), b.column("text").to_pylist(), strict=True):
+        texts = dict(zip(r.tolist(), b.column("text").to_pylist(), strict=True))
+        for row, t in texts.items():
             for a, e in ([(0, len(t))] if spec["unit"] == "document" else text.segments(t, "paragraph")):
                 units.append(t[a:e])
                 owner.append(row)
@@ -211,23 +229,51 @@ def apply_shard(spec: dict, out) -> dict:
             k = max(ks, key=lambda x: (overlap[x], -x))  # the unit with the highest overlap, the first of equals
             it = int(item[k])
             items_hit.update(int(item[x]) for x in ks)
-            keep[row] = False
             es = idx.sets[it]
-            reason[row] = f"contaminated:{es}:{idx.ids[it]} (overlap={overlap[k]:.2f})"
+            why = f"contaminated:{es}:{idx.ids[it]} (overlap={overlap[k]:.2f})"
+            if cut:  # drop the contaminated units; a document left empty is removed
+                t = texts[row]
+                left = "".join(t[a:e] for j, (a, e) in enumerate(_units_of(spans, owner, row)) if j not in
+                               {x - _first(owner, row) for x in ks}).rstrip()
+                cut_stats["paragraphs_cut"] += len(ks)
+                cut_stats["chars_cut"] += len(t) - len(left)
+                if left.strip():
+                    new_text[row] = left
+                    cut_stats["docs_rewritten"] += 1
+                    why = None
+            if why is not None:
+                keep[row] = False
+                reason[row] = why
             vals = (es, idx.ids[it], round(float(overlap[k]), 6), len(ks), int(matched[ks].sum()), spans[k][0], spans[k][1])
             for c, v in zip(COLUMNS, vals, strict=True):
                 cols[c][row] = v
-            removed[f"contaminated:{es}"] = removed.get(f"contaminated:{es}", 0) + 1
+            if why is not None:
+                removed[f"contaminated:{es}"] = removed.get(f"contaminated:{es}", 0) + 1
             st = stats_sets.setdefault(es, {"documents": 0, "units": 0, "ngrams": 0})
             st["documents"] += 1
             st["units"] += len(ks)
             st["ngrams"] += int(matched[ks].sum())
     ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
+    rewrite = {}
+    if cut:  # the text after the cut, with its counts, as paragraph dedup writes them
+        changed = sorted(new_text)
+        counts = tokens.count(spec.get("tokenizer"), [new_text[x] for x in changed]) if changed else None
+        nt, nc, nk = [None] * total, [None] * total, [None] * total
+        pos = {x: j for j, x in enumerate(rows.tolist())}
+        for j, x in enumerate(changed):
+            nt[x], nc[x] = new_text[x], len(new_text[x])
+            nk[x] = int(counts[j]) if counts is not None else 0
+            chars[pos[x]], toks[pos[x]] = nc[x], nk[x]  # what leaves the stage
+        rewrite = {"text": pa.array(nt, pa.string()), "n_chars": pa.array(nc, pa.int64()), "n_tokens": pa.array(nk, pa.int64())}
     table = pa.table({"id": ids, "keep": pa.array(np.where(seen, keep, False), pa.bool_(), mask=~seen),
                       "reason": pa.array(reason, pa.string()),
-                      **{c: pa.array(v, COLUMNS[c]) for c, v in cols.items()}})
+                      **{c: pa.array(v, COLUMNS[c]) for c, v in cols.items()}, **rewrite})
     apply.write_attributes(out.dir, doc, table)
+    chars_in, toks_in = apply.sizes(doc)[1:] if cut and new_text else (chars, toks)
     st = apply.stage_stats(doc, rows, chars, toks, keep[rows], removed)
+    st["chars_in"], st["tokens_in"] = int(chars_in.sum()), int(toks_in.sum())
+    if cut:
+        st.update(cut_stats)
     st["contamination"] = dict(sorted(stats_sets.items()))
     st["items_hit"] = sorted(items_hit)
     return st

@@ -41,10 +41,12 @@ def add_steps(plan, base: list[Step], layers: list[Step]) -> Step | None:
               "train": train}  # eval and reference sources are references, never checked
 
     def shards(st, stats):
-        return [{"doc": d, "index": str(index.dir(plan.store)), **params, "describe": f"{d['source']}/{shard_name(d['part'])}"}
+        return [{"doc": d, "index": str(index.dir(plan.store)), **params, "action": dc.action, "tokenizer": plan.tokenizer,
+                 "describe": f"{d['source']}/{shard_name(d['part'])}"}
                 for d in doc_shards(plan, stats, prev)]
 
-    apply = Step("decontaminate", "decontaminate", {**params, "action": dc.action}, base + prev + [index],
+    cfg = {**params, "action": dc.action, **({"tokenizer_id": plan.tokenizer_id} if dc.action == "cut" else {})}
+    apply = Step("decontaminate", "decontaminate", cfg, base + prev + [index],
                  "pipeline.steps.decontam:apply_shard", shards=shards, meta={"stage": "decontaminate"})
     plan.steps.append(apply)
     return apply

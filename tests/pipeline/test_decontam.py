@@ -64,7 +64,7 @@ def planted(demo_corpus, tmp_path_factory):
     return d, len(clean)
 
 
-def _run(d, name: str, workers: str, shard_rows: int, ngram: int = 13):
+def _run(d, name: str, workers: str, shard_rows: int, ngram: int = 13, action: str = "remove"):
     y = write_yaml(d / f"{name}.yaml", f"""
         name: {name}
         output: out
@@ -74,6 +74,7 @@ def _run(d, name: str, workers: str, shard_rows: int, ngram: int = 13):
           against:
             - {{name: heldout, paths: [eval.jsonl], text_fields: [question, answer], id_field: qid}}
           ngram: {ngram}
+          action: {action}
         mixture: {{weights: {{corpus: 1.0}}}}
     """)
     r = curate("run", str(y), "--workers", workers)
@@ -208,3 +209,19 @@ def test_reference_and_eval_sources_are_references_and_emit_nothing(demo_corpus,
     bad = curate("validate", str(write_yaml(tmp_path / "bad.yaml", y.read_text().replace(
         "weights: {train: 1.0}", "weights: {train: 0.5, ref: 0.5}"))))
     assert bad.returncode == 2 and "ref has role: reference, which is never mixed" in bad.stderr
+
+
+def test_action_cut_removes_the_contaminated_paragraphs_and_keeps_the_rest(planted):
+    d, _ = planted
+    run, dec = _run(d, "dccut", "2", 4000, action="cut")
+    items = {json.loads(x)["qid"]: json.loads(x) for x in (d / "eval.jsonl").read_text().splitlines()}
+    mixed = {r["id"]: r["text"] for r in pq.read_table(sorted((run / "mixture").glob("*.parquet")), columns=["id", "text"]).to_pylist()}
+    cut = [i for i in dec if i.startswith(("verbatim-", "split-", "question-"))]
+    assert cut and all(dec[i][0] is True for i in cut)  # kept: only paragraphs went
+    for i in cut:
+        q = items[i.split("-", 1)[1]]["question"]
+        assert i in mixed and q[:80] not in mixed[i] and mixed[i].rstrip().endswith("Thanks for reading."), i
+    led = atomic.read_json(run / "ledger.json")["sources"]["corpus"]
+    stage = next(x for x in led["stages"] if x["stage"] == "decontaminate")
+    assert stage["docs_rewritten"] >= len(cut) and stage["paragraphs_cut"] >= len(cut) and led["conservation"]
+    assert stage["chars_out"] < stage["chars_in"]
