@@ -26,12 +26,16 @@ def test_demo_is_accounted_for(demo_run):
     assert set(web["removed"]) >= {"filter:english", "filter:gopher_quality", "filter:c4_quality"}
     assert wiki["in"] == 26227 and wiki["removed"]["filter:english"]["wrong_language:fr"] > 9000
     code = led["sources"]["code"]  # huge files, near-identical modules, and down-sampling to its 10%
-    assert set(code["removed"]) <= {"filter:not_huge", "dedup:exact", "dedup:fuzzy", "mix"}
+    assert set(code["removed"]) <= {"filter:not_huge", "dedup:exact", "dedup:fuzzy", "decontaminate", "mix"}
     assert code["removed"]["mix"]["not_selected"] > 0
     stages = [st["stage"] for st in web["stages"]]
     assert stages == ["ingest", "filter:english", "filter:gopher_quality", "filter:gopher_repetition",
                       "filter:c4_quality", "filter:fineweb_quality", "dedup:exact", "dedup:fuzzy", "dedup:paragraph",
-                      "quality:wiki_vs_web", "mix"]
+                      "decontaminate", "validation", "quality:wiki_vs_web", "mix"]
+    # the demo's eval source: HumanEval problems planted in code are found, and it is never mixed
+    assert code["removed"]["decontaminate"]["contaminated:humaneval"] >= 3
+    he = led["sources"]["humaneval"]
+    assert he["in"] == 164 and he["removed"]["validation"]["eval_source"] >= 160 and "mix" not in he["removed"]
     man = atomic.read_json(d2 / "manifest.json")
     assert man["total_docs"] == sum(e["stages"][-1]["rows_out"] for e in led["sources"].values())
     assert sum(s["realized_tokens"] for s in man["sources"].values()) == man["total_tokens"]

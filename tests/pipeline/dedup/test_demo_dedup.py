@@ -17,7 +17,7 @@ def test_demo_ledger_shows_dedup_and_planted_copies_are_removed(demo_run):
     web = led["sources"]["web"]["removed"]
     assert web["dedup:exact"]["exact_duplicate"] > 50 and web["dedup:fuzzy"]["near_duplicate"] > 50, web
     stages = [s["stage"] for s in led["sources"]["web"]["stages"]]
-    assert stages[-5:] == ["dedup:exact", "dedup:fuzzy", "dedup:paragraph", "quality:wiki_vs_web", "mix"]
+    assert stages[-7:] == ["dedup:exact", "dedup:fuzzy", "dedup:paragraph", "decontaminate", "validation", "quality:wiki_vs_web", "mix"]
 
     steps = atomic.read_json(run / "run.json")["steps"]
     kind, text = {}, {}
