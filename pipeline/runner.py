@@ -171,10 +171,10 @@ class Plan:
                      "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {d['source']}/{shard_name(d['part'])}"}
                     for d in dedup_plan.doc_shards(self, stats, self.layers, self.quality)]
 
-        # version 3: picked per document shard, merged per source (2 read quarantined records from the ingest steps)
+        # version 4: contaminated records carry their eval item (3: picked per document shard, merged per source)
         # every step whose decisions it reads, up to the mixture's selection (not its files: it runs beside them)
         reads = [s for s in self.steps if s not in (self.mix_route, self.mix)]
-        pick = Step("samples-pick", "samples-pick", cfg, reads, "pipeline.samples:pick_shard", version="3",
+        pick = Step("samples-pick", "samples-pick", cfg, reads, "pipeline.samples:pick_shard", version="4",
                     shards=pick_shards)
 
         def sample_shards(st, stats):

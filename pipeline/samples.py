@@ -67,6 +67,9 @@ def _record(row: dict) -> dict:
         r["url"] = row["url"]
     if row.get("survivor_id") and row["status"] == "removed" and (row["stage"] or "").startswith("dedup:"):
         r["survivor"] = {"source": row["survivor_source"], "id": row["survivor_id"]}
+    if row["status"] == "removed" and row.get("stage") == "decontaminate" and (row.get("reason") or "").startswith("contaminated:"):
+        _, es, rest = row["reason"].split(":", 2)  # contaminated:<eval set>:<item id> (overlap=0.83)
+        r["eval_item"] = {"set": es, "id": rest.rsplit(" (overlap=", 1)[0]}
     if (row.get("reason") or "").startswith("quality_below:"):
         r["threshold"] = float(row["reason"].split(":", 1)[1].split(" ", 1)[0])
     return r
@@ -109,7 +112,23 @@ def sample(run: dec.Run, sources: list[str], n: int, stage: str | None = None, r
                     keep.offer(_h(run.seed, source, row["source_id"]), lambda row=row: {**row, "scores": {}, "text": ""})
     out = [r for k in sorted(groups, key=lambda g: tuple("" if x is None else x for x in (g or ()))) for r in groups[k].records()]
     _attach_survivors(run, out)
+    attach_eval_items(run, out)
     return out
+
+
+def attach_eval_items(run: dec.Run, records: list[dict]) -> None:
+    """The text of the eval item each contaminated record contains, from the eval index's
+    items file (one small file a run), shown beside the document in the sample browser."""
+    wanted = {(r["eval_item"]["set"], r["eval_item"]["id"]) for r in records if "eval_item" in r}
+    d = run.step_dir("decontaminate-index")
+    if not wanted or d is None:
+        return
+    items = fs.read_table(d / "items" / "part-00000.parquet", columns=["set", "id", "text"])
+    texts = {(a, b): t for a, b, t in zip(*(items.column(c).to_pylist() for c in ("set", "id", "text")), strict=True)
+             if (a, b) in wanted}
+    for r in records:
+        if "eval_item" in r:
+            r["eval_item"]["text"] = (texts.get((r["eval_item"]["set"], r["eval_item"]["id"])) or "")[:TEXT_LIMIT]
 
 
 def _attach_survivors(run: dec.Run, records: list[dict]):
@@ -212,6 +231,7 @@ def pick_shard(spec: dict, out) -> dict:
             r["_group"], r["_key"] = list(g), int(keys[i])
             records.append((r, row.get("survivor_gid")))
     _survivor_texts(spec, records)
+    attach_eval_items(run, [r for r, _ in records])
     q = dec.quarantined_shard(run, source, spec["ingest_shard"])
     qkeys = np.array([_h(run.seed, source, row["source_id"]) for row in q], np.uint64)
     qgroups: dict[str, list[int]] = {}

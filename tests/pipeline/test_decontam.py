@@ -117,6 +117,12 @@ def test_planted_eval_items_are_found_and_a_clean_corpus_loses_nothing(planted):
     ct = info["contamination"]
     assert ct["eval_id"] == one.split("-", 1)[1] and ct["overlap"] == 1.0 and len(ct["shared_ngrams"]) >= 5
     assert all(w in ct["unit"].lower() and w in ct["eval_text"].lower() for g in ct["shared_ngrams"] for w in g.split())
+    # samples show a contaminated document beside its eval item (the browser marks the words they share)
+    recs = [json.loads(x) for x in curate("samples", str(run), "--stage", "decontaminate", "-n", "3").stdout.splitlines()]
+    assert recs and all(r["eval_item"]["set"] == "heldout" and r["reason"].startswith(f"contaminated:heldout:{r['eval_item']['id']} (")
+                        for r in recs)
+    questions = {x["qid"]: x["question"] for x in map(json.loads, (d / "eval.jsonl").read_text().splitlines())}
+    assert all(r["eval_item"]["text"].startswith(questions[r["eval_item"]["id"]]) for r in recs)  # question, then answer
     # one worker and other shards: the same decisions
     _, again = _run(d, "dc1", "1", 9000)
     assert again == dec
