@@ -256,3 +256,14 @@ def test_diff_of_a_one_threshold_variant_names_exactly_the_documents_the_thresho
     assert delta == len(moved)
     assert any(x.split()[:3] == ["code", "filter:not_huge", "too_many_chars"] and x.split()[-1] == f"{delta:+,}" for x in text.splitlines())
     assert "sample: kept -> removed" in text or "sample: removed by another stage" in text
+
+
+def test_the_shipped_variant_differs_from_the_demo_only_in_name_and_weights():
+    """mixtures/demo-b.yaml is the README's weights-only variant: it must follow demo.yaml."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "mixtures"
+    a, b = ((root / f).read_text().splitlines() for f in ("demo.yaml", "demo-b.yaml"))
+    assert len(a) == len(b)
+    differ = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
+    assert [x.split(":")[0].strip() for x, _ in differ] == ["name", "output", "weights"], differ
