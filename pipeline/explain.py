@@ -89,7 +89,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             if rec.get("cluster"):
                 info["cluster"] = _cluster(run_dir, rj, rec["cluster"])
             if rec.get("eval_id") is not None:
-                info["contamination"] = _contamination(run_dir, rj, part, rec)
+                info["contamination"] = _contamination(run_dir, rj, part, row, rec)
         elif rec.get("cut_spans"):
             spans = rec["cut_spans"]
             info["stages"].append({"stage": stage, "result": f"kept, {len(spans)} repeated paragraph(s) cut "
@@ -98,7 +98,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         elif rec.get("eval_id") is not None:  # decontaminate with action: cut
             info["stages"].append({"stage": stage, "result": f"kept, {rec['units_flagged']} contaminated unit(s) cut "
                                    f"({rec['eval_set']}:{rec['eval_id']}, overlap {rec['overlap']:.2f})"})
-            info["contamination"] = _contamination(run_dir, rj, part, rec)
+            info["contamination"] = _contamination(run_dir, rj, part, row, rec)
             if rec.get("text") is not None:
                 info["excerpt"] = rec["text"][:200]
         else:
@@ -121,25 +121,20 @@ def _later_steps(rj: dict, source: str) -> list[tuple[str, str]]:
     return out
 
 
-def _contamination(run_dir: Path, rj: dict, part: Path, rec: dict) -> dict:
+def _contamination(run_dir: Path, rj: dict, part: Path, row: int, rec: dict) -> dict:
     """The eval item a removed document contains, its unit, and the n-grams they share."""
     from pipeline.steps import decontam
 
     ix = fs.join(run_dir, rj["steps"]["decontaminate-index"]["dir"])
-    items = fs.read_table(ix / "items" / "part-00000.parquet")
-    k = items.column("id").to_pylist().index(rec["eval_id"]) if rec["eval_id"] in items.column("id").to_pylist() else None
-    item = items.slice(k, 1).to_pylist()[0] if k is not None else {}
-    doc = _read_row(part, _row_of(part, rec["id"]), ["text"])["text"]
+    found = fs.read_table(ix / "items" / "part-00000.parquet",
+                          filters=[("set", "=", rec["eval_set"]), ("id", "=", rec["eval_id"])]).to_pylist()
+    item = found[0] if found else {}
+    doc = _read_row(part, row, ["text"])["text"]
     unit = doc[rec["unit_start"]:rec["unit_end"]]
     n = rj["config"]["decontaminate"]["ngram"]
     return {"eval_set": rec["eval_set"], "eval_id": rec["eval_id"], "eval_text": item.get("text"), "unit": unit,
             "overlap": rec["overlap"], "units_flagged": rec["units_flagged"],
             "shared_ngrams": decontam.shared_ngrams(unit, item.get("text") or "", n)[:20]}
-
-
-def _row_of(part: Path, doc_id: str) -> int:
-    ids = fs.read_table(part, columns=["id"]).column("id")
-    return pc.indices_nonzero(pc.equal(ids, doc_id)).to_pylist()[0]
 
 
 def _cluster(run_dir: Path, rj: dict, cluster: str) -> dict | None:

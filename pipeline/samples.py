@@ -123,7 +123,8 @@ def attach_eval_items(run: dec.Run, records: list[dict]) -> None:
     d = run.step_dir("decontaminate-index")
     if not wanted or d is None:
         return
-    items = fs.read_table(d / "items" / "part-00000.parquet", columns=["set", "id", "text"])
+    items = fs.read_table(d / "items" / "part-00000.parquet", columns=["set", "id", "text"],  # only the items named
+                          filters=[("id", "in", sorted({i for _, i in wanted}))])
     texts = {(a, b): t for a, b, t in zip(*(items.column(c).to_pylist() for c in ("set", "id", "text")), strict=True)
              if (a, b) in wanted}
     for r in records:

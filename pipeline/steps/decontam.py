@@ -172,19 +172,6 @@ class Index:
         return best_item, best_n
 
 
-def _first(owner: list[int], row: int) -> int:
-    return owner.index(row)
-
-
-def _units_of(spans: list, owner: list[int], row: int) -> list:
-    """The (start, end) spans of one document's units, in order (units are listed document by document)."""
-    i = _first(owner, row)
-    j = i
-    while j < len(owner) and owner[j] == row:
-        j += 1
-    return spans[i:j]
-
-
 COLUMNS = {"eval_set": pa.string(), "eval_id": pa.string(), "overlap": pa.float64(), "units_flagged": pa.int32(),
            "ngrams_matched": pa.int32(), "unit_start": pa.int32(), "unit_end": pa.int32()}
 
@@ -212,11 +199,14 @@ def apply_shard(spec: dict, out) -> dict:
     for r, b in batches:  # eval and reference sources pass: they are what is checked against
         units, owner, spans = [], [], []
         texts = dict(zip(r.tolist(), b.column("text").to_pylist(), strict=True))
+        first: dict[int, range] = {}  # row -> its units' numbers (a document's units are consecutive)
         for row, t in texts.items():
+            k0 = len(units)
             for a, e in ([(0, len(t))] if spec["unit"] == "document" else text.segments(t, "paragraph")):
                 units.append(t[a:e])
                 owner.append(row)
                 spans.append((a, e))
+            first[row] = range(k0, len(units))
         h, u, distinct = unit_ngrams(units, n, min_words)
         item, matched = idx.best(h, u, len(units))
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -233,8 +223,8 @@ def apply_shard(spec: dict, out) -> dict:
             why = f"contaminated:{es}:{idx.ids[it]} (overlap={overlap[k]:.2f})"
             if cut:  # drop the contaminated units; a document left empty is removed
                 t = texts[row]
-                left = "".join(t[a:e] for j, (a, e) in enumerate(_units_of(spans, owner, row)) if j not in
-                               {x - _first(owner, row) for x in ks}).rstrip()
+                gone = set(ks)
+                left = "".join(t[spans[j][0]:spans[j][1]] for j in first[row] if j not in gone).rstrip()
                 cut_stats["paragraphs_cut"] += len(ks)
                 cut_stats["chars_cut"] += len(t) - len(left)
                 if left.strip():
@@ -259,6 +249,7 @@ def apply_shard(spec: dict, out) -> dict:
         changed = sorted(new_text)
         counts = tokens.count(spec.get("tokenizer"), [new_text[x] for x in changed]) if changed else None
         nt, nc, nk = [None] * total, [None] * total, [None] * total
+        chars_in, toks_in = int(chars.sum()), int(toks.sum())  # before the rewritten counts replace the old
         pos = {x: j for j, x in enumerate(rows.tolist())}
         for j, x in enumerate(changed):
             nt[x], nc[x] = new_text[x], len(new_text[x])
@@ -269,10 +260,9 @@ def apply_shard(spec: dict, out) -> dict:
                       "reason": pa.array(reason, pa.string()),
                       **{c: pa.array(v, COLUMNS[c]) for c, v in cols.items()}, **rewrite})
     apply.write_attributes(out.dir, doc, table)
-    chars_in, toks_in = apply.sizes(doc)[1:] if cut and new_text else (chars, toks)
     st = apply.stage_stats(doc, rows, chars, toks, keep[rows], removed)
-    st["chars_in"], st["tokens_in"] = int(chars_in.sum()), int(toks_in.sum())
     if cut:
+        st["chars_in"], st["tokens_in"] = chars_in, toks_in
         st.update(cut_stats)
     st["contamination"] = dict(sorted(stats_sets.items()))
     st["items_hit"] = sorted(items_hit)
