@@ -1,6 +1,6 @@
 """Heuristic filter chain: datatrove vs Curate, one core, same documents, same run.
 
-    python -m bench.filters [--docs 3000] [--profile]
+    python -m bench.filters [--docs 800] [--kinds K,..] [--per-filter] [--profile]
 
 The chain is the one FineWeb-style pipelines run: Gopher quality -> Gopher repetition ->
 C4 quality (filter_no_terminal_punct=False) -> FineWeb quality; a document leaves the
@@ -25,6 +25,7 @@ import pstats
 import random
 import time
 
+import numpy as np
 import pyarrow as pa
 
 
@@ -83,35 +84,71 @@ def run_curate(texts: list[str]) -> tuple[float, list[bool]]:
     return time.perf_counter() - t0, kept
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--docs", type=int, default=3000)
-    ap.add_argument("--profile", action="store_true", help="print where Curate's time goes")
-    args = ap.parse_args(argv)
-    texts = corpus(args.docs)
-    mb = sum(len(t.encode()) for t in texts) / 1e6
-    print(f"corpus: {len(texts):,} documents, {mb:.1f} MB, {1e6 * mb / len(texts):,.0f} bytes/doc on average")
-    # warm both (spaCy and our rules load once per process; a run pays that once per worker)
-    run_datatrove(texts[:20])
-    run_curate(texts[:20])
-    t_dt, k_dt = run_datatrove(texts)
-    t_cu, k_cu = run_curate(texts)
-    agree = sum(a == b for a, b in zip(k_dt, k_cu)) / len(texts)
-    print(f"{'':<10} {'docs/s/core':>12} {'MB/s/core':>10} {'kept':>7}")
-    print(f"{'datatrove':<10} {len(texts) / t_dt:>12,.0f} {mb / t_dt:>10.2f} {sum(k_dt):>7,}")
-    print(f"{'curate':<10} {len(texts) / t_cu:>12,.0f} {mb / t_cu:>10.2f} {sum(k_cu):>7,}")
-    print(f"ratio curate/datatrove: {t_dt / t_cu:.1f}x; final decisions agree on {agree:.2%} of documents")
-    if args.profile:
-        from filters.words import split_into_words
+def per_filter_agreement(texts: list[str]) -> dict[str, float]:
+    """Each filter alone on every document, datatrove's against Curate's (conformance)."""
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
 
-        split_into_words.cache_clear()
-        pr = cProfile.Profile()
-        pr.enable()
-        run_curate(texts)
-        pr.disable()
-        s = io.StringIO()
-        pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(12)
-        print(s.getvalue())
+    from filters import base
+
+    pairs = [("gopher_quality", GopherQualityFilter(), {}), ("gopher_repetition", GopherRepetitionFilter(), {}),
+             ("c4_quality", C4QualityFilter(filter_no_terminal_punct=False), {"filter_no_terminal_punct": False}),
+             ("fineweb_quality", FineWebQualityFilter(), {})]
+    table = pa.table({"id": [str(i) for i in range(len(texts))], "text": texts})
+    out = {}
+    for name, dt, params in pairs:
+        ours = base.build(base.parse_params({"type": name, **params}))
+        k_cu = np.concatenate([ours.apply(b).keep for b in table.to_batches(max_chunksize=1024)])
+        k_dt = []
+        for i, t in enumerate(texts):
+            r = dt.filter(Document(text=t, id=str(i)))
+            k_dt.append(bool(r[0] if isinstance(r, tuple) else r))
+        out[name] = float(np.mean(np.array(k_dt) == k_cu))
+    return out
+
+
+def main(argv=None):
+    from bench import textkinds
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--docs", type=int, default=800, help="documents of each kind")
+    ap.add_argument("--kinds", default=",".join(textkinds.KINDS), help="comma-separated kinds (bench/textkinds.py)")
+    ap.add_argument("--per-filter", action="store_true", help="also each filter alone, datatrove against Curate")
+    ap.add_argument("--profile", action="store_true", help="print where Curate's time goes on each kind")
+    args = ap.parse_args(argv)
+    kinds = textkinds.build(args.docs)
+    print("| kind | docs | KB/doc | datatrove docs/s | Curate docs/s | Curate MB/s | ratio | same final decision |"
+          + (" per filter (GQ, GR, C4, FW) |" if args.per_filter else ""))
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" --- |" if args.per_filter else ""))
+    worst = None
+    for kind in args.kinds.split(","):
+        texts = kinds[kind]
+        mb = sum(len(t.encode()) for t in texts) / 1e6
+        # warm both (spaCy and our rules load once per process; a run pays that once per worker)
+        run_datatrove(texts[:20])
+        run_curate(texts[:20])
+        t_dt, k_dt = run_datatrove(texts)
+        t_cu, k_cu = run_curate(texts)
+        agree = sum(a == b for a, b in zip(k_dt, k_cu)) / len(texts)
+        ratio = t_dt / t_cu
+        worst = min(worst or (ratio, kind), (ratio, kind))
+        extra = ""
+        if args.per_filter:
+            extra = " " + ", ".join(f"{v:.2%}" for v in per_filter_agreement(texts).values()) + " |"
+        print(f"| {kind} | {len(texts):,} | {1e3 * mb / len(texts):.1f} | {len(texts) / t_dt:,.0f} | {len(texts) / t_cu:,.0f} | "
+              f"{mb / t_cu:.2f} | **{ratio:.1f}x** | {agree:.2%} |" + extra, flush=True)
+        if args.profile:
+            from filters.words import split_into_words
+
+            split_into_words.cache_clear()
+            pr = cProfile.Profile()
+            pr.enable()
+            run_curate(texts)
+            pr.disable()
+            s = io.StringIO()
+            pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(14)
+            print(s.getvalue())
+    print(f"worst kind: {worst[1]} at {worst[0]:.1f}x datatrove (one core, in process)")
 
 
 if __name__ == "__main__":

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
+import pyarrow as pa
 from pydantic import Field
 
-from filters.base import FilterParams, PerDocFilter, register_filter
+from filters import kernels
+from filters.base import Filter, FilterParams, FilterResult, register_filter
 from filters.gopher import find_duplicates
-from filters.words import split_into_words
 
 try:
     from datatrove.utils.text import TERMINAL_PUNCTUATION
 except ImportError:  # pragma: no cover
     TERMINAL_PUNCTUATION = {".", "!", "?"}
+
+
+_WORDS = "<needs the word count>"
 
 
 class FineWebQualityParams(FilterParams):
@@ -34,7 +39,7 @@ class FineWebQualityParams(FilterParams):
 
 
 @register_filter("fineweb_quality")
-class FineWebQuality(PerDocFilter):
+class FineWebQuality(Filter):
     """FineWeb quality rules: punctuated lines, short lines, repeated lines, list-like pages."""
 
     Params = FineWebQualityParams
@@ -43,7 +48,18 @@ class FineWebQuality(PerDocFilter):
         super().__init__(params)
         self.stop_chars = tuple(params.stop_chars if params.stop_chars is not None else sorted(TERMINAL_PUNCTUATION))
 
-    def check(self, text: str) -> str | None:
+    def apply(self, batch: pa.RecordBatch) -> FilterResult:
+        texts = batch.column("text").to_pylist()
+        reasons = [self.check(t) for t in texts]
+        todo = [i for i, r in enumerate(reasons) if r is _WORDS]
+        if todo:  # the documents that reach the list rule: their words counted as one batch
+            counts = kernels.batch_words([texts[i] for i in todo], self.params.language).counts.tolist()
+            for i, n in zip(todo, counts):
+                reasons[i] = self.check(texts[i], n)
+        return FilterResult(np.array([r is None for r in reasons], dtype=bool), reasons)
+
+    def check(self, text: str, n_words: int | None = None) -> str | None:
+        """The rules in datatrove's order; `_WORDS` when the list rule needs the word count."""
         p: FineWebQualityParams = self.params
         lines = [ln for ln in text.split("\n") if ln.strip() != ""]
         if not lines:
@@ -61,7 +77,8 @@ class FineWebQuality(PerDocFilter):
             if chars and find_duplicates(lines)[1] / chars > p.max_char_dup_ratio:
                 return "char_dup_ratio"
         if p.max_newline_word_ratio is not None:
-            n_words = len(split_into_words(text, p.language))
+            if n_words is None:
+                return _WORDS
             if n_words and text.count("\n") / n_words > p.max_newline_word_ratio:
                 return "list_ratio"
         return None

@@ -6,25 +6,22 @@ with datatrove's `GopherQualityFilter` and `GopherRepetitionFilter`
 - a threshold of `None` is off and `0` is a threshold (datatrove switches off on 0);
 - `min_alpha_words_ratio` is datatrove's `max_non_alpha_words_ratio`, named for what it checks;
 - ratios over zero words are 0 instead of a ZeroDivisionError.
-Repetition is computed faster, not differently: a document with no repeated 5-gram has
-no repeated longer n-gram, so those checks are skipped, and n-gram counts run over tuples.
+Both run over a whole batch (filters/kernels.py): the words of every document as integer
+ids, word counts and lengths as per-document sums, n-grams counted by hash; only the
+line and paragraph rules and the decision itself are per-document Python.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from typing import Literal
 
+import numpy as np
+import pyarrow as pa
 from pydantic import Field
 
-from filters.base import FilterParams, PerDocFilter, register_filter
-from filters.words import split_into_words
-
-try:  # the punctuation datatrove counts as "symbol" characters
-    from datatrove.utils.text import PUNCTUATION_SET
-except ImportError:  # pragma: no cover - datatrove is a dependency
-    PUNCTUATION_SET = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+from filters import kernels
+from filters.base import Filter, FilterParams, FilterResult, register_filter
 
 _PARA = re.compile(r"\n{2,}")
 _LINES = re.compile(r"\n+")
@@ -46,8 +43,8 @@ class GopherQualityParams(FilterParams):
     language: str = Field("en", description="word splitting language (spaCy rules)")
 
 
-@register_filter("gopher_quality")
-class GopherQuality(PerDocFilter):
+@register_filter("gopher_quality", version="2")
+class GopherQuality(Filter):
     """Gopher quality rules: word counts and lengths, symbols, bullets, ellipses, alphabetic words, stop words."""
 
     Params = GopherQualityParams
@@ -56,20 +53,38 @@ class GopherQuality(PerDocFilter):
         super().__init__(params)
         self.stop = frozenset(params.stop_words)
 
-    def check(self, text: str) -> str | None:
+    def apply(self, batch: pa.RecordBatch) -> FilterResult:
         p: GopherQualityParams = self.params
-        words = split_into_words(text, p.language)
-        n_words = len(words)
-        # most words are purely alphabetic: decide those in C, look closer only at the rest
-        others = [w for w in words if not w.isalpha()]
-        symbols = [w for w in others if PUNCTUATION_SET.issuperset(w)]
-        n_ns = n_words - len(symbols)
+        texts = batch.column("text").to_pylist()
+        w = kernels.batch_words(texts, p.language)
+        v, ids = w.vocab, w.ids
+        n_words = w.counts
+        symbol = v.array("symbol")[ids]
+        n_ns = (n_words - w.per_doc_sum(symbol)).tolist()
+        len_ns = w.per_doc_sum(np.where(symbol, 0, v.array("length")[ids])).tolist()
+        n_alpha = w.per_doc_sum(v.array("alpha")[ids]).tolist()
+        stop_ids = v.lookup(self.stop)
+        if len(stop_ids):  # distinct stop words per document
+            hit = np.isin(ids, stop_ids)
+            pairs = np.unique(w.doc[hit] * len(stop_ids) + np.searchsorted(stop_ids, ids[hit]))
+            n_stop = np.bincount(pairs // len(stop_ids), minlength=w.n_docs).tolist()
+        else:
+            n_stop = [0] * w.n_docs
+        reasons = [self._decide(t, nw, ns, ln, na, st)
+                   for t, nw, ns, ln, na, st in zip(texts, n_words.tolist(), n_ns, len_ns, n_alpha, n_stop)]
+        return FilterResult(np.array([r is None for r in reasons], dtype=bool), reasons)
+
+    def _decide(self, text: str, n_words: int, n_ns: int, len_ns: int, n_alpha: int, n_stop: int) -> str | None:
+        """The rules in datatrove's order, from one document's counts (n_ns: non-symbol
+        words, len_ns: their characters, n_alpha: words with a letter, n_stop: distinct
+        stop words present)."""
+        p: GopherQualityParams = self.params
         if p.min_words is not None and n_ns < p.min_words:
             return "too_few_words"
         if p.max_words is not None and n_ns > p.max_words:
             return "too_many_words"
         if n_ns and (p.min_avg_word_length is not None or p.max_avg_word_length is not None):
-            avg = (sum(map(len, words)) - sum(map(len, symbols))) / n_ns
+            avg = len_ns / n_ns
             if p.min_avg_word_length is not None and avg < p.min_avg_word_length:
                 return "avg_word_length_below_min"
             if p.max_avg_word_length is not None and avg > p.max_avg_word_length:
@@ -79,26 +94,21 @@ class GopherQuality(PerDocFilter):
                 return "too_many_hashes"
             if (text.count("...") + text.count("…")) / n_words > p.max_symbol_word_ratio:
                 return "too_many_ellipses"
-        lines = text.splitlines()
-        if lines and p.max_bullet_lines_ratio is not None:
-            bullets = sum(1 for s in lines if s.lstrip().startswith(("•", "-")))
-            if bullets / len(lines) > p.max_bullet_lines_ratio:
-                return "too_many_bullet_lines"
-        if lines and p.max_ellipsis_lines_ratio is not None:
-            ell = sum(1 for s in lines if s.rstrip().endswith(("...", "…")))
-            if ell / len(lines) > p.max_ellipsis_lines_ratio:
-                return "too_many_ellipsis_lines"
-        if p.min_alpha_words_ratio is not None and n_words:
-            alpha = n_words - len(others) + sum(1 for w in others if _has_alpha(w))
-            if alpha / n_words < p.min_alpha_words_ratio:
-                return "too_few_alpha_words"
-        if p.min_stop_words is not None and len(self.stop.intersection(words)) < p.min_stop_words:
+        if p.max_bullet_lines_ratio is not None or p.max_ellipsis_lines_ratio is not None:
+            lines = text.splitlines()
+            if lines and p.max_bullet_lines_ratio is not None:
+                bullets = sum(1 for s in lines if s.lstrip().startswith(("•", "-")))
+                if bullets / len(lines) > p.max_bullet_lines_ratio:
+                    return "too_many_bullet_lines"
+            if lines and p.max_ellipsis_lines_ratio is not None:
+                ell = sum(1 for s in lines if s.rstrip().endswith(("...", "…")))
+                if ell / len(lines) > p.max_ellipsis_lines_ratio:
+                    return "too_many_ellipsis_lines"
+        if p.min_alpha_words_ratio is not None and n_words and n_alpha / n_words < p.min_alpha_words_ratio:
+            return "too_few_alpha_words"
+        if p.min_stop_words is not None and n_stop < p.min_stop_words:
             return "too_few_stop_words"
         return None
-
-
-def _has_alpha(w: str) -> bool:
-    return any(c.isalpha() for c in w)
 
 
 # ---------------------------------------------------------------- repetition
@@ -132,40 +142,42 @@ def find_duplicates(items: list[str]) -> tuple[int, int]:
     return n, chars
 
 
-def _top_ngram_chars(words: list[str], n: int) -> int:
-    grams = Counter(zip(*(words[i:] for i in range(n))))
-    if not grams:
-        return 0
-    count = max(grams.values())
-    top = next(k for k, v in grams.items() if v == count)  # first seen wins ties, as Counter.most_common(1)
-    return (sum(map(len, top)) + n - 1) * count
-
-
-def _all_dup_ngram_chars(words: list[str], n: int) -> int:
-    """Characters in repeated n-grams, scanning left to right and skipping past a repeat."""
-    grams = list(map("".join, zip(*(words[i:] for i in range(n)))))
-    if len(set(grams)) == len(grams):
-        return 0
-    seen: set[str] = set()
-    chars, idx, end = 0, 0, len(grams)
-    while idx < end:
-        g = grams[idx]
-        if g in seen:
-            chars += len(g)
-            idx += n
-        else:
-            seen.add(g)
-            idx += 1
-    return chars
-
-
-@register_filter("gopher_repetition")
-class GopherRepetition(PerDocFilter):
+@register_filter("gopher_repetition", version="2")
+class GopherRepetition(Filter):
     """Gopher repetition rules: repeated paragraphs, lines and n-grams."""
 
     Params = GopherRepetitionParams
 
-    def check(self, text: str) -> str | None:
+    def apply(self, batch: pa.RecordBatch) -> FilterResult:
+        p: GopherRepetitionParams = self.params
+        texts = batch.column("text").to_pylist()
+        reasons: list[str | None] = [self._lines(t) for t in texts]
+        todo = [i for i, r in enumerate(reasons) if r is None]
+        if todo and (p.max_top_ngram_char_frac or p.max_dup_ngram_char_frac):
+            sub = [texts[i] for i in todo]
+            w = kernels.batch_words(sub, p.language)
+            size = np.array([len(t) for t in sub], dtype=np.float64)
+            open_ = np.ones(len(sub), dtype=bool)
+            counts = w.counts
+            for n, frac in sorted(p.max_top_ngram_char_frac.items()):
+                hit = open_ & (counts >= n) & (kernels.top_ngram_chars(w, n) / size > frac)
+                self._mark(reasons, todo, hit, f"top_{n}_gram")
+                open_ &= ~hit
+            for n, frac in sorted(p.max_dup_ngram_char_frac.items()):
+                if not open_.any():
+                    break
+                hit = open_ & (kernels.dup_ngram_chars(w, n, open_) / size > frac)
+                self._mark(reasons, todo, hit, f"duplicated_{n}_n_grams")
+                open_ &= ~hit
+        return FilterResult(np.array([r is None for r in reasons], dtype=bool), reasons)
+
+    @staticmethod
+    def _mark(reasons, todo, hit, reason):
+        for j in np.flatnonzero(hit):
+            reasons[todo[j]] = reason
+
+    def _lines(self, text: str) -> str | None:
+        """The paragraph and line rules, per document."""
         p: GopherRepetitionParams = self.params
         if not text:
             return "empty"
@@ -182,15 +194,4 @@ class GopherRepetition(PerDocFilter):
             return "dup_line_frac"
         if p.max_dup_line_char_frac is not None and chars / size > p.max_dup_line_char_frac:
             return "dup_line_char_frac"
-        words = split_into_words(text, p.language)
-        for n, frac in sorted(p.max_top_ngram_char_frac.items()):
-            if len(words) >= n and _top_ngram_chars(words, n) / size > frac:
-                return f"top_{n}_gram"
-        for n, frac in sorted(p.max_dup_ngram_char_frac.items()):
-            dup = _all_dup_ngram_chars(words, n)
-            if dup / size > frac:
-                return f"duplicated_{n}_n_grams"
-            if dup == 0:  # no repeated n-gram: no repeated longer one either
-                break
         return None
-

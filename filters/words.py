@@ -29,9 +29,9 @@ class WordSplitter:
 
         tok = spacy.blank(language).tokenizer
         never = __import__("re").compile("a^")
-        self.prefix_search = tok.prefix_search or never.search
-        self.suffix_search = tok.suffix_search or never.search
-        self.infix_finditer = tok.infix_finditer or never.finditer
+        self.prefix_search = _anchored_prefix(tok.prefix_search) or never.search
+        self.suffix_search = _tail_suffix(tok.suffix_search) or never.search
+        self.infix_finditer = _candidate_infix(tok.infix_finditer) or never.finditer
         self.token_match = tok.token_match or never.match
         self.url_match = tok.url_match or never.match
         from spacy.attrs import ORTH
@@ -40,6 +40,8 @@ class WordSplitter:
         self.special: dict[str, tuple[str, ...]] = {}
         for orth, toks in tok.rules.items():
             self.special[orth] = tuple(t[ORTH] if isinstance(t[ORTH], str) else strings[t[ORTH]] for t in toks)
+        # every prefix of a special case: a merge of tokens i..j needs tokens[i] among them
+        self.special_prefixes = frozenset(k[:i] for k in self.special for i in range(1, len(k) + 1))
         self.cache: dict[str, tuple[str, ...]] = {}
 
     def split(self, text: str) -> list[str]:
@@ -53,12 +55,15 @@ class WordSplitter:
             if toks is None:
                 if len(cache) > CACHE_MAX:
                     cache.clear()
-                toks = cache[chunk] = self._split_chunk(chunk)
+                toks = cache[chunk] = self.split_chunk(chunk)
             out.extend(toks)
         return out
 
-    def _split_chunk(self, substring: str) -> tuple[str, ...]:
-        """spaCy's affix / special-case / infix loop for one whitespace-free chunk."""
+    def split_chunk(self, substring: str) -> tuple[str, ...]:
+        """spaCy's affix / special-case / infix loop for one whitespace-free chunk.
+
+        The same steps as `Tokenizer.explain`; a search result is reused while the
+        substring it was made on has not changed (spaCy's loop asks again)."""
         special, prefix_search, suffix_search = self.special, self.prefix_search, self.suffix_search
         tokens: list[str] = []
         suffixes: list[str] = []
@@ -67,7 +72,9 @@ class WordSplitter:
                 tokens.extend(special[substring])
                 substring = ""
                 continue
-            while prefix_search(substring) or suffix_search(substring):
+            pm = prefix_search(substring)
+            sm = None if pm else suffix_search(substring)
+            while pm or sm:
                 if self.token_match(substring):
                     tokens.append(substring)
                     substring = ""
@@ -76,22 +83,25 @@ class WordSplitter:
                     tokens.extend(special[substring])
                     substring = ""
                     break
-                m = prefix_search(substring)
-                if m:
-                    split = m.end()
+                if pm:
+                    split = pm.end()
                     if split == 0:
                         break
                     tokens.append(substring[:split])
                     substring = substring[split:]
                     if substring in special:
+                        pm = prefix_search(substring)
+                        sm = None if pm else suffix_search(substring)
                         continue
-                m = suffix_search(substring)
-                if m:
-                    split = m.start()
+                    sm = suffix_search(substring)
+                if sm:
+                    split = sm.start()
                     if split == len(substring):
                         break
                     suffixes.append(substring[split:])
                     substring = substring[:split]
+                pm = prefix_search(substring)
+                sm = None if pm else suffix_search(substring)
             if not substring:
                 continue
             if self.token_match(substring) or self.url_match(substring):
@@ -119,8 +129,12 @@ class WordSplitter:
         (`s` + `.` in "km/s.") become that special case; the longest match wins."""
         if len(tokens) < 2:
             return tokens
-        out, i, n = [], 0, len(tokens)
+        out, i, n, prefixes = [], 0, len(tokens), self.special_prefixes
         while i < n:
+            if tokens[i] not in prefixes:
+                out.append(tokens[i])
+                i += 1
+                continue
             for j in range(min(n, i + 4), i + 1, -1):
                 joined = "".join(tokens[i:j])
                 if joined in self.special:
@@ -131,6 +145,185 @@ class WordSplitter:
                 out.append(tokens[i])
                 i += 1
         return out
+
+
+def _alternatives(pattern: str):
+    from re import _parser
+
+    tree = _parser.parse(pattern)
+    if len(tree.data) == 1 and tree.data[0][0] is _parser.BRANCH:
+        return _parser, tree.data[0][1][1]
+    return _parser, [tree]
+
+
+def _edge_items(seq, last: bool = False):
+    """The characters a match of the parsed pattern `seq` can consume first (or last), as
+    `re` character-set items, and whether it can match without consuming any; None when
+    the pattern is beyond this simple analysis (negated sets, any-character, flags...)."""
+    from re import _parser as P
+
+    items = []
+    for op, av in (list(seq)[::-1] if last else list(seq)):
+        if op in (P.AT, P.ASSERT, P.ASSERT_NOT):
+            continue
+        if op is P.LITERAL:
+            return items + [(P.LITERAL, av)], False
+        if op is P.IN:
+            if any(o is P.NEGATE for o, _ in av):
+                return None
+            return items + list(av), False
+        if op is P.SUBPATTERN:
+            if av[1] or av[2]:
+                return None
+            subs, lo = [av[3]], 1
+        elif op is P.BRANCH:
+            subs, lo = av[1], 1
+        elif op in (P.MAX_REPEAT, P.MIN_REPEAT, P.POSSESSIVE_REPEAT):
+            subs, lo = [av[2]], av[0]
+        else:
+            return None
+        nullable = False
+        for sub in subs:
+            r = _edge_items(sub.data, last)
+            if r is None:
+                return None
+            items += r[0]
+            nullable |= r[1]
+        if lo > 0 and not nullable:
+            return items, False
+    return items, True
+
+
+def _edge_class(pattern, last: bool = False):
+    """A compiled one-character class: the characters every match of `pattern` starts
+    (or ends) with; None when that cannot be worked out (then nothing is skipped)."""
+    import re
+    from re import _compiler, _parser
+
+    try:
+        if pattern.flags & (re.IGNORECASE | re.VERBOSE):
+            return None
+        r = _edge_items(_parser.parse(pattern.pattern, pattern.flags).data, last)
+        if r is None or r[1]:
+            return None
+        sub = _parser.SubPattern(_parser.State())
+        sub.append((_parser.IN, r[0]))
+        return _compiler.compile(sub, pattern.flags & re.UNICODE)
+    except Exception:  # private API of `re`: any surprise means no shortcut
+        return None
+
+
+def _alternatives(pattern: str):
+    from re import _parser
+
+    tree = _parser.parse(pattern)
+    if len(tree.data) == 1 and tree.data[0][0] is _parser.BRANCH:
+        return _parser, tree.data[0][1][1]
+    return _parser, [tree]
+
+
+def _anchored_prefix(search):
+    """spaCy's prefix regex is an alternation of `^...` patterns: `match` gives what
+    `search` gives, without trying every later position of the chunk; a chunk whose first
+    character starts no alternative is answered without running it."""
+    pattern = getattr(search, "__self__", None)
+    if pattern is None or pattern.flags & __import__("re").MULTILINE:
+        return search
+    parser, alts = _alternatives(pattern.pattern)
+    if not all(a.data and a.data[0][0] is parser.AT and a.data[0][1] is parser.AT_BEGINNING for a in alts):
+        return search
+    match, first = pattern.match, _edge_class(pattern)
+    if first is None:
+        return match
+    first_match = first.match
+
+    def prefix_match(s: str):
+        return match(s) if first_match(s) else None
+
+    return prefix_match
+
+
+def _candidate_infix(finditer):
+    """spaCy's infix regex, tried only where a match can start (a character some
+    alternative consumes first): the same matches as `finditer`, which tries every
+    position of the chunk against every alternative."""
+    pattern = getattr(finditer, "__self__", None)
+    first = None if pattern is None else _edge_class(pattern)
+    if first is None:
+        return finditer
+    match, candidates = pattern.match, first.finditer
+
+    def infix_finditer(s: str):
+        out, end = [], 0
+        for c in candidates(s):
+            p = c.start()
+            if p >= end:
+                m = match(s, p)
+                if m is not None:
+                    out.append(m)
+                    end = m.end()
+        return out
+
+    return infix_finditer
+
+
+class _Pos:
+    def __init__(self, p: int):
+        self.p = p
+
+    def start(self) -> int:
+        return self.p
+
+
+def _tail_suffix(search):
+    """spaCy's suffix regex is an alternation of `...$` patterns, all at most a few
+    characters long but `\\.\\.+$`. Trying the last K positions (K the longest bounded
+    alternative; lookbehinds still see the characters before) finds what a search from 0
+    finds, unless its match starts at `len - K` itself, where a longer run of dots may
+    start earlier: then the full search decides. A chunk whose last character ends no
+    alternative, and positions whose character starts none, are skipped. Any other
+    unbounded alternative: the plain search."""
+    pattern = getattr(search, "__self__", None)
+    if pattern is None:
+        return search
+    parser, alts = _alternatives(pattern.pattern)
+    width = 0
+    for a in alts:
+        lo, hi = a.getwidth()
+        if hi < parser.MAXREPEAT:
+            width = max(width, hi)
+            continue
+        # allowed unbounded: one literal, then the same literal repeated, then $
+        d = a.data
+        ok = (len(d) == 3 and d[0][0] is parser.LITERAL and d[1][0] is parser.MAX_REPEAT
+              and list(d[1][1][2].data) == [d[0]] and d[2] == (parser.AT, parser.AT_END))
+        if not ok:
+            return search
+    k = max(width, 2)
+    full, match = pattern.search, pattern.match
+    first, last = _edge_class(pattern), _edge_class(pattern, last=True)
+    first_search = first.search if first is not None else (lambda s, p: _Pos(p) if p < len(s) else None)
+    last_match = last.match if last is not None else (lambda s, p: True)
+
+    def tail_search(s: str):
+        n = len(s)
+        if not n or not last_match(s, n - 1):
+            return None
+        start = n - k
+        if start <= 0:
+            return full(s)
+        p = start
+        while True:
+            c = first_search(s, p)
+            if c is None:
+                return None
+            p = c.start()
+            m = match(s, p)
+            if m is not None:
+                return full(s) if p == start else m
+            p += 1
+
+    return tail_search
 
 
 @functools.lru_cache(maxsize=8)

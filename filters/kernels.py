@@ -1,0 +1,305 @@
+"""Batch kernels: a batch's words as integer ids, and the word and n-gram statistics of
+the heuristic filters computed over the whole batch with numpy.
+
+Per-word Python is what made the Gopher chain slow on long and code-heavy text (a 12 KB
+module has ~1,900 words, and the repetition rules build 9 lists of joined n-grams from
+them). Here a document's words are looked up once, chunk by chunk, in a per-process
+vocabulary (filters/words.py splits a chunk the first time it is seen), and become an
+int32 array; a batch is those arrays end to end with document offsets. Every count the
+filters need is then a vectorised reduction per document:
+
+- per-word attributes (characters, symbol word, has a letter, stop word) are vocabulary
+  arrays indexed by the ids;
+- an n-gram is identified by a 64-bit polynomial hash of its characters, computed for
+  every position at once from running products (hash of words a..b = B^C[b] * (S[b] -
+  S[a-1]) mod 2^64, with C the running character count and S the running sum of
+  word-hash * B^-C). Hashing the characters keeps datatrove's identity exactly: the top
+  n-grams compare " ".join(words), the repeated n-grams "".join(words) (so "ab"+"c" is
+  "a"+"bc"), and both hashes are keyed with the document and the n-gram's length;
+- counting is pyarrow's hash `dictionary_encode`, whose codes are in first-seen order,
+  which is the order `Counter.most_common` breaks ties by;
+- datatrove's left-to-right scan of repeated n-grams (skip past a repeat, remember only
+  what was visited) is sequential; it runs in Python only over the positions whose
+  n-gram occurs at least twice in the document, usually a small share of them.
+
+A hash collision between two different n-grams of one document with the same length
+would change a count; with 64-bit hashes that is ~10^-10 per document at 10^4 n-grams.
+tests/filters/test_kernels.py checks the kernels against the per-document definitions
+on every kind of text the benchmarks use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import chain
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+MASK = (1 << 64) - 1
+BASE = 0x9E3779B97F4A7C15 | 1  # odd: invertible mod 2^64
+BASE_INV = pow(BASE, -1, 1 << 64)
+CHUNK_CACHE_MAX = 500_000  # chunks remembered per process (with their words' ids)
+MEMO_MAX = 2_100  # texts whose ids are remembered: two batches of the filter step
+
+try:  # the punctuation datatrove counts as "symbol" characters
+    from datatrove.utils.text import PUNCTUATION_SET
+except ImportError:  # pragma: no cover - datatrove is a dependency
+    PUNCTUATION_SET = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+class Vocab:
+    """One language's words seen by this process: id -> word and its attributes, and
+    chunk (whitespace-free text) -> the ids of its words."""
+
+    def __init__(self, language: str):
+        from filters.words import splitter
+
+        self.splitter = splitter(language)
+        self._reset()
+
+    def _reset(self):
+        self.index: dict[str, int] = {}
+        self.words: list[str] = []
+        self.chunks: dict[str, tuple[int, ...]] = {}
+        self._arrays: dict[str, np.ndarray] = {}
+        self.memo: dict[str, list[int]] = {}  # text -> its ids, for the filters after the first in a chain
+        self.generation = getattr(self, "generation", -1) + 1
+
+    def _word_id(self, w: str) -> int:
+        i = self.index.get(w)
+        if i is None:
+            i = self.index[w] = len(self.words)
+            self.words.append(w)
+        return i
+
+    def _chunk(self, chunk: str) -> tuple[int, ...]:
+        sp = self.splitter
+        words = (chunk,) if chunk.isalpha() and chunk not in sp.special else sp.split_chunk(chunk)
+        ids = self.chunks[chunk] = tuple(map(self._word_id, words))
+        return ids
+
+    def ids(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(word ids of all texts end to end, offsets: text i is ids[off[i]:off[i+1]])."""
+        if len(self.chunks) > CHUNK_CACHE_MAX:
+            self._reset()
+        if len(self.memo) > MEMO_MAX:
+            self.memo.clear()
+        get, memo, parts, lengths = self.chunks.get, self.memo, [], []
+        for text in texts:
+            flat = memo.get(text)
+            if flat is None:
+                chunks = text.split()
+                got = list(map(get, chunks))
+                if None in got:
+                    got = [g if g is not None else self._chunk(c) for g, c in zip(got, chunks)]
+                flat = memo[text] = list(chain.from_iterable(got))
+            parts.append(flat)
+            lengths.append(len(flat))
+        ids = np.fromiter(chain.from_iterable(parts), dtype=np.int32, count=sum(lengths))
+        off = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=off[1:])
+        return ids, off
+
+    def array(self, name: str) -> np.ndarray:
+        """A per-word attribute as a numpy array over the current vocabulary (extended
+        by the words added since the last call, computed for them at once)."""
+        have = len(self._arrays.get("length", ()))
+        if have != len(self.words):
+            new = _attributes(self.words[have:])
+            for k, arr in new.items():
+                old = self._arrays.get(k)
+                self._arrays[k] = arr if old is None else np.concatenate([old, arr])
+        return self._arrays[name]
+
+    def lookup(self, words) -> np.ndarray:
+        """Ids of the given words that this vocabulary has seen."""
+        return np.array(sorted(self.index[w] for w in words if w in self.index), dtype=np.int32)
+
+
+def _powers(base: int, n: int) -> np.ndarray:
+    """base^0 .. base^(n-1) mod 2^64."""
+    out = np.full(n, base, dtype=np.uint64)
+    out[0] = 1
+    with np.errstate(over="ignore"):
+        return np.cumprod(out, dtype=np.uint64)
+
+
+def _attributes(words: list[str]) -> dict[str, np.ndarray]:
+    """Characters, symbol word, has a letter, and the polynomial hash of the characters
+    (sum of c_i * B^(len-1-i) mod 2^64) with B^len and B^-len, for new words at once."""
+    length = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    symbol = np.fromiter(map(PUNCTUATION_SET.issuperset, words), dtype=np.bool_, count=len(words))
+    alpha = np.fromiter((w.isalpha() or any(c.isalpha() for c in w) for w in words), dtype=np.bool_, count=len(words))
+    cps = np.frombuffer("".join(words).encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    end = np.cumsum(length)  # one past each word's last character
+    start = end - length
+    total = int(end[-1]) if len(words) else 0
+    with np.errstate(over="ignore"):
+        cs = np.cumsum(cps * _powers(BASE_INV, total + 1)[:total], dtype=np.uint64)
+        before = np.where(start > 0, cs[np.maximum(start - 1, 0)], np.uint64(0))
+        hashes = _powers(BASE, total + 1)[end - 1] * (cs[end - 1] - before)
+    top = int(length.max()) + 1 if len(words) else 1
+    return {"length": length, "symbol": symbol, "alpha": alpha, "hash": hashes,
+            "pow": _powers(BASE, top)[length], "ipow": _powers(BASE_INV, top)[length]}
+
+
+_VOCABS: dict[str, Vocab] = {}
+
+
+def vocab(language: str = "en") -> Vocab:
+    v = _VOCABS.get(language)
+    if v is None:
+        v = _VOCABS[language] = Vocab(language)
+    return v
+
+
+@dataclass
+class Words:
+    """A batch's words: `ids[off[i]:off[i+1]]` are document i's."""
+
+    vocab: Vocab
+    ids: np.ndarray
+    off: np.ndarray
+    _prefix: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.off) - 1
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.diff(self.off)
+
+    @cached_property
+    def doc(self) -> np.ndarray:
+        """The document of every word."""
+        return np.repeat(np.arange(self.n_docs, dtype=np.int64), self.counts)
+
+    def per_doc_sum(self, values: np.ndarray) -> np.ndarray:
+        """Sum of a per-word value over each document's words (exact for integer values)."""
+        cs = np.zeros(len(values) + 1, dtype=np.int64)
+        np.cumsum(values, out=cs[1:])
+        return cs[self.off[1:]] - cs[self.off[:-1]]
+
+
+def batch_words(texts: list[str], language: str = "en") -> Words:
+    v = vocab(language)
+    ids, off = v.ids(texts)
+    return Words(v, ids, off)
+
+
+def _prefix(words: Words, sep: int):
+    """Running products and sums over the batch's words (shared by every n)."""
+    got = words._prefix.get(sep)
+    if got is not None:
+        return got
+    v, ids = words.vocab, words.ids
+    length = v.array("length")[ids]
+    h, pw, ipw = v.array("hash")[ids], v.array("pow")[ids], v.array("ipow")[ids]
+    with np.errstate(over="ignore"):
+        if sep:  # each word followed by the separator
+            h = h * np.uint64(BASE) + np.uint64(sep)
+            pw = pw * np.uint64(BASE)
+            ipw = ipw * np.uint64(BASE_INV)
+            length = length + 1
+        cb = np.cumprod(pw, dtype=np.uint64)  # B^C[i]
+        s = np.cumsum(h * np.cumprod(ipw, dtype=np.uint64), dtype=np.uint64)  # sum of hash * B^-C
+    clen = np.cumsum(length)
+    got = words._prefix[sep] = (cb, s, clen)
+    return got
+
+
+def _ngram_keys(words: Words, n: int, sep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(positions, keys, character length) of every n-gram that lies inside one document.
+
+    `sep` > 0 hashes the words joined by `sep` (a character code), 0 concatenated."""
+    m = len(words.ids)
+    if m < n:
+        e = np.zeros(0, dtype=np.int64)
+        return e, e.astype(np.uint64), e
+    cb, s, clen = _prefix(words, sep)
+    doc = words.doc
+    start = np.arange(m - n + 1)
+    ok = doc[start] == doc[start + n - 1]  # first and last word in one document
+    start = start[ok]
+    end = start + n - 1
+    with np.errstate(over="ignore"):
+        s_prev = np.where(start > 0, s[start - 1], np.uint64(0))
+        hashes = cb[end] * (s[end] - s_prev)
+        glen = clen[end] - np.where(start > 0, clen[start - 1], 0) - (1 if sep else 0)
+        keys = hashes ^ (doc[start].astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)) ^ (glen.astype(np.uint64) << np.uint64(40))
+    return start, keys, glen
+
+
+def _codes(keys: np.ndarray) -> np.ndarray:
+    """Dense codes of the keys in first-seen order (a hash table: pandas' factorize,
+    else pyarrow's dictionary_encode; both number codes by first appearance)."""
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover - pandas comes with datasets
+        enc = pc.dictionary_encode(pa.array(keys, pa.uint64()))
+        return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return pd.factorize(keys)[0].astype(np.int64, copy=False)
+
+
+def top_ngram_chars(words: Words, n: int) -> np.ndarray:
+    """Per document: characters of " ".join(most frequent n-gram) times its count (ties:
+    first seen), as datatrove's `find_top_duplicate`; 0 for a document under n words."""
+    out = np.zeros(words.n_docs, dtype=np.int64)
+    start, keys, glen = _ngram_keys(words, n, sep=32)
+    if not len(start):
+        return out
+    codes = _codes(keys)
+    counts = np.bincount(codes)
+    # codes are in first-seen order, and a document's codes are contiguous: its top
+    # n-gram is the highest count, ties to the lowest code
+    first = np.flatnonzero(np.r_[True, codes[1:] > np.maximum.accumulate(codes)[:-1]])  # first position of each code
+    code_doc = words.doc[start[first]]
+    score = counts.astype(np.int64) * (len(counts) + 1) - np.arange(len(counts))
+    bounds = np.flatnonzero(np.r_[True, code_doc[1:] != code_doc[:-1]])
+    best = np.maximum.reduceat(score, bounds)
+    best_code = (len(counts) + 1) - (best % (len(counts) + 1))
+    best_code = np.where(best_code == len(counts) + 1, 0, best_code)
+    best_count = (best + best_code) // (len(counts) + 1)
+    out[code_doc[bounds]] = glen[first[best_code]] * best_count
+    return out
+
+
+def dup_ngram_chars(words: Words, n: int, docs: np.ndarray | None = None) -> np.ndarray:
+    """Per document: characters in repeated n-grams ("".join identity), by datatrove's
+    `find_all_duplicate` scan; only for `docs` (a boolean mask) when given, else all."""
+    out = np.zeros(words.n_docs, dtype=np.int64)
+    start, keys, glen = _ngram_keys(words, n, sep=0)
+    if not len(start):
+        return out
+    codes = _codes(keys)
+    counts = np.bincount(codes)
+    ev = counts[codes] >= 2
+    if docs is not None:
+        ev &= docs[words.doc[start]]
+    idx = np.flatnonzero(ev)
+    if not len(idx):
+        return out
+    ev_doc = words.doc[start[idx]]
+    ev_pos = (start[idx] - words.off[ev_doc]).tolist()
+    ev_code = codes[idx].tolist()
+    ev_len = glen[idx].tolist()
+    bounds = np.flatnonzero(np.r_[True, ev_doc[1:] != ev_doc[:-1], True]).tolist()
+    ev_doc = ev_doc.tolist()
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        seen: set[int] = set()
+        nxt = chars = 0
+        for p, c, ln in zip(ev_pos[a:b], ev_code[a:b], ev_len[a:b]):
+            if p < nxt:  # inside a repeat the scan skipped
+                continue
+            if c in seen:
+                chars += ln
+                nxt = p + n
+            else:
+                seen.add(c)
+                nxt = p + 1
+        out[ev_doc[a]] = chars
+    return out
