@@ -240,3 +240,22 @@ def test_c4_rewrite_gives_datatrove_text(corpus):
     same = sum(a == b for a, b in zip(theirs, mine))
     print(f"c4 rewrite: {same}/{len(corpus)} identical texts (or both removed)")
     assert same / len(corpus) >= 0.99 and sum(t is not None for t in res.texts) > 100
+
+
+def test_prefix_option_identifies_the_language_of_the_first_characters(lid_model, demo_corpus):
+    wiki = {lang: pq.read_table(demo_corpus / "wiki" / f"summaries_{lang}.parquet", columns=["text"]).column("text").to_pylist()
+            for lang in ("en", "fr")}
+    # a French opening followed by much more English: the whole text reads English, its prefix French
+    texts = [wiki["fr"][i][:300] + "\n" + "\n".join(wiki["en"][i * 8:(i + 1) * 8]) for i in range(50)]
+    texts += wiki["en"][500:600]
+
+    def run(params, docs):
+        res = base.build(base.parse_params({"type": "language", "languages": ["en"], **params})).apply(
+            pa.RecordBatch.from_pydict({"id": [str(i) for i in range(len(docs))], "text": docs}))
+        return res.scores["lang"].to_pylist(), res.scores["lang_score"].to_pylist(), res.keep.tolist()
+
+    whole = run({}, texts)
+    prefix = run({"max_chars": 250}, texts)
+    assert prefix == run({}, [t[:250] for t in texts])  # exactly the prefix, nothing else
+    assert sum(x == "en" for x in whole[0][:50]) >= 45 and sum(x == "fr" for x in prefix[0][:50]) >= 45
+    assert whole[0][50:] == ["en"] * 100 and prefix[0][50:] == ["en"] * 100
