@@ -7,7 +7,8 @@ punctuation tokens, stop words, n-grams), so a plain regex split disagrees on mo
 documents (42% identical word lists on the demo text).
 
 This module runs spaCy's own tokenizer algorithm (the one `Tokenizer.explain` spells out
-in Python) with spaCy's own rules, loaded from the installed spaCy: prefix, suffix and
+in Python) with spaCy's own rules, loaded from the installed spaCy (and kept in a file
+per spaCy version, so that a fresh worker need not import spaCy): prefix, suffix and
 infix patterns, URL and token matches, and the special cases. Two things make it fast:
 a whitespace chunk made only of letters and not a special case is a word as it is (most
 chunks), and every other chunk's split is cached (the same "word," recurs constantly).
@@ -19,27 +20,87 @@ the agreement with datatrove on real text.
 from __future__ import annotations
 
 import functools
+import os
+import pickle
+from pathlib import Path
 
 CACHE_MAX = 500_000
 
 
+RULES_FORMAT = 1
+
+
+def _rules_file(language: str) -> Path | None:
+    """Where this language's rules are kept for this spaCy version (no spaCy import)."""
+    try:
+        from importlib.metadata import version
+
+        v = version("spacy")
+    except Exception:  # not installed as a distribution: no cache
+        return None
+    root = Path(os.environ.get("CURATE_CACHE_DIR") or Path.home() / ".cache" / "curate")
+    return root / "spacy-rules" / f"{language}-spacy{v}-f{RULES_FORMAT}.pickle"
+
+
+def load_rules(language: str) -> dict:
+    """spaCy's tokenizer rules for a language: patterns, flags, special cases and the
+    sentencizer's punctuation. Read from spaCy once (importing spaCy and building a
+    blank pipeline costs ~0.6 s in every fresh worker), then from a file beside the
+    models keyed by spaCy's version; a file that cannot be written is simply not kept."""
+    path = _rules_file(language)
+    if path is not None and path.is_file():
+        try:
+            return pickle.loads(path.read_bytes())
+        except Exception:  # a torn or foreign file: rebuild it
+            pass
+    import spacy
+    from spacy.attrs import ORTH
+    from spacy.pipeline import Sentencizer
+
+    tok = spacy.blank(language).tokenizer
+
+    def pat(f):
+        p = getattr(f, "__self__", None) if f is not None else None
+        return None if p is None else (p.pattern, p.flags)
+
+    strings = tok.vocab.strings
+    rules = {
+        "prefix": pat(tok.prefix_search), "suffix": pat(tok.suffix_search), "infix": pat(tok.infix_finditer),
+        "token_match": pat(tok.token_match), "url_match": pat(tok.url_match),
+        "special": {orth: tuple(t[ORTH] if isinstance(t[ORTH], str) else strings[t[ORTH]] for t in toks)
+                    for orth, toks in tok.rules.items()},
+        "sentence_punct": sorted(Sentencizer.default_punct_chars),
+    }
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(pickle.dumps(rules))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return rules
+
+
 class WordSplitter:
     def __init__(self, language: str = "en"):
-        import spacy
+        import re
 
-        tok = spacy.blank(language).tokenizer
-        never = __import__("re").compile("a^")
-        self.prefix_search = _anchored_prefix(tok.prefix_search) or never.search
-        self.suffix_search = _tail_suffix(tok.suffix_search) or never.search
-        self.infix_finditer = _candidate_infix(tok.infix_finditer) or never.finditer
-        self.token_match = tok.token_match or never.match
-        self.url_match = tok.url_match or never.match
-        from spacy.attrs import ORTH
+        rules = load_rules(language)
+        never = re.compile("a^")
 
-        strings = tok.vocab.strings
-        self.special: dict[str, tuple[str, ...]] = {}
-        for orth, toks in tok.rules.items():
-            self.special[orth] = tuple(t[ORTH] if isinstance(t[ORTH], str) else strings[t[ORTH]] for t in toks)
+        def compiled(key):
+            return None if rules[key] is None else re.compile(*rules[key])
+
+        prefix, suffix, infix = compiled("prefix"), compiled("suffix"), compiled("infix")
+        token_match, url_match = compiled("token_match"), compiled("url_match")
+        self.prefix_search = _anchored_prefix(prefix.search) if prefix else never.search
+        self.suffix_search = _tail_suffix(suffix.search) if suffix else never.search
+        self.infix_finditer = _candidate_infix(infix.finditer) if infix else never.finditer
+        self.token_match = token_match.match if token_match else never.match
+        self.url_match = url_match.match if url_match else never.match
+        self.special: dict[str, tuple[str, ...]] = dict(rules["special"])
+        self.sentence_punct = frozenset(rules["sentence_punct"])
         # every prefix of a special case: a merge of tokens i..j needs tokens[i] among them
         self.special_prefixes = frozenset(k[:i] for k in self.special for i in range(1, len(k) + 1))
         self.cache: dict[str, tuple[str, ...]] = {}
@@ -340,11 +401,8 @@ def split_into_words(text: str, language: str = "en") -> list[str]:
     return splitter(language).split(text)
 
 
-@functools.lru_cache(maxsize=1)
-def _sentence_chars() -> frozenset[str]:
-    from spacy.pipeline import Sentencizer
-
-    return frozenset(Sentencizer.default_punct_chars)
+def _sentence_chars(language: str = "en") -> frozenset[str]:
+    return splitter(language).sentence_punct
 
 
 @functools.lru_cache(maxsize=100_000)
@@ -357,7 +415,7 @@ def _is_punct(token: str) -> bool:
 def count_sentences(text: str, language: str = "en") -> int:
     """spaCy's rule-based sentencizer (what datatrove's split_into_sentences runs), over our
     words: a sentence starts at a non-punctuation token that follows a sentence-final mark."""
-    ends = _sentence_chars()
+    ends = _sentence_chars(language)
     n, seen_end = 0, False
     for i, tok in enumerate(splitter(language).split(text)):
         if i == 0:
