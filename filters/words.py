@@ -32,11 +32,14 @@ RULES_FORMAT = 1
 
 def _rules_file(language: str) -> Path | None:
     """Where this language's rules are kept for this spaCy version (no spaCy import)."""
-    try:
-        from importlib.metadata import version
+    import importlib.util
+    import re
 
-        v = version("spacy")
-    except Exception:  # not installed as a distribution: no cache
+    try:  # spaCy's version from its about.py (importlib.metadata scans every distribution: ~15 ms)
+        spec = importlib.util.find_spec("spacy")
+        about = Path(spec.origin).parent / "about.py"
+        v = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", about.read_text()).group(1)
+    except Exception:  # not found or not readable: no cache
         return None
     root = Path(os.environ.get("CURATE_CACHE_DIR") or Path.home() / ".cache" / "curate")
     return root / "spacy-rules" / f"{language}-spacy{v}-f{RULES_FORMAT}.pickle"
@@ -98,8 +101,12 @@ class WordSplitter:
         self.suffix_search = _tail_suffix(suffix.search) if suffix else never.search
         self.infix_finditer = _candidate_infix(infix.finditer) if infix else never.finditer
         self.token_match = token_match.match if token_match else never.match
+        self.token_match_or_none = token_match.match if token_match else None
         self.url_match = url_match.match if url_match else never.match
         self.special: dict[str, tuple[str, ...]] = dict(rules["special"])
+        # a chunk has no whitespace and no empty piece, so its tokens need stripping only
+        # if a special case expands to something with whitespace or to nothing
+        self.strip_tokens = any(not t or t != t.strip() for v in self.special.values() for t in v)
         self.sentence_punct = frozenset(rules["sentence_punct"])
         # every prefix of a special case: a merge of tokens i..j needs tokens[i] among them
         self.special_prefixes = frozenset(k[:i] for k in self.special for i in range(1, len(k) + 1))
@@ -126,17 +133,17 @@ class WordSplitter:
         The same steps as `Tokenizer.explain`; a search result is reused while the
         substring it was made on has not changed (spaCy's loop asks again)."""
         special, prefix_search, suffix_search = self.special, self.prefix_search, self.suffix_search
+        token_match = self.token_match_or_none
         tokens: list[str] = []
         suffixes: list[str] = []
         while substring:
             if substring in special:
                 tokens.extend(special[substring])
-                substring = ""
-                continue
+                break
             pm = prefix_search(substring)
             sm = None if pm else suffix_search(substring)
             while pm or sm:
-                if self.token_match(substring):
+                if token_match is not None and token_match(substring):
                     tokens.append(substring)
                     substring = ""
                     break
@@ -164,26 +171,33 @@ class WordSplitter:
                 pm = prefix_search(substring)
                 sm = None if pm else suffix_search(substring)
             if not substring:
-                continue
-            if self.token_match(substring) or self.url_match(substring):
+                break
+            if (token_match is not None and token_match(substring)) or self.url_match(substring):
                 tokens.append(substring)
             elif substring in special:
                 tokens.extend(special[substring])
             else:
                 offset = 0
                 for match in self.infix_finditer(substring):
-                    if offset == 0 and match.start() == 0:
+                    start = match.start()
+                    if offset == 0 and start == 0:
                         continue
-                    if substring[offset : match.start()]:
-                        tokens.append(substring[offset : match.start()])
-                    if match.end() > match.start():
-                        tokens.append(substring[match.start() : match.end()])
-                    offset = match.end()
-                if substring[offset:]:
+                    if offset < start:
+                        tokens.append(substring[offset:start])
+                    end = match.end()
+                    if end > start:
+                        tokens.append(substring[start:end])
+                    offset = end
+                if offset < len(substring):
                     tokens.append(substring[offset:])
-            substring = ""
-        tokens.extend(reversed(suffixes))
-        return tuple(t for t in (x.strip() for x in self._merge_specials(tokens)) if t)
+            break
+        if suffixes:
+            tokens.extend(reversed(suffixes))
+        if len(tokens) > 1:
+            tokens = self._merge_specials(tokens)
+        if self.strip_tokens:
+            return tuple(t for t in (x.strip() for x in tokens) if t)
+        return tuple(tokens)
 
     def _merge_specials(self, tokens: list[str]) -> list[str]:
         """spaCy's second pass: contiguous tokens that together spell a special case
