@@ -140,10 +140,10 @@ def io_floor(corpus: Path, tmp: Path) -> dict:
 # ---------------------------------------------------------------- Curate
 
 
-def curate_yaml(corpus: Path, out: Path) -> Path:
+def curate_yaml(corpus: Path, out: Path, quality: bool = True) -> Path:
     y = out / "bench.yaml"
     out.mkdir(parents=True, exist_ok=True)
-    y.write_text(f"""name: bench
+    text = f"""name: bench
 seed: 0
 tokenizer: gpt2
 sources:
@@ -171,7 +171,11 @@ mixture:
   weights: {{web: 0.8, wiki: 0.2}}
   max_epochs: 1
   on_shortfall: renormalize
-""")
+"""
+    if not quality:  # datatrove's work only: no classifier
+        text = "\n".join(line for line in text.splitlines()
+                         if not line.startswith(("    quality:", "classifiers:", "  wiki_vs_web:"))) + "\n"
+    y.write_text(text)
     return y
 
 
@@ -185,9 +189,9 @@ GROUPS = [  # (stage, step-name prefixes) in pipeline order
 ]
 
 
-def run_curate(corpus: Path, out: Path, workers: int) -> dict:
+def run_curate(corpus: Path, out: Path, workers: int, quality: bool = True) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    y = curate_yaml(corpus, out)
+    y = curate_yaml(corpus, out, quality)
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "pipeline", "run", str(y), "--workers", str(workers), "--output", str(out),
                         "--quiet"], capture_output=True, text=True, cwd=ROOT)
@@ -358,6 +362,8 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2, help="worker processes for both tools (default 2)")
     ap.add_argument("--skip-datatrove", action="store_true", help="Curate, the I/O floor and the scaling rows only")
     ap.add_argument("--keep", action="store_true", help="keep the run directories under .cache/bench/runs")
+    ap.add_argument("--no-quality", action="store_true",
+                    help="Curate without the quality classifier: the same work as datatrove's pipeline (plus exact dedup)")
     ap.add_argument("--json", help="also write every figure to this JSON file")
     ap.add_argument("--datatrove-stage", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -372,7 +378,8 @@ def main(argv=None):
     t_start = time.perf_counter()
     print(f"machine: {machine()}")
     print(f"command: python -m bench --compare-docs {args.compare_docs} --docs {args.docs} --scales {args.scales} "
-          f"--workers {W}{' --skip-datatrove' if args.skip_datatrove else ''}; {time.strftime('%Y-%m-%d %H:%M %Z')}")
+          f"--workers {W}{' --skip-datatrove' if args.skip_datatrove else ''}{' --no-quality' if args.no_quality else ''}; "
+          f"{time.strftime('%Y-%m-%d %H:%M %Z')}")
     corpus = build_corpus(args.compare_docs)
     n, mb = corpus_size(corpus)
     print(f"side-by-side corpus: {n:,} crawl pages, {mb:.1f} MB of text ({1e6 * mb / n:,.0f} bytes/page), "
@@ -385,7 +392,7 @@ def main(argv=None):
     def per_core(docs, sec, w=W):
         return docs / (sec * w) if sec else float("nan")
 
-    cu = run_curate(corpus, runs / "curate", W)
+    cu = run_curate(corpus, runs / "curate", W, quality=not args.no_quality)
     results["curate"]["compare"] = cu
     web_in = cu["ledger"]["web"]["in"]
     after_filters = next(s["docs_out"] for s in cu["ledger"]["web"]["stages"] if s["stage"] == "filter:fineweb_quality")
@@ -430,7 +437,7 @@ def main(argv=None):
     e2e = per_core(web_in, cu["wall"])
     print(f"  {'whole run':<14} {cu['wall']:7.1f} s  {e2e:>9,.0f}  {per_core(mb, cu['wall']):6.2f}  {cu['peak_rss_mb']:6.0f} MB"
           f"   ({f_rate / e2e:.0f}x the I/O floor's time per document)")
-    one = run_curate(corpus, runs / "curate-w1", 1)
+    one = run_curate(corpus, runs / "curate-w1", 1, quality=not args.no_quality)
     results["curate"]["compare-w1"] = one
     print(f"  1 vs {W} workers: {one['wall']:.1f} s vs {cu['wall']:.1f} s: parallel efficiency {one['wall'] / (W * cu['wall']):.0%}")
 

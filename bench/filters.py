@@ -2,11 +2,12 @@
 
     python -m bench.filters [--docs 800] [--kinds K,..] [--per-filter] [--profile]
 
-The chain is the one FineWeb-style pipelines run: Gopher quality -> Gopher repetition ->
+The chain is the one FineWeb's pipeline runs, in its order: Gopher repetition -> Gopher quality ->
 C4 quality (filter_no_terminal_punct=False) -> FineWeb quality; a document leaves the
-chain at its first failing filter. The corpus is built from the demo generator (real
-Wikipedia text in crawl-like pages, spam, copies), with article pages lengthened to about
-2.7 KB as in datatrove's measured figure.
+chain at its first failing filter. The documents are `--docs` of each kind in
+bench/textkinds.py (wiki pages, technical docs, code, non-English prose, short texts and
+spam), none of which a test uses; the worst kind is printed last. Each kind starts with
+the word caches of the kinds before it (one process), as a worker's later shards do.
 
 datatrove is timed calling each filter's `filter()` directly, without its executor or
 stats overhead (the most favourable way to run it). Curate is timed through the filter
@@ -50,7 +51,7 @@ def run_datatrove(texts: list[str]) -> tuple[float, list[bool]]:
     from datatrove.data import Document
     from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
 
-    chain = [GopherQualityFilter(), GopherRepetitionFilter(), C4QualityFilter(filter_no_terminal_punct=False), FineWebQualityFilter()]
+    chain = [GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(filter_no_terminal_punct=False), FineWebQualityFilter()]
     kept = []
     t0 = time.perf_counter()
     for i, text in enumerate(texts):
@@ -69,7 +70,7 @@ def run_curate(texts: list[str]) -> tuple[float, list[bool]]:
     from filters import base
     from pipeline.steps.filter import BATCH_ROWS, _filter_batch
 
-    specs = [("gopher_quality", {}), ("gopher_repetition", {}), ("c4_quality", {"filter_no_terminal_punct": False}),
+    specs = [("gopher_repetition", {}), ("gopher_quality", {}), ("c4_quality", {"filter_no_terminal_punct": False}),
              ("fineweb_quality", {})]
     filters = [(name, base.build(base.parse_params({"type": name, **p}))) for name, p in specs]
     n = len(texts)

@@ -179,6 +179,11 @@ class Words:
         """The document of every word."""
         return np.repeat(np.arange(self.n_docs, dtype=np.int64), self.counts)
 
+    @cached_property
+    def remaining(self) -> np.ndarray:
+        """For every word, how many words of its document start there (itself included)."""
+        return self.off[1:][self.doc] - np.arange(len(self.ids))
+
     def per_doc_sum(self, values: np.ndarray) -> np.ndarray:
         """Sum of a per-word value over each document's words (exact for integer values)."""
         cs = np.zeros(len(values) + 1, dtype=np.int64)
@@ -193,22 +198,28 @@ def batch_words(texts: list[str], language: str = "en") -> Words:
 
 
 def _prefix(words: Words, sep: int):
-    """Running products and sums over the batch's words (shared by every n)."""
+    """Running products and sums over the batch's words (shared by every n), each with a
+    leading 0 so that entry i is "before word i"."""
     got = words._prefix.get(sep)
     if got is not None:
         return got
     v, ids = words.vocab, words.ids
     length = v.array("length")[ids]
     h, pw, ipw = v.array("hash")[ids], v.array("pow")[ids], v.array("ipow")[ids]
+    m = len(ids)
+    cb = np.empty(m + 1, dtype=np.uint64)
+    s = np.zeros(m + 1, dtype=np.uint64)
+    clen = np.zeros(m + 1, dtype=np.int64)
     with np.errstate(over="ignore"):
         if sep:  # each word followed by the separator
             h = h * np.uint64(BASE) + np.uint64(sep)
             pw = pw * np.uint64(BASE)
             ipw = ipw * np.uint64(BASE_INV)
             length = length + 1
-        cb = np.cumprod(pw, dtype=np.uint64)  # B^C[i]
-        s = np.cumsum(h * np.cumprod(ipw, dtype=np.uint64), dtype=np.uint64)  # sum of hash * B^-C
-    clen = np.cumsum(length)
+        cb[0] = 1
+        np.cumprod(pw, dtype=np.uint64, out=cb[1:])  # B^C[i]
+        np.cumsum(h * np.cumprod(ipw, dtype=np.uint64), dtype=np.uint64, out=s[1:])  # sum of hash * B^-C
+    np.cumsum(length, out=clen[1:])
     got = words._prefix[sep] = (cb, s, clen)
     return got
 
@@ -222,15 +233,12 @@ def _ngram_keys(words: Words, n: int, sep: int) -> tuple[np.ndarray, np.ndarray,
         e = np.zeros(0, dtype=np.int64)
         return e, e.astype(np.uint64), e
     cb, s, clen = _prefix(words, sep)
+    start = np.flatnonzero(words.remaining >= n)  # the n-gram ends in the document it starts in
+    end = start + n  # one past its last word
     doc = words.doc
-    start = np.arange(m - n + 1)
-    ok = doc[start] == doc[start + n - 1]  # first and last word in one document
-    start = start[ok]
-    end = start + n - 1
     with np.errstate(over="ignore"):
-        s_prev = np.where(start > 0, s[start - 1], np.uint64(0))
-        hashes = cb[end] * (s[end] - s_prev)
-        glen = clen[end] - np.where(start > 0, clen[start - 1], 0) - (1 if sep else 0)
+        hashes = cb[end] * (s[end] - s[start])
+        glen = clen[end] - clen[start] - (1 if sep else 0)
         keys = hashes ^ (doc[start].astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)) ^ (glen.astype(np.uint64) << np.uint64(40))
     return start, keys, glen
 
@@ -245,6 +253,23 @@ def _codes(keys: np.ndarray) -> np.ndarray:
     return pd.factorize(keys)[0].astype(np.int64, copy=False)
 
 
+def _repeated(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(indices of the keys that occur at least twice, their codes in first-seen order).
+
+    Most n-grams of a document occur once. A count of the keys' top bits in a table of
+    ~4 slots per key (one `bincount`) finds the keys alone in their slot, which cannot
+    repeat; only the others (the repeats and ~1 in 4 of the rest) go to the exact hash
+    table."""
+    bits = max(10, min(26, int(len(keys) * 4).bit_length()))
+    slot = (keys >> np.uint64(64 - bits)).astype(np.int64)
+    cand = np.flatnonzero(np.bincount(slot, minlength=1 << bits)[slot] >= 2)
+    if not len(cand):
+        return cand, cand
+    codes = _codes(keys[cand])
+    rep = np.bincount(codes)[codes] >= 2
+    return cand[rep], codes[rep]
+
+
 def top_ngram_chars(words: Words, n: int) -> np.ndarray:
     """Per document: characters of " ".join(most frequent n-gram) times its count (ties:
     first seen), as datatrove's `find_top_duplicate`; 0 for a document under n words."""
@@ -252,19 +277,27 @@ def top_ngram_chars(words: Words, n: int) -> np.ndarray:
     start, keys, glen = _ngram_keys(words, n, sep=32)
     if not len(start):
         return out
-    codes = _codes(keys)
-    counts = np.bincount(codes)
+    pos_doc = words.doc[start]
+    # a document with no repeated n-gram: its first n-gram, once (the first seen of the ties)
+    first_of_doc = np.flatnonzero(np.r_[True, pos_doc[1:] != pos_doc[:-1]])
+    out[pos_doc[first_of_doc]] = glen[first_of_doc]
+    idx, codes = _repeated(keys)
+    if not len(idx):
+        return out
     # codes are in first-seen order, and a document's codes are contiguous: its top
     # n-gram is the highest count, ties to the lowest code
+    counts = np.bincount(codes)
     first = np.flatnonzero(np.r_[True, codes[1:] > np.maximum.accumulate(codes)[:-1]])  # first position of each code
-    code_doc = words.doc[start[first]]
-    score = counts.astype(np.int64) * (len(counts) + 1) - np.arange(len(counts))
+    ucodes = codes[first]
+    code_doc = pos_doc[idx[first]]
+    k = len(counts) + 1
+    score = counts[ucodes].astype(np.int64) * k - ucodes
     bounds = np.flatnonzero(np.r_[True, code_doc[1:] != code_doc[:-1]])
     best = np.maximum.reduceat(score, bounds)
-    best_code = (len(counts) + 1) - (best % (len(counts) + 1))
-    best_code = np.where(best_code == len(counts) + 1, 0, best_code)
-    best_count = (best + best_code) // (len(counts) + 1)
-    out[code_doc[bounds]] = glen[first[best_code]] * best_count
+    best_code = (k - best % k) % k
+    best_count = (best + best_code) // k
+    where = np.searchsorted(ucodes, best_code)  # the code's first position among the repeats
+    out[code_doc[bounds]] = glen[idx[first[where]]] * best_count
     return out
 
 
@@ -275,17 +308,15 @@ def dup_ngram_chars(words: Words, n: int, docs: np.ndarray | None = None) -> np.
     start, keys, glen = _ngram_keys(words, n, sep=0)
     if not len(start):
         return out
-    codes = _codes(keys)
-    counts = np.bincount(codes)
-    ev = counts[codes] >= 2
-    if docs is not None:
-        ev &= docs[words.doc[start]]
-    idx = np.flatnonzero(ev)
+    idx, codes = _repeated(keys)
+    if docs is not None and len(idx):
+        keep = docs[words.doc[start[idx]]]
+        idx, codes = idx[keep], codes[keep]
     if not len(idx):
         return out
     ev_doc = words.doc[start[idx]]
     ev_pos = (start[idx] - words.off[ev_doc]).tolist()
-    ev_code = codes[idx].tolist()
+    ev_code = codes.tolist()
     ev_len = glen[idx].tolist()
     bounds = np.flatnonzero(np.r_[True, ev_doc[1:] != ev_doc[:-1], True]).tolist()
     ev_doc = ev_doc.tolist()
