@@ -166,7 +166,7 @@ class GopherRepetition(Filter):
             for n, frac in sorted(p.max_dup_ngram_char_frac.items()):
                 if not open_.any():
                     break
-                hit = open_ & (kernels.dup_ngram_chars(w, n, open_) / size > frac)
+                hit = open_ & (kernels.dup_ngram_chars(w, n, open_, limit=frac * size) / size > frac)
                 self._mark(reasons, todo, hit, f"duplicated_{n}_n_grams")
                 open_ &= ~hit
         return FilterResult(np.array([r is None for r in reasons], dtype=bool), reasons)

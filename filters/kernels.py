@@ -180,6 +180,12 @@ class Words:
         return np.repeat(np.arange(self.n_docs, dtype=np.int64), self.counts)
 
     @cached_property
+    def salt(self) -> np.ndarray:
+        """A 64-bit value per word from its document's index (mixed into n-gram keys)."""
+        with np.errstate(over="ignore"):
+            return self.doc.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93) + np.uint64(0x9E3779B97F4A7C15)
+
+    @cached_property
     def remaining(self) -> np.ndarray:
         """For every word, how many words of its document start there (itself included)."""
         return self.off[1:][self.doc] - np.arange(len(self.ids))
@@ -227,7 +233,8 @@ def _prefix(words: Words, sep: int):
 def _ngram_keys(words: Words, n: int, sep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, keys, character length) of every n-gram that lies inside one document.
 
-    `sep` > 0 hashes the words joined by `sep` (a character code), 0 concatenated."""
+    `sep` > 0 hashes the words joined by `sep` (a character code), 0 concatenated; the
+    key is that hash salted with the document, so equal n-grams of two documents differ."""
     m = len(words.ids)
     if m < n:
         e = np.zeros(0, dtype=np.int64)
@@ -235,11 +242,14 @@ def _ngram_keys(words: Words, n: int, sep: int) -> tuple[np.ndarray, np.ndarray,
     cb, s, clen = _prefix(words, sep)
     start = np.flatnonzero(words.remaining >= n)  # the n-gram ends in the document it starts in
     end = start + n  # one past its last word
-    doc = words.doc
     with np.errstate(over="ignore"):
-        hashes = cb[end] * (s[end] - s[start])
-        glen = clen[end] - clen[start] - (1 if sep else 0)
-        keys = hashes ^ (doc[start].astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)) ^ (glen.astype(np.uint64) << np.uint64(40))
+        keys = cb[end]
+        keys *= s[end] - s[start]
+        keys ^= words.salt[start]
+        glen = clen[end]
+        glen -= clen[start]
+        if sep:
+            glen -= 1
     return start, keys, glen
 
 
@@ -253,16 +263,32 @@ def _codes(keys: np.ndarray) -> np.ndarray:
     return pd.factorize(keys)[0].astype(np.int64, copy=False)
 
 
-def _repeated(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+GROUP_KEYS = 1 << 17  # keys per pre-pass table: 2^19 slots, 4 MB, stays in cache
+
+
+def _repeated(keys: np.ndarray, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(indices of the keys that occur at least twice, their codes in first-seen order).
 
-    Most n-grams of a document occur once. A count of the keys' top bits in a table of
-    ~4 slots per key (one `bincount`) finds the keys alone in their slot, which cannot
+    Most n-grams of a document occur once. Counting the keys' top bits in a table of ~4
+    slots per key (one `bincount`) finds the keys alone in their slot, which cannot
     repeat; only the others (the repeats and ~1 in 4 of the rest) go to the exact hash
-    table."""
-    bits = max(10, min(26, int(len(keys) * 4).bit_length()))
-    slot = (keys >> np.uint64(64 - bits)).astype(np.int64)
-    cand = np.flatnonzero(np.bincount(slot, minlength=1 << bits)[slot] >= 2)
+    table. Keys of one document never equal another's, so the pre-pass runs over groups
+    of whole documents (`doc`: each key's document, ascending) with a table that fits in
+    cache."""
+    m = len(keys)
+    cuts = [0]
+    while m - cuts[-1] > GROUP_KEYS:  # a group ends where a document starts
+        c = int(np.searchsorted(doc, doc[cuts[-1] + GROUP_KEYS], side="left"))
+        if c <= cuts[-1]:  # one document longer than a group: the group is that document
+            c = int(np.searchsorted(doc, doc[cuts[-1]], side="right"))
+        cuts.append(c)
+    cuts.append(m)
+    parts = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        bits = max(10, min(26, int((b - a) * 4).bit_length()))
+        slot = (keys[a:b] >> np.uint64(64 - bits)).astype(np.intp)
+        parts.append(np.flatnonzero(np.bincount(slot, minlength=1 << bits)[slot] >= 2) + a)
+    cand = np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
     if not len(cand):
         return cand, cand
     codes = _codes(keys[cand])
@@ -281,7 +307,7 @@ def top_ngram_chars(words: Words, n: int) -> np.ndarray:
     # a document with no repeated n-gram: its first n-gram, once (the first seen of the ties)
     first_of_doc = np.flatnonzero(np.r_[True, pos_doc[1:] != pos_doc[:-1]])
     out[pos_doc[first_of_doc]] = glen[first_of_doc]
-    idx, codes = _repeated(keys)
+    idx, codes = _repeated(keys, pos_doc)
     if not len(idx):
         return out
     # codes are in first-seen order, and a document's codes are contiguous: its top
@@ -301,20 +327,37 @@ def top_ngram_chars(words: Words, n: int) -> np.ndarray:
     return out
 
 
-def dup_ngram_chars(words: Words, n: int, docs: np.ndarray | None = None) -> np.ndarray:
+def dup_ngram_chars(words: Words, n: int, docs: np.ndarray | None = None,
+                    limit: np.ndarray | None = None) -> np.ndarray:
     """Per document: characters in repeated n-grams ("".join identity), by datatrove's
-    `find_all_duplicate` scan; only for `docs` (a boolean mask) when given, else all."""
+    `find_all_duplicate` scan; only for `docs` (a boolean mask) when given, else all.
+
+    With `limit` (characters per document), a document whose repeated n-grams can be
+    shown not to exceed it is not scanned: every n-gram the scan counts is a later
+    occurrence of a repeated one, so the characters of all later occurrences bound the
+    count; where that bound is at most the limit, it is returned instead (a value <=
+    limit, which is all a threshold needs)."""
     out = np.zeros(words.n_docs, dtype=np.int64)
     start, keys, glen = _ngram_keys(words, n, sep=0)
     if not len(start):
         return out
-    idx, codes = _repeated(keys)
+    key_doc = words.doc[start]
+    idx, codes = _repeated(keys, key_doc)
     if docs is not None and len(idx):
-        keep = docs[words.doc[start[idx]]]
+        keep = docs[key_doc[idx]]
         idx, codes = idx[keep], codes[keep]
     if not len(idx):
         return out
-    ev_doc = words.doc[start[idx]]
+    ev_doc = key_doc[idx]
+    if limit is not None:
+        later = np.r_[False, codes[1:] <= np.maximum.accumulate(codes)[:-1]]  # not a code's first occurrence
+        bound = np.bincount(ev_doc[later], weights=glen[idx[later]], minlength=words.n_docs).astype(np.int64)
+        scan = bound > limit
+        out[~scan] = bound[~scan]
+        keep = scan[ev_doc]
+        idx, codes, ev_doc = idx[keep], codes[keep], ev_doc[keep]
+        if not len(idx):
+            return out
     ev_pos = (start[idx] - words.off[ev_doc]).tolist()
     ev_code = codes.tolist()
     ev_len = glen[idx].tolist()

@@ -106,3 +106,21 @@ def test_a_fresh_worker_reads_the_rules_without_importing_spacy(tmp_path):
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert first.rsplit(" ", 1)[1].strip() == "True" and second.rsplit(" ", 1)[1].strip() == "False"
     assert first.rsplit(" ", 1)[0] == second.rsplit(" ", 1)[0]  # the same words either way
+
+
+def test_limit_and_small_groups_give_the_same_answers(real_text, monkeypatch):
+    texts = real_text
+    size = np.array([len(t) for t in texts], dtype=np.float64)
+    w = kernels.batch_words(texts)
+    exact = {n: kernels.dup_ngram_chars(w, n) for n in (5, 7, 10)}
+    tops = {n: kernels.top_ngram_chars(w, n) for n in (2, 4)}
+    for n, frac in ((5, 0.15), (7, 0.13), (10, 0.10)):
+        limit = frac * size
+        got = kernels.dup_ngram_chars(w, n, limit=limit)
+        over = exact[n] > limit
+        assert np.array_equal(got > limit, over)  # the same threshold decisions
+        assert np.array_equal(got[over], exact[n][over])  # exact where it matters
+    monkeypatch.setattr(kernels, "GROUP_KEYS", 1000)  # many pre-pass groups, some one document long
+    w = kernels.batch_words(texts)
+    assert all(np.array_equal(kernels.dup_ngram_chars(w, n), exact[n]) for n in exact)
+    assert all(np.array_equal(kernels.top_ngram_chars(w, n), tops[n]) for n in tops)
