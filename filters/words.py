@@ -98,7 +98,7 @@ class WordSplitter:
         prefix, suffix, infix = compiled("prefix"), compiled("suffix"), compiled("infix")
         token_match, url_match = compiled("token_match"), compiled("url_match")
         self.prefix_search = _anchored_prefix(prefix.search) if prefix else never.search
-        self.suffix_search = _tail_suffix(suffix.search) if suffix else never.search
+        self.suffix_start = _tail_suffix(suffix) if suffix else (lambda s: None)
         self.infix_finditer = _candidate_infix(infix.finditer) if infix else never.finditer
         self.token_match = token_match.match if token_match else never.match
         self.token_match_or_none = token_match.match if token_match else None
@@ -132,7 +132,7 @@ class WordSplitter:
 
         The same steps as `Tokenizer.explain`; a search result is reused while the
         substring it was made on has not changed (spaCy's loop asks again)."""
-        special, prefix_search, suffix_search = self.special, self.prefix_search, self.suffix_search
+        special, prefix_search, suffix_start = self.special, self.prefix_search, self.suffix_start
         token_match = self.token_match_or_none
         tokens: list[str] = []
         suffixes: list[str] = []
@@ -141,8 +141,8 @@ class WordSplitter:
                 tokens.extend(special[substring])
                 break
             pm = prefix_search(substring)
-            sm = None if pm else suffix_search(substring)
-            while pm or sm:
+            ss = None if pm else suffix_start(substring)
+            while pm or ss is not None:
                 if token_match is not None and token_match(substring):
                     tokens.append(substring)
                     substring = ""
@@ -159,17 +159,16 @@ class WordSplitter:
                     substring = substring[split:]
                     if substring in special:
                         pm = prefix_search(substring)
-                        sm = None if pm else suffix_search(substring)
+                        ss = None if pm else suffix_start(substring)
                         continue
-                    sm = suffix_search(substring)
-                if sm:
-                    split = sm.start()
-                    if split == len(substring):
+                    ss = suffix_start(substring)
+                if ss is not None:
+                    if ss == len(substring):
                         break
-                    suffixes.append(substring[split:])
-                    substring = substring[:split]
+                    suffixes.append(substring[ss:])
+                    substring = substring[:ss]
                 pm = prefix_search(substring)
-                sm = None if pm else suffix_search(substring)
+                ss = None if pm else suffix_start(substring)
             if not substring:
                 break
             if (token_match is not None and token_match(substring)) or self.url_match(substring):
@@ -350,17 +349,68 @@ class _Pos:
         return self.p
 
 
-def _tail_suffix(search):
-    """spaCy's suffix regex is an alternation of `...$` patterns, all at most a few
-    characters long but `\\.\\.+$`. Trying the last K positions (K the longest bounded
-    alternative; lookbehinds still see the characters before) finds what a search from 0
-    finds, unless its match starts at `len - K` itself, where a longer run of dots may
-    start earlier: then the full search decides. A chunk whose last character ends no
-    alternative, and positions whose character starts none, are skipped. Any other
-    unbounded alternative: the plain search."""
-    pattern = getattr(search, "__self__", None)
-    if pattern is None:
-        return search
+def _lookbehind(seq, parser) -> int | None:
+    """The most characters before a match position that the pattern can look at
+    (lookbehinds, word boundaries); None if unbounded or anchored at the string start."""
+    most = 0
+    for op, av in seq:
+        if op in (parser.ASSERT, parser.ASSERT_NOT):
+            direction, sub = av
+            if direction < 0:
+                hi = sub.getwidth()[1]
+                if hi >= parser.MAXREPEAT:
+                    return None
+                most = max(most, hi)
+            inner = _lookbehind(sub.data, parser)
+            if inner is None:
+                return None
+            most = max(most, inner)
+        elif op is parser.AT:
+            if av in (parser.AT_BOUNDARY, parser.AT_NON_BOUNDARY, parser.AT_UNI_BOUNDARY, parser.AT_UNI_NON_BOUNDARY,
+                      parser.AT_LOC_BOUNDARY, parser.AT_LOC_NON_BOUNDARY):
+                most = max(most, 1)
+            elif av not in (parser.AT_END, parser.AT_END_STRING):
+                return None
+        elif op in (parser.GROUPREF, parser.GROUPREF_EXISTS):
+            return None
+        else:
+            subs = []
+            if op is parser.SUBPATTERN:
+                subs = [av[3]]
+            elif op is parser.BRANCH:
+                subs = av[1]
+            elif op in (parser.MAX_REPEAT, parser.MIN_REPEAT, parser.POSSESSIVE_REPEAT):
+                subs = [av[2]]
+            elif op is parser.ATOMIC_GROUP:
+                subs = [av]
+            for sub in subs:
+                inner = _lookbehind(sub.data, parser)
+                if inner is None:
+                    return None
+                most = max(most, inner)
+    return most
+
+
+_NO = object()
+
+
+def _tail_suffix(pattern):
+    """`start(s)`: where spaCy's suffix regex matches at the end of `s` (None: nowhere).
+
+    The regex is an alternation of `...$` patterns, all at most K characters long but
+    `\\.\\.+$`. Trying the last K positions (lookbehinds still see the characters
+    before) finds what a search from 0 finds, unless the match starts at `len - K`
+    itself, where a longer run of dots may start earlier: then the full search decides.
+    A chunk whose last character ends no alternative, and positions whose character
+    starts none, are skipped. The answer for the last K positions depends only on the
+    last K + B characters (B: the longest lookbehind), which recur across chunks ("ing),"):
+    it is remembered by them. Any other shape of regex: the plain search."""
+    search = pattern.search
+
+    def plain(s: str):
+        m = search(s)
+        return None if m is None else m.start()
+
     parser, alts = _alternatives(pattern.pattern)
     width = 0
     for a in alts:
@@ -373,32 +423,52 @@ def _tail_suffix(search):
         ok = (len(d) == 3 and d[0][0] is parser.LITERAL and d[1][0] is parser.MAX_REPEAT
               and list(d[1][1][2].data) == [d[0]] and d[2] == (parser.AT, parser.AT_END))
         if not ok:
-            return search
+            return plain
+    behind = _lookbehind(_parser_tree(pattern, parser).data, parser)
     k = max(width, 2)
-    full, match = pattern.search, pattern.match
+    match = pattern.match
     first, last = _edge_class(pattern), _edge_class(pattern, last=True)
     first_search = first.search if first is not None else (lambda s, p: _Pos(p) if p < len(s) else None)
     last_match = last.match if last is not None else (lambda s, p: True)
+    window = k + (behind or 0)
+    cache: dict[str, int | None] = {}
 
-    def tail_search(s: str):
-        n = len(s)
-        if not n or not last_match(s, n - 1):
-            return None
-        start = n - k
-        if start <= 0:
-            return full(s)
-        p = start
+    def from_end(key: str) -> int | None:
+        """Characters from the end of `key` to the first match in its last k positions."""
+        p = max(0, len(key) - k)
         while True:
-            c = first_search(s, p)
+            c = first_search(key, p)
             if c is None:
                 return None
             p = c.start()
-            m = match(s, p)
-            if m is not None:
-                return full(s) if p == start else m
+            if match(key, p) is not None:
+                return len(key) - p
             p += 1
 
-    return tail_search
+    def start(s: str) -> int | None:
+        n = len(s)
+        if not n or not last_match(s, n - 1):
+            return None
+        if behind is None:
+            off = from_end(s)
+        else:
+            key = s[-window:]
+            off = cache.get(key, _NO)
+            if off is _NO:
+                if len(cache) > 200_000:
+                    cache.clear()
+                off = cache[key] = from_end(key)
+        if off is None:
+            return None
+        if off == k and n > k:  # a run of dots may start before the last k positions
+            return plain(s)
+        return n - off
+
+    return start
+
+
+def _parser_tree(pattern, parser):
+    return parser.parse(pattern.pattern, pattern.flags)
 
 
 @functools.lru_cache(maxsize=8)
