@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import functools
 import os
-import pickle
+import json
 from pathlib import Path
 
 CACHE_MAX = 500_000
 
 
-RULES_FORMAT = 1
+RULES_FORMAT = 2
 
 
 def _rules_file(language: str) -> Path | None:
@@ -42,18 +42,18 @@ def _rules_file(language: str) -> Path | None:
     except Exception:  # not found or not readable: no cache
         return None
     root = Path(os.environ.get("CURATE_CACHE_DIR") or Path.home() / ".cache" / "curate")
-    return root / "spacy-rules" / f"{language}-spacy{v}-f{RULES_FORMAT}.pickle"
+    return root / "spacy-rules" / f"{language}-spacy{v}-f{RULES_FORMAT}.json"
 
 
 def load_rules(language: str) -> dict:
     """spaCy's tokenizer rules for a language: patterns, flags, special cases and the
     sentencizer's punctuation. Read from spaCy once (importing spaCy and building a
-    blank pipeline costs ~0.6 s in every fresh worker), then from a file beside the
+    blank pipeline costs ~0.6 s in every fresh worker), then from a JSON file beside the
     models keyed by spaCy's version; a file that cannot be written is simply not kept."""
     path = _rules_file(language)
     if path is not None and path.is_file():
         try:
-            return pickle.loads(path.read_bytes())
+            return _from_json(json.loads(path.read_text(encoding="utf-8")))
         except Exception:  # a torn or foreign file: rebuild it
             pass
     import spacy
@@ -78,11 +78,20 @@ def load_rules(language: str) -> dict:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(pickle.dumps(rules))
+            tmp.write_text(json.dumps(rules), encoding="utf-8")
             os.replace(tmp, path)
-        except OSError:
+        except (OSError, ValueError):
             pass
     return rules
+
+
+def _from_json(rules: dict) -> dict:
+    """JSON has lists where the rules have tuples."""
+    out = dict(rules)
+    for key in ("prefix", "suffix", "infix", "token_match", "url_match"):
+        out[key] = tuple(rules[key]) if rules[key] is not None else None
+    out["special"] = {k: tuple(v) for k, v in rules["special"].items()}
+    return out
 
 
 class WordSplitter:

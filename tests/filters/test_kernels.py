@@ -102,7 +102,7 @@ def test_a_fresh_worker_reads_the_rules_without_importing_spacy(tmp_path):
             "print(repr(splitter('en').split(\"Don't split U.S. e-mail (km/s.) http://x.org ...\")), 'spacy' in sys.modules)")
     env = {**os.environ, "CURATE_CACHE_DIR": str(tmp_path)}
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
-    assert list((tmp_path / "spacy-rules").glob("en-spacy*.pickle"))
+    assert list((tmp_path / "spacy-rules").glob("en-spacy*.json"))
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert first.rsplit(" ", 1)[1].strip() == "True" and second.rsplit(" ", 1)[1].strip() == "False"
     assert first.rsplit(" ", 1)[0] == second.rsplit(" ", 1)[0]  # the same words either way
