@@ -230,15 +230,6 @@ class WordSplitter:
         return out
 
 
-def _alternatives(pattern: str):
-    from re import _parser
-
-    tree = _parser.parse(pattern)
-    if len(tree.data) == 1 and tree.data[0][0] is _parser.BRANCH:
-        return _parser, tree.data[0][1][1]
-    return _parser, [tree]
-
-
 def _edge_items(seq, last: bool = False):
     """The characters a match of the parsed pattern `seq` can consume first (or last), as
     `re` character-set items, and whether it can match without consuming any; None when
