@@ -240,17 +240,16 @@ def _ngram_keys(words: Words, n: int, sep: int) -> tuple[np.ndarray, np.ndarray,
         e = np.zeros(0, dtype=np.int64)
         return e, e.astype(np.uint64), e
     cb, s, clen = _prefix(words, sep)
-    start = np.flatnonzero(words.remaining >= n)  # the n-gram ends in the document it starts in
-    end = start + n  # one past its last word
+    last = m - n + 1  # n-grams start at 0 .. m-n; contiguous slices, then the ones inside a document
+    valid = words.remaining[:last] >= n
     with np.errstate(over="ignore"):
-        keys = cb[end]
-        keys *= s[end] - s[start]
-        keys ^= words.salt[start]
-        glen = clen[end]
-        glen -= clen[start]
+        keys = cb[n:]
+        keys = keys * (s[n:] - s[:last])
+        keys ^= words.salt[:last]
+        glen = clen[n:] - clen[:last]
         if sep:
             glen -= 1
-    return start, keys, glen
+    return np.flatnonzero(valid), keys[valid], glen[valid]
 
 
 def _codes(keys: np.ndarray) -> np.ndarray:

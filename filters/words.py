@@ -111,7 +111,7 @@ class WordSplitter:
         self.infix_finditer = _candidate_infix(infix.finditer) if infix else never.finditer
         self.token_match = token_match.match if token_match else never.match
         self.token_match_or_none = token_match.match if token_match else None
-        self.url_match = url_match.match if url_match else never.match
+        self.url_match = _needs_literals(url_match) if url_match else never.match
         self.special: dict[str, tuple[str, ...]] = dict(rules["special"])
         # a chunk has no whitespace and no empty piece, so its tokens need stripping only
         # if a special case expands to something with whitespace or to nothing
@@ -228,6 +228,53 @@ class WordSplitter:
                 out.append(tokens[i])
                 i += 1
         return out
+
+
+def _required_literals(seq, parser) -> frozenset[str]:
+    """Characters every match of the parsed pattern `seq` must consume (a necessary
+    condition only: lookarounds, classes and optional parts require nothing)."""
+    need: set[str] = set()
+    for op, av in seq:
+        if op is parser.LITERAL:
+            need.add(chr(av))
+        elif op is parser.IN and len(av) == 1 and av[0][0] is parser.LITERAL:
+            need.add(chr(av[0][1]))
+        elif op is parser.SUBPATTERN and not (av[1] or av[2]):
+            need |= _required_literals(av[3].data, parser)
+        elif op is parser.ATOMIC_GROUP:
+            need |= _required_literals(av.data, parser)
+        elif op in (parser.MAX_REPEAT, parser.MIN_REPEAT, parser.POSSESSIVE_REPEAT) and av[0] >= 1:
+            need |= _required_literals(av[2].data, parser)
+        elif op is parser.BRANCH:
+            alts = [_required_literals(a.data, parser) for a in av[1]]
+            need |= frozenset.intersection(*alts) if alts else frozenset()
+    return frozenset(need)
+
+
+def _needs_literals(pattern):
+    """`pattern.match`, answered None at once for a text lacking a character every match
+    consumes (spaCy's URL regex needs a "." in any host): most chunks are not URLs."""
+    import re
+    from re import _parser
+
+    match = pattern.match
+    try:
+        if pattern.flags & re.IGNORECASE:
+            return match
+        need = _required_literals(_parser.parse(pattern.pattern, pattern.flags).data, _parser)
+    except Exception:  # private API of `re`: any surprise means no shortcut
+        return match
+    if not need:
+        return match
+    need_t = tuple(sorted(need))
+
+    def url_match(s: str):
+        for c in need_t:
+            if c not in s:
+                return None
+        return match(s)
+
+    return url_match
 
 
 def _edge_items(seq, last: bool = False):
