@@ -13,19 +13,23 @@ filters need is then a vectorised reduction per document:
 - an n-gram is identified by a 64-bit polynomial hash of its characters, computed for
   every position at once from running products (hash of words a..b = B^C[b] * (S[b] -
   S[a-1]) mod 2^64, with C the running character count and S the running sum of
-  word-hash * B^-C). Hashing the characters keeps datatrove's identity exactly: the top
-  n-grams compare " ".join(words), the repeated n-grams "".join(words) (so "ab"+"c" is
-  "a"+"bc"), and both hashes are keyed with the document and the n-gram's length;
-- counting is pyarrow's hash `dictionary_encode`, whose codes are in first-seen order,
-  which is the order `Counter.most_common` breaks ties by;
+  word-hash * B^-C), salted with its document. Hashing the characters keeps datatrove's
+  identities exactly: the top n-grams compare " ".join(words), the repeated n-grams
+  "".join(words) (so "ab"+"c" is "a"+"bc");
+- counting: one `bincount` of the keys' top bits (a table of ~4 slots per key, per group
+  of whole documents so that it stays in cache) sets aside the keys alone in their slot,
+  which cannot repeat; the rest go to a hash table (pandas' factorize when pandas is
+  loaded, else pyarrow's dictionary_encode) whose codes are in first-seen order, the
+  order `Counter.most_common` breaks ties by;
 - datatrove's left-to-right scan of repeated n-grams (skip past a repeat, remember only
   what was visited) is sequential; it runs in Python only over the positions whose
-  n-gram occurs at least twice in the document, usually a small share of them.
+  n-gram occurs at least twice in the document, and only for documents where the later
+  occurrences of repeated n-grams could add up to the threshold.
 
-A hash collision between two different n-grams of one document with the same length
-would change a count; with 64-bit hashes that is ~10^-10 per document at 10^4 n-grams.
-tests/filters/test_kernels.py checks the kernels against the per-document definitions
-on every kind of text the benchmarks use.
+A hash collision between two different n-grams of one document would change a count;
+with 64-bit hashes that is ~10^-11 per document of 10^4 n-grams. tests/filters/
+test_kernels.py checks every count against datatrove's own functions on the demo's
+text (summaries in two languages, standard-library modules) and on built cases.
 """
 
 from __future__ import annotations
@@ -39,7 +43,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-MASK = (1 << 64) - 1
 BASE = 0x9E3779B97F4A7C15 | 1  # odd: invertible mod 2^64
 BASE_INV = pow(BASE, -1, 1 << 64)
 CHUNK_CACHE_MAX = 500_000  # chunks remembered per process (with their words' ids)
