@@ -52,9 +52,10 @@ class FineWebQuality(Filter):
         texts = batch.column("text").to_pylist()
         reasons = [self.check(t) for t in texts]
         todo = [i for i, r in enumerate(reasons) if r is _WORDS]
-        if todo:  # the documents that reach the list rule: their words counted as one batch
-            counts = kernels.batch_words([texts[i] for i in todo], self.params.language).counts.tolist()
-            for i, n in zip(todo, counts):
+        for g in kernels.groups([texts[i] for i in todo]):  # the documents that reach the list rule
+            part = todo[g.start:g.stop]
+            counts = kernels.batch_words([texts[i] for i in part], self.params.language).counts.tolist()
+            for i, n in zip(part, counts):
                 reasons[i] = self.check(texts[i], n)
         return FilterResult(np.array([r is None for r in reasons], dtype=bool), reasons)
 

@@ -54,8 +54,14 @@ class GopherQuality(Filter):
         self.stop = frozenset(params.stop_words)
 
     def apply(self, batch: pa.RecordBatch) -> FilterResult:
-        p: GopherQualityParams = self.params
         texts = batch.column("text").to_pylist()
+        reasons: list[str | None] = []
+        for g in kernels.groups(texts):  # bounded memory for batches of long documents
+            reasons += self._group(texts[g.start:g.stop])
+        return FilterResult(np.array([r is None for r in reasons], dtype=bool), reasons)
+
+    def _group(self, texts: list[str]) -> list[str | None]:
+        p: GopherQualityParams = self.params
         w = kernels.batch_words(texts, p.language)
         v, ids = w.vocab, w.ids
         n_words = w.counts
@@ -70,9 +76,8 @@ class GopherQuality(Filter):
             n_stop = np.bincount(pairs // len(stop_ids), minlength=w.n_docs).tolist()
         else:
             n_stop = [0] * w.n_docs
-        reasons = [self._decide(t, nw, ns, ln, na, st)
-                   for t, nw, ns, ln, na, st in zip(texts, n_words.tolist(), n_ns, len_ns, n_alpha, n_stop)]
-        return FilterResult(np.array([r is None for r in reasons], dtype=bool), reasons)
+        return [self._decide(t, nw, ns, ln, na, st)
+                for t, nw, ns, ln, na, st in zip(texts, n_words.tolist(), n_ns, len_ns, n_alpha, n_stop)]
 
     def _decide(self, text: str, n_words: int, n_ns: int, len_ns: int, n_alpha: int, n_stop: int) -> str | None:
         """The rules in datatrove's order, from one document's counts (n_ns: non-symbol
@@ -152,8 +157,11 @@ class GopherRepetition(Filter):
         p: GopherRepetitionParams = self.params
         texts = batch.column("text").to_pylist()
         reasons: list[str | None] = [self._lines(t) for t in texts]
-        todo = [i for i, r in enumerate(reasons) if r is None]
-        if todo and (p.max_top_ngram_char_frac or p.max_dup_ngram_char_frac):
+        todo_all = [i for i, r in enumerate(reasons) if r is None]
+        if not (p.max_top_ngram_char_frac or p.max_dup_ngram_char_frac):
+            todo_all = []
+        for g in kernels.groups([texts[i] for i in todo_all]):  # bounded memory for long documents
+            todo = todo_all[g.start:g.stop]
             sub = [texts[i] for i in todo]
             w = kernels.batch_words(sub, p.language)
             size = np.array([len(t) for t in sub], dtype=np.float64)

@@ -46,7 +46,9 @@ import pyarrow.compute as pc
 BASE = 0x9E3779B97F4A7C15 | 1  # odd: invertible mod 2^64
 BASE_INV = pow(BASE, -1, 1 << 64)
 CHUNK_CACHE_MAX = 500_000  # chunks remembered per process (with their words' ids)
+GROUP_CHARS = 4_000_000  # characters of text per kernel call: ~700k words, ~100 MB of temporaries
 MEMO_MAX = 2_100  # texts whose ids are remembered: two batches of the filter step
+MEMO_MAX_IDS = 8_000_000  # and at most this many ids (32 MB)
 
 try:  # the punctuation datatrove counts as "symbol" characters
     from datatrove.utils.text import PUNCTUATION_SET
@@ -69,7 +71,8 @@ class Vocab:
         self.words: list[str] = []
         self.chunks: dict[str, tuple[int, ...]] = {}
         self._arrays: dict[str, np.ndarray] = {}
-        self.memo: dict[str, list[int]] = {}  # text -> its ids, for the filters after the first in a chain
+        self.memo: dict[str, np.ndarray] = {}  # text -> its ids, for the filters after the first in a chain
+        self.memo_ids = 0
         self.generation = getattr(self, "generation", -1) + 1
 
     def _word_id(self, w: str) -> int:
@@ -89,22 +92,23 @@ class Vocab:
         """(word ids of all texts end to end, offsets: text i is ids[off[i]:off[i+1]])."""
         if len(self.chunks) > CHUNK_CACHE_MAX:
             self._reset()
-        if len(self.memo) > MEMO_MAX:
+        if len(self.memo) > MEMO_MAX or self.memo_ids > MEMO_MAX_IDS:
             self.memo.clear()
-        get, memo, parts, lengths = self.chunks.get, self.memo, [], []
+            self.memo_ids = 0
+        get, memo, parts = self.chunks.get, self.memo, []
         for text in texts:
-            flat = memo.get(text)
-            if flat is None:
+            arr = memo.get(text)
+            if arr is None:
                 chunks = text.split()
                 got = list(map(get, chunks))
                 if None in got:
                     got = [g if g is not None else self._chunk(c) for g, c in zip(got, chunks)]
-                flat = memo[text] = list(chain.from_iterable(got))
-            parts.append(flat)
-            lengths.append(len(flat))
-        ids = np.fromiter(chain.from_iterable(parts), dtype=np.int32, count=sum(lengths))
+                arr = memo[text] = np.fromiter(chain.from_iterable(got), dtype=np.int32)
+                self.memo_ids += len(arr)
+            parts.append(arr)
         off = np.zeros(len(texts) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=off[1:])
+        np.cumsum([len(a) for a in parts], out=off[1:])
+        ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
         return ids, off
 
     def array(self, name: str) -> np.ndarray:
@@ -198,6 +202,22 @@ class Words:
         cs = np.zeros(len(values) + 1, dtype=np.int64)
         np.cumsum(values, out=cs[1:])
         return cs[self.off[1:]] - cs[self.off[:-1]]
+
+
+def groups(texts: list[str], max_chars: int | None = None) -> list[range]:
+    """Consecutive ranges of `texts` of at most `max_chars` characters each (a longer
+    text alone): the kernels' arrays grow with the words they hold, so a filter runs
+    them group by group and a batch of long documents takes bounded memory."""
+    limit = GROUP_CHARS if max_chars is None else max_chars
+    out, start, size = [], 0, 0
+    for i, t in enumerate(texts):
+        if size and size + len(t) > limit:
+            out.append(range(start, i))
+            start, size = i, 0
+        size += len(t)
+    if start < len(texts):
+        out.append(range(start, len(texts)))
+    return out
 
 
 def batch_words(texts: list[str], language: str = "en") -> Words:

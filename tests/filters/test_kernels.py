@@ -124,3 +124,21 @@ def test_limit_and_small_groups_give_the_same_answers(real_text, monkeypatch):
     w = kernels.batch_words(texts)
     assert all(np.array_equal(kernels.dup_ngram_chars(w, n), exact[n]) for n in exact)
     assert all(np.array_equal(kernels.top_ngram_chars(w, n), tops[n]) for n in tops)
+
+
+def test_filters_decide_the_same_group_by_group(real_text, monkeypatch):
+    """A batch of long documents runs through the kernels in groups of bounded size
+    (bounded memory); the decisions do not depend on the grouping."""
+    import pyarrow as pa
+
+    from filters import base
+
+    batch = pa.RecordBatch.from_pydict({"id": [str(i) for i in range(len(real_text))], "text": real_text})
+    names = ["gopher_quality", "gopher_repetition", "fineweb_quality"]
+    whole = {n: base.build(base.parse_params({"type": n})).apply(batch).reasons for n in names}
+    assert len(kernels.groups(real_text)) == 1
+    monkeypatch.setattr(kernels, "GROUP_CHARS", 20_000)  # most groups a few documents, long ones alone
+    assert len(kernels.groups(real_text)) > 20
+    kernels.vocab("en").memo.clear()
+    for n in names:
+        assert base.build(base.parse_params({"type": n})).apply(batch).reasons == whole[n], n
