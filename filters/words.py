@@ -35,7 +35,7 @@ from pathlib import Path
 CACHE_MAX = 500_000
 
 
-RULES_FORMAT = 2
+RULES_FORMAT = 3
 
 
 def _rules_file(language: str) -> Path | None:
@@ -82,6 +82,8 @@ def load_rules(language: str) -> dict:
                     for orth, toks in tok.rules.items()},
         "sentence_punct": sorted(Sentencizer.default_punct_chars),
     }
+    rules["analysis"] = {key: analyse(*rules[key]) for key in ("prefix", "suffix", "infix", "url_match")
+                         if rules[key] is not None}
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +101,7 @@ def _from_json(rules: dict) -> dict:
     for key in ("prefix", "suffix", "infix", "token_match", "url_match"):
         out[key] = tuple(rules[key]) if rules[key] is not None else None
     out["special"] = {k: tuple(v) for k, v in rules["special"].items()}
+    out.setdefault("analysis", {})
     return out
 
 
@@ -108,18 +111,23 @@ class WordSplitter:
 
         rules = load_rules(language)
         never = re.compile("a^")
+        info = rules.get("analysis", {})
 
-        def compiled(key):
-            return None if rules[key] is None else re.compile(*rules[key])
+        def lazy(key):
+            if rules[key] is None:
+                return None, None
+            got = info.get(key)
+            return _LazyRx(*rules[key]), (got if got is not None else analyse(*rules[key]))
 
-        prefix, suffix, infix = compiled("prefix"), compiled("suffix"), compiled("infix")
-        token_match, url_match = compiled("token_match"), compiled("url_match")
-        self.prefix_search = _anchored_prefix(prefix.search) if prefix else never.search
-        self.suffix_start = _tail_suffix(suffix) if suffix else (lambda s: None)
-        self.infix_finditer = _candidate_infix(infix.finditer) if infix else never.finditer
+        (prefix, pi), (suffix, si), (infix, ii) = lazy("prefix"), lazy("suffix"), lazy("infix")
+        url, ui = lazy("url_match")
+        token_match = re.compile(*rules["token_match"]) if rules["token_match"] is not None else None
+        self.prefix_search = _anchored_prefix(prefix, pi) if prefix else never.search
+        self.suffix_start = _tail_suffix(suffix, si) if suffix else (lambda s: None)
+        self.infix_finditer = _candidate_infix(infix, ii) if infix else never.finditer
         self.token_match = token_match.match if token_match else never.match
         self.token_match_or_none = token_match.match if token_match else None
-        self.url_match = _needs_literals(url_match) if url_match else never.match
+        self.url_match = _needs_literals(url, ui) if url else never.match
         self.special: dict[str, tuple[str, ...]] = dict(rules["special"])
         # a chunk has no whitespace and no empty piece, so its tokens need stripping only
         # if a special case expands to something with whitespace or to nothing
@@ -259,32 +267,6 @@ def _required_literals(seq, parser) -> frozenset[str]:
     return frozenset(need)
 
 
-def _needs_literals(pattern):
-    """`pattern.match`, answered None at once for a text lacking a character every match
-    consumes (spaCy's URL regex needs a "." in any host): most chunks are not URLs."""
-    import re
-    from re import _parser
-
-    match = pattern.match
-    try:
-        if pattern.flags & re.IGNORECASE:
-            return match
-        need = _required_literals(_parser.parse(pattern.pattern, pattern.flags).data, _parser)
-    except Exception:  # private API of `re`: any surprise means no shortcut
-        return match
-    if not need:
-        return match
-    need_t = tuple(sorted(need))
-
-    def url_match(s: str):
-        for c in need_t:
-            if c not in s:
-                return None
-        return match(s)
-
-    return url_match
-
-
 def _edge_items(seq, last: bool = False):
     """The characters a match of the parsed pattern `seq` can consume first (or last), as
     `re` character-set items, and whether it can match without consuming any; None when
@@ -323,71 +305,149 @@ def _edge_items(seq, last: bool = False):
     return items, True
 
 
-def _edge_class(pattern, last: bool = False):
-    """A compiled one-character class: the characters every match of `pattern` starts
-    (or ends) with; None when that cannot be worked out (then nothing is skipped)."""
+class _LazyRx:
+    """A regex compiled at its first use: spaCy's infix and URL regexes take ~20 ms to
+    compile, and a worker whose text never needs them should not pay it. After the first
+    call the compiled methods replace these on the instance."""
+
+    def __init__(self, pattern: str, flags: int):
+        self.pattern, self.flags = pattern, flags
+
+    def _compile(self):
+        import re
+
+        c = re.compile(self.pattern, self.flags)
+        self.match, self.search, self.finditer = c.match, c.search, c.finditer
+        return c
+
+    def match(self, *args):
+        return self._compile().match(*args)
+
+    def search(self, *args):
+        return self._compile().search(*args)
+
+    def finditer(self, *args):
+        return self._compile().finditer(*args)
+
+
+_ALL_CHARS: list[str] = []
+
+
+def _class_source(cls) -> str:
+    """A regex character class, as source, matching exactly the characters `cls` matches
+    (found by running it over every code point once)."""
+    if not _ALL_CHARS:
+        _ALL_CHARS.append("".join(map(chr, range(0x110000))))
+    pos = [m.start() for m in cls.finditer(_ALL_CHARS[0])]
+    if not pos:
+        return "(?!)"
+    ranges, lo, prev = [], pos[0], pos[0]
+    for p in pos[1:]:
+        if p != prev + 1:
+            ranges.append((lo, prev))
+            lo = p
+        prev = p
+    ranges.append((lo, prev))
+    return "[" + "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges) + "]"
+
+
+def analyse(pattern: str, flags: int) -> dict:
+    """What the shortcuts need to know of one of spaCy's regexes, read off its parse tree
+    (`re._parser`) once per spaCy version and kept with the rules:
+
+    - `anchored`: every alternative starts with `^` (then `match` is `search`);
+    - `first` / `last`: a character class (as source) of the characters every match
+      starts / ends with, or None;
+    - `k`: the longest alternative when all are bounded but a run of one repeated
+      character (`\\.\\.+$`), else None; `behind`: the longest lookbehind, or None;
+    - `need`: characters every match consumes.
+    Anything the analysis does not understand turns its shortcut off."""
     import re
-    from re import _compiler, _parser
+    from re import _compiler, _parser as P
 
+    out = {"anchored": False, "first": None, "last": None, "k": None, "behind": None, "need": []}
+    if flags & (re.IGNORECASE | re.VERBOSE):
+        return out
     try:
-        if pattern.flags & (re.IGNORECASE | re.VERBOSE):
-            return None
-        r = _edge_items(_parser.parse(pattern.pattern, pattern.flags).data, last)
-        if r is None or r[1]:
-            return None
-        sub = _parser.SubPattern(_parser.State())
-        sub.append((_parser.IN, r[0]))
-        return _compiler.compile(sub, pattern.flags & re.UNICODE)
+        tree = P.parse(pattern, flags)
+        alts = tree.data[0][1][1] if len(tree.data) == 1 and tree.data[0][0] is P.BRANCH else [tree]
+        out["anchored"] = not flags & re.MULTILINE and all(
+            a.data and a.data[0][0] is P.AT and a.data[0][1] is P.AT_BEGINNING for a in alts)
+        for key, last in (("first", False), ("last", True)):
+            r = _edge_items(tree.data, last)
+            if r is not None and not r[1]:
+                sub = P.SubPattern(P.State())
+                sub.append((P.IN, r[0]))
+                out[key] = _class_source(_compiler.compile(sub, flags & re.UNICODE))
+        width, ok = 0, True
+        for a in alts:
+            hi = a.getwidth()[1]
+            if hi < P.MAXREPEAT:
+                width = max(width, hi)
+                continue
+            d = a.data  # allowed unbounded: one literal, then the same literal repeated, then $
+            ok = ok and (len(d) == 3 and d[0][0] is P.LITERAL and d[1][0] is P.MAX_REPEAT
+                         and list(d[1][1][2].data) == [d[0]] and d[2] == (P.AT, P.AT_END))
+        out["k"] = max(width, 2) if ok else None
+        out["behind"] = _lookbehind(tree.data, P)
+        out["need"] = sorted(_required_literals(tree.data, P))
     except Exception:  # private API of `re`: any surprise means no shortcut
-        return None
+        return {"anchored": False, "first": None, "last": None, "k": None, "behind": None, "need": []}
+    return out
 
 
-def _alternatives(pattern: str):
-    from re import _parser
+def _char_class(src: str | None):
+    import re
 
-    tree = _parser.parse(pattern)
-    if len(tree.data) == 1 and tree.data[0][0] is _parser.BRANCH:
-        return _parser, tree.data[0][1][1]
-    return _parser, [tree]
+    return None if src is None else re.compile(src)
 
 
-def _anchored_prefix(search):
+def _needs_literals(rx: _LazyRx, info: dict):
+    """`rx.match`, answered None at once for a text lacking a character every match
+    consumes (spaCy's URL regex needs a "." in any host): most chunks are not URLs."""
+    need = tuple(info["need"])
+
+    def url_match(s: str):
+        for c in need:
+            if c not in s:
+                return None
+        return rx.match(s)
+
+    return url_match
+
+
+def _anchored_prefix(rx: _LazyRx, info: dict):
     """spaCy's prefix regex is an alternation of `^...` patterns: `match` gives what
     `search` gives, without trying every later position of the chunk; a chunk whose first
     character starts no alternative is answered without running it."""
-    pattern = getattr(search, "__self__", None)
-    if pattern is None or pattern.flags & __import__("re").MULTILINE:
-        return search
-    parser, alts = _alternatives(pattern.pattern)
-    if not all(a.data and a.data[0][0] is parser.AT and a.data[0][1] is parser.AT_BEGINNING for a in alts):
-        return search
-    match, first = pattern.match, _edge_class(pattern)
+    if not info["anchored"]:
+        return lambda s: rx.search(s)
+    first = _char_class(info["first"])
     if first is None:
-        return match
+        return lambda s: rx.match(s)
     first_match = first.match
 
     def prefix_match(s: str):
-        return match(s) if first_match(s) else None
+        return rx.match(s) if first_match(s) else None
 
     return prefix_match
 
 
-def _candidate_infix(finditer):
+def _candidate_infix(rx: _LazyRx, info: dict):
     """spaCy's infix regex, tried only where a match can start (a character some
     alternative consumes first): the same matches as `finditer`, which tries every
     position of the chunk against every alternative."""
-    pattern = getattr(finditer, "__self__", None)
-    first = None if pattern is None else _edge_class(pattern)
+    first = _char_class(info["first"])
     if first is None:
-        return finditer
-    match, candidates = pattern.match, first.finditer
+        return lambda s: rx.finditer(s)
+    candidates = first.finditer
 
     def infix_finditer(s: str):
         out, end = [], 0
         for c in candidates(s):
             p = c.start()
             if p >= end:
-                m = match(s, p)
+                m = rx.match(s, p)
                 if m is not None:
                     out.append(m)
                     end = m.end()
@@ -449,7 +509,7 @@ def _lookbehind(seq, parser) -> int | None:
 _NO = object()
 
 
-def _tail_suffix(pattern):
+def _tail_suffix(rx: _LazyRx, info: dict):
     """`start(s)`: where spaCy's suffix regex matches at the end of `s` (None: nowhere).
 
     The regex is an alternation of `...$` patterns, all at most K characters long but
@@ -460,29 +520,15 @@ def _tail_suffix(pattern):
     starts none, are skipped. The answer for the last K positions depends only on the
     last K + B characters (B: the longest lookbehind), which recur across chunks ("ing),"):
     it is remembered by them. Any other shape of regex: the plain search."""
-    search = pattern.search
 
     def plain(s: str):
-        m = search(s)
+        m = rx.search(s)
         return None if m is None else m.start()
 
-    parser, alts = _alternatives(pattern.pattern)
-    width = 0
-    for a in alts:
-        lo, hi = a.getwidth()
-        if hi < parser.MAXREPEAT:
-            width = max(width, hi)
-            continue
-        # allowed unbounded: one literal, then the same literal repeated, then $
-        d = a.data
-        ok = (len(d) == 3 and d[0][0] is parser.LITERAL and d[1][0] is parser.MAX_REPEAT
-              and list(d[1][1][2].data) == [d[0]] and d[2] == (parser.AT, parser.AT_END))
-        if not ok:
-            return plain
-    behind = _lookbehind(_parser_tree(pattern, parser).data, parser)
-    k = max(width, 2)
-    match = pattern.match
-    first, last = _edge_class(pattern), _edge_class(pattern, last=True)
+    k, behind = info["k"], info["behind"]
+    if k is None:
+        return plain
+    first, last = _char_class(info["first"]), _char_class(info["last"])
     first_search = first.search if first is not None else (lambda s, p: _Pos(p) if p < len(s) else None)
     last_match = last.match if last is not None else (lambda s, p: True)
     window = k + (behind or 0)
@@ -496,7 +542,7 @@ def _tail_suffix(pattern):
             if c is None:
                 return None
             p = c.start()
-            if match(key, p) is not None:
+            if rx.match(key, p) is not None:
                 return len(key) - p
             p += 1
 
@@ -520,10 +566,6 @@ def _tail_suffix(pattern):
         return n - off
 
     return start
-
-
-def _parser_tree(pattern, parser):
-    return parser.parse(pattern.pattern, pattern.flags)
 
 
 @functools.lru_cache(maxsize=8)
