@@ -83,8 +83,7 @@ class Vocab:
         return i
 
     def _chunk(self, chunk: str) -> tuple[int, ...]:
-        sp = self.splitter
-        words = (chunk,) if chunk.isalpha() and chunk not in sp.special else sp.split_chunk(chunk)
+        words = self.splitter.chunk_words(chunk)
         ids = self.chunks[chunk] = tuple(map(self._word_id, words))
         return ids
 

@@ -11,8 +11,8 @@ in Python) with spaCy's own rules, loaded from the installed spaCy (and kept in 
 per spaCy version, so that a fresh worker need not import spaCy): prefix, suffix and
 infix patterns, URL and token matches, and the special cases. What makes it fast:
 a whitespace chunk made only of letters and not a special case is a word as it is (most
-chunks); every other chunk is split once per process and remembered (filters/kernels.py
-keeps chunk -> word ids; `split` keeps its own cache); and spaCy's regexes are only run
+chunks); every other chunk is split once per process and remembered in one cache (read by
+filters/kernels.py's vocabulary and C4's sentence count); and spaCy's regexes are only run
 where they can match: the prefix regex as an anchored match when the first character can
 start one, the suffix regex on the last K positions when the last character can end one
 (its answer remembered by the last K+B characters, B the longest lookbehind), the infix
@@ -125,7 +125,6 @@ class WordSplitter:
         self.prefix_search = _anchored_prefix(prefix, pi) if prefix else never.search
         self.suffix_start = _tail_suffix(suffix, si) if suffix else (lambda s: None)
         self.infix_finditer = _candidate_infix(infix, ii) if infix else never.finditer
-        self.token_match = token_match.match if token_match else never.match
         self.token_match_or_none = token_match.match if token_match else None
         self.url_match = _needs_literals(url, ui) if url else never.match
         self.special: dict[str, tuple[str, ...]] = dict(rules["special"])
@@ -139,18 +138,23 @@ class WordSplitter:
 
     def split(self, text: str) -> list[str]:
         out: list[str] = []
-        cache, special = self.cache, self.special
         for chunk in text.split():
-            if chunk.isalpha() and chunk not in special:
-                out.append(chunk)
-                continue
-            toks = cache.get(chunk)
-            if toks is None:
-                if len(cache) > CACHE_MAX:
-                    cache.clear()
-                toks = cache[chunk] = self.split_chunk(chunk)
-            out.extend(toks)
+            out.extend(self.chunk_words(chunk))
         return out
+
+    def chunk_words(self, chunk: str) -> tuple[str, ...]:
+        """One whitespace-free chunk's words: itself when it is letters only and not a
+        special case, else spaCy's split, made once per process (the one cache of splits:
+        filters/kernels.py's vocabulary and C4's sentence count both read it)."""
+        if chunk.isalpha() and chunk not in self.special:
+            return (chunk,)
+        cache = self.cache
+        toks = cache.get(chunk)
+        if toks is None:
+            if len(cache) > CACHE_MAX:
+                cache.clear()
+            toks = cache[chunk] = self.split_chunk(chunk)
+        return toks
 
     def split_chunk(self, substring: str) -> tuple[str, ...]:
         """spaCy's affix / special-case / infix loop for one whitespace-free chunk.
@@ -330,15 +334,10 @@ class _LazyRx:
         return self._compile().finditer(*args)
 
 
-_ALL_CHARS: list[str] = []
-
-
 def _class_source(cls) -> str:
     """A regex character class, as source, matching exactly the characters `cls` matches
-    (found by running it over every code point once)."""
-    if not _ALL_CHARS:
-        _ALL_CHARS.append("".join(map(chr, range(0x110000))))
-    pos = [m.start() for m in cls.finditer(_ALL_CHARS[0])]
+    (found by running it over every code point once; only when the rules are built)."""
+    pos = [m.start() for m in cls.finditer("".join(map(chr, range(0x110000))))]
     if not pos:
         return "(?!)"
     ranges, lo, prev = [], pos[0], pos[0]
@@ -574,18 +573,6 @@ def splitter(language: str = "en") -> WordSplitter:
     return WordSplitter(language)
 
 
-@functools.lru_cache(maxsize=1100)
-def split_into_words(text: str, language: str = "en") -> list[str]:
-    """Cached so that the filters of a chain share a document's words: the filter step runs
-    each filter over a batch of 1,024 documents before the next, so the cache holds a
-    batch (about 25 MB of words). Callers must not mutate the returned list."""
-    return splitter(language).split(text)
-
-
-def _sentence_chars(language: str = "en") -> frozenset[str]:
-    return splitter(language).sentence_punct
-
-
 @functools.lru_cache(maxsize=100_000)
 def _is_punct(token: str) -> bool:
     import unicodedata
@@ -596,7 +583,7 @@ def _is_punct(token: str) -> bool:
 def count_sentences(text: str, language: str = "en") -> int:
     """spaCy's rule-based sentencizer (what datatrove's split_into_sentences runs), over our
     words: a sentence starts at a non-punctuation token that follows a sentence-final mark."""
-    ends = _sentence_chars(language)
+    ends = splitter(language).sentence_punct
     n, seen_end = 0, False
     for i, tok in enumerate(splitter(language).split(text)):
         if i == 0:
