@@ -39,6 +39,25 @@ class QualitySpec(Model):
     classifier: str = Field(description="name of a classifier defined under `classifiers`")
     keep_fraction: float | None = Field(None, gt=0, le=1, description="keep this top fraction by score")
     min_score: float | None = Field(None, ge=0, le=1, description="keep documents scoring at least this")
+    buckets: int | None = Field(None, ge=2, le=1000, description="label every document with its exact quantile bucket of "
+                                "the score within its source (1 = lowest scores .. N = highest; sizes differ by at most one "
+                                "document), over the documents that reach the quality stage; `mixture.weights` may then "
+                                "weight `source/q<k>` or `source/q<a>-q<b>`")
+    edges: list[float] | None = Field(None, min_length=1, description="score edges instead of quantiles: bucket k holds "
+                                      "scores in [edges[k-2], edges[k-1]) (ascending, between 0 and 1)")
+
+    @model_validator(mode="after")
+    def _buckets(self):
+        if self.buckets is not None and self.edges is not None:
+            raise ValueError("give buckets (quantiles) or edges (score cut points), not both")
+        if self.edges is not None:
+            e = self.edges
+            if any(not 0 < x < 1 for x in e) or any(a >= b for a, b in zip(e, e[1:])):
+                raise ValueError(f"edges must be strictly ascending and between 0 and 1; got {e}")
+        return self
+
+    def n_buckets(self) -> int | None:
+        return self.buckets if self.buckets is not None else (len(self.edges) + 1 if self.edges is not None else None)
 
 
 class _ExtractBase(Model):
@@ -234,11 +253,13 @@ class ValidationSpec(Model):
 class MixtureSpec(Model):
     target_tokens: int | None = Field(None, ge=1, description="tokens in the final mixture; default: with weights, the most "
                                       "that repeats no source; without, every kept token")
-    weights: dict[str, float] | None = Field(None, description="token shares of the final mixture; sum to 1; a source "
-                                             "missing here gets 0; default: every kept document once")
+    weights: dict[str, float] | None = Field(None, description="token shares of the final mixture per cell: a source (web), "
+                                             "a quality bucket (web/q5) or a range of buckets (web/q3-q4, with "
+                                             "sources.<s>.quality.buckets); sum to 1; what no key names gets 0; "
+                                             "default: every kept document once")
     exclude: list[str] = Field(default_factory=list, description="sources processed (filters, dedup, classifiers) but left out of the mixture")
     normalize: bool = Field(False, description="scale weights to sum to 1 instead of rejecting them")
-    max_epochs: float | None = Field(None, gt=0, description="no source is repeated more than this")
+    max_epochs: float | None = Field(None, gt=0, description="no cell (a source, or its weighted buckets) is repeated more than this")
     on_shortfall: Literal["error", "renormalize"] = Field("error", description="when a source cannot fill its share")
     shard_tokens: int | None = Field(None, ge=1, description="tokens per mixture shard (shards are filled by hash: sizes vary by a few %)")
     shard_rows: int = Field(100_000, ge=1, description="rows per mixture Parquet shard, when shard_tokens is not set")
@@ -660,12 +681,9 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
                         "{name, paths, text_fields} for eval files"))
     w = m.mixture.weights
     if w is not None:
-        for s in w:
-            if s not in m.sources:
-                out.append((("mixture", "weights", s), f"{s} has weight {w[s]} but no source named {s}; defined: {defined_sources}"))
-            elif m.sources[s].role != "train":
-                out.append((("mixture", "weights", s), f"{s} has role: {m.sources[s].role}, which is never mixed; "
-                            "remove its weight, or make it role: train"))
+        from pipeline import cells
+
+        out += cells.problems(m)
         total = sum(w.values())
         if not m.mixture.normalize and abs(total - 1.0) > 1e-6:
             out.append((("mixture", "weights"), f"weights sum to {total:g}, not 1; fix them or set mixture.normalize: true"))

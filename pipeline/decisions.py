@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from pipeline import cells
 from pipeline.io import atomic, fs
 from pipeline.ledger import filter_stage
 from pipeline.steps import mix, view
@@ -99,6 +100,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
     surv_id = np.array([None] * n, dtype=object)
     surv_gid = np.array([None] * n, dtype=object)
     scores: list[dict] = [{} for _ in range(n)]
+    buckets = None  # quality buckets, when the source has them
     layers = run.layers(source, part)
     for label, path in layers:
         t = fs.read_table(path)
@@ -133,6 +135,11 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
             for i, v in enumerate(t.column("score").to_pylist()):
                 if v is not None:
                     scores[i]["quality_score"] = round(v, 6)
+            if "bucket" in names:
+                buckets = t.column("bucket").fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+                for i, v in enumerate(buckets):
+                    if v >= 1:
+                        scores[i]["quality_bucket"] = int(v)
         if with_text and "text" in names:  # rewritten text (c4 rewrite, paragraph cuts)
             new = t.column("text").to_pylist()
             docs = docs.set_column(docs.schema.get_field_index("text"), "text",
@@ -146,16 +153,19 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
             chosen = np.zeros(len(kept_idx), bool)
             role = run.config["sources"][source].get("role", "train")
             why = "excluded" if role == "train" else f"role_{role}"
-        elif sel["whole_epochs"] > 0:
-            chosen = np.ones(len(kept_idx), bool)
-            why = ""
         else:
-            p = mix.priority(run.seed, source, [ids[i] for i in kept_idx], 0)
-            chosen = p <= np.uint64(int(sel["cutoff"])) if sel["cutoff"] is not None else np.zeros(len(kept_idx), bool)
-            why = "not_selected"
+            cl = mix.source_cells(sel)
+            where = cells.index(cl, None if buckets is None else buckets[kept_idx], len(kept_idx))
+            chosen = np.zeros(len(kept_idx), bool)
+            why = np.array(["not_selected"] * len(kept_idx), dtype=object)
+            for pos, c in enumerate(cl):
+                inside = np.flatnonzero(where == pos)
+                why[inside] = mix.not_selected_reason(c)
+                for _, mask in mix.cell_epochs(c, run.seed, source, [ids[kept_idx[j]] for j in inside]):
+                    chosen[inside if mask is None else inside[mask]] = True
         for j, i in enumerate(kept_idx):
             if not chosen[j]:
-                status[i], stage[i], reason[i] = "removed", "mix", why
+                status[i], stage[i], reason[i] = "removed", "mix", why if isinstance(why, str) else why[j]
     out = {
         "source": pa.array([source] * n, pa.string()), "id": docs.column("id"), "source_id": docs.column("source_id"),
         "status": pa.array(list(status), pa.string()), "stage": pa.array(list(stage), pa.string()),

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow.compute as pc
 
+from pipeline import cells
 from pipeline.errors import UsageError
 from pipeline.executor import shard_name
 from pipeline.io import atomic, fs
 from pipeline.ledger import filter_stage
-from pipeline.steps import idindex
+from pipeline.steps import idindex, mix
 
 
 def _steps(run_dir: Path) -> dict:
@@ -82,6 +84,8 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             continue
         rec = fs.read_table(path).slice(row, 1).to_pylist()[0]
         scores = {"score": rec["score"]} if rec.get("score") is not None else {}
+        if rec.get("bucket") is not None:
+            scores["bucket"] = info["quality_bucket"] = rec["bucket"]
         if rec["keep"] is False:
             info["stages"].append({"stage": stage, "result": "removed", "reason": rec["reason"]})
             info["status"] = "removed"
@@ -104,10 +108,14 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         else:
             info["stages"].append({"stage": stage, "result": "kept", "scores": scores})
     if info["status"] == "kept":
-        info["mixture_file"] = _mixture_file(run_dir, rj, source, doc["id"])
+        info["mixture_file"], cell = _mixture_file(run_dir, rj, source, doc["id"], info.get("quality_bucket"))
+        if cell is not None:
+            info["cell"] = cell["name"] or source
         if info["mixture_file"] is None:
             info["status"] = "removed"
-            info["removed_by"] = {"stage": "mix", "reason": "not_selected (down-sampled to meet the source's token target)"}
+            why = mix.not_selected_reason(cell) if cell else "not_selected"
+            info["removed_by"] = {"stage": "mix", "reason": f"{why} (no weight names this cell)" if why != "not_selected"
+                                  else "not_selected (down-sampled to meet the cell's token target)"}
     return info
 
 
@@ -158,27 +166,26 @@ def _read_row(path: Path, row: int, columns: list[str]) -> dict:
     raise IndexError(f"{path} has no row {row}")
 
 
-def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str) -> str | None:
-    """Where the mixture holds this kept document: recomputed from the selection (its
-    priorities against the source's cutoff) and the routing hash, as the mix steps did."""
-    from pipeline.steps import mix
-
+def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int | None) -> tuple[str | None, dict | None]:
+    """Where the mixture holds this kept document, and its cell: recomputed from the
+    selection (its priorities against its cell's cutoff) and the routing hash, as the mix
+    steps did."""
     sel_step = rj["steps"].get("mix-select")
     if not sel_step:
-        return None
+        return None, None
     marker = atomic.read_json(fs.join(run_dir, sel_step["dir"]) / "_markers" / "part-00000.json")
     sel = marker["sources"].get(source)
     if sel is None:
-        return "not in the mixture: the source is excluded"
+        return "not in the mixture: the source is excluded", None
     seed = rj["config"]["seed"]
-    epochs = list(range(sel["whole_epochs"]))
-    if sel["cutoff"] is not None and mix.priority(seed, source, [doc_id], sel["whole_epochs"])[0] <= int(sel["cutoff"]):
-        epochs.append(sel["whole_epochs"])
+    cl = mix.source_cells(sel)
+    c = cl[int(cells.index(cl, None if bucket is None else np.array([bucket]), 1)[0])]
+    epochs = [e for e, m in mix.cell_epochs(c, seed, source, [doc_id]) if m is None or m[0]]
     if not epochs:
-        return None
+        return None, c
     places = [f"mixture/part-{int(mix.order_key(seed, source, [doc_id], e)[0] % marker['n_shards']):05d}.parquet"
               + (f" (epoch {e})" if len(epochs) > 1 else "") for e in epochs]
-    return ", ".join(places)
+    return ", ".join(places), c
 
 
 def render(infos: list[dict], doc_id: str) -> str:
@@ -206,7 +213,8 @@ def render(infos: list[dict], doc_id: str) -> str:
                 lines.append(f"  cluster of {cl['size']} (survivor first): " + ", ".join(cl["members"][:10])
                              + (" ..." if cl["size"] > 10 else ""))
         else:
-            lines.append(f"  => kept, in {info.get('mixture_file') or 'the mixture'}")
+            cell = f" (cell {info['cell']})" if info.get("cell") and info["cell"] != info["source"] else ""
+            lines.append(f"  => kept, in {info.get('mixture_file') or 'the mixture'}{cell}")
         lines.append(f"  text: {info['excerpt']!r}")
     return "\n".join(lines)
 

@@ -80,8 +80,11 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
     if mix.get("excluded"):  # "excluded" (mixture.exclude), or role_eval / role_reference
         if available:  # (an eval source's documents have all gone to validation/ before the mix)
             removed["mix"] = {mix["excluded"] if isinstance(mix["excluded"], str) else "excluded": available}
-    elif mix.get("not_selected"):
-        removed["mix"] = {"not_selected": mix["not_selected"]}
+    elif mix.get("not_selected"):  # a count, or counts by reason (cells no weight names)
+        ns = mix["not_selected"]
+        got = {k: v for k, v in (ns.items() if isinstance(ns, dict) else [("not_selected", ns)]) if v}
+        if got:
+            removed["mix"] = dict(sorted(got.items()))
     removed_total = sum(sum(r.values()) for r in removed.values())
     q_total = sum(quarantined.values())
     stages.append({"stage": "mix", "docs_in": available, "docs_out": kept, "rows_out": mix["rows"],

@@ -40,8 +40,13 @@ def _quality(run: dec.Run, source: str) -> dict | None:
             t = fs.read_table(f, columns=["keep", "score"])
             counts += classify.score_histogram(t.filter(t.column("keep").is_valid()).column("score").to_numpy())
     thr = atomic.read_json(run.step_dir(f"quality-{source}-threshold") / "_markers" / "part-00000.json")
-    return {"bins": [round(i / BINS, 4) for i in range(BINS + 1)], "counts": counts.tolist(),
-            "threshold": thr["threshold"], "kind": thr["kind"], "documents": int(counts.sum())}
+    out = {"bins": [round(i / BINS, 4) for i in range(BINS + 1)], "counts": counts.tolist(),
+           "threshold": thr["threshold"] if thr["kind"] != "none" else None, "kind": thr["kind"], "documents": int(counts.sum())}
+    if marks and all("bucket_seen" in m for m in marks.values()):  # per quality bucket: reached the stage, kept
+        out["buckets"] = {"reached": np.sum([m["bucket_seen"] for m in marks.values()], axis=0).astype(int).tolist(),
+                          "kept": np.sum([m["bucket_docs"] for m in marks.values()], axis=0).astype(int).tolist(),
+                          "kept_tokens": np.sum([m["bucket_tokens"] for m in marks.values()], axis=0).astype(int).tolist()}
+    return out
 
 
 def _languages(run: dec.Run, source: str) -> dict[str, int]:
@@ -79,7 +84,17 @@ def build(run_dir: Path) -> dict:
             "config_hash": run.record["config_hash"], "sources": sources, "totals": led["totals"],
             "mixture": {"total_tokens": man["total_tokens"], "total_docs": man["total_docs"], "files": len(man["files"]),
                         "target_tokens": man.get("target_tokens")},
-            "steps": steps, "contamination": _contamination(run)}
+            "steps": steps, "contamination": _contamination(run), "cells": _cells(man, sources)}
+
+
+def _cells(man: dict, sources: dict) -> dict | None:
+    """The mixture's cells (pipeline/cells.py) and, per bucketed source, the documents that
+    reached quality, were kept and were mixed, per bucket; None when no source has cells."""
+    cells = man.get("cells") or {}
+    if not any(c.get("buckets") for c in cells.values()):
+        return None
+    return {"cells": cells, "buckets": {s: e["quality"]["buckets"] for s, e in sources.items()
+                                        if e.get("quality") and e["quality"].get("buckets")}}
 
 
 def _contamination(run: dec.Run) -> dict | None:
@@ -118,6 +133,12 @@ def _plots(rep: dict) -> dict[str, str]:
         if q:
             out[f"quality-{s}"] = plots.histogram(f"{s}: quality scores of the documents that reached the stage",
                                                   q["bins"], q["counts"], q["threshold"], "quality score")
+    if rep.get("cells"):
+        cl = rep["cells"]["cells"]
+        out["cells"] = plots.grouped(
+            "mixture cells (token shares)", list(cl),
+            {"target weight": [v["target_weight"] or 0 for v in cl.values()],
+             "realised weight": [v["realized_weight"] for v in cl.values()]}, ["#bbb", "#4a7fb5"])
     mixed = {s: e["mixture"] for s, e in rep["sources"].items() if e["mixture"]}
     if mixed:
         out["weights"] = plots.grouped(
@@ -157,6 +178,15 @@ def render(rep: dict) -> str:
                          [[s, e["mixture"]["weight"], e["mixture"]["available_tokens"], e["mixture"]["target_tokens"],
                            e["mixture"]["realized_tokens"], e["mixture"]["realized_weight"], e["mixture"]["epochs"]]
                           for s, e in rep["sources"].items() if e["mixture"]])]
+    if rep.get("cells"):
+        cl = rep["cells"]["cells"]
+        parts += ["<h3>Cells (a source, or a range of its quality buckets)</h3>",
+                  plots["cells"],
+                  _table(["cell", "buckets", "target weight", "realised weight", "available tokens", "target tokens",
+                          "realised tokens", "rows", "distinct documents", "epochs"],
+                         [[k, f"q{v['buckets'][0]}-q{v['buckets'][1]}" if v["buckets"] else "all", v["target_weight"],
+                           v["realized_weight"], v["available_tokens"], v["target_tokens"], v["tokens"], v["documents"],
+                           v["distinct_documents"], v["epochs"]] for k, v in cl.items()])]
     for s, e in rep["sources"].items():
         parts += [f"<h2>{html.escape(s)}</h2>", plots[f"funnel-{s}"],
                   _table(["stage", "documents", "tokens"], [[f["stage"], f["docs"], f["tokens"]] for f in e["funnel"]])]
@@ -173,6 +203,11 @@ def render(rep: dict) -> str:
             parts += ["<h3>Removed, by stage and reason</h3>", _table(["stage", "reason", "documents"], rows)]
         if f"quality-{s}" in plots:
             parts += ["<h3>Quality scores</h3>", plots[f"quality-{s}"]]
+        qb = (e.get("quality") or {}).get("buckets")
+        if qb:
+            parts += ["<h3>Quality buckets (exact quantiles of the score within the source)</h3>",
+                      _table(["bucket", "reached quality", "kept", "kept tokens"],
+                             [[f"q{i + 1}", a, b, t] for i, (a, b, t) in enumerate(zip(qb["reached"], qb["kept"], qb["kept_tokens"]))])]
         if e["languages"]:
             parts += ["<h3>Languages (language ID's best label)</h3>",
                       _table(["language", "documents"], list(e["languages"].items())[:15])]

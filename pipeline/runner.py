@@ -53,6 +53,7 @@ from pipeline.lease import holder as lease_holder
 from pipeline.steps import classify_plan, decontam_plan, idindex, validation_plan
 from pipeline.steps import ids as ids_mod
 from pipeline.steps import ingest as ingest_mod
+from pipeline import cells as cells_mod
 from pipeline.steps import mix as mix_mod
 
 
@@ -106,52 +107,59 @@ class Plan:
         m = self.lm.mixture
         mx = m.mixture
         mixed = [s for s in m.sources if s not in m.excluded()]
-        max_epochs = {s: (m.sources[s].max_epochs or mx.max_epochs) for s in mixed}
+        self.cells = cells_mod.cells(m)
+        cell_dicts = {c.name: {**c.to_dict(), "index": i} for i, c in enumerate(self.cells)}
+        max_epochs = {c.name: (m.sources[c.source].max_epochs or mx.max_epochs) for c in self.cells}
         cfg = {"seed": m.seed, "weights": mx.weights, "normalize": mx.normalize, "target_tokens": mx.target_tokens,
-               "max_epochs": max_epochs, "on_shortfall": mx.on_shortfall, "shard_tokens": mx.shard_tokens,
-               "shard_rows": mx.shard_rows, "sources": mixed}
+               "max_epochs": {s: (m.sources[s].max_epochs or mx.max_epochs) for s in mixed}, "on_shortfall": mx.on_shortfall,
+               "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows, "sources": mixed}
+        if any(c.lo is not None for c in self.cells):  # only then: a mixture without cells keeps its config
+            cfg["cells"] = [c.to_dict() for c in self.cells]
 
         def budget(stats):
             docs = self.mixed_docs(stats)
-            avail, avail_docs = dict.fromkeys(mixed, 0), dict.fromkeys(mixed, 0)
-            for d in docs:
-                avail[d["source"]] += d["tokens"]
-                avail_docs[d["source"]] += d["kept"]
+            avail, avail_docs = self.cell_available(docs)
             b = mix_mod.budget(avail, self.weights(), mx.target_tokens, max_epochs, mx.on_shortfall)
-            epoch = {}  # per source: the epoch whose priorities pick the partial epoch, if there is one
-            for s, e in b.items():
-                whole, partial = (1, 0) if e.get("all") else mix_mod.split_epochs(e["target"], avail[s])
-                epoch[s] = whole if partial > 0 else None
+            epoch = {}  # per cell: the epoch whose priorities pick the partial epoch, if there is one
+            for c, e in b.items():
+                whole, partial = (1, 0) if e.get("all") else mix_mod.split_epochs(e["target"], avail[c])
+                epoch[c] = whole if partial > 0 else None
             return docs, avail, avail_docs, b, epoch
+
+        def of_source(source, epoch=None):
+            return [{**cell_dicts[c.name], "epoch": (epoch or {}).get(c.name)} for c in self.cells if c.source == source]
 
         def priority_shards(st, stats):
             docs, *_, epoch = budget(stats)
-            return [{"doc": d, "seed": m.seed, "epoch": epoch[d["source"]],
+            return [{"doc": d, "seed": m.seed, "cells": of_source(d["source"], epoch),
                      "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in docs]
 
         self.mix_priority = Step("mix-priority", "mix-priority", cfg, upstream, "pipeline.steps.mix:priority_shard",
-                                 shards=priority_shards)
+                                 shards=priority_shards, version="2")  # 2: one key file per cell
 
         def select_shards(st, stats):
             docs, avail, avail_docs, b, epoch = budget(stats)
             pdir = self.mix_priority.dir(self.store)
-            keys = {s: [] for s in mixed}
+            keys = {c: [] for c in b}
             for j, d in enumerate(docs):
-                if epoch[d["source"]] is not None:
-                    keys[d["source"]].append(str(pdir / f"{shard_name(j)}.parquet"))
+                for c in self.cells:
+                    if c.source == d["source"] and epoch[c.name] is not None:
+                        keys[c.name].append(str(pdir / "keys" / f"c{cell_dicts[c.name]['index']}" / f"{shard_name(j)}.parquet"))
             return [{"keys": keys, "budget": b, "available": avail, "available_docs": avail_docs, "seed": m.seed,
-                     "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows, "describe": "mixture selection"}]
+                     "cells": cell_dicts, "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows,
+                     "describe": "mixture selection"}]
 
         self.mix_select = Step("mix-select", "mix-select", cfg, [self.mix_priority], "pipeline.steps.mix:select_shard",
-                               shards=select_shards)
+                               shards=select_shards, version="2")  # 2: per cell
 
         def route_shards(st, stats):
             sel = stats[self.mix_select.name][0]
-            return [{"doc": d, "selection": sel["sources"][d["source"]], "seed": m.seed, "n_shards": sel["n_shards"],
-                     "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in self.mixed_docs(stats)]
+            return [{"doc": d, "cells": mix_mod.source_cells(sel["sources"][d["source"]]), "seed": m.seed,
+                     "n_shards": sel["n_shards"], "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                    for d in self.mixed_docs(stats)]
 
         self.mix_route = Step("mix-route", "mix-route", {}, [self.mix_select], "pipeline.steps.mix:route_shard",
-                              shards=route_shards, version=dedup_plan.SHUFFLE_VERSION)
+                              shards=route_shards, version=f"{dedup_plan.SHUFFLE_VERSION}.cells")  # quality_bucket, per cell
 
         def write_shards(st, stats):
             n = stats[self.mix_select.name][0]["n_shards"]
@@ -195,12 +203,25 @@ class Plan:
         return [d for d in dedup_plan.doc_shards(self, stats, self.layers, self.quality) if d["source"] not in exclude]
 
     def weights(self) -> dict[str, float] | None:
-        mx = self.lm.mixture.mixture
-        if mx.weights is None:
-            return None
-        w = {s: v for s, v in mx.weights.items() if s not in self.lm.mixture.excluded()}
-        total = sum(w.values())
-        return {s: v / total for s, v in w.items()} if mx.normalize and total else w
+        """Per cell (pipeline/cells.py): its weight, normalised when `mixture.normalize`."""
+        return cells_mod.weights(self.lm.mixture, self.cells)
+
+    def cell_available(self, docs: list[dict]) -> tuple[dict[str, int], dict[str, int]]:
+        """Kept tokens and documents per cell, from the document shards' markers (a
+        bucketed source's quality step counts them per bucket)."""
+        avail, avail_docs = {c.name: 0 for c in self.cells}, {c.name: 0 for c in self.cells}
+        by_source: dict[str, list] = {}
+        for c in self.cells:
+            by_source.setdefault(c.source, []).append(c)
+        for d in docs:
+            for c in by_source.get(d["source"], []):
+                if c.lo is None:
+                    avail[c.name] += d["tokens"]
+                    avail_docs[c.name] += d["kept"]
+                else:
+                    avail[c.name] += sum(d["bucket_tokens"][c.lo - 1:c.hi])
+                    avail_docs[c.name] += sum(d["bucket_docs"][c.lo - 1:c.hi])
+        return avail, avail_docs
 
     def _source_steps(self, sname: str, spec):
         fdicts = [f.to_dict() for f in self.files[sname]]
@@ -351,24 +372,25 @@ def _expected_mixture(plan: Plan) -> list[str]:
                 else f"expected mixture: unknown until {pending[0]} runs"]
     stats = {s.name: read_markers(s.dir(plan.store)) for s in upstream}
     mx = plan.lm.mixture.mixture
-    docs = plan.mixed_docs(stats)
-    mixed = [s for s in plan.lm.mixture.sources if s not in plan.lm.mixture.excluded()]
-    avail = {s: sum(d["tokens"] for d in docs if d["source"] == s) for s in mixed}
-    max_epochs = {s: (plan.lm.mixture.sources[s].max_epochs or mx.max_epochs) for s in mixed}
+    avail, _ = plan.cell_available(plan.mixed_docs(stats))
+    max_epochs = {c.name: (plan.lm.mixture.sources[c.source].max_epochs or mx.max_epochs) for c in plan.cells}
     try:
         b = mix_mod.budget(avail, plan.weights(), mx.target_tokens, max_epochs, "renormalize")
         strict = mix_mod.budget(avail, plan.weights(), mx.target_tokens, max_epochs, "error") if mx.on_shortfall == "error" else None
     except RunError:
         strict = "short"
+    width = max([16] + [len(c) for c in avail])
     lines = ["expected mixture (from the kept documents now):",
-             f"{'source':<16} {'weight':>7} {'available':>13} {'target':>13} {'epochs':>7}  note"]
-    for s in mixed:
-        e = b[s]
+             f"{'cell':<{width}} {'weight':>7} {'available':>13} {'target':>13} {'epochs':>7}  note"]
+    for c in plan.cells:
+        e = b[c.name]
         w = f"{e['weight']:.3f}" if e["weight"] is not None else "-"
         note = "capped at max_epochs" if e.get("capped") else ""
         if e["epochs"] > 1:
             note = note or f"repeated: {math.floor(e['epochs'])} whole epochs + part"
-        lines.append(f"{s:<16} {w:>7} {avail[s]:>13,} {e['target']:>13,} {e['epochs']:>7.2f}  {note}")
+        if not c.named and e["weight"] == 0:
+            note = note or "no weight names these buckets: left out"
+        lines.append(f"{c.name:<{width}} {w:>7} {avail[c.name]:>13,} {e['target']:>13,} {e['epochs']:>7.2f}  {note}")
     if strict == "short":
         lines.append("shortfall: with on_shortfall: error the run will stop before writing (see the table it prints)")
     return lines
@@ -573,7 +595,11 @@ def _ledger(plan: Plan, stats: dict) -> dict:
         if sel is None:  # excluded from the mixture
             mix.update({"kept": 0, "excluded": "excluded" if spec.role == "train" else f"role_{spec.role}"})
         else:
-            mix.update({"kept": sel["distinct_docs"], "not_selected": sel["available_docs"] - sel["distinct_docs"]})
+            ns: dict[str, int] = {}
+            for c in mix_mod.source_cells(sel):
+                why = mix_mod.not_selected_reason(c)
+                ns[why] = ns.get(why, 0) + c["available_docs"] - c["distinct_docs"]
+            mix.update({"kept": sel["distinct_docs"], "not_selected": ns})
         entries[sname] = ledger.source_entry(
             sname, stats[plan.ingest[sname].name], stats[flt.name] if flt else None, plan.chains[sname], mix, later
         )
@@ -648,7 +674,7 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
     for sname, sel in selection.items():
         v = per_source.get(sname, {"docs": 0, "tokens": 0, "repeats": 0})
         sources[sname] = {
-            "weight": weights.get(sname, 0.0) if weights is not None else None,
+            "weight": round(sum(c.get("weight") or 0.0 for c in mix_mod.source_cells(sel)), 12) if weights is not None else None,
             "available_tokens": sel["available"], "available_docs": sel["available_docs"],
             "target_tokens": sel["target"], "realized_tokens": v["tokens"], "realized_weight": round(v["tokens"] / total, 6),
             "docs": v["docs"], "distinct_docs": sel["distinct_docs"], "docs_repeated": v["repeats"],
@@ -656,11 +682,34 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
         }
     return {
         "name": plan.lm.mixture.name, "config_hash": plan.lm.config_hash(), "seed": plan.lm.mixture.seed,
+        "cells": _cells(markers, selection, total),
         "target_tokens": plan.lm.mixture.mixture.target_tokens, "step": _step_record(plan.mix, run_dir, plan.store, "")["dir"],
         "step_hash": plan.mix.hash, "steps": {s.name: s.hash for s in plan.steps}, "sources": sources,
         "total_docs": sum(f["rows"] for f in files), "total_tokens": sum(v["tokens"] for v in per_source.values()),
         "files": files, **({"validation": validation} if validation is not None else {}),
     }
+
+
+def _cells(markers: dict, selection: dict, total: int) -> dict:
+    """Per cell: target and realised weight, tokens, documents (rows), distinct documents
+    and epochs (realised tokens over the cell's kept tokens), counted in the mixture files."""
+    realized: dict[str, dict] = {}
+    for m in markers.values():
+        for name, v in (m.get("per_cell") or {}).items():
+            r = realized.setdefault(name, {"docs": 0, "tokens": 0})
+            r["docs"] += v["docs"]
+            r["tokens"] += v["tokens"]
+    out = {}
+    for sname, sel in selection.items():
+        for c in mix_mod.source_cells(sel):
+            name = c["name"] or sname
+            r = realized.get(name, {"docs": 0, "tokens": 0})
+            out[name] = {"source": sname, "buckets": [c["lo"], c["hi"]] if c["lo"] is not None else None,
+                         "target_weight": c.get("weight"), "realized_weight": round(r["tokens"] / total, 6),
+                         "target_tokens": c["target"], "tokens": r["tokens"], "documents": r["docs"],
+                         "distinct_documents": c["distinct_docs"], "available_tokens": c["available"],
+                         "epochs": round(r["tokens"] / c["available"], 6) if c["available"] else 0.0}
+    return out
 
 
 def _publish_validation(plan: Plan, run_dir: Path, stats: dict) -> dict | None:

@@ -80,36 +80,44 @@ def totals(paths: list) -> tuple[int, int]:
 def cutoff(paths: list, want: int) -> tuple[int, int, int]:
     """(c, keys <= c, weight of keys <= c) for the smallest key c whose running weight
     reaches `want`. With too little weight in all: the largest key."""
+    return cutoffs(paths, [want])[0]
+
+
+def cutoffs(paths: list, wants: list[int]) -> list[tuple[int, int, int]]:
+    """`cutoff` for several wants at once (quantile edges): the footers are read once,
+    and each histogram bin that holds an answer is read once."""
     counts = np.zeros(1 << BITS, np.int64)
     weights = np.zeros(1 << BITS, np.int64)
     for c, s in fs.read_many(_histogram, paths):
         counts += c
         weights += s
     cum = np.cumsum(weights)
-    if cum.size == 0 or cum[-1] < want or counts.sum() == 0:
-        d = int(np.flatnonzero(counts)[-1]) if counts.any() else 0
-        need = None
-    else:
-        d = int(np.searchsorted(cum, want))  # the first bin where the running weight reaches want
-        need = want - (int(cum[d - 1]) if d else 0)
-    lo = np.uint64(d) << SHIFT
-    cond = pc.field("key") >= pa.scalar(lo, pa.uint64())
-    if d + 1 < (1 << BITS):
-        cond = cond & (pc.field("key") < pa.scalar(np.uint64(d + 1) << SHIFT, pa.uint64()))
-    parts = list(fs.read_many(lambda p: _read(p, cond), paths))
-    t = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
-    t = t.sort_by([("key", "ascending")])
-    keys = t.column("key").to_numpy()
-    w = np.cumsum(t.column("weight").to_numpy())
-    below_n = int(counts[:d].sum())
-    below_w = int(weights[:d].sum())
-    if need is None:
-        i = len(keys) - 1
-    else:
-        i = int(np.searchsorted(w, need))
-    c = int(keys[i])
-    last = int(np.searchsorted(keys, np.uint64(c), side="right"))  # equal keys: all of them are <= c
-    return c, below_n + last, below_w + int(w[last - 1])
+    short = cum.size == 0 or counts.sum() == 0
+    where = []  # per want: (bin, weight still needed inside it, or None for "the largest key")
+    for want in wants:
+        if short or cum[-1] < want:
+            where.append((int(np.flatnonzero(counts)[-1]) if counts.any() else 0, None))
+        else:
+            d = int(np.searchsorted(cum, want))  # the first bin where the running weight reaches want
+            where.append((d, want - (int(cum[d - 1]) if d else 0)))
+    bins: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for d in sorted({d for d, _ in where}):
+        lo = np.uint64(d) << SHIFT
+        cond = pc.field("key") >= pa.scalar(lo, pa.uint64())
+        if d + 1 < (1 << BITS):
+            cond = cond & (pc.field("key") < pa.scalar(np.uint64(d + 1) << SHIFT, pa.uint64()))
+        parts = list(fs.read_many(lambda p, cond=cond: _read(p, cond), paths))
+        t = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
+        t = t.sort_by([("key", "ascending")])
+        bins[d] = (t.column("key").to_numpy(), np.cumsum(t.column("weight").to_numpy()))
+    out = []
+    for d, need in where:
+        keys, w = bins[d]
+        i = len(keys) - 1 if need is None else int(np.searchsorted(w, need))
+        c = int(keys[i])
+        last = int(np.searchsorted(keys, np.uint64(c), side="right"))  # equal keys: all of them are <= c
+        out.append((c, int(counts[:d].sum()) + last, int(weights[:d].sum()) + int(w[last - 1])))
+    return out
 
 
 def _read(path, cond) -> pa.Table:

@@ -54,12 +54,16 @@ def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, Step] | N
             for st in layers:
                 paths.append(str(attribute_path(st.dir(plan.store), sname, i)))
                 kept, tokens = stats[st.name][len(out)]["docs_out"], stats[st.name][len(out)]["tokens_out"]
+            extra = {}
             if last:
                 paths.append(str(attribute_path(last.dir(plan.store), sname, i)))
-                kept, tokens = stats[last.name][j]["docs_out"], stats[last.name][j]["tokens_out"]
+                mk = stats[last.name][j]
+                kept, tokens = mk["docs_out"], mk["tokens_out"]
+                if "bucket_docs" in mk:  # kept documents and tokens per quality bucket
+                    extra = {"bucket_docs": mk["bucket_docs"], "bucket_tokens": mk["bucket_tokens"]}
             out.append({"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": len(out),
                         "documents": str(ing.dir(plan.store) / f"{shard_name(i)}.parquet"),
-                        "layers": paths, "kept": kept, "tokens": tokens})
+                        "layers": paths, "kept": kept, "tokens": tokens, **extra})
     return out
 
 

@@ -248,18 +248,43 @@ def score_shard(spec: dict, out) -> dict:
 
 def threshold_shard(spec: dict, out) -> dict:
     """The threshold of a source: min_score as given, or the exact keep_fraction cutoff
-    merged from the score tasks' key files (pipeline/select.py: no pass over the source)."""
+    merged from the score tasks' key files (pipeline/select.py: no pass over the source);
+    with `buckets`, the exact quantile edges too (same merge, one footer read)."""
     paths = [f"{spec['keys']}/part-{j:05d}.parquet" for j in range(spec["shards"])]
     n, _ = select.totals(paths)
+    buckets = spec.get("buckets")
+    res = {"rows": n, "docs_in": n, "bucket_keys": bucket_keys(paths, n, buckets) if buckets else None}
     if spec["min_score"] is not None:
-        return {"rows": n, "docs_in": n, "kind": "min_score", "threshold": spec["min_score"], "key": None}
+        return {**res, "kind": "min_score", "threshold": spec["min_score"], "key": None}
+    if spec["keep_fraction"] is None:
+        return {**res, "kind": "none", "threshold": 0.0, "key": None}
     k = round(spec["keep_fraction"] * n)
     if k == 0:
-        return {"rows": n, "docs_in": n, "kind": "keep_fraction", "k": 0, "threshold": 1.0, "key": str(2**64 - 1)}
+        return {**res, "kind": "keep_fraction", "k": 0, "threshold": 1.0, "key": str(2**64 - 1)}
     c, _, _ = select.cutoff(paths, k)  # the k-th smallest complement: the k-th largest key
     key = (2**64 - 1) ^ c
     score = float(np.array([key >> 32], np.uint32).view(np.float32)[0])
-    return {"rows": n, "docs_in": n, "kind": "keep_fraction", "k": k, "threshold": score, "key": str(key)}
+    return {**res, "kind": "keep_fraction", "k": k, "threshold": score, "key": str(key)}
+
+
+def bucket_keys(paths: list, n: int, buckets: int) -> list[str]:
+    """The smallest key of buckets 2..N: bucket b holds ascending ranks
+    [ceil((b-1)n/N), ceil(bn/N)), so the top n - ceil((b-1)n/N) keys are in b or above."""
+    wants = [n - -(-(b - 1) * n // buckets) for b in range(2, buckets + 1)]
+    if n == 0:
+        return [str(2**64 - 1)] * len(wants)
+    got = select.cutoffs(paths, [max(w, 1) for w in wants])
+    return [str((2**64 - 1) ^ c) if w > 0 else str(2**64 - 1) for w, (c, _, _) in zip(wants, got, strict=True)]
+
+
+def bucket_of(keys: np.ndarray, scores: np.ndarray, spec: dict) -> np.ndarray | None:
+    """Each row's bucket (1..N): by quantile edges on keys, or by score edges."""
+    if spec.get("bucket_keys"):
+        lows = np.array([int(k) for k in spec["bucket_keys"]], np.uint64)
+        return (1 + np.searchsorted(lows, keys, side="right")).astype(np.int16)
+    if spec.get("edges"):
+        return (1 + np.searchsorted(np.array(spec["edges"], np.float32), scores.astype(np.float32), side="right")).astype(np.int16)
+    return None
 
 
 def score_keys(scores: np.ndarray, tie: np.ndarray) -> np.ndarray:
@@ -288,10 +313,9 @@ def apply_shard(spec: dict, out) -> dict:
     seen = np.zeros(n, bool)
     seen[rows] = True
     score = t.column("score").to_numpy()
+    key = score_keys(score, t.column("tie").to_numpy())
     thr = spec["threshold"]
     if spec["key"] is not None:
-        bits = score.astype(np.float32).view(np.uint32).astype(np.uint64)
-        key = (bits << np.uint64(32)) | t.column("tie").to_numpy().astype(np.uint64)
         passed = key >= np.uint64(int(spec["key"]))
     else:
         passed = score >= thr
@@ -299,9 +323,18 @@ def apply_shard(spec: dict, out) -> dict:
     drop = np.flatnonzero(seen & ~passed)
     label = f"quality_below:{thr:.4g}"
     reasons = pa.array([f"{label} (score={score[i]:.4g})" for i in drop], pa.string())
-    table = pa.table({"id": t.column("id"), "keep": pa.array(np.where(seen, keep, False), pa.bool_(), mask=~seen),
-                      "reason": scatter(n, drop, reasons) if len(drop) else pa.nulls(n, pa.string()),
-                      "score": t.column("score")})
-    write_attributes(out.dir, doc, table)
+    cols = {"id": t.column("id"), "keep": pa.array(np.where(seen, keep, False), pa.bool_(), mask=~seen),
+            "reason": scatter(n, drop, reasons) if len(drop) else pa.nulls(n, pa.string()),
+            "score": t.column("score")}
+    bucket = bucket_of(key, score, spec)
+    extra = {}
+    if bucket is not None:
+        cols["bucket"] = pa.array(bucket, pa.int16(), mask=~seen)
+        nb = spec["n_buckets"]
+        kb = bucket[rows][keep[rows]].astype(np.int64) - 1  # the kept rows' buckets (0-based)
+        extra = {"bucket_docs": np.bincount(kb, minlength=nb).tolist(),
+                 "bucket_tokens": np.bincount(kb, weights=toks[keep[rows]], minlength=nb).astype(np.int64).tolist(),
+                 "bucket_seen": np.bincount(bucket[rows].astype(np.int64) - 1, minlength=nb).tolist()}
+    write_attributes(out.dir, doc, pa.table(cols))
     return {**stage_stats(doc, rows, chars, toks, keep[rows], {label: len(drop)} if len(drop) else {}),
-            "score_histogram": score_histogram(score[seen]).tolist()}
+            "score_histogram": score_histogram(score[seen]).tolist(), **extra}

@@ -96,17 +96,21 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
             return [(d, str(score.dir(plan.store) / f"{shard_name(j)}.parquet")) for j, d in enumerate(source_docs(stats))]
 
         thr_cfg = {"min_score": q.min_score, "keep_fraction": q.keep_fraction}
+        if q.n_buckets():  # only then: a mixture without buckets keeps its step hashes
+            thr_cfg.update({"buckets": q.buckets, "edges": q.edges})
         thr = Step(
             f"quality-{sname}-threshold", "quality-threshold", thr_cfg, [score], "pipeline.steps.classify:threshold_shard",
             shards=lambda st, stats, scores_of=scores_of, q=q, sname=sname, score=score: [
                 {"keys": str(score.dir(plan.store) / "keys"), "shards": len(scores_of(stats)),
-                 "min_score": q.min_score, "keep_fraction": q.keep_fraction, "describe": f"threshold of {sname}"}],
+                 "min_score": q.min_score, "keep_fraction": q.keep_fraction, "buckets": q.buckets,
+                 "describe": f"threshold of {sname}"}],
         )
         plan.steps.append(thr)
         apply = Step(
             f"quality-{sname}", "quality-apply", {}, [thr], "pipeline.steps.classify:apply_shard",
-            shards=lambda st, stats, scores_of=scores_of, thr=thr: [
+            shards=lambda st, stats, scores_of=scores_of, thr=thr, q=q: [
                 {"doc": d, "scores": p, "threshold": stats[thr.name][0]["threshold"], "key": stats[thr.name][0]["key"],
+                 "bucket_keys": stats[thr.name][0].get("bucket_keys"), "edges": q.edges, "n_buckets": q.n_buckets(),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d, p in scores_of(stats)],
         )
         plan.steps.append(apply)

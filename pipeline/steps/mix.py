@@ -32,13 +32,14 @@ import xxhash
 
 from pipeline.dedup import shuffle
 from pipeline.errors import RunError
-from pipeline import select
+from pipeline import cells, select
 from pipeline.io import atomic, fs
 from pipeline.steps import view
 
 MIX_SCHEMA = pa.schema([
     ("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("source_id", pa.string()),
-    ("n_tokens", pa.int64()), ("epoch", pa.int32()), ("quality_score", pa.float32()), ("lang", pa.string()),
+    ("n_tokens", pa.int64()), ("epoch", pa.int32()), ("quality_score", pa.float32()), ("quality_bucket", pa.int16()),
+    ("lang", pa.string()),
 ])
 ROW_GROUP = 2048
 
@@ -56,8 +57,8 @@ def order_key(seed: int, source: str, ids: list[str], epoch: int) -> np.ndarray:
 
 def budget(avail: dict[str, int], weights: dict[str, float] | None, target: int | None, max_epochs: dict[str, float | None],
            on_shortfall: str) -> dict[str, dict]:
-    """Per source: target tokens and the epochs that need. Raises RunError on a shortfall
-    with `on_shortfall: error`."""
+    """Per cell (a source, or a range of its quality buckets: pipeline/cells.py): target
+    tokens and the epochs that need. Raises RunError on a shortfall with `on_shortfall: error`."""
     if weights is None:
         if target is None:  # every kept document once, whatever the token counts
             return {s: {"weight": None, "target": a, "epochs": 1.0, "all": True} for s, a in avail.items()}
@@ -70,14 +71,15 @@ def budget(avail: dict[str, int], weights: dict[str, float] | None, target: int 
     want = {s: w[s] * target for s in avail}
     short = {s for s in avail if want[s] > cap[s] + 1e-9 or (want[s] > 0 and avail[s] == 0)}
     if short and on_shortfall == "error":
-        rows = [f"  {'source':<14} {'weight':>7} {'target':>14} {'available':>14} {'epochs needed':>14} {'max_epochs':>11}"]
+        width = max([14] + [len(s) for s in avail])
+        rows = [f"  {'cell':<{width}} {'weight':>7} {'target':>14} {'available':>14} {'epochs needed':>14} {'max_epochs':>11}"]
         for s in avail:
             need = want[s] / avail[s] if avail[s] else math.inf
             me = max_epochs.get(s)
-            rows.append(f"  {s:<14} {w[s]:>7.3f} {want[s]:>14,.0f} {avail[s]:>14,} {need:>14.2f} {me if me is not None else '-':>11}"
+            rows.append(f"  {s:<{width}} {w[s]:>7.3f} {want[s]:>14,.0f} {avail[s]:>14,} {need:>14.2f} {me if me is not None else '-':>11}"
                         + ("  <- short" if s in short else ""))
         raise RunError("mixture: not enough tokens for the weights within max_epochs; nothing was written\n" + "\n".join(rows)
-                       + "\nlower target_tokens or that source's weight, raise max_epochs, or set mixture.on_shortfall: renormalize")
+                       + "\nlower target_tokens or that cell's weight, raise max_epochs, or set mixture.on_shortfall: renormalize")
     fixed: dict[str, float] = {}
     while True:  # water-filling: capped sources take their cap, the rest share what is left
         free = [s for s in avail if s not in fixed]
@@ -108,39 +110,90 @@ def split_epochs(target: int, avail: int) -> tuple[int, int]:
 
 
 def priority_shard(spec: dict, out) -> dict:
-    """`mix-priority`, per document shard of a source with a partial epoch: the priority
-    and tokens of every kept document, sorted, for the select's merge (pipeline/select.py)."""
-    d, epoch = spec["doc"], spec["epoch"]
-    p, t = [], []
-    if epoch is not None:
-        for _, b in view.kept_batches(d["documents"], d["layers"], ["id", "n_tokens"]):
-            p.append(priority(spec["seed"], d["source"], b.column("id").to_pylist(), epoch))
-            t.append(b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
-    p = np.concatenate(p) if p else np.zeros(0, np.uint64)
-    t = np.concatenate(t) if t else np.zeros(0, np.int64)
-    if epoch is not None:
-        select.write_keys(out.path(".parquet"), p, t)
-    return {"rows": len(p), "source": d["source"]}
+    """`mix-priority`, per document shard of a source with a cell that needs a partial
+    epoch: each such cell's kept documents' priorities and tokens, sorted, one file per
+    cell (keys/c<cell>/), for the select's merge (pipeline/select.py)."""
+    d, todo = spec["doc"], [c for c in spec["cells"] if c["epoch"] is not None]
+    p: dict[int, list] = {c["index"]: [] for c in todo}
+    t: dict[int, list] = {c["index"]: [] for c in todo}
+    rows = 0
+    if todo:
+        buckets = _buckets(d)
+        for r, b in view.kept_batches(d["documents"], d["layers"], ["id", "n_tokens"]):
+            ids = b.column("id").to_pylist()
+            rows += len(ids)
+            where = cells.index(spec["cells"], None if buckets is None else buckets[r], len(ids))
+            tok = b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            for pos, c in enumerate(spec["cells"]):
+                if c["epoch"] is None:
+                    continue
+                m = np.flatnonzero(where == pos)
+                p[c["index"]].append(priority(spec["seed"], d["source"], [ids[i] for i in m], c["epoch"]))
+                t[c["index"]].append(tok[m])
+    for c in todo:
+        k = c["index"]
+        select.write_keys(out.path(".parquet", f"keys/c{k}"), np.concatenate(p[k]) if p[k] else np.zeros(0, np.uint64),
+                          np.concatenate(t[k]) if t[k] else np.zeros(0, np.int64))
+    return {"rows": rows, "source": d["source"]}
+
+
+def _buckets(d: dict) -> np.ndarray | None:
+    """The quality bucket of every row of a document shard (-1 where unset), or None."""
+    for path in d["layers"]:
+        if fs.path(path).parent.parent.name.startswith("quality-") and "bucket" in fs.parquet_file(path).schema_arrow.names:
+            return fs.read_table(path, columns=["bucket"]).column("bucket").combine_chunks().fill_null(-1).to_numpy().astype(np.int64)
+    return None
+
+
+def source_cells(entry: dict) -> list[dict]:
+    """A source's cells in a selection (a selection made before cells: the source is one)."""
+    return entry.get("cells") or [{**entry, "lo": None, "hi": None, "name": None}]
+
+
+def not_selected_reason(c: dict) -> str:
+    """The mix stage's reason for a kept document of this cell that the mixture leaves out."""
+    if c.get("lo") is not None and not c.get("target"):
+        return f"cell_weight_0:{c['name']}"
+    return "not_selected"
+
+
+def cell_epochs(c: dict, seed: int, source: str, ids: list[str]) -> list[tuple[int, np.ndarray | None]]:
+    """(epoch, chosen mask, None = all) for documents of one cell: every whole epoch, and
+    the partial epoch's documents whose priority is within the cell's cutoff."""
+    out = [(e, None) for e in range(c["whole_epochs"])]
+    if c["cutoff"] is not None and ids:
+        out.append((c["whole_epochs"], priority(seed, source, ids, c["whole_epochs"]) <= np.uint64(int(c["cutoff"]))))
+    return out
 
 
 def select_shard(spec: dict, out) -> dict:
-    """The selection of every source (see the module docstring)."""
-    plan = {}
+    """The selection of every cell, and per source their sums (see the module docstring)."""
+    by_cell = {}
     total_tokens = total_rows = 0
-    for s, b in spec["budget"].items():
-        avail, avail_docs = spec["available"][s], spec["available_docs"][s]
+    for cname, b in spec["budget"].items():
+        avail, avail_docs = spec["available"][cname], spec["available_docs"][cname]
         whole, partial = (1, 0) if b.get("all") else split_epochs(b["target"], avail)
-        entry = {**b, "available": avail, "available_docs": avail_docs, "whole_epochs": whole, "partial_tokens": partial,
-                 "cutoff": None, "partial_docs": 0, "partial_tokens_chosen": 0}
+        entry = {**spec["cells"][cname], **b, "available": avail, "available_docs": avail_docs, "whole_epochs": whole,
+                 "partial_tokens": partial, "cutoff": None, "partial_docs": 0, "partial_tokens_chosen": 0}
         if partial > 0:
-            c, n, t = select.cutoff(spec["keys"][s], partial)
+            c, n, t = select.cutoff(spec["keys"][cname], partial)
             entry.update({"cutoff": str(c), "partial_docs": n, "partial_tokens_chosen": t})
         entry["rows"] = whole * avail_docs + entry["partial_docs"]
         entry["tokens"] = whole * avail + entry["partial_tokens_chosen"]
         entry["distinct_docs"] = avail_docs if whole else entry["partial_docs"]
-        plan[s] = entry
+        by_cell[cname] = entry
         total_tokens += entry["tokens"]
         total_rows += entry["rows"]
+    plan: dict[str, dict] = {}
+    for e in by_cell.values():
+        p = plan.setdefault(e["source"], {"weight": None, "target": 0, "available": 0, "available_docs": 0, "rows": 0,
+                                          "tokens": 0, "distinct_docs": 0, "capped": False, "cells": []})
+        for k in ("target", "available", "available_docs", "rows", "tokens", "distinct_docs"):
+            p[k] += e[k]
+        if e.get("weight") is not None:
+            p["weight"] = (p["weight"] or 0.0) + e["weight"]
+        p["capped"] = p["capped"] or bool(e.get("capped"))
+        p["cells"].append(e)
     if spec["shard_tokens"]:
         n_shards = max(1, math.ceil(total_tokens / spec["shard_tokens"]))
     else:
@@ -151,44 +204,54 @@ def select_shard(spec: dict, out) -> dict:
 # ---------------------------------------------------------------- route and write
 
 
-def _extra_columns(d: dict, n: int) -> tuple[pa.Array, pa.Array]:
-    """quality_score (from the source's quality attributes) and lang (from a language filter)."""
+def _extra_columns(d: dict, n: int) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """quality_score and quality_bucket (from the source's quality attributes) and lang
+    (from a language filter)."""
     score = pa.nulls(n, pa.float32())
+    bucket = pa.nulls(n, pa.int16())
     lang = pa.nulls(n, pa.string())
     for path in d["layers"]:
         names = fs.parquet_file(path).schema_arrow.names
         if "score" in names and fs.path(path).parent.parent.name.startswith("quality-"):
-            score = fs.read_table(path, columns=["score"]).column("score").combine_chunks().cast(pa.float32())
+            t = fs.read_table(path, columns=[c for c in ("score", "bucket") if c in names])
+            score = t.column("score").combine_chunks().cast(pa.float32())
+            if "bucket" in names:
+                bucket = t.column("bucket").combine_chunks().cast(pa.int16())
         langs = [c for c in names if c.endswith(".lang")]
         if langs:
             lang = fs.read_table(path, columns=langs[:1]).column(0).combine_chunks().cast(pa.string())
-    return score, lang
+    return score, bucket, lang
 
 
 def route_shard(spec: dict, out) -> dict:
-    d, sel, seed, n_shards = spec["doc"], spec["selection"], spec["seed"], spec["n_shards"]
-    whole = sel["whole_epochs"]
-    cut = np.uint64(int(sel["cutoff"])) if sel["cutoff"] is not None else None
+    d, seed, n_shards = spec["doc"], spec["seed"], spec["n_shards"]
+    cl = spec["cells"]
     n = view.num_rows(d["documents"])
-    score_all, lang_all = _extra_columns(d, n)
+    score_all, bucket_all, lang_all = _extra_columns(d, n)
+    buckets = bucket_all.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) if bucket_all.null_count < n else None
     parts = []
     for rows, b in view.kept_batches(d["documents"], d["layers"], ["id", "text", "source", "source_id", "n_tokens"]):
         ids = b.column("id").to_pylist()
         r = pa.array(rows)
         base = pa.table({"id": b.column("id"), "text": b.column("text"), "source": b.column("source"),
                          "source_id": b.column("source_id"), "n_tokens": b.column("n_tokens"),
-                         "quality_score": score_all.take(r), "lang": lang_all.take(r)})
-        epochs = [(e, None) for e in range(whole)]
-        if cut is not None:
-            epochs.append((whole, priority(seed, d["source"], ids, whole) <= cut))
-        for e, mask in epochs:
-            t = base if mask is None else base.filter(pa.array(mask))
-            if t.num_rows == 0:
+                         "quality_score": score_all.take(r), "quality_bucket": bucket_all.take(r), "lang": lang_all.take(r)})
+        where = cells.index(cl, None if buckets is None else buckets[rows], len(ids))
+        for pos, c in enumerate(cl):
+            inside = np.flatnonzero(where == pos)
+            if len(inside) == 0:
                 continue
-            chosen = ids if mask is None else [i for i, m in zip(ids, mask, strict=True) if m]
-            order = order_key(seed, d["source"], chosen, e)
-            parts.append(t.append_column("epoch", pa.array(np.full(t.num_rows, e, np.int32)))
-                         .append_column("order", pa.array(order)))
+            sub = base if len(inside) == len(ids) else base.take(pa.array(inside))
+            sub_ids = ids if len(inside) == len(ids) else [ids[i] for i in inside]
+            for e, mask in cell_epochs(c, seed, d["source"], sub_ids):
+                t = sub if mask is None else sub.filter(pa.array(mask))
+                if t.num_rows == 0:
+                    continue
+                chosen = sub_ids if mask is None else [i for i, m in zip(sub_ids, mask, strict=True) if m]
+                order = order_key(seed, d["source"], chosen, e)
+                parts.append(t.append_column("epoch", pa.array(np.full(t.num_rows, e, np.int32)))
+                             .append_column("order", pa.array(order))
+                             .append_column("cell", pa.array([c["name"] or d["source"]] * t.num_rows, pa.string())))
     rows = 0
     base = shuffle.map_file(fs.path(out.dir) / "to", out.index)
     if parts:
@@ -205,11 +268,15 @@ def write_shard(spec: dict, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     final = out.path(".parquet")
     per_source: dict[str, dict] = {}
+    per_cell: dict[str, dict] = {}
     if t is None:
         t = MIX_SCHEMA.empty_table()
     else:
         t = t.sort_by([("order", "ascending"), ("source", "ascending"), ("id", "ascending"), ("epoch", "ascending")])
-        t = t.drop_columns(["order"]).select(MIX_SCHEMA.names).cast(MIX_SCHEMA)
+        for c in pc.unique(t.column("cell")).to_pylist():
+            sub = t.filter(pc.equal(t.column("cell"), c))
+            per_cell[c] = {"docs": sub.num_rows, "tokens": int(pc.sum(sub.column("n_tokens")).as_py() or 0)}
+        t = t.drop_columns(["order", "cell"]).select(MIX_SCHEMA.names).cast(MIX_SCHEMA)
     fs.write_table(t, final, compression="zstd", row_group_size=ROW_GROUP)
     if t.num_rows:
         for s in pc.unique(t.column("source")).to_pylist():
@@ -218,4 +285,4 @@ def write_shard(spec: dict, out) -> dict:
                              "repeats": int(pc.sum(pc.greater(sub.column("epoch"), 0)).as_py() or 0)}
     size, sha = atomic.file_digest(final)
     return {"rows": t.num_rows, "bytes": size, "sha256": sha, "file": final.name, "per_source": per_source,
-            "tokens": int(pc.sum(t.column("n_tokens")).as_py() or 0) if t.num_rows else 0}
+            "per_cell": per_cell, "tokens": int(pc.sum(t.column("n_tokens")).as_py() or 0) if t.num_rows else 0}

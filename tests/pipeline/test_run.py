@@ -48,7 +48,7 @@ def test_mixture_reads_with_pyarrow_dataset_and_hf_datasets(demo_run, tmp_path):
 
     files = sorted(str(p) for p in (demo_run / "mixture").glob("*.parquet"))
     t = pads.dataset(files, format="parquet").to_table()
-    assert t.column_names == ["id", "text", "source", "source_id", "n_tokens", "epoch", "quality_score", "lang"]
+    assert t.column_names == ["id", "text", "source", "source_id", "n_tokens", "epoch", "quality_score", "quality_bucket", "lang"]
     ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hfcache"))
     assert len(ds) == t.num_rows and ds[0]["text"] == t.column("text")[0].as_py()
     keys = list(zip(t.column("source").to_pylist(), t.column("id").to_pylist(), t.column("epoch").to_pylist(), strict=True))
@@ -67,6 +67,15 @@ def test_mixture_reads_with_pyarrow_dataset_and_hf_datasets(demo_run, tmp_path):
         shares.append((s, v["weight"], sum(mine) / total))
         assert abs(sum(mine) / total - v["weight"]) <= 0.005, (s, v)
     print(f"\nrealised shares: {shares}")
+    # per cell (the demo weighs two ranges of the crawl's quality buckets): the rows of each bucket range
+    buckets = t.column("quality_bucket").to_pylist()
+    for name, c in man["cells"].items():
+        lo, hi = c["buckets"] or (None, None)
+        mine = [n for n, src, q in zip(t.column("n_tokens").to_pylist(), t.column("source").to_pylist(), buckets, strict=True)
+                if src == c["source"] and (lo is None or lo <= q <= hi)]
+        assert (sum(mine), len(mine)) == (c["tokens"], c["documents"]), name
+        assert abs(sum(mine) / total - c["target_weight"]) <= 0.005, (name, c)
+    assert man["cells"]["web/q1-q2"]["tokens"] == 0 and man["cells"]["web/q5"]["epochs"] > 1
 
 
 def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_run_yaml, demo_run, tmp_path):
@@ -88,7 +97,7 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_run_yaml, 
 
     (demo_yaml.parent / "edited").mkdir(exist_ok=True)  # the same file name: the same mixture, edited
     edited = write_yaml(demo_yaml.parent / "edited" / demo_yaml.name, demo_yaml.read_text().replace(
-        "weights: {web: 0.6, wiki: 0.3, code: 0.1}", "weights: {web: 0.5, wiki: 0.4, code: 0.1}").replace(
+        "weights: {web/q5: 0.25, web/q3-q4: 0.35, wiki: 0.3, code: 0.1}", "weights: {web/q5: 0.2, web/q3-q4: 0.3, wiki: 0.4, code: 0.1}").replace(
         "shard_tokens: 100000", "shard_tokens: 50000"))
     plan = curate("plan", str(edited), "--output", out)
     assert plan.returncode == 0, plan.stderr

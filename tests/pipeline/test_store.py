@@ -31,8 +31,8 @@ def _variant(demo_run, demo_run_yaml, name: str, old: str, new: str):
 
 def test_a_weights_only_variant_runs_only_the_mixture_and_keeps_its_own_run_directory(demo_run, demo_run_yaml):
     before = mixture_shas(demo_run)
-    run, ran, r = _variant(demo_run, demo_run_yaml, "demo-b", "weights: {web: 0.6, wiki: 0.3, code: 0.1}",
-                           "weights: {web: 0.5, wiki: 0.4, code: 0.1}")
+    run, ran, r = _variant(demo_run, demo_run_yaml, "demo-b", "weights: {web/q5: 0.25, web/q3-q4: 0.35, wiki: 0.3, code: 0.1}",
+                           "weights: {web/q5: 0.2, web/q3-q4: 0.3, wiki: 0.4, code: 0.1}")
     assert ran == MIX_AND_SAMPLES, sorted(ran)
     # both run directories keep their own mixture, each file with the sha256 its manifest records
     after, mine = mixture_shas(demo_run), mixture_shas(run)
@@ -68,7 +68,7 @@ def test_a_weights_only_variant_runs_only_the_mixture_and_keeps_its_own_run_dire
 
 
 def test_a_threshold_only_variant_runs_the_threshold_the_quality_step_and_what_follows(demo_run, demo_run_yaml):
-    run, ran, _ = _variant(demo_run, demo_run_yaml, "demo-q", "keep_fraction: 0.5", "keep_fraction: 0.4")
+    run, ran, _ = _variant(demo_run, demo_run_yaml, "demo-q", "buckets: 5}", "buckets: 5, keep_fraction: 0.9}")
     assert ran == {"quality-web-threshold", "quality-web"} | MIX_AND_SAMPLES, sorted(ran)
 
 
@@ -108,7 +108,7 @@ def together(demo_run_yaml, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("together")
     out = tmp_path / "out"
     y1 = _copy(demo_run_yaml, tmp_path, "c1")  # the demo under another name: the same mixture
-    y2 = _copy(demo_run_yaml, tmp_path, "c2", "weights: {web: 0.6, wiki: 0.3, code: 0.1}", "weights: {web: 0.5, wiki: 0.4, code: 0.1}")
+    y2 = _copy(demo_run_yaml, tmp_path, "c2", "weights: {web/q5: 0.25, web/q3-q4: 0.35, wiki: 0.3, code: 0.1}", "weights: {web/q5: 0.2, web/q3-q4: 0.3, wiki: 0.4, code: 0.1}")
     p1, p2 = _start(y1, out, tmp_path / "c1.log"), _start(y2, out, tmp_path / "c2.log")
     while not (out / "c1" / "_lease").exists() and p1.poll() is None:
         time.sleep(0.1)

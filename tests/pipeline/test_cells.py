@@ -1,0 +1,167 @@
+"""Mixture cells (pipeline/cells.py): exact quality buckets per source and weights over
+ranges of them, through real runs (a fastText model trained in the run, real Parquet),
+the same whatever the workers and shards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline import cells, config
+from pipeline.errors import UsageError
+from pipeline.io import atomic
+from tests.conftest import curate, write_yaml
+
+WEIGHTS = {"web/q4": 0.3, "web/q2-q3": 0.3, "wiki": 0.4}
+
+
+def _yaml(d, name, corpus, shard_rows, weights=WEIGHTS, quality="buckets: 4"):
+    w = ", ".join(f"{k}: {v}" for k, v in weights.items())
+    return write_yaml(d / f"{name}.yaml", f"""
+        name: {name}
+        output: out
+        sources:
+          wiki: {{paths: ["{corpus}/wiki/summaries_en.parquet"], id_field: id, max_shard_rows: {shard_rows}}}
+          web:
+            paths: ["{corpus}/web/*.jsonl.zst"]
+            max_shard_rows: {shard_rows}
+            quality: {{classifier: wiki_vs_web, {quality}}}
+        classifiers:
+          wiki_vs_web: {{positive: [wiki], negative: [web], epochs: 3, dim: 16, bucket: 20000, max_examples_per_class: 3000}}
+        mixture:
+          weights: {{{w}}}
+          target_tokens: 1500000
+          max_epochs: 4
+    """)
+
+
+def _run(d, name, corpus, workers, shard_rows):
+    y = _yaml(d, name, corpus, shard_rows)
+    r = curate("run", str(y), "--workers", str(workers))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return y, d / "out" / name
+
+
+def _buckets(run) -> dict[str, tuple[int, float]]:
+    """id -> (bucket, score) of every web document that reached the quality stage."""
+    steps = atomic.read_json(run / "run.json")["steps"]
+    t = pq.read_table(sorted((run / steps["quality-web"]["dir"] / "web").glob("*.parquet")))
+    return {r["id"]: (r["bucket"], r["score"]) for r in t.to_pylist() if r["keep"] is not None}
+
+
+@pytest.fixture(scope="module")
+def two_runs(demo_corpus, tmp_path_factory):
+    d = tmp_path_factory.mktemp("cells")
+    return d, _run(d, "one", demo_corpus, 1, 2500), _run(d, "two", demo_corpus, 2, 900)
+
+
+def test_buckets_are_exact_quantiles_whatever_the_sharding(two_runs):
+    _, (_, a), (_, b) = two_runs
+    ba, bb = _buckets(a), _buckets(b)
+    assert ba == bb  # the same bucket (and score) for every document, 1 worker / 2 workers, other shard sizes
+    sizes = np.bincount([v[0] for v in ba.values()], minlength=5)[1:]
+    assert sizes.max() - sizes.min() <= 1 and sizes.sum() == len(ba), sizes
+    for k in range(1, 4):  # every score of bucket k is at most every score of bucket k+1
+        assert max(s for q, s in ba.values() if q == k) <= min(s for q, s in ba.values() if q == k + 1)
+
+
+def test_cells_meet_their_weights_and_bytes_do_not_depend_on_workers(two_runs):
+    _, (_, a), (_, b) = two_runs
+    ma, mb = (atomic.read_json(r / "manifest.json") for r in (a, b))
+    assert [f["sha256"] for f in ma["files"]] == [f["sha256"] for f in mb["files"]]
+    c = ma["cells"]
+    assert set(c) == {"wiki", "web/q1", "web/q2-q3", "web/q4"}  # q1: no weight names it, a cell of weight 0
+    for name, w in WEIGHTS.items():
+        assert abs(c[name]["realized_weight"] - w) <= 0.005, (name, c[name])
+    assert c["web/q1"]["tokens"] == 0 and c["web/q1"]["target_weight"] == 0.0
+    assert c["web/q4"]["epochs"] > 1  # the top quartile is repeated to reach its share
+    assert sum(v["tokens"] for v in c.values()) == ma["total_tokens"]
+
+    # the files: quality_bucket as a column, no q1 document, each row's bucket its document's
+    rows = pq.read_table(sorted((a / "mixture").glob("*.parquet")), columns=["id", "source", "quality_bucket", "epoch"]).to_pylist()
+    buckets = _buckets(a)
+    web = [r for r in rows if r["source"] == "web"]
+    assert web and all(r["quality_bucket"] == buckets[r["id"]][0] for r in web)
+    assert not any(r["quality_bucket"] == 1 for r in web)
+    assert all(r["quality_bucket"] is None for r in rows if r["source"] == "wiki")
+    per_cell = {"web/q4": 0, "web/q2-q3": 0}
+    for r in web:
+        per_cell["web/q4" if r["quality_bucket"] == 4 else "web/q2-q3"] += 1
+    assert per_cell == {k: c[k]["documents"] for k in per_cell}
+
+    # accounting: every kept q1 document is removed at the mix with the cell's reason
+    led = atomic.read_json(a / "ledger.json")
+    q1_kept = sum(1 for q, _ in buckets.values() if q == 1)
+    assert led["sources"]["web"]["removed"]["mix"]["cell_weight_0:web/q1"] == q1_kept
+    assert all(e["conservation"] for e in led["sources"].values())
+
+
+def test_plan_explain_and_samples_name_the_cell(two_runs):
+    d, (y, a), _ = two_runs
+    r = curate("plan", str(y))
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith(("wiki ", "web/"))}
+    assert set(lines) >= {"web/q1", "web/q2-q3", "web/q4"} and "left out" in lines["web/q1"]
+    q1 = next(i for i, (q, _) in _buckets(a).items() if q == 1)
+    r = curate("explain", str(a), "--id", q1)
+    assert r.returncode == 0, r.stderr
+    assert "removed at mix: cell_weight_0:web/q1" in r.stdout and "bucket=1" in r.stdout
+
+
+def test_editing_a_cell_weight_reruns_only_the_mixture(two_runs, demo_corpus):
+    d, (y, a), _ = two_runs
+    y2 = _yaml(d, "one", demo_corpus, 2500, weights={"web/q4": 0.2, "web/q2-q3": 0.4, "wiki": 0.4})
+    r = curate("run", str(y2), "--workers", "1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = atomic.read_json(a / "run.json")["steps"]
+    ran = {k for k, v in steps.items() if v["status"] == "SUCCESS"}
+    assert ran and all(k.startswith(("mix", "samples")) for k in ran), ran
+    c = atomic.read_json(a / "manifest.json")["cells"]
+    assert abs(c["web/q4"]["realized_weight"] - 0.2) <= 0.005 and abs(c["web/q2-q3"]["realized_weight"] - 0.4) <= 0.005
+
+
+@pytest.mark.parametrize("weights,quality,want", [
+    ({"web/q5": 1.0}, "buckets: 4", "web/q5: buckets of web are q1..q4"),
+    ({"web/q3-q2": 1.0}, "buckets: 4", "a range is q<a>-q<b> with a <= b"),
+    ({"web": 0.5, "web/q1": 0.5}, "buckets: 4", "web/q1 overlaps web"),
+    ({"web/q1-q3": 0.5, "web/q3-q4": 0.5}, "buckets: 4", "web/q3-q4 overlaps web/q1-q3"),
+    ({"wiki/q1": 1.0}, "buckets: 4", "source wiki has no buckets; set sources.wiki.quality.buckets"),
+    ({"web/top": 1.0}, "buckets: 4", "'web/top' is not a cell"),
+    ({"crawl/q1": 1.0}, "buckets: 4", "no source named crawl"),
+    ({"web/q2": 1.0}, "edges: [0.5, 0.3]", "edges must be strictly ascending"),
+    ({"web/q2": 1.0}, "buckets: 4, edges: [0.5]", "give buckets (quantiles) or edges"),
+])
+def test_bad_cells_are_refused_with_the_key(tmp_path, weights, quality, want):
+    y = _yaml(tmp_path, "bad", tmp_path, 100, weights=weights, quality=quality)
+    with pytest.raises(UsageError) as e:
+        config.load(y)
+    assert want in str(e.value) and f"{y}:" in str(e.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 30), st.data())
+def test_every_bucket_is_in_exactly_one_cell(n, data):
+    cuts = sorted(data.draw(st.sets(st.integers(1, n), max_size=n)))
+    ranges, lo = [], 1
+    for c in cuts + [n]:
+        if c >= lo:
+            ranges.append((lo, c))
+            lo = c + 1
+    named = data.draw(st.lists(st.sampled_from(ranges), unique=True, min_size=1))
+    w = {cells.bucket_name("web", a, b): 1.0 / len(named) for a, b in named}
+    m = config.Mixture.model_validate({
+        "name": "x", "sources": {"web": {"paths": ["x"], "quality": {"classifier": "c", "buckets": n}}},
+        "classifiers": {"c": {"model": "m.bin"}}, "mixture": {"weights": w, "normalize": True}})
+    assert not cells.problems(m)
+    got = cells.cells(m)
+    covered = [b for c in got for b in range(c.lo, c.hi + 1)]
+    assert covered == list(range(1, n + 1))  # in order, once each
+    assert {c.name for c in got if c.named} == set(w)
+    ws = cells.weights(m, got)
+    assert abs(sum(ws.values()) - 1) < 1e-9 and all(ws[c.name] == 0 for c in got if not c.named)
+    # each bucket maps to its cell
+    idx = cells.index([c.to_dict() for c in got], np.arange(1, n + 1), n)
+    assert [got[i].lo <= b <= got[i].hi for i, b in zip(idx, range(1, n + 1))] == [True] * n
