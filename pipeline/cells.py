@@ -53,14 +53,15 @@ def parse(key: str) -> tuple[str, int | None, int | None] | None:
     return m["source"], lo, hi
 
 
-def problems(m) -> list[tuple[tuple, str]]:
-    """What is wrong with the weight keys of `m` (a config.Mixture): (YAML location, message)."""
-    w = m.mixture.weights or {}
+def problems(m, field: str = "weights") -> list[tuple[tuple, str]]:
+    """What is wrong with the cell keys of `m` (a config.Mixture) under mixture.<field>
+    (weights or sample_rates): (YAML location, message)."""
+    w = getattr(m.mixture, field) or {}
     out: list[tuple[tuple, str]] = []
     defined = ", ".join(m.sources)
     taken: dict[str, list[tuple[int | None, int | None, str]]] = {}
     for key, value in w.items():
-        loc = ("mixture", "weights", key)
+        loc = ("mixture", field, key)
         p = parse(key)
         if p is None:
             out.append((loc, f"{key!r} is not a cell: write a source (web), a bucket (web/q5) or a range of buckets (web/q3-q4)"))
@@ -95,7 +96,7 @@ def problems(m) -> list[tuple[tuple, str]]:
 
 def cells(m) -> list[Cell]:
     """Every cell of the mixed sources, in YAML source order, then bucket order."""
-    w = m.mixture.weights or {}
+    w = m.mixture.weights or m.mixture.sample_rates or {}
     excluded = m.excluded()
     named: dict[str, list[Cell]] = {}
     for key in w:
@@ -122,6 +123,14 @@ def cells(m) -> list[Cell]:
             filled.append(Cell(bucket_name(s, b, n), s, b, n, named=False))
         out += filled
     return out
+
+
+def rates(m, cell_list: list[Cell]) -> dict[str, float] | None:
+    """Each cell's sample rate (0 where no key names it); None without sample_rates."""
+    r = m.mixture.sample_rates
+    if r is None:
+        return None
+    return {c.name: (r.get(c.name, 0.0) if c.named else 0.0) for c in cell_list}
 
 
 def weights(m, cell_list: list[Cell]) -> dict[str, float] | None:

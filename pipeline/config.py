@@ -257,6 +257,12 @@ class MixtureSpec(Model):
                                              "a quality bucket (web/q5) or a range of buckets (web/q3-q4, with "
                                              "sources.<s>.quality.buckets); sum to 1; what no key names gets 0; "
                                              "default: every kept document once")
+    sample_rates: dict[str, float] | None = Field(None, description="instead of weights, Dolma's way: per cell, the multiple "
+                                                  "of its kept tokens to take (0.3: the first 30% in priority order; 2.5: every "
+                                                  "document 2.5 times); what no key names gets 0; the mixture's size is the sum")
+    simulate_target_tokens: int | None = Field(None, ge=1, description="simulated epoching: draw a mixture of target_tokens "
+                                               "whose every cell is repeated as often as in a mixture of this many tokens "
+                                               "(each cell from a pool of its first target/simulate share of documents)")
     exclude: list[str] = Field(default_factory=list, description="sources processed (filters, dedup, classifiers) but left out of the mixture")
     normalize: bool = Field(False, description="scale weights to sum to 1 instead of rejecting them")
     max_epochs: float | None = Field(None, gt=0, description="no cell (a source, or its weighted buckets) is repeated more than this")
@@ -266,7 +272,7 @@ class MixtureSpec(Model):
     validation: ValidationSpec | None = Field(None, description="a held-out share of every train source, chosen by a seeded "
                                               "hash of the id after dedup and decontamination, written to validation/; never mixed")
 
-    @field_validator("weights")
+    @field_validator("weights", "sample_rates")
     @classmethod
     def _non_negative(cls, v):
         if v is not None:
@@ -668,7 +674,7 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
         if fz.bands * rows > fz.num_perm:
             out.append((("dedup", "fuzzy"), f"bands x rows = {fz.bands * rows} exceeds num_perm = {fz.num_perm}"))
     if m.tokenizer is None:
-        for key in ("weights", "target_tokens", "shard_tokens"):
+        for key in ("weights", "sample_rates", "target_tokens", "simulate_target_tokens", "shard_tokens"):
             if getattr(m.mixture, key) is not None:
                 out.append((("mixture", key), "needs token counts, but tokenizer is null; set tokenizer: gpt2 (or a tokenizer.json)"))
     for i, s in enumerate(m.mixture.exclude):
@@ -689,6 +695,26 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
             out.append((("mixture", "weights"), f"weights sum to {total:g}, not 1; fix them or set mixture.normalize: true"))
         if m.mixture.normalize and total <= 0:
             out.append((("mixture", "weights"), "weights sum to 0; give at least one source a positive weight"))
+    mx = m.mixture
+    if mx.sample_rates is not None:
+        from pipeline import cells
+
+        out += cells.problems(m, "sample_rates")
+        if w is not None:
+            out.append((("mixture", "sample_rates"), "give weights (token shares) or sample_rates (multiples of each cell's "
+                        "kept tokens), not both"))
+        for key in ("target_tokens", "simulate_target_tokens"):
+            if getattr(mx, key) is not None:
+                out.append((("mixture", key), f"sample_rates fix every cell's tokens, so the mixture's size; remove {key}"))
+    if mx.simulate_target_tokens is not None:
+        if w is None:
+            out.append((("mixture", "simulate_target_tokens"), "simulated epoching needs mixture.weights (the full mixture's shares)"))
+        if mx.target_tokens is None:
+            out.append((("mixture", "simulate_target_tokens"), "simulated epoching needs mixture.target_tokens, the small "
+                        "mixture's size (below simulate_target_tokens)"))
+        elif mx.target_tokens > mx.simulate_target_tokens:
+            out.append((("mixture", "simulate_target_tokens"), f"{mx.simulate_target_tokens:,} is below target_tokens "
+                        f"({mx.target_tokens:,}): it is the full run's size that the small mixture simulates"))
     return out
 
 

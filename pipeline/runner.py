@@ -109,8 +109,9 @@ class Plan:
         mixed = [s for s in m.sources if s not in m.excluded()]
         self.cells = cells_mod.cells(m)
         cell_dicts = {c.name: {**c.to_dict(), "index": i} for i, c in enumerate(self.cells)}
-        max_epochs = {c.name: (m.sources[c.source].max_epochs or mx.max_epochs) for c in self.cells}
         cfg = {"seed": m.seed, "weights": mx.weights, "normalize": mx.normalize, "target_tokens": mx.target_tokens,
+               **({"sample_rates": mx.sample_rates} if mx.sample_rates is not None else {}),
+               **({"simulate_target_tokens": mx.simulate_target_tokens} if mx.simulate_target_tokens is not None else {}),
                "max_epochs": {s: (m.sources[s].max_epochs or mx.max_epochs) for s in mixed}, "on_shortfall": mx.on_shortfall,
                "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows, "sources": mixed}
         if any(c.lo is not None for c in self.cells):  # only then: a mixture without cells keeps its config
@@ -119,11 +120,8 @@ class Plan:
         def budget(stats):
             docs = self.mixed_docs(stats)
             avail, avail_docs = self.cell_available(docs)
-            b = mix_mod.budget(avail, self.weights(), mx.target_tokens, max_epochs, mx.on_shortfall)
-            epoch = {}  # per cell: the epoch whose priorities pick the partial epoch, if there is one
-            for c, e in b.items():
-                whole, partial = (1, 0) if e.get("all") else mix_mod.split_epochs(e["target"], avail[c])
-                epoch[c] = whole if partial > 0 else None
+            b = self.budget(avail, mx.on_shortfall)
+            epoch = {c: mix_mod.key_epoch(e, avail[c]) for c, e in b.items()}  # whose priorities pick a partial epoch or pool
             return docs, avail, avail_docs, b, epoch
 
         def of_source(source, epoch=None):
@@ -201,6 +199,13 @@ class Plan:
         """The document shards of the sources in the mixture, with all their layers."""
         exclude = self.lm.mixture.excluded()
         return [d for d in dedup_plan.doc_shards(self, stats, self.layers, self.quality) if d["source"] not in exclude]
+
+    def budget(self, avail: dict[str, int], on_shortfall: str) -> dict[str, dict]:
+        """Per cell: its target tokens and epochs (pipeline/steps/mix.py: weights, sample_rates, simulated epoching)."""
+        mx = self.lm.mixture.mixture
+        max_epochs = {c.name: (self.lm.mixture.sources[c.source].max_epochs or mx.max_epochs) for c in self.cells}
+        return mix_mod.cell_budget(avail, self.weights(), mx.target_tokens, max_epochs, on_shortfall,
+                                   cells_mod.rates(self.lm.mixture, self.cells), mx.simulate_target_tokens)
 
     def weights(self) -> dict[str, float] | None:
         """Per cell (pipeline/cells.py): its weight, normalised when `mixture.normalize`."""
@@ -373,10 +378,9 @@ def _expected_mixture(plan: Plan) -> list[str]:
     stats = {s.name: read_markers(s.dir(plan.store)) for s in upstream}
     mx = plan.lm.mixture.mixture
     avail, _ = plan.cell_available(plan.mixed_docs(stats))
-    max_epochs = {c.name: (plan.lm.mixture.sources[c.source].max_epochs or mx.max_epochs) for c in plan.cells}
     try:
-        b = mix_mod.budget(avail, plan.weights(), mx.target_tokens, max_epochs, "renormalize")
-        strict = mix_mod.budget(avail, plan.weights(), mx.target_tokens, max_epochs, "error") if mx.on_shortfall == "error" else None
+        b = plan.budget(avail, "renormalize")
+        strict = plan.budget(avail, "error") if mx.on_shortfall == "error" else None
     except RunError:
         strict = "short"
     width = max([16] + [len(c) for c in avail])

@@ -18,6 +18,13 @@ and `renormalize` caps that source and gives the rest of target_tokens to the ot
 proportion to their weights. Without weights, every kept document is taken once; with
 weights and no target_tokens, the largest target that needs no repetition.
 
+Cells: all of the above is per cell (pipeline/cells.py): a source, or a range of its
+quality buckets; a source that is one cell is mixed exactly as before cells existed.
+`sample_rates` set each cell's target to rate x its kept tokens; `simulate_target_tokens`
+(simulated epoching) takes the epochs from the budget of the full-size mixture and draws
+each cell from a pool, the prefix of its epoch-0 priority order holding target/simulate of
+its tokens, so both the pool and the partial epoch are cutoffs on the same key files.
+
 Nothing depends on workers, shards or retries: choices and order are hashes of ids.
 """
 
@@ -106,6 +113,35 @@ def split_epochs(target: int, avail: int) -> tuple[int, int]:
     return int(whole), int(target - whole * avail)
 
 
+def cell_budget(avail: dict[str, int], weights: dict[str, float] | None, target: int | None,
+                max_epochs: dict[str, float | None], on_shortfall: str, sample_rates: dict[str, float] | None = None,
+                simulate: int | None = None) -> dict[str, dict]:
+    """`budget` with the mixture's other two ways to say what it wants.
+
+    sample_rates (Dolma's): a cell's target is rate x its kept tokens (2.5: every document
+    2.5 times; 0.3: the 30% first in priority order); the mixture's size is their sum.
+    simulate (Marin's simulated epoching): the budget of a `simulate`-token mixture gives
+    each cell its epochs e; the `target`-token mixture then draws each cell's documents
+    from a pool of its first (priority order) avail x target/simulate tokens, repeated e
+    times, so a small ablation repeats data as often as the full run would."""
+    if sample_rates is not None:
+        sr = {c: sample_rates.get(c, 0.0) for c in avail}
+        total = sum(sr[c] * avail[c] for c in avail)
+        weights = {c: (sr[c] * avail[c] / total if total else 0.0) for c in avail}
+        return budget(avail, weights, int(round(total)), max_epochs, on_shortfall)
+    if simulate is None:
+        return budget(avail, weights, target, max_epochs, on_shortfall)
+    full = budget(avail, weights, simulate, max_epochs, on_shortfall)
+    if target is None:
+        raise RunError("mixture.simulate_target_tokens needs mixture.target_tokens: the size of the small mixture")
+    scale = target / simulate
+    out = {}
+    for c, e in full.items():
+        out[c] = {**e, "target": int(round(e["target"] * scale)), "simulated_target": e["target"],
+                  "pool_tokens": int(math.ceil(avail[c] * scale)) if e["target"] > 0 else 0}
+    return out
+
+
 # ---------------------------------------------------------------- token-weighted cutoff
 
 
@@ -158,12 +194,30 @@ def not_selected_reason(c: dict) -> str:
 
 
 def cell_epochs(c: dict, seed: int, source: str, ids: list[str]) -> list[tuple[int, np.ndarray | None]]:
-    """(epoch, chosen mask, None = all) for documents of one cell: every whole epoch, and
-    the partial epoch's documents whose priority is within the cell's cutoff."""
-    out = [(e, None) for e in range(c["whole_epochs"])]
+    """(epoch, chosen mask, None = all) for documents of one cell: every whole epoch (of
+    the simulated pool, when there is one), and the partial epoch's documents whose
+    priority is within the cell's cutoff."""
+    pool = p0 = None
+    if c.get("pool_cutoff") is not None and ids:
+        p0 = priority(seed, source, ids, 0)
+        pool = p0 <= np.uint64(int(c["pool_cutoff"]))
+    out = [(e, pool) for e in range(c["whole_epochs"])]
     if c["cutoff"] is not None and ids:
-        out.append((c["whole_epochs"], priority(seed, source, ids, c["whole_epochs"]) <= np.uint64(int(c["cutoff"]))))
+        pe = c.get("priority_epoch", c["whole_epochs"])
+        p = p0 if (p0 is not None and pe == 0) else priority(seed, source, ids, pe)
+        out.append((c["whole_epochs"], p <= np.uint64(int(c["cutoff"]))))
     return out
+
+
+def key_epoch(b: dict, avail: int) -> int | None:
+    """The epoch whose priorities a cell's selection needs keys of (None: it takes whole epochs only)."""
+    if b.get("all") or b["target"] <= 0:
+        return None
+    if b.get("pool_tokens") is not None:  # simulated: the pool and the partial epoch are prefixes of epoch 0's order
+        whole, partial = split_epochs(b["target"], min(b["pool_tokens"], avail))
+        return 0 if (b["pool_tokens"] < avail or partial > 0) else None
+    whole, partial = split_epochs(b["target"], avail)
+    return whole if partial > 0 else None
 
 
 def select_shard(spec: dict, out) -> dict:
@@ -172,15 +226,21 @@ def select_shard(spec: dict, out) -> dict:
     total_tokens = total_rows = 0
     for cname, b in spec["budget"].items():
         avail, avail_docs = spec["available"][cname], spec["available_docs"][cname]
-        whole, partial = (1, 0) if b.get("all") else split_epochs(b["target"], avail)
+        pool, pool_docs, pool_cut = avail, avail_docs, None  # the documents epochs repeat: all, or a simulated pool
+        if b.get("pool_tokens") is not None and 0 < b["pool_tokens"] < avail:
+            c, pool_docs, pool = select.cutoff(spec["keys"][cname], b["pool_tokens"])
+            pool_cut = str(c)
+        whole, partial = (1, 0) if b.get("all") else split_epochs(b["target"], pool)
         entry = {**spec["cells"][cname], **b, "available": avail, "available_docs": avail_docs, "whole_epochs": whole,
                  "partial_tokens": partial, "cutoff": None, "partial_docs": 0, "partial_tokens_chosen": 0}
+        if b.get("pool_tokens") is not None:  # the partial epoch is a prefix of the pool's order (epoch 0's priorities)
+            entry.update({"pool_cutoff": pool_cut, "pool_docs": pool_docs, "pool_tokens_chosen": pool, "priority_epoch": 0})
         if partial > 0:
             c, n, t = select.cutoff(spec["keys"][cname], partial)
             entry.update({"cutoff": str(c), "partial_docs": n, "partial_tokens_chosen": t})
-        entry["rows"] = whole * avail_docs + entry["partial_docs"]
-        entry["tokens"] = whole * avail + entry["partial_tokens_chosen"]
-        entry["distinct_docs"] = avail_docs if whole else entry["partial_docs"]
+        entry["rows"] = whole * pool_docs + entry["partial_docs"]
+        entry["tokens"] = whole * pool + entry["partial_tokens_chosen"]
+        entry["distinct_docs"] = pool_docs if whole else entry["partial_docs"]
         by_cell[cname] = entry
         total_tokens += entry["tokens"]
         total_rows += entry["rows"]
@@ -286,3 +346,4 @@ def write_shard(spec: dict, out) -> dict:
     size, sha = atomic.file_digest(final)
     return {"rows": t.num_rows, "bytes": size, "sha256": sha, "file": final.name, "per_source": per_source,
             "per_cell": per_cell, "tokens": int(pc.sum(t.column("n_tokens")).as_py() or 0) if t.num_rows else 0}
+

@@ -170,3 +170,74 @@ def test_shortfall_stops_before_writing_or_renormalizes(ray_local, corpus, tmp_p
     m = atomic.read_json(tmp_path / "e" / "m" / "manifest.json")["sources"]
     assert m["small"]["capped"] and 1.9 < m["small"]["epochs"] <= 2.0 + 1e-9 + 300 / m["small"]["available_tokens"]
     assert m["small"]["realized_weight"] < 0.3 - 0.01 and m["big"]["realized_weight"] > 0.7 + 0.01
+
+
+def test_sample_rates_take_a_multiple_of_each_cells_tokens(ray_local, corpus, tmp_path):
+    """Dolma's sample rates: 2.5 repeats every document 2.5 times, 0.4 takes the first 40% in
+    priority order; the mixture's size is their sum."""
+    from pipeline import config, runner
+
+    y = _yaml(tmp_path / "r.yaml", corpus, "sample_rates: {big: 0.4, small: 2.5}\n          shard_tokens: 40000")
+    runner.run(config.load(y), output=str(tmp_path / "r"), log=lambda m: None, quiet=True)
+    man = atomic.read_json(tmp_path / "r" / "m" / "manifest.json")
+    t = _table(tmp_path / "r" / "m")
+    biggest = max(t.column("n_tokens").to_pylist())
+    for cell, rate in (("big", 0.4), ("small", 2.5)):
+        c = man["cells"][cell]
+        assert c["target_tokens"] == round(rate * c["available_tokens"])
+        assert 0 <= c["tokens"] - c["target_tokens"] < biggest  # met within one document
+        assert abs(c["epochs"] - rate) < biggest / c["available_tokens"]
+    counts: dict[str, int] = {}
+    for s, i in zip(t.column("source").to_pylist(), t.column("id").to_pylist(), strict=True):
+        if s == "small":
+            counts[i] = counts.get(i, 0) + 1
+    assert set(counts.values()) == {2, 3} and len(counts) == man["cells"]["small"]["distinct_documents"]
+
+
+@pytest.mark.parametrize("key,value,want", [
+    ("sample_rates: {big: 1.0}\n          weights: {big: 1.0}", None, "give weights (token shares) or sample_rates"),
+    ("sample_rates: {big: 1.0}\n          target_tokens: 1000", None, "sample_rates fix every cell's tokens"),
+    ("sample_rates: {huge: 1.0}", None, "no source named huge"),
+    ("weights: {big: 1.0}\n          simulate_target_tokens: 1000", None, "needs mixture.target_tokens"),
+    ("weights: {big: 1.0}\n          target_tokens: 5000\n          simulate_target_tokens: 1000", None, "is below target_tokens"),
+])
+def test_bad_rates_and_simulation_are_refused(corpus, tmp_path, key, value, want):
+    from pipeline import config
+    from pipeline.errors import UsageError
+
+    with pytest.raises(UsageError) as e:
+        config.load(_yaml(tmp_path / "x.yaml", corpus, key))
+    assert want in str(e.value)
+
+
+def test_simulated_epoching_repeats_each_cell_as_the_full_mixture_would(ray_local, corpus, tmp_path):
+    """A 60k-token mixture simulating a 600k one: small needs ~9 epochs at 600k (a 0.3 share
+    of 600k over its ~20k tokens), so the small mixture draws each source from a pool of
+    1/10 of its documents, repeated as often; the full mixture is run too and compared."""
+    from pipeline import config, runner
+
+    common = "weights: {big: 0.7, small: 0.3}\n          max_epochs: 12\n          shard_tokens: 40000"
+    yf = _yaml(tmp_path / "full.yaml", corpus, "target_tokens: 600000\n          " + common)
+    runner.run(config.load(yf), output=str(tmp_path / "full"), log=lambda m: None, quiet=True)
+    ys = _yaml(tmp_path / "sim.yaml", corpus, "target_tokens: 60000\n          simulate_target_tokens: 600000\n          " + common)
+    runner.run(config.load(ys), output=str(tmp_path / "sim"), log=lambda m: None, quiet=True)
+    full, sim = (atomic.read_json(tmp_path / d / "m" / "manifest.json") for d in ("full", "sim"))
+    t = _table(tmp_path / "sim" / "m")
+    biggest = max(t.column("n_tokens").to_pylist())
+    sel = atomic.read_json(next((tmp_path / "sim" / "m").glob("steps/mix-select-*/_markers/part-00000.json")))
+    for cell, w in (("big", 0.7), ("small", 0.3)):
+        c = next(x for x in sel["sources"][cell]["cells"])
+        pool = c["pool_tokens_chosen"]
+        assert 0 <= pool - c["available"] * 60000 / 600000 < biggest  # the pool: a tenth of the source's tokens
+        e_full = full["cells"][cell]["epochs"]
+        e_sim = sim["cells"][cell]["tokens"] / pool  # the small mixture's epochs over its pool
+        assert abs(e_sim - e_full) <= 2 * biggest / pool, (cell, e_sim, e_full)  # within a document or two
+        assert abs(sim["cells"][cell]["realized_weight"] - w) <= 0.01
+    assert full["cells"]["small"]["epochs"] > 8
+    # every small-mixture row comes from the pool, and the pool's documents are repeated 8-10 times
+    counts: dict[str, int] = {}
+    for s, i in zip(t.column("source").to_pylist(), t.column("id").to_pylist(), strict=True):
+        if s == "small":
+            counts[i] = counts.get(i, 0) + 1
+    c = sel["sources"]["small"]["cells"][0]
+    assert len(counts) == c["pool_docs"] and set(counts.values()) <= {c["whole_epochs"], c["whole_epochs"] + 1}
