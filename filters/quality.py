@@ -49,13 +49,48 @@ def scores(model, texts: list[str], label: str, lowercase: bool) -> np.ndarray:
     return out
 
 
+def top_labels(model, texts: list[str], lowercase: bool) -> tuple[list[str], np.ndarray]:
+    """The top label (without `__label__`) and its probability for each text."""
+    if not texts:
+        return [], np.zeros(0, np.float32)
+    labels, probs = model.predict([preprocess(t, lowercase) for t in texts], k=1, threshold=0.0)
+    return ([ls[0].removeprefix("__label__") if len(ls) else "" for ls in labels],
+            np.clip(np.array([float(ps[0]) if len(ps) else 0.0 for ps in probs], np.float32), 0.0, 1.0))
+
+
+def evaluate_labels(truth: list[str], pred: list[str], labels: list[str]) -> dict:
+    """Per label precision, recall, F1 and support of top-1 predictions, and accuracy."""
+    r = lambda v: round(float(v), 6)  # noqa: E731
+    out = {}
+    for lab in labels:
+        tp = sum(1 for t, p in zip(truth, pred, strict=True) if t == lab and p == lab)
+        fp = sum(1 for t, p in zip(truth, pred, strict=True) if t != lab and p == lab)
+        fn = sum(1 for t, p in zip(truth, pred, strict=True) if t == lab and p != lab)
+        prec = tp / (tp + fp) if tp + fp else 0.0
+        rec = tp / (tp + fn) if tp + fn else 0.0
+        out[lab] = {"precision": r(prec), "recall": r(rec), "f1": r(2 * prec * rec / (prec + rec) if prec + rec else 0.0),
+                    "support": tp + fn}
+    acc = sum(1 for t, p in zip(truth, pred, strict=True) if t == p) / len(truth) if truth else 0.0
+    return {"labels": out, "accuracy": r(acc), "validation": len(truth)}
+
+
 def train(path: str, params: dict, seed: int):
     import fasttext
 
-    return fasttext.train_supervised(
-        input=path, epoch=params["epochs"], lr=params["lr"], wordNgrams=params["word_ngrams"], dim=params["dim"],
-        minCount=params["min_count"], loss=params["loss"], bucket=params["bucket"], thread=1, seed=seed, verbose=0,
-    )
+    try:
+        return fasttext.train_supervised(
+            input=path, epoch=params["epochs"], lr=params["lr"], wordNgrams=params["word_ngrams"], dim=params["dim"],
+            minCount=params["min_count"], loss=params["loss"], bucket=params["bucket"], thread=1, seed=seed, verbose=0,
+        )
+    except RuntimeError as e:
+        if "NaN" not in str(e):
+            raise
+        from pipeline.errors import InputError
+
+        raise InputError(
+            f"fastText diverged while training (its loss became NaN) with lr {params['lr']}, dim {params['dim']}, "
+            f"{params['epochs']} epochs: it happens on some example orders with a high learning rate or few dimensions; "
+            "lower the classifier's `lr` (e.g. 0.05), raise `dim` (the default is 100), or change `seed`") from None
 
 
 def evaluate(y: np.ndarray, s: np.ndarray) -> dict:

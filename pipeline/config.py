@@ -60,6 +60,11 @@ class QualitySpec(Model):
         return self.buckets if self.buckets is not None else (len(self.edges) + 1 if self.edges is not None else None)
 
 
+class TopicSpec(Model):
+    classifier: str = Field(description="name of a classifier under `classifiers` with `labels` (or a pretrained "
+                            "multi-class `model`)")
+
+
 class _ExtractBase(Model):
     timeout: float = Field(5.0, gt=0, description="CPU seconds one page may take; a page over it is quarantined as "
                            "extract_timeout (a wall-clock guard of 4x this + 10 s catches pages that hang without computing)")
@@ -130,6 +135,9 @@ class SourceSpec(Model):
         "(`decontaminate.against`); reference: only a dedup reference (train documents that duplicate it are removed, "
         "it emits nothing). Dedup never removes an eval or reference document in favour of a train one")
     quality: QualitySpec | None = Field(None, description="score with a classifier and keep the best")
+    topic: TopicSpec | None = Field(None, description="label every kept document with a multi-class classifier's top "
+                                    "label (topic, topic_score); `mixture.weights` may then weight `source/<topic>` "
+                                    "and `source/<topic>/q<k>`")
     on_bad_record: Literal["quarantine", "fail"] = Field(
         "quarantine", description="quarantine: keep going and record file, line and error; fail: stop at the first bad record"
     )
@@ -225,6 +233,8 @@ class ClassifierSpec(Model):
     positive: list[str] = Field(default_factory=list, description="sources (after their filters and dedup) or files "
                                 "(.txt a line each, .jsonl with `text`, .parquet; relative to the YAML file) of positive examples")
     negative: list[str] = Field(default_factory=list, description="sources or files of negative examples")
+    labels: dict[str, list[str]] | None = Field(None, description="a multi-class (topic) classifier instead of positive/"
+                                                "negative: label -> the sources or files of its examples")
     model: str | None = Field(None, description="a pretrained fastText model file (relative to the YAML file) instead of training")
     label: str = Field("__label__hq", description="the positive label")
     max_examples_per_class: int = Field(20_000, ge=1, description="cap on training examples per class")
@@ -527,6 +537,8 @@ def _resolve_classifier_paths(m: Mixture, base: Path) -> Mixture:
             return v if v in m.sources or "://" in v or Path(v).is_absolute() else str((base / v).resolve())
         fixed[name] = c.model_copy(update={"positive": [absolute(v) for v in c.positive],
                                            "negative": [absolute(v) for v in c.negative],
+                                           "labels": {k: [absolute(v) for v in vs] for k, vs in c.labels.items()}
+                                           if c.labels is not None else None,
                                            "model": absolute(c.model) if c.model else None})
     return m.model_copy(update={"classifiers": fixed})
 
@@ -620,6 +632,7 @@ def check_classifier_files(lm: "LoadedMixture") -> list[str]:
     """Model and example files of the classifiers in use must exist."""
     out = []
     used = {s.quality.classifier for s in lm.mixture.sources.values() if s.quality}
+    used |= {s.topic.classifier for s in lm.mixture.sources.values() if s.topic}
     for name, c in lm.mixture.classifiers.items():
         if name not in used:
             continue
@@ -628,10 +641,12 @@ def check_classifier_files(lm: "LoadedMixture") -> list[str]:
                        "fastText .bin, or remove `model` to train the classifier from `positive` and `negative`")
         if c.model:
             continue
-        for side in ("positive", "negative"):
-            for i, v in enumerate(getattr(c, side)):
+        sides = [((side,), getattr(c, side)) for side in ("positive", "negative")]
+        sides += [(("labels", lab), v) for lab, v in (c.labels or {}).items()]
+        for loc, values in sides:
+            for i, v in enumerate(values):
                 if v not in lm.mixture.sources and not fs.path(v).is_file():
-                    out.append(f"{lm.where(('classifiers', name, side, i))}: no such file: {v}")
+                    out.append(f"{lm.where(('classifiers', name, *loc, i))}: no such file: {v}")
     return out
 
 
@@ -656,13 +671,35 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
             )
         if src.quality and src.quality.keep_fraction is not None and src.quality.min_score is not None:
             out.append((("sources", sname, "quality"), "set keep_fraction or min_score, not both"))
+    for sname, src in m.sources.items():
+        if src.topic and src.topic.classifier not in m.classifiers:
+            out.append((("sources", sname, "topic", "classifier"), f"unknown classifier {src.topic.classifier!r}; defined: {defined_cls}"))
+        elif src.topic and m.classifiers[src.topic.classifier].labels is None and m.classifiers[src.topic.classifier].model is None:
+            out.append((("sources", sname, "topic", "classifier"), f"{src.topic.classifier} is a positive/negative classifier; "
+                        "a topic classifier has `labels: {topic: [sources or files], ...}` (or a pretrained multi-class `model`)"))
+        if src.quality and src.quality.classifier in m.classifiers and m.classifiers[src.quality.classifier].labels is not None:
+            out.append((("sources", sname, "quality", "classifier"), f"{src.quality.classifier} has labels (topics); quality "
+                        "needs a positive/negative classifier: use it under `topic:` instead"))
     for cname, c in m.classifiers.items():
-        for side in ("positive", "negative"):
-            for i, s in enumerate(getattr(c, side)):
+        sides = [(("classifiers", cname, side), getattr(c, side)) for side in ("positive", "negative")]
+        sides += [(("classifiers", cname, "labels", lab), v) for lab, v in (c.labels or {}).items()]
+        for loc, names in sides:
+            for i, s in enumerate(names):
                 if s not in m.sources and not any(ch in s for ch in "/*."):
-                    out.append((("classifiers", cname, side, i), f"unknown source {s!r}; defined: {defined_sources} "
+                    out.append(((*loc, i), f"unknown source {s!r}; defined: {defined_sources} "
                                 "(a file path needs a '/' or an extension)"))
-        if c.model is None and (not c.positive or not c.negative):
+        if c.labels is not None:
+            if c.positive or c.negative:
+                out.append((("classifiers", cname), "give labels (a topic classifier) or positive/negative, not both"))
+            for lab, v in c.labels.items():
+                if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lab) or re.fullmatch(r"q\d+", lab):
+                    out.append((("classifiers", cname, "labels", lab), f"label {lab!r} must be letters, digits, '_', '.', '-' "
+                                "and not q<number> (that names a quality bucket in a cell)"))
+                if not v and c.model is None:
+                    out.append((("classifiers", cname, "labels", lab), "a label needs at least one source or file of examples"))
+            if len(c.labels) < 2:
+                out.append((("classifiers", cname, "labels"), "a topic classifier needs at least two labels"))
+        elif c.model is None and (not c.positive or not c.negative):
             out.append((("classifiers", cname), "a trained classifier needs both `positive` and `negative` sources (or set `model:`)"))
     if m.dedup and m.dedup.priority:
         for i, s in enumerate(m.dedup.priority):

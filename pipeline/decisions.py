@@ -74,6 +74,10 @@ class Run:
         if q:
             cls = (self.config["sources"][source].get("quality") or {}).get("classifier")
             out.append((f"quality:{cls}", q / source / part.name))
+        t = self.step_dir(f"topic-{source}")
+        if t:
+            cls = (self.config["sources"][source].get("topic") or {}).get("classifier")
+            out.append((f"topic:{cls}", t / source / part.name))
         return out
 
 
@@ -100,7 +104,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
     surv_id = np.array([None] * n, dtype=object)
     surv_gid = np.array([None] * n, dtype=object)
     scores: list[dict] = [{} for _ in range(n)]
-    buckets = None  # quality buckets, when the source has them
+    buckets = topics = None  # quality buckets and topics, when the source has them
     layers = run.layers(source, part)
     for label, path in layers:
         t = fs.read_table(path)
@@ -140,6 +144,11 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
                 for i, v in enumerate(buckets):
                     if v >= 1:
                         scores[i]["quality_bucket"] = int(v)
+        if label.startswith("topic:"):
+            topics = np.array(t.column("topic").to_pylist(), dtype=object)
+            for i, (v, p) in enumerate(zip(topics, t.column("topic_score").to_pylist(), strict=True)):
+                if v is not None:
+                    scores[i]["topic"], scores[i]["topic_score"] = v, round(p, 6)
         if with_text and "text" in names:  # rewritten text (c4 rewrite, paragraph cuts)
             new = t.column("text").to_pylist()
             docs = docs.set_column(docs.schema.get_field_index("text"), "text",
@@ -155,7 +164,8 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
             why = "excluded" if role == "train" else f"role_{role}"
         else:
             cl = mix.source_cells(sel)
-            where = cells.index(cl, None if buckets is None else buckets[kept_idx], len(kept_idx))
+            where = cells.index(cl, None if buckets is None else buckets[kept_idx], len(kept_idx),
+                                None if topics is None else topics[kept_idx])
             chosen = np.zeros(len(kept_idx), bool)
             why = np.array(["not_selected"] * len(kept_idx), dtype=object)
             for pos, c in enumerate(cl):

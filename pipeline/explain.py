@@ -86,6 +86,9 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         scores = {"score": rec["score"]} if rec.get("score") is not None else {}
         if rec.get("bucket") is not None:
             scores["bucket"] = info["quality_bucket"] = rec["bucket"]
+        if rec.get("topic") is not None:
+            scores["topic"] = info["topic"] = rec["topic"]
+            scores["topic_score"] = rec["topic_score"]
         if rec["keep"] is False:
             info["stages"].append({"stage": stage, "result": "removed", "reason": rec["reason"]})
             info["status"] = "removed"
@@ -108,7 +111,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         else:
             info["stages"].append({"stage": stage, "result": "kept", "scores": scores})
     if info["status"] == "kept":
-        info["mixture_file"], cell = _mixture_file(run_dir, rj, source, doc["id"], info.get("quality_bucket"))
+        info["mixture_file"], cell = _mixture_file(run_dir, rj, source, doc["id"], info.get("quality_bucket"), info.get("topic"))
         if cell is not None:
             info["cell"] = cell["name"] or source
         if info["mixture_file"] is None:
@@ -126,6 +129,8 @@ def _later_steps(rj: dict, source: str) -> list[tuple[str, str]]:
     classifier = ((rj["config"]["sources"][source].get("quality")) or {}).get("classifier")
     if f"quality-{source}" in rj["steps"]:
         out.append((f"quality-{source}", f"quality:{classifier}"))
+    if f"topic-{source}" in rj["steps"]:
+        out.append((f"topic-{source}", f"topic:{((rj['config']['sources'][source].get('topic')) or {}).get('classifier')}"))
     return out
 
 
@@ -166,7 +171,8 @@ def _read_row(path: Path, row: int, columns: list[str]) -> dict:
     raise IndexError(f"{path} has no row {row}")
 
 
-def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int | None) -> tuple[str | None, dict | None]:
+def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int | None,
+                  topic: str | None = None) -> tuple[str | None, dict | None]:
     """Where the mixture holds this kept document, and its cell: recomputed from the
     selection (its priorities against its cell's cutoff) and the routing hash, as the mix
     steps did."""
@@ -179,7 +185,8 @@ def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int
         return "not in the mixture: the source is excluded", None
     seed = rj["config"]["seed"]
     cl = mix.source_cells(sel)
-    c = cl[int(cells.index(cl, None if bucket is None else np.array([bucket]), 1)[0])]
+    c = cl[int(cells.index(cl, None if bucket is None else np.array([bucket]), 1,
+                           None if topic is None else np.array([topic], dtype=object))[0])]
     epochs = [e for e, m in mix.cell_epochs(c, seed, source, [doc_id]) if m is None or m[0]]
     if not epochs:
         return None, c

@@ -49,6 +49,21 @@ def _quality(run: dec.Run, source: str) -> dict | None:
     return out
 
 
+def _topics(run: dec.Run, source: str) -> dict | None:
+    """Kept documents and tokens per (topic, quality bucket) of a source with a topic classifier."""
+    d = run.step_dir(f"topic-{source}")
+    if not d:
+        return None
+    cells: dict[str, dict[str, list[int]]] = {}
+    for m in read_markers(d).values():
+        for topic, bucket, docs, toks in m.get("groups", []):
+            c = cells.setdefault(topic, {}).setdefault(f"q{bucket}" if bucket > 0 else "all", [0, 0])
+            c[0] += docs
+            c[1] += toks
+    return {t: {b: {"documents": v[0], "tokens": v[1]} for b, v in sorted(bs.items(), key=lambda kv: (len(kv[0]), kv[0]))}
+            for t, bs in sorted(cells.items())}
+
+
 def _languages(run: dec.Run, source: str) -> dict[str, int]:
     fdir = run.step_dir(f"filter-{source}")
     marks = read_markers(fdir) if fdir else {}
@@ -76,6 +91,7 @@ def build(run_dir: Path) -> dict:
             "conservation": e["conservation"],
             "funnel": [{"stage": st["stage"], "docs": st["docs_out"], "tokens": st.get("tokens_out")} for st in e["stages"]],
             "removed_by_reason": e["removed"], "quality": _quality(run, s), "languages": _languages(run, s),
+            "topics": _topics(run, s),
             "mixture": man["sources"].get(s),
             "extraction": e.get("extraction"), "skipped_records": e["stages"][0].get("skipped_records"),
         }
@@ -208,6 +224,11 @@ def render(rep: dict) -> str:
             parts += ["<h3>Quality buckets (exact quantiles of the score within the source)</h3>",
                       _table(["bucket", "reached quality", "kept", "kept tokens"],
                              [[f"q{i + 1}", a, b, t] for i, (a, b, t) in enumerate(zip(qb["reached"], qb["kept"], qb["kept_tokens"]))])]
+        tp = e.get("topics")
+        if tp:
+            cols = sorted({b for v in tp.values() for b in v}, key=lambda b: (len(b), b))
+            parts += ["<h3>Kept tokens by topic x quality bucket (before the mixture's weights)</h3>",
+                      _table(["topic", *cols], [[t, *[v.get(b, {}).get("tokens", 0) for b in cols]] for t, v in tp.items()])]
         if e["languages"]:
             parts += ["<h3>Languages (language ID's best label)</h3>",
                       _table(["language", "documents"], list(e["languages"].items())[:15])]

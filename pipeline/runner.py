@@ -33,6 +33,7 @@ from pipeline.config import (
     check_eval_files,
     check_extractors,
     check_filter_files,
+    format_problems,
     unimplemented,
 )
 from pipeline.dedup import plan as dedup_plan
@@ -100,14 +101,19 @@ class Plan:
             step = more.add_steps(self, base, self.layers)
             if step is not None:
                 self.layers.append(step)
-        self.quality = classify_plan.add_steps(self, dict(zip(m.sources, base, strict=True)), self.layers)
-        self._mix_steps(base + self.layers + list(self.quality.values()))
+        self.quality, self.topic = classify_plan.add_steps(self, dict(zip(m.sources, base, strict=True)), self.layers)
+        self.after = {s: [st for st in (self.quality.get(s), self.topic.get(s)) if st] for s in m.sources}
+        self._mix_steps(base + self.layers + list(self.quality.values()) + list(self.topic.values()))
 
     def _mix_steps(self, upstream: list[Step]):
         m = self.lm.mixture
         mx = m.mixture
         mixed = [s for s in m.sources if s not in m.excluded()]
-        self.cells = cells_mod.cells(m)
+        wrong = cells_mod.problems(m, "sample_rates" if mx.sample_rates is not None else "weights", self.topic_labels) \
+            if (mx.weights or mx.sample_rates) else []
+        if wrong:  # a pretrained topic model's labels are known only now
+            raise UsageError(format_problems(self.lm.path, self.lm.lines, wrong))
+        self.cells = cells_mod.cells(m, self.topic_labels)
         cell_dicts = {c.name: {**c.to_dict(), "index": i} for i, c in enumerate(self.cells)}
         cfg = {"seed": m.seed, "weights": mx.weights, "normalize": mx.normalize, "target_tokens": mx.target_tokens,
                **({"sample_rates": mx.sample_rates} if mx.sample_rates is not None else {}),
@@ -175,7 +181,7 @@ class Plan:
             return [{"run_dir": str(self.run_dir), "source": d["source"], "documents": d["documents"],
                      "ingest_shard": d["part"], "ingest_dirs": ingest_dirs, "kept_per_source": sm.kept_per_source,
                      "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {d['source']}/{shard_name(d['part'])}"}
-                    for d in dedup_plan.doc_shards(self, stats, self.layers, self.quality)]
+                    for d in dedup_plan.doc_shards(self, stats, self.layers, self.after)]
 
         # version 4: contaminated records carry their eval item (3: picked per document shard, merged per source)
         # every step whose decisions it reads, up to the mixture's selection (not its files: it runs beside them)
@@ -198,7 +204,7 @@ class Plan:
     def mixed_docs(self, stats: dict) -> list[dict]:
         """The document shards of the sources in the mixture, with all their layers."""
         exclude = self.lm.mixture.excluded()
-        return [d for d in dedup_plan.doc_shards(self, stats, self.layers, self.quality) if d["source"] not in exclude]
+        return [d for d in dedup_plan.doc_shards(self, stats, self.layers, self.after) if d["source"] not in exclude]
 
     def budget(self, avail: dict[str, int], on_shortfall: str) -> dict[str, dict]:
         """Per cell: its target tokens and epochs (pipeline/steps/mix.py: weights, sample_rates, simulated epoching)."""
@@ -213,19 +219,15 @@ class Plan:
 
     def cell_available(self, docs: list[dict]) -> tuple[dict[str, int], dict[str, int]]:
         """Kept tokens and documents per cell, from the document shards' markers (a
-        bucketed source's quality step counts them per bucket)."""
+        bucketed source's quality step counts them per bucket, a topic step per topic and bucket)."""
         avail, avail_docs = {c.name: 0 for c in self.cells}, {c.name: 0 for c in self.cells}
         by_source: dict[str, list] = {}
         for c in self.cells:
             by_source.setdefault(c.source, []).append(c)
         for d in docs:
-            for c in by_source.get(d["source"], []):
-                if c.lo is None:
-                    avail[c.name] += d["tokens"]
-                    avail_docs[c.name] += d["kept"]
-                else:
-                    avail[c.name] += sum(d["bucket_tokens"][c.lo - 1:c.hi])
-                    avail_docs[c.name] += sum(d["bucket_docs"][c.lo - 1:c.hi])
+            for name, (nd, nt) in cells_mod.available(by_source.get(d["source"], []), d).items():
+                avail[name] += nt
+                avail_docs[name] += nd
         return avail, avail_docs
 
     def _source_steps(self, sname: str, spec):
@@ -593,6 +595,8 @@ def _ledger(plan: Plan, stats: dict) -> dict:
                  for st in plan.layers]
         if sname in plan.quality:
             later.append((f"quality:{spec.quality.classifier}", list(stats[plan.quality[sname].name].values())))
+        if sname in plan.topic:
+            later.append((f"topic:{spec.topic.classifier}", list(stats[plan.topic[sname].name].values())))
         sel = selection.get(sname)
         r = rows.get(sname, {"docs": 0, "tokens": 0, "repeats": 0})
         mix = {"rows": r["docs"], "tokens": r["tokens"], "repeats": r["repeats"]}

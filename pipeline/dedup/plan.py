@@ -36,14 +36,15 @@ def ranks(mixture) -> dict[str, int]:
 
 def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, Step] | None = None) -> list[dict]:
     """Every document shard, with the attribute files of its filters, of the global `layers`
-    and of its source's step in `after` (per-source steps after dedup: quality)."""
+    and of its source's steps in `after` (per-source steps after dedup: quality, topic)."""
     m = plan.lm.mixture
     rk = ranks(m)
     out = []
     for si, sname in enumerate(m.sources):
         ing = plan.ingest[sname]
         flt = plan.filter.get(sname)
-        last = (after or {}).get(sname)
+        lasts = (after or {}).get(sname) or []
+        lasts = lasts if isinstance(lasts, list) else [lasts]
         for j, i in enumerate(sorted(stats[ing.name])):
             paths, kept, tokens = [], stats[ing.name][i]["docs_out"], stats[ing.name][i]["tokens"]
             if flt:
@@ -55,12 +56,14 @@ def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, Step] | N
                 paths.append(str(attribute_path(st.dir(plan.store), sname, i)))
                 kept, tokens = stats[st.name][len(out)]["docs_out"], stats[st.name][len(out)]["tokens_out"]
             extra = {}
-            if last:
+            for last in lasts:
                 paths.append(str(attribute_path(last.dir(plan.store), sname, i)))
                 mk = stats[last.name][j]
                 kept, tokens = mk["docs_out"], mk["tokens_out"]
                 if "bucket_docs" in mk:  # kept documents and tokens per quality bucket
-                    extra = {"bucket_docs": mk["bucket_docs"], "bucket_tokens": mk["bucket_tokens"]}
+                    extra.update({"bucket_docs": mk["bucket_docs"], "bucket_tokens": mk["bucket_tokens"]})
+                if "groups" in mk:  # ... per (topic, bucket)
+                    extra["groups"] = mk["groups"]
             out.append({"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": len(out),
                         "documents": str(ing.dir(plan.store) / f"{shard_name(i)}.parquet"),
                         "layers": paths, "kept": kept, "tokens": tokens, **extra})

@@ -163,6 +163,8 @@ def _sample(side: dict, k: int, seed: int) -> list[tuple[int, str, str]]:
 
 
 def train_shard(spec: dict, out) -> dict:
+    if "classes" in spec:
+        return _train_topics(spec, out)
     p, seed = spec["params"], spec["params"]["seed"]
     cap = p["max_examples_per_class"]
     pos = _sample(spec["positive"], cap, seed)
@@ -191,11 +193,7 @@ def train_shard(spec: dict, out) -> dict:
     finally:
         os.unlink(train_path)
     final = d / "model.bin"
-    tmp = atomic.tmp_path(final)
-    with tempfile.TemporaryDirectory(prefix="curate-model-") as local:  # fastText writes a local file
-        model.save_model(f"{local}/model.bin")
-        fs.copy(f"{local}/model.bin", tmp)
-    atomic.commit(tmp, final)
+    _save(model, final)
     val = [r for r in rows if r[4] == "validation"]
     s = quality.scores(model, [r[3] for r in val], label, p["lowercase"])
     ev = quality.evaluate(np.array([r[1] == label for r in val]), s)
@@ -209,6 +207,101 @@ def train_shard(spec: dict, out) -> dict:
     fs.write_table(manifest, d / "sample.parquet")
     size, sha = atomic.file_digest(final)
     return {"rows": len(rows), "eval": ev, "model": str(final), "model_bytes": size, "model_sha256": sha}
+
+
+def _save(model, final) -> None:
+    tmp = atomic.tmp_path(final)
+    with tempfile.TemporaryDirectory(prefix="curate-model-") as local:  # fastText writes a local file
+        model.save_model(f"{local}/model.bin")
+        fs.copy(f"{local}/model.bin", tmp)
+    atomic.commit(tmp, final)
+
+
+def _train_file(rows: list, lowercase: bool) -> str:
+    fd, path = tempfile.mkstemp(prefix="curate-train-", suffix=".txt")  # fastText reads a local file
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        for _, lab, _, text, split in rows:
+            if split == "train":
+                f.write(f"{lab} {quality.preprocess(text, lowercase)}\n")
+    return path
+
+
+def _train_topics(spec: dict, out) -> dict:
+    """A multi-class (topic) classifier: the same seeded sample per label as the binary
+    one, up to max_examples_per_class each (not balanced: a topic with few examples keeps
+    the others' data); eval.json gives per-label precision and recall of the top label on
+    the held-out tenth of each label."""
+    p, seed = spec["params"], spec["params"]["seed"]
+    cap = p["max_examples_per_class"]
+    got = {lab: _sample(side, cap, seed) for lab, side in spec["classes"].items()}
+    if min(len(v) for v in got.values()) < 20:
+        raise InputError(
+            f"classifier {spec['name']}: only " + ", ".join(f"{len(v)} {lab}" for lab, v in got.items()) + " examples reach "
+            f"training (after their sources' filters and dedup); fastText needs hundreds per label: check "
+            f"classifiers.{spec['name']}.labels and what ledger.json says those sources' filters removed, or add example files")
+    rows = []
+    for lab, side in got.items():
+        for j, (h, origin, text) in enumerate(side):
+            rows.append((h, f"__label__{lab}", origin, text, "validation" if j % VALIDATION_EVERY == VALIDATION_EVERY - 1 else "train"))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    path = _train_file(rows, p["lowercase"])
+    try:
+        model = quality.train(path, p, seed)
+    finally:
+        os.unlink(path)
+    final = fs.path(out.dir) / "model.bin"
+    _save(model, final)
+    val = [r for r in rows if r[4] == "validation"]
+    pred, _ = quality.top_labels(model, [r[3] for r in val], p["lowercase"])
+    truth = [r[1].removeprefix("__label__") for r in val]
+    ev = quality.evaluate_labels(truth, pred, list(got))
+    ev["examples"] = {"train": {lab: sum(1 for r in rows if r[1] == f"__label__{lab}" and r[4] == "train") for lab in got},
+                      "validation": {lab: sum(1 for r in rows if r[1] == f"__label__{lab}" and r[4] == "validation") for lab in got}}
+    atomic.write_json(fs.path(out.dir) / "eval.json", ev)
+    fs.write_table(pa.table({"origin": [r[2] for r in rows], "label": [r[1] for r in rows], "split": [r[4] for r in rows],
+                             "hash": pa.array([r[0] for r in rows], pa.uint64())}), fs.path(out.dir) / "sample.parquet")
+    size, sha = atomic.file_digest(final)
+    return {"rows": len(rows), "eval": ev, "model": str(final), "model_bytes": size, "model_sha256": sha}
+
+
+def topic_shard(spec: dict, out) -> dict:
+    """`topic-<source>`, per document shard: the top label and its probability for every
+    kept row (null elsewhere; it removes nothing), and the kept documents and tokens per
+    (topic, quality bucket) for the mixture's cells."""
+    from pipeline.steps import mix
+
+    doc = spec["doc"]
+    model = quality.load(spec["model"])
+    n = view.num_rows(doc["documents"])
+    buckets = mix._buckets(doc)
+    rows, labels, probs, toks, chars = [], [], [], [], []
+    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["text", "n_tokens", "n_chars"]):
+        lab, pr = quality.top_labels(model, b.column("text").to_pylist(), spec["lowercase"])
+        rows.append(r)
+        labels += lab
+        probs.append(pr)
+        toks.append(b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
+        chars.append(b.column("n_chars").to_numpy(zero_copy_only=False).astype(np.int64))
+    rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    probs = np.concatenate(probs) if probs else np.zeros(0, np.float32)
+    tok = np.concatenate(toks) if toks else np.zeros(0, np.int64)
+    chars = np.concatenate(chars) if chars else np.zeros(0, np.int64)
+    ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
+    seen = np.zeros(n, bool)
+    seen[rows] = True
+    table = pa.table({"id": ids, "keep": pa.array(np.where(seen, True, False), pa.bool_(), mask=~seen),
+                      "reason": pa.nulls(n, pa.string()),
+                      "topic": scatter(n, rows, pa.array(labels, pa.string())),
+                      "topic_score": scatter(n, rows, pa.array(probs, pa.float32()))})
+    write_attributes(out.dir, doc, table)
+    groups: dict[tuple, list[int]] = {}
+    bk = buckets[rows] if buckets is not None else np.zeros(len(rows), np.int64)
+    for t, b, k in zip(labels, bk.tolist(), tok.tolist(), strict=True):
+        g = groups.setdefault((t, b), [0, 0])
+        g[0] += 1
+        g[1] += k
+    return {**stage_stats(doc, rows, chars, tok, np.ones(len(rows), bool), {}),
+            "groups": [[t, b, v[0], v[1]] for (t, b), v in sorted(groups.items())]}
 
 
 # ---------------------------------------------------------------- scoring

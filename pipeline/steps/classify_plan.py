@@ -17,28 +17,34 @@ from pipeline.steps import classify
 MODEL = "model.bin"
 
 
-def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]:
-    """Append the steps; returns source -> its `quality-<source>` step."""
+def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> tuple[dict[str, Step], dict[str, Step]]:
+    """Append the steps; returns (source -> its `quality-<source>` step, source -> its `topic-<source>` step)."""
     m = plan.lm.mixture
     used = {s: spec.quality for s, spec in m.sources.items() if spec.quality}
-    if not used:
-        return {}
+    topics = {s: spec.topic for s, spec in m.sources.items() if spec.topic}
+    plan.topic_labels = {}
+    if not used and not topics:
+        return {}, {}
     everything = list(base.values()) + dedup
     models: dict[str, tuple[Step | None, str, str]] = {}  # classifier -> (train step, model path, model id)
-    for cname in sorted({q.classifier for q in used.values()}):
+    for cname in sorted({q.classifier for q in list(used.values()) + list(topics.values())}):
         c = m.classifiers[cname]
         if c.model:
             models[cname] = (None, c.model, atomic.file_digest(fs.path(c.model))[1])
             continue
         params = c.model_dump(mode="json")
         sides = {}
-        for side in ("positive", "negative"):
-            names = [v for v in params[side] if v in m.sources]
-            files = [v for v in params[side] if v not in m.sources]
+        for side, entries in (c.labels or {"positive": c.positive, "negative": c.negative}).items():
+            names = [v for v in entries if v in m.sources]
+            files = [v for v in entries if v not in m.sources]
             sides[side] = (names, files)
         digests = {f: atomic.file_digest(fs.path(f))[1] for names, files in sides.values() for f in files}
-        cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model")},
-               "positive": sides["positive"][0], "negative": sides["negative"][0], "files": digests}
+        if c.labels:
+            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model", "labels", "label")},
+                   "labels": {lab: names for lab, (names, _) in sides.items()}, "files": digests}
+        else:  # the keys a binary classifier always had: its steps keep their hashes
+            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model", "labels")},
+                   "positive": sides["positive"][0], "negative": sides["negative"][0], "files": digests}
 
         def side_docs(stats, sides=sides, cap=params["max_examples_per_class"]):
             """(side, its document shards, its hash bound) for each class."""
@@ -56,8 +62,9 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
         ex = Step(f"classify-{cname}-examples", "classify-examples", cfg, everything, "pipeline.steps.classify:examples_shard",
                   shards=example_shards)
 
-        def train_shards(st, stats, cname=cname, params=params, sides=sides, side_docs=side_docs, ex=ex):
+        def train_shards(st, stats, cname=cname, params=params, sides=sides, side_docs=side_docs, ex=ex, multi=bool(c.labels)):
             spec = {"name": cname, "params": params, "describe": f"train classifier {cname}"}
+            into = spec.setdefault("classes", {}) if multi else spec  # labels in order; positive/negative
             j = 0
             for side, mine, bound in side_docs(stats):
                 shards = []
@@ -65,7 +72,7 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
                     shards.append({**d, "candidates": str(ex.dir(plan.store) / f"{shard_name(j)}.parquet"),
                                    "offered": stats[ex.name][j]["candidates"]})
                     j += 1
-                spec[side] = {"shards": shards, "files": sides[side][1], "tau": bound}
+                into[side] = {"shards": shards, "files": sides[side][1], "tau": bound}
             return [spec]
 
         train = Step(f"classify-{cname}-train", "classify-train", cfg, [ex], "pipeline.steps.classify:train_shard",
@@ -73,7 +80,7 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
         plan.steps += [ex, train]
         models[cname] = (train, str(train.dir(plan.store) / MODEL), None)
 
-    out = {}
+    out, out_topics = {}, {}
     for sname, q in used.items():
         c = m.classifiers[q.classifier]
         train, model_path, model_id = models[q.classifier]
@@ -115,4 +122,34 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> dict[str, Step]
         )
         plan.steps.append(apply)
         out[sname] = apply
-    return out
+
+    for sname, tp in topics.items():
+        c = m.classifiers[tp.classifier]
+        train, model_path, model_id = models[tp.classifier]
+        plan.topic_labels[sname] = list(c.labels) if c.labels else _model_labels(c.model)
+        before = [out[sname]] if sname in out else []
+
+        def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c):
+            after = {sname: before} if before else None
+            return [{"doc": d, "model": model_path, "lowercase": c.lowercase, "n_buckets": _n_buckets(m, sname),
+                     "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                    for d in doc_shards(plan, stats, dedup, after) if d["source"] == sname]
+
+        step = Step(f"topic-{sname}", "topic", {"model": model_id, "lowercase": c.lowercase},
+                    ([train] if train else []) + [base[sname]] + dedup + before, "pipeline.steps.classify:topic_shard",
+                    shards=topic_shards, meta={"stage": f"topic:{tp.classifier}"})
+        plan.steps.append(step)
+        out_topics[sname] = step
+    return out, out_topics
+
+
+def _n_buckets(m, sname: str) -> int | None:
+    q = m.sources[sname].quality
+    return q.n_buckets() if q else None
+
+
+def _model_labels(path: str) -> list[str]:
+    """A pretrained multi-class model's labels, without `__label__`."""
+    from filters import quality
+
+    return [lab.removeprefix("__label__") for lab in quality.load(str(path)).get_labels()]

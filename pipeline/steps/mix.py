@@ -46,7 +46,7 @@ from pipeline.steps import view
 MIX_SCHEMA = pa.schema([
     ("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("source_id", pa.string()),
     ("n_tokens", pa.int64()), ("epoch", pa.int32()), ("quality_score", pa.float32()), ("quality_bucket", pa.int16()),
-    ("lang", pa.string()),
+    ("topic", pa.string()), ("topic_score", pa.float32()), ("lang", pa.string()),
 ])
 ROW_GROUP = 2048
 
@@ -74,7 +74,8 @@ def budget(avail: dict[str, int], weights: dict[str, float] | None, target: int 
     w = {s: weights.get(s, 0.0) for s in avail}
     if target is None:  # the largest target that repeats nothing
         target = int(min((avail[s] / w[s] for s in avail if w[s] > 0), default=0))
-    cap = {s: (max_epochs.get(s) * avail[s] if max_epochs.get(s) is not None else math.inf) for s in avail}
+    # an empty cell can give nothing, whatever its max_epochs
+    cap = {s: (max_epochs.get(s) * avail[s] if max_epochs.get(s) is not None else math.inf) if avail[s] else 0 for s in avail}
     want = {s: w[s] * target for s in avail}
     short = {s for s in avail if want[s] > cap[s] + 1e-9 or (want[s] > 0 and avail[s] == 0)}
     if short and on_shortfall == "error":
@@ -154,11 +155,12 @@ def priority_shard(spec: dict, out) -> dict:
     t: dict[int, list] = {c["index"]: [] for c in todo}
     rows = 0
     if todo:
-        buckets = _buckets(d)
+        buckets, topics = _buckets(d), _topics(d)
         for r, b in view.kept_batches(d["documents"], d["layers"], ["id", "n_tokens"]):
             ids = b.column("id").to_pylist()
             rows += len(ids)
-            where = cells.index(spec["cells"], None if buckets is None else buckets[r], len(ids))
+            where = cells.index(spec["cells"], None if buckets is None else buckets[r], len(ids),
+                                None if topics is None else topics[r])
             tok = b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
             for pos, c in enumerate(spec["cells"]):
                 if c["epoch"] is None:
@@ -171,6 +173,14 @@ def priority_shard(spec: dict, out) -> dict:
         select.write_keys(out.path(".parquet", f"keys/c{k}"), np.concatenate(p[k]) if p[k] else np.zeros(0, np.uint64),
                           np.concatenate(t[k]) if t[k] else np.zeros(0, np.int64))
     return {"rows": rows, "source": d["source"]}
+
+
+def _topics(d: dict) -> np.ndarray | None:
+    """The topic of every row of a document shard (None where unset), or None."""
+    for path in d["layers"]:
+        if fs.path(path).parent.parent.name.startswith("topic-"):
+            return np.array(fs.read_table(path, columns=["topic"]).column("topic").to_pylist(), dtype=object)
+    return None
 
 
 def _buckets(d: dict) -> np.ndarray | None:
@@ -264,39 +274,45 @@ def select_shard(spec: dict, out) -> dict:
 # ---------------------------------------------------------------- route and write
 
 
-def _extra_columns(d: dict, n: int) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """quality_score and quality_bucket (from the source's quality attributes) and lang
-    (from a language filter)."""
-    score = pa.nulls(n, pa.float32())
-    bucket = pa.nulls(n, pa.int16())
-    lang = pa.nulls(n, pa.string())
+def _extra_columns(d: dict, n: int) -> dict[str, pa.Array]:
+    """quality_score and quality_bucket (the source's quality attributes), topic and
+    topic_score (its topic attributes) and lang (a language filter's), null where unset."""
+    out = {"quality_score": pa.nulls(n, pa.float32()), "quality_bucket": pa.nulls(n, pa.int16()),
+           "topic": pa.nulls(n, pa.string()), "topic_score": pa.nulls(n, pa.float32()), "lang": pa.nulls(n, pa.string())}
     for path in d["layers"]:
         names = fs.parquet_file(path).schema_arrow.names
-        if "score" in names and fs.path(path).parent.parent.name.startswith("quality-"):
+        step = fs.path(path).parent.parent.name
+        if "score" in names and step.startswith("quality-"):
             t = fs.read_table(path, columns=[c for c in ("score", "bucket") if c in names])
-            score = t.column("score").combine_chunks().cast(pa.float32())
+            out["quality_score"] = t.column("score").combine_chunks().cast(pa.float32())
             if "bucket" in names:
-                bucket = t.column("bucket").combine_chunks().cast(pa.int16())
+                out["quality_bucket"] = t.column("bucket").combine_chunks().cast(pa.int16())
+        if "topic" in names and step.startswith("topic-"):
+            t = fs.read_table(path, columns=["topic", "topic_score"])
+            out["topic"] = t.column("topic").combine_chunks().cast(pa.string())
+            out["topic_score"] = t.column("topic_score").combine_chunks().cast(pa.float32())
         langs = [c for c in names if c.endswith(".lang")]
         if langs:
-            lang = fs.read_table(path, columns=langs[:1]).column(0).combine_chunks().cast(pa.string())
-    return score, bucket, lang
+            out["lang"] = fs.read_table(path, columns=langs[:1]).column(0).combine_chunks().cast(pa.string())
+    return out
 
 
 def route_shard(spec: dict, out) -> dict:
     d, seed, n_shards = spec["doc"], spec["seed"], spec["n_shards"]
     cl = spec["cells"]
     n = view.num_rows(d["documents"])
-    score_all, bucket_all, lang_all = _extra_columns(d, n)
+    extra = _extra_columns(d, n)
+    bucket_all = extra["quality_bucket"]
     buckets = bucket_all.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) if bucket_all.null_count < n else None
+    topics = np.array(extra["topic"].to_pylist(), dtype=object) if extra["topic"].null_count < n else None
     parts = []
     for rows, b in view.kept_batches(d["documents"], d["layers"], ["id", "text", "source", "source_id", "n_tokens"]):
         ids = b.column("id").to_pylist()
         r = pa.array(rows)
         base = pa.table({"id": b.column("id"), "text": b.column("text"), "source": b.column("source"),
                          "source_id": b.column("source_id"), "n_tokens": b.column("n_tokens"),
-                         "quality_score": score_all.take(r), "quality_bucket": bucket_all.take(r), "lang": lang_all.take(r)})
-        where = cells.index(cl, None if buckets is None else buckets[rows], len(ids))
+                         **{k: v.take(r) for k, v in extra.items()}})
+        where = cells.index(cl, None if buckets is None else buckets[rows], len(ids), None if topics is None else topics[rows])
         for pos, c in enumerate(cl):
             inside = np.flatnonzero(where == pos)
             if len(inside) == 0:

@@ -48,7 +48,7 @@ def test_mixture_reads_with_pyarrow_dataset_and_hf_datasets(demo_run, tmp_path):
 
     files = sorted(str(p) for p in (demo_run / "mixture").glob("*.parquet"))
     t = pads.dataset(files, format="parquet").to_table()
-    assert t.column_names == ["id", "text", "source", "source_id", "n_tokens", "epoch", "quality_score", "quality_bucket", "lang"]
+    assert t.column_names == ["id", "text", "source", "source_id", "n_tokens", "epoch", "quality_score", "quality_bucket", "topic", "topic_score", "lang"]
     ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(tmp_path / "hfcache"))
     assert len(ds) == t.num_rows and ds[0]["text"] == t.column("text")[0].as_py()
     keys = list(zip(t.column("source").to_pylist(), t.column("id").to_pylist(), t.column("epoch").to_pylist(), strict=True))

@@ -1,0 +1,139 @@
+"""Topic cells: a multi-class fastText classifier trained in the run from labelled files
+(the demo's code, Wikipedia summaries and crawl pages as three labels), every document's
+top label as `topic`, and mixture weights over topic x quality-bucket cells."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from pipeline.io import atomic
+from tests.conftest import curate, write_yaml
+
+WEIGHTS = {"pool/code": 0.2, "pool/wiki": 0.4, "pool/web/q1": 0.3, "pool/web/q2": 0.1}  # web/q2: crawl pages most like Wikipedia
+
+
+def _jsonl(path, rows):
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def _corpus(demo_corpus, d):
+    """Half of each kind as labelled example files, the other half mixed into one source."""
+    wiki = pq.read_table(demo_corpus / "wiki" / "summaries_en.parquet", columns=["id", "text"]).to_pylist()[:3000]
+    web = []
+    for f in sorted((demo_corpus / "web").glob("*.jsonl.zst")):
+        with zstandard.ZstdDecompressor().stream_reader(open(f, "rb")) as r:
+            web += [json.loads(x) for x in io.TextIOWrapper(r, encoding="utf-8")]
+    code = []
+    for f in sorted((demo_corpus / "code").glob("*.jsonl.gz")):
+        with gzip.open(f, "rt") as r:
+            code += [json.loads(x) for x in r]
+    code = [c for c in code if len(c["text"]) < 20000]
+    (d / "ex").mkdir()
+    (d / "ex" / "wiki.txt").write_text("\n".join(w["text"].replace("\n", " ") for w in wiki[::2]) + "\n")
+    _jsonl(d / "ex" / "web.jsonl", [{"text": w["text"]} for w in web[::2]])
+    _jsonl(d / "ex" / "code.jsonl", [{"text": c["text"]} for c in code[::2]])
+    pool = ([{"id": f"wiki-{w['id']}", "text": w["text"]} for w in wiki[1::2]]
+            + [{"id": f"web-{i}", "text": w["text"]} for i, w in enumerate(web[1::2])]
+            + [{"id": f"code-{c['path']}", "text": c["text"]} for c in code[1::2]])
+    _jsonl(d / "pool.jsonl", pool)
+
+
+def _run(d, name, workers, shard_rows):
+    w = ", ".join(f"{k}: {v}" for k, v in WEIGHTS.items())
+    y = write_yaml(d / f"{name}.yaml", f"""
+        name: {name}
+        output: out
+        sources:
+          pool:
+            paths: [pool.jsonl]
+            id_field: id
+            max_shard_rows: {shard_rows}
+            topic: {{classifier: kind}}
+            quality: {{classifier: wiki_like, buckets: 2}}
+        classifiers:
+          kind:
+            labels: {{code: [ex/code.jsonl], wiki: [ex/wiki.txt], web: [ex/web.jsonl]}}
+            epochs: 20
+            dim: 32
+            bucket: 50000
+          wiki_like: {{positive: [ex/wiki.txt], negative: [ex/web.jsonl], epochs: 5, bucket: 50000}}
+        mixture:
+          weights: {{{w}}}
+          target_tokens: 1500000
+          max_epochs: 6
+    """)
+    r = curate("run", str(y), "--workers", str(workers))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return d / "out" / name
+
+
+@pytest.fixture(scope="module")
+def runs(demo_corpus, tmp_path_factory):
+    d = tmp_path_factory.mktemp("topics")
+    _corpus(demo_corpus, d)
+    return d, _run(d, "t1", 1, 5000), _run(d, "t2", 2, 700)
+
+
+def test_a_topic_classifier_is_trained_from_labelled_files_and_evaluated_per_label(runs):
+    _, a, _ = runs
+    steps = atomic.read_json(a / "run.json")["steps"]
+    ev = atomic.read_json(a / steps["classify-kind-train"]["dir"] / "eval.json")
+    assert set(ev["labels"]) == {"code", "wiki", "web"}
+    for lab, v in ev["labels"].items():
+        assert v["precision"] >= 0.9 and v["recall"] >= 0.9 and v["support"] > 10, (lab, v)
+    print(f"\ntopic classifier: {ev}")
+    # every pooled document gets a topic; it is its origin for nearly all
+    t = pq.read_table(sorted((a / steps["topic-pool"]["dir"] / "pool").glob("*.parquet"))).to_pylist()
+    seen = [r for r in t if r["keep"] is not None]
+    assert seen and all(r["topic"] in ("code", "wiki", "web") and 0 < r["topic_score"] <= 1 for r in seen)
+    right = sum(r["id"].split("-", 1)[0] == r["topic"] for r in seen)
+    assert right / len(seen) >= 0.95, right / len(seen)
+
+
+def test_topic_and_bucket_cells_meet_their_weights_whatever_the_workers(runs):
+    _, a, b = runs
+    ma, mb = (atomic.read_json(r / "manifest.json") for r in (a, b))
+    assert [f["sha256"] for f in ma["files"]] == [f["sha256"] for f in mb["files"]]
+    c = ma["cells"]
+    assert set(c) == set(WEIGHTS)  # every (topic, bucket) is named: no cell of weight 0
+    for k, w in WEIGHTS.items():
+        assert abs(c[k]["realized_weight"] - w) <= 0.005, (k, c[k])
+    rows = pq.read_table(sorted((a / "mixture").glob("*.parquet")), columns=["id", "topic", "topic_score", "quality_bucket"]).to_pylist()
+    for k in WEIGHTS:
+        topic = k.split("/")[1]
+        q = int(k.split("/q")[1]) if "/q" in k else None
+        mine = [r for r in rows if r["topic"] == topic and (q is None or r["quality_bucket"] == q)]
+        assert len(mine) == c[k]["documents"], k
+    assert all(r["topic"] is not None and r["topic_score"] is not None for r in rows)
+    led = atomic.read_json(a / "ledger.json")["sources"]["pool"]
+    assert led["conservation"] and [s["stage"] for s in led["stages"]][-3:] == ["quality:wiki_like", "topic:kind", "mix"]
+    # curate explain names the topic and the cell
+    doc = next(r for r in rows if r["topic"] == "web" and r["quality_bucket"] == 2)
+    r = curate("explain", str(a), "--id", doc["id"])
+    assert r.returncode == 0 and "topic=web" in r.stdout and "(cell pool/web/q2)" in r.stdout, r.stdout
+
+
+def test_unknown_topics_and_wrong_classifier_kinds_are_refused(runs):
+    from pipeline import config
+    from pipeline.errors import UsageError
+
+    d, _, _ = runs
+    y = (d / "t1.yaml").read_text()
+    for old, new, want in [
+        ("pool/code: 0.2", "pool/news: 0.2", "'news' is not a topic of pool's classifier; its labels: code, wiki, web"),
+        ("pool/web/q2: 0.1", "pool/web/q2: 0.1, pool/code/q1: 0.0", "pool/code/q1 overlaps pool/code"),
+        ("topic: {classifier: kind}", "topic: {classifier: wiki_like}", "wiki_like is a positive/negative classifier"),
+        ("quality: {classifier: wiki_like, buckets: 2}", "quality: {classifier: kind, buckets: 2}", "kind has labels (topics)"),
+    ]:
+        bad = write_yaml(d / "bad.yaml", y.replace(old, new))
+        with pytest.raises(UsageError) as e:
+            config.load(bad)
+        assert want in str(e.value), (want, str(e.value))
