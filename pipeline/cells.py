@@ -129,11 +129,12 @@ def problems(m, field: str = "weights", topics: dict | None = None) -> list[tupl
     return out
 
 
-def cells(m, topics: dict | None = None) -> list[Cell]:
+def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]:
     """Every cell of the mixed sources, in YAML source order, then topic and bucket order.
     Documents no key names form cells of weight 0: per topic (when keys name topics), the
-    runs of buckets (when keys name buckets) no key covers."""
-    w = m.mixture.weights or m.mixture.sample_rates or {}
+    runs of buckets (when keys name buckets) no key covers. `keys`: a phase's weights or
+    sample rates (default: the mixture's)."""
+    w = keys if keys is not None else (m.mixture.weights or m.mixture.sample_rates or {})
     topics = topics_of(m) if topics is None else topics
     excluded = m.excluded()
     named: dict[str, list[Cell]] = {}
@@ -180,17 +181,17 @@ def cells(m, topics: dict | None = None) -> list[Cell]:
     return out
 
 
-def rates(m, cell_list: list[Cell]) -> dict[str, float] | None:
+def rates(m, cell_list: list[Cell], r: dict | None = None) -> dict[str, float] | None:
     """Each cell's sample rate (0 where no key names it); None without sample_rates."""
-    r = m.mixture.sample_rates
+    r = m.mixture.sample_rates if r is None else r
     if r is None:
         return None
     return {c.name: (r.get(c.name, 0.0) if c.named else 0.0) for c in cell_list}
 
 
-def weights(m, cell_list: list[Cell]) -> dict[str, float] | None:
+def weights(m, cell_list: list[Cell], w: dict | None = None) -> dict[str, float] | None:
     """Each cell's weight (normalised when `mixture.normalize`); None without weights."""
-    w = m.mixture.weights
+    w = m.mixture.weights if w is None else w
     if w is None:
         return None
     got = {c.name: (w.get(c.name, 0.0) if c.named else 0.0) for c in cell_list}

@@ -260,6 +260,20 @@ class ValidationSpec(Model):
         return self
 
 
+class PhaseSpec(Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the phase's folder: mixture/<name>/")
+    target_tokens: int | None = Field(None, ge=1, description="tokens of this phase")
+    weights: dict[str, float] | None = Field(None, description="token shares of this phase per cell (as mixture.weights)")
+    sample_rates: dict[str, float] | None = Field(None, description="instead of weights: multiples of each cell's kept tokens")
+
+    @field_validator("weights", "sample_rates")
+    @classmethod
+    def _non_negative(cls, v):
+        if v is not None and any(w < 0 for w in v.values()):
+            raise ValueError(f"must be >= 0; negative: {', '.join(k for k, w in v.items() if w < 0)}")
+        return v
+
+
 class MixtureSpec(Model):
     target_tokens: int | None = Field(None, ge=1, description="tokens in the final mixture; default: with weights, the most "
                                       "that repeats no source; without, every kept token")
@@ -281,6 +295,11 @@ class MixtureSpec(Model):
     shard_rows: int = Field(100_000, ge=1, description="rows per mixture Parquet shard, when shard_tokens is not set")
     validation: ValidationSpec | None = Field(None, description="a held-out share of every train source, chosen by a seeded "
                                               "hash of the id after dedup and decontamination, written to validation/; never mixed")
+    phases: list[PhaseSpec] | None = Field(None, min_length=1, description="training phases drawn from the same kept "
+                                           "documents, each with its own target_tokens and weights (or sample_rates), "
+                                           "written to mixture/<name>/; instead of the top-level weights")
+    disjoint: bool = Field(False, description="with phases: no document in two phases (each cell's priority order is "
+                           "shared out among the phases in order; they must weigh the same cells and repeat nothing)")
 
     @field_validator("weights", "sample_rates")
     @classmethod
@@ -733,6 +752,7 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
         if m.mixture.normalize and total <= 0:
             out.append((("mixture", "weights"), "weights sum to 0; give at least one source a positive weight"))
     mx = m.mixture
+    out += _phase_problems(m)
     if mx.sample_rates is not None:
         from pipeline import cells
 
@@ -752,6 +772,42 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
         elif mx.target_tokens > mx.simulate_target_tokens:
             out.append((("mixture", "simulate_target_tokens"), f"{mx.simulate_target_tokens:,} is below target_tokens "
                         f"({mx.target_tokens:,}): it is the full run's size that the small mixture simulates"))
+    return out
+
+
+def _phase_problems(m: Mixture) -> list[tuple[tuple, str]]:
+    from pipeline import cells
+
+    mx = m.mixture
+    out: list[tuple[tuple, str]] = []
+    if mx.phases is None:
+        if mx.disjoint:
+            out.append((("mixture", "disjoint"), "disjoint applies to mixture.phases; there are none"))
+        return out
+    for key in ("weights", "sample_rates", "target_tokens", "simulate_target_tokens"):
+        if getattr(mx, key) is not None:
+            out.append((("mixture", key), f"with phases, {key} goes in each phase (mixture.phases[i].{key}); remove it here"))
+    seen = set()
+    for i, ph in enumerate(mx.phases):
+        loc = ("mixture", "phases", i)
+        if ph.name in seen:
+            out.append(((*loc, "name"), f"two phases are named {ph.name}; names are folders of mixture/"))
+        seen.add(ph.name)
+        if ph.weights is not None and ph.sample_rates is not None:
+            out.append((loc, "give weights or sample_rates, not both"))
+        if ph.sample_rates is not None and ph.target_tokens is not None:
+            out.append(((*loc, "target_tokens"), "sample_rates fix every cell's tokens, so the phase's size; remove target_tokens"))
+        for field in ("weights", "sample_rates"):
+            if getattr(ph, field) is not None:
+                view = m.model_copy(update={"mixture": mx.model_copy(update={"weights": None, "sample_rates": None, field: getattr(ph, field)})})
+                out += [((*loc, *where[1:]), msg) for where, msg in cells.problems(view, field)]
+        if ph.weights is not None and not mx.normalize and abs(sum(ph.weights.values()) - 1.0) > 1e-6:
+            out.append(((*loc, "weights"), f"weights sum to {sum(ph.weights.values()):g}, not 1; fix them or set mixture.normalize: true"))
+    if mx.disjoint:
+        keys = [set(ph.weights or {}) for ph in mx.phases]
+        if any(ph.weights is None for ph in mx.phases) or any(k != keys[0] for k in keys):
+            out.append((("mixture", "disjoint"), "disjoint phases must each give weights over the same cells (only the "
+                        "values differ), so that each cell's documents can be shared out among them"))
     return out
 
 

@@ -154,7 +154,8 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
             docs = docs.set_column(docs.schema.get_field_index("text"), "text",
                                    pa.array([x if x is not None else o for x, o in zip(new, docs.column("text").to_pylist(), strict=True)], pa.string()))
     # the mixture's choice among the documents still kept
-    sel = (run.selection or {}).get("sources", {}).get(source) if run.selection else None
+    phases = mix.phase_selections(run.selection) if run.selection else []
+    sel = phases[0][1]["sources"].get(source) if phases else None
     kept_idx = [i for i in range(n) if status[i] == "kept"]
     if run.selection is not None and kept_idx:
         ids = docs.column("id").to_pylist()
@@ -162,17 +163,19 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
             chosen = np.zeros(len(kept_idx), bool)
             role = run.config["sources"][source].get("role", "train")
             why = "excluded" if role == "train" else f"role_{role}"
-        else:
-            cl = mix.source_cells(sel)
-            where = cells.index(cl, None if buckets is None else buckets[kept_idx], len(kept_idx),
-                                None if topics is None else topics[kept_idx])
+        else:  # chosen in any phase; a reason per cell with one phase
             chosen = np.zeros(len(kept_idx), bool)
             why = np.array(["not_selected"] * len(kept_idx), dtype=object)
-            for pos, c in enumerate(cl):
-                inside = np.flatnonzero(where == pos)
-                why[inside] = mix.not_selected_reason(c)
-                for _, mask in mix.cell_epochs(c, run.seed, source, [ids[kept_idx[j]] for j in inside]):
-                    chosen[inside if mask is None else inside[mask]] = True
+            for name, ph, _ in phases:
+                cl = mix.source_cells(ph["sources"][source])
+                where = cells.index(cl, None if buckets is None else buckets[kept_idx], len(kept_idx),
+                                    None if topics is None else topics[kept_idx])
+                for pos, c in enumerate(cl):
+                    inside = np.flatnonzero(where == pos)
+                    if name is None:
+                        why[inside] = mix.not_selected_reason(c)
+                    for _, mask in mix.cell_epochs(c, run.seed, source, [ids[kept_idx[j]] for j in inside]):
+                        chosen[inside if mask is None else inside[mask]] = True
         for j, i in enumerate(kept_idx):
             if not chosen[j]:
                 status[i], stage[i], reason[i] = "removed", "mix", why if isinstance(why, str) else why[j]

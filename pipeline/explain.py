@@ -180,19 +180,21 @@ def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int
     if not sel_step:
         return None, None
     marker = atomic.read_json(fs.join(run_dir, sel_step["dir"]) / "_markers" / "part-00000.json")
-    sel = marker["sources"].get(source)
-    if sel is None:
+    phases = mix.phase_selections(marker)
+    if phases[0][1]["sources"].get(source) is None:
         return "not in the mixture: the source is excluded", None
     seed = rj["config"]["seed"]
-    cl = mix.source_cells(sel)
-    c = cl[int(cells.index(cl, None if bucket is None else np.array([bucket]), 1,
-                           None if topic is None else np.array([topic], dtype=object))[0])]
-    epochs = [e for e, m in mix.cell_epochs(c, seed, source, [doc_id]) if m is None or m[0]]
-    if not epochs:
-        return None, c
-    places = [f"mixture/part-{int(mix.order_key(seed, source, [doc_id], e)[0] % marker['n_shards']):05d}.parquet"
-              + (f" (epoch {e})" if len(epochs) > 1 else "") for e in epochs]
-    return ", ".join(places), c
+    places, cell = [], None
+    for name, sel, _ in phases:
+        cl = mix.source_cells(sel["sources"][source])
+        c = cl[int(cells.index(cl, None if bucket is None else np.array([bucket]), 1,
+                               None if topic is None else np.array([topic], dtype=object))[0])]
+        cell = cell or c
+        epochs = [e for e, m in mix.cell_epochs(c, seed, source, [doc_id]) if m is None or m[0]]
+        folder = f"mixture/{name}/" if name else "mixture/"
+        places += [f"{folder}part-{int(mix.order_key(seed, source, [doc_id], e)[0] % sel['n_shards']):05d}.parquet"
+                   + (f" (epoch {e})" if len(epochs) > 1 else "") for e in epochs]
+    return (", ".join(places) or None), cell
 
 
 def render(infos: list[dict], doc_id: str) -> str:

@@ -109,67 +109,82 @@ class Plan:
         m = self.lm.mixture
         mx = m.mixture
         mixed = [s for s in m.sources if s not in m.excluded()]
-        wrong = cells_mod.problems(m, "sample_rates" if mx.sample_rates is not None else "weights", self.topic_labels) \
-            if (mx.weights or mx.sample_rates) else []
-        if wrong:  # a pretrained topic model's labels are known only now
-            raise UsageError(format_problems(self.lm.path, self.lm.lines, wrong))
-        self.cells = cells_mod.cells(m, self.topic_labels)
-        cell_dicts = {c.name: {**c.to_dict(), "index": i} for i, c in enumerate(self.cells)}
+        self.phases = self._phases()
+        self.cells = self.phases[0]["cells"]  # the cells of the mixture (of its first phase, with phases)
+        cell_dicts = [{c.name: {**c.to_dict(), "index": k * 10000 + i, "phase": ph["name"], "seed": ph["seed"]}
+                       for i, c in enumerate(ph["cells"])} for k, ph in enumerate(self.phases)]
         cfg = {"seed": m.seed, "weights": mx.weights, "normalize": mx.normalize, "target_tokens": mx.target_tokens,
                **({"sample_rates": mx.sample_rates} if mx.sample_rates is not None else {}),
                **({"simulate_target_tokens": mx.simulate_target_tokens} if mx.simulate_target_tokens is not None else {}),
+               **({"phases": [p.model_dump() for p in mx.phases], "disjoint": mx.disjoint} if mx.phases else {}),
                "max_epochs": {s: (m.sources[s].max_epochs or mx.max_epochs) for s in mixed}, "on_shortfall": mx.on_shortfall,
                "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows, "sources": mixed}
-        if any(c.lo is not None for c in self.cells):  # only then: a mixture without cells keeps its config
-            cfg["cells"] = [c.to_dict() for c in self.cells]
+        if any(c.lo is not None or c.topic is not None for ph in self.phases for c in ph["cells"]):
+            cfg["cells"] = [[c.to_dict() for c in ph["cells"]] for ph in self.phases] if mx.phases else \
+                [c.to_dict() for c in self.cells]  # only then: a mixture without cells keeps its config
 
         def budget(stats):
             docs = self.mixed_docs(stats)
-            avail, avail_docs = self.cell_available(docs)
-            b = self.budget(avail, mx.on_shortfall)
-            epoch = {c: mix_mod.key_epoch(e, avail[c]) for c, e in b.items()}  # whose priorities pick a partial epoch or pool
-            return docs, avail, avail_docs, b, epoch
+            out = []
+            for ph in self.phases:
+                avail, avail_docs = self.cell_available(docs, ph["cells"])
+                out.append((avail, avail_docs, self.budget(avail, mx.on_shortfall, ph)))
+            if mx.disjoint:
+                mix_mod.share_out([b for _, _, b in out], out[0][0], [ph["name"] for ph in self.phases])
+            epochs = [{c: mix_mod.key_epoch(e, a[c]) for c, e in b.items()} for a, _, b in out]
+            return docs, out, epochs
 
-        def of_source(source, epoch=None):
-            return [{**cell_dicts[c.name], "epoch": (epoch or {}).get(c.name)} for c in self.cells if c.source == source]
+        def of_source(source, epochs):
+            return [{**cell_dicts[k][c.name], "epoch": epochs[k].get(c.name)}
+                    for k, ph in enumerate(self.phases) for c in ph["cells"] if c.source == source]
 
         def priority_shards(st, stats):
-            docs, *_, epoch = budget(stats)
-            return [{"doc": d, "seed": m.seed, "cells": of_source(d["source"], epoch),
+            docs, _, epochs = budget(stats)
+            return [{"doc": d, "seed": m.seed, "cells": of_source(d["source"], epochs),
                      "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in docs]
 
         self.mix_priority = Step("mix-priority", "mix-priority", cfg, upstream, "pipeline.steps.mix:priority_shard",
                                  shards=priority_shards, version="2")  # 2: one key file per cell
 
         def select_shards(st, stats):
-            docs, avail, avail_docs, b, epoch = budget(stats)
+            docs, out, epochs = budget(stats)
             pdir = self.mix_priority.dir(self.store)
-            keys = {c: [] for c in b}
-            for j, d in enumerate(docs):
-                for c in self.cells:
-                    if c.source == d["source"] and epoch[c.name] is not None:
-                        keys[c.name].append(str(pdir / "keys" / f"c{cell_dicts[c.name]['index']}" / f"{shard_name(j)}.parquet"))
-            return [{"keys": keys, "budget": b, "available": avail, "available_docs": avail_docs, "seed": m.seed,
-                     "cells": cell_dicts, "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows,
+            phases = []
+            for k, (ph, (avail, avail_docs, b)) in enumerate(zip(self.phases, out, strict=True)):
+                keys = {c: [] for c in b}
+                for j, d in enumerate(docs):
+                    for c in ph["cells"]:
+                        if c.source == d["source"] and epochs[k][c.name] is not None:
+                            keys[c.name].append(str(pdir / "keys" / f"c{cell_dicts[k][c.name]['index']}" / f"{shard_name(j)}.parquet"))
+                phases.append({"name": ph["name"], "keys": keys, "budget": b, "available": avail, "available_docs": avail_docs,
+                               "cells": cell_dicts[k], "target_tokens": ph["target"]})
+            return [{"phases": phases, "seed": m.seed, "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows,
                      "describe": "mixture selection"}]
 
         self.mix_select = Step("mix-select", "mix-select", cfg, [self.mix_priority], "pipeline.steps.mix:select_shard",
                                shards=select_shards, version="2")  # 2: per cell
 
         def route_shards(st, stats):
-            sel = stats[self.mix_select.name][0]
-            return [{"doc": d, "cells": mix_mod.source_cells(sel["sources"][d["source"]]), "seed": m.seed,
-                     "n_shards": sel["n_shards"], "describe": f"{d['source']}/{shard_name(d['part'])}"}
+            phases = mix_mod.phase_selections(stats[self.mix_select.name][0])
+            return [{"doc": d, "seed": m.seed, "phases": [
+                        {"name": name, "cells": mix_mod.source_cells(sel["sources"][d["source"]]), "n_shards": sel["n_shards"],
+                         "offset": offset} for name, sel, offset in phases],
+                     "describe": f"{d['source']}/{shard_name(d['part'])}"}
                     for d in self.mixed_docs(stats)]
 
         self.mix_route = Step("mix-route", "mix-route", {}, [self.mix_select], "pipeline.steps.mix:route_shard",
-                              shards=route_shards, version=f"{dedup_plan.SHUFFLE_VERSION}.cells")  # quality_bucket, per cell
+                              shards=route_shards, version=f"{dedup_plan.SHUFFLE_VERSION}.phases")  # per cell and phase
 
         def write_shards(st, stats):
-            n = stats[self.mix_select.name][0]["n_shards"]
             root = str(self.mix_route.dir(self.store) / "to")
             maps = len(stats[self.mix_route.name])
-            return [{"inputs": root, "maps": maps, "partition": p, "describe": f"mixture shard {p}"} for p in range(n)]
+            out = []
+            for name, sel, offset in mix_mod.phase_selections(stats[self.mix_select.name][0]):
+                for p in range(sel["n_shards"]):
+                    out.append({"inputs": root, "maps": maps, "partition": offset + p, "phase": name,
+                                "file": f"{name}/{shard_name(p)}.parquet" if name else None,
+                                "describe": f"mixture shard {name + '/' if name else ''}{p}"})
+            return out
 
         self.mix = Step("mix", "mix", {}, [self.mix_route], "pipeline.steps.mix:write_shard", shards=write_shards)
         self.steps += [self.mix_priority, self.mix_select, self.mix_route, self.mix]
@@ -206,23 +221,48 @@ class Plan:
         exclude = self.lm.mixture.excluded()
         return [d for d in dedup_plan.doc_shards(self, stats, self.layers, self.after) if d["source"] not in exclude]
 
-    def budget(self, avail: dict[str, int], on_shortfall: str) -> dict[str, dict]:
+    def _phases(self) -> list[dict]:
+        """The mixture's phases (one, unnamed, without `mixture.phases`): weights or sample
+        rates, target, cells, and the seed of their priorities (a phase's own, unless the
+        phases are disjoint and share one order out)."""
+        m = self.lm.mixture
+        mx = m.mixture
+        specs = [(None, mx.weights, mx.sample_rates, mx.target_tokens, mx.simulate_target_tokens)] if not mx.phases else \
+            [(p.name, p.weights, p.sample_rates, p.target_tokens, None) for p in mx.phases]
+        out = []
+        for k, (name, w, r, target, sim) in enumerate(specs):
+            keys, field = (w, "weights") if w is not None else (r, "sample_rates")
+            if keys:
+                view = m.model_copy(update={"mixture": mx.model_copy(update={"weights": None, "sample_rates": None, field: keys})})
+                wrong = cells_mod.problems(view, field, self.topic_labels)
+                if wrong:  # a pretrained topic model's labels are known only now
+                    loc = ("mixture",) if name is None else ("mixture", "phases", k)
+                    raise UsageError(format_problems(self.lm.path, self.lm.lines, [((*loc, *x[1:]), msg) for x, msg in wrong]))
+            cl = cells_mod.cells(m, self.topic_labels, keys or {})
+            seed = m.seed if name is None or mx.disjoint else f"{m.seed}:{name}"
+            out.append({"name": name, "cells": cl, "weights": cells_mod.weights(m, cl, w) if w is not None else None,
+                        "rates": cells_mod.rates(m, cl, r) if r is not None else None, "target": target, "simulate": sim,
+                        "seed": seed})
+        return out
+
+    def budget(self, avail: dict[str, int], on_shortfall: str, phase: dict | None = None) -> dict[str, dict]:
         """Per cell: its target tokens and epochs (pipeline/steps/mix.py: weights, sample_rates, simulated epoching)."""
         mx = self.lm.mixture.mixture
-        max_epochs = {c.name: (self.lm.mixture.sources[c.source].max_epochs or mx.max_epochs) for c in self.cells}
-        return mix_mod.cell_budget(avail, self.weights(), mx.target_tokens, max_epochs, on_shortfall,
-                                   cells_mod.rates(self.lm.mixture, self.cells), mx.simulate_target_tokens)
+        ph = phase or self.phases[0]
+        max_epochs = {c.name: (self.lm.mixture.sources[c.source].max_epochs or mx.max_epochs) for c in ph["cells"]}
+        return mix_mod.cell_budget(avail, ph["weights"], ph["target"], max_epochs, on_shortfall, ph["rates"], ph["simulate"])
 
     def weights(self) -> dict[str, float] | None:
-        """Per cell (pipeline/cells.py): its weight, normalised when `mixture.normalize`."""
-        return cells_mod.weights(self.lm.mixture, self.cells)
+        """Per cell (pipeline/cells.py) of the first phase: its weight, normalised when `mixture.normalize`."""
+        return self.phases[0]["weights"]
 
-    def cell_available(self, docs: list[dict]) -> tuple[dict[str, int], dict[str, int]]:
+    def cell_available(self, docs: list[dict], cell_list: list | None = None) -> tuple[dict[str, int], dict[str, int]]:
         """Kept tokens and documents per cell, from the document shards' markers (a
         bucketed source's quality step counts them per bucket, a topic step per topic and bucket)."""
-        avail, avail_docs = {c.name: 0 for c in self.cells}, {c.name: 0 for c in self.cells}
+        cell_list = self.cells if cell_list is None else cell_list
+        avail, avail_docs = {c.name: 0 for c in cell_list}, {c.name: 0 for c in cell_list}
         by_source: dict[str, list] = {}
-        for c in self.cells:
+        for c in cell_list:
             by_source.setdefault(c.source, []).append(c)
         for d in docs:
             for name, (nd, nt) in cells_mod.available(by_source.get(d["source"], []), d).items():
@@ -379,26 +419,30 @@ def _expected_mixture(plan: Plan) -> list[str]:
                 else f"expected mixture: unknown until {pending[0]} runs"]
     stats = {s.name: read_markers(s.dir(plan.store)) for s in upstream}
     mx = plan.lm.mixture.mixture
-    avail, _ = plan.cell_available(plan.mixed_docs(stats))
-    try:
-        b = plan.budget(avail, "renormalize")
-        strict = plan.budget(avail, "error") if mx.on_shortfall == "error" else None
-    except RunError:
-        strict = "short"
-    width = max([16] + [len(c) for c in avail])
-    lines = ["expected mixture (from the kept documents now):",
-             f"{'cell':<{width}} {'weight':>7} {'available':>13} {'target':>13} {'epochs':>7}  note"]
-    for c in plan.cells:
-        e = b[c.name]
-        w = f"{e['weight']:.3f}" if e["weight"] is not None else "-"
-        note = "capped at max_epochs" if e.get("capped") else ""
-        if e["epochs"] > 1:
-            note = note or f"repeated: {math.floor(e['epochs'])} whole epochs + part"
-        if not c.named and e["weight"] == 0:
-            note = note or "no weight names these buckets: left out"
-        lines.append(f"{c.name:<{width}} {w:>7} {avail[c.name]:>13,} {e['target']:>13,} {e['epochs']:>7.2f}  {note}")
-    if strict == "short":
-        lines.append("shortfall: with on_shortfall: error the run will stop before writing (see the table it prints)")
+    docs = plan.mixed_docs(stats)
+    lines = []
+    for ph in plan.phases:
+        avail, _ = plan.cell_available(docs, ph["cells"])
+        try:
+            b = plan.budget(avail, "renormalize", ph)
+            strict = plan.budget(avail, "error", ph) if mx.on_shortfall == "error" else None
+        except RunError:
+            strict = "short"
+        width = max([16] + [len(c) for c in avail])
+        title = "expected mixture (from the kept documents now):" if ph["name"] is None else \
+            f"expected phase {ph['name']} (from the kept documents now):"
+        lines += ([""] if lines else []) + [title, f"{'cell':<{width}} {'weight':>7} {'available':>13} {'target':>13} {'epochs':>7}  note"]
+        for c in ph["cells"]:
+            e = b[c.name]
+            w = f"{e['weight']:.3f}" if e["weight"] is not None else "-"
+            note = "capped at max_epochs" if e.get("capped") else ""
+            if e["epochs"] > 1:
+                note = note or f"repeated: {math.floor(e['epochs'])} whole epochs + part"
+            if not c.named and e["weight"] == 0:
+                note = note or "no weight names these documents: left out"
+            lines.append(f"{c.name:<{width}} {w:>7} {avail[c.name]:>13,} {e['target']:>13,} {e['epochs']:>7.2f}  {note}")
+        if strict == "short":
+            lines.append("shortfall: with on_shortfall: error the run will stop before writing (see the table it prints)")
     return lines
 
 
@@ -587,7 +631,9 @@ def _mixed_per_source(markers: dict[int, dict]) -> dict[str, dict]:
 
 def _ledger(plan: Plan, stats: dict) -> dict:
     rows = _mixed_per_source(stats[plan.mix.name])
-    selection = stats[plan.mix_select.name][0]["sources"]
+    phases = mix_mod.phase_selections(stats[plan.mix_select.name][0])
+    selection = phases[0][1]["sources"]
+    chosen = _chosen_docs(stats[plan.mix_route.name]) if phases[0][0] is not None else None
     entries = {}
     for sname, spec in plan.lm.mixture.sources.items():
         flt = plan.filter.get(sname)
@@ -602,6 +648,8 @@ def _ledger(plan: Plan, stats: dict) -> dict:
         mix = {"rows": r["docs"], "tokens": r["tokens"], "repeats": r["repeats"]}
         if sel is None:  # excluded from the mixture
             mix.update({"kept": 0, "excluded": "excluded" if spec.role == "train" else f"role_{spec.role}"})
+        elif chosen is not None:  # phases: kept = chosen in at least one phase
+            mix.update({"kept": chosen.get(sname, 0), "not_selected": sel["available_docs"] - chosen.get(sname, 0)})
         else:
             ns: dict[str, int] = {}
             for c in mix_mod.source_cells(sel):
@@ -676,26 +724,52 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
     validation = _publish_validation(plan, run_dir, stats)
     per_source = _mixed_per_source(markers)
     total = sum(v["tokens"] for v in per_source.values()) or 1
-    selection = stats[plan.mix_select.name][0]["sources"]
+    phases = mix_mod.phase_selections(stats[plan.mix_select.name][0])
+    selection = phases[0][1]["sources"]  # with phases: the first's (availability is every phase's)
+    named = phases[0][0] is not None
+    chosen = _chosen_docs(stats[plan.mix_route.name]) if named else {}
     weights = plan.weights()
     sources = {}
     for sname, sel in selection.items():
         v = per_source.get(sname, {"docs": 0, "tokens": 0, "repeats": 0})
         sources[sname] = {
-            "weight": round(sum(c.get("weight") or 0.0 for c in mix_mod.source_cells(sel)), 12) if weights is not None else None,
+            "weight": round(sum(c.get("weight") or 0.0 for c in mix_mod.source_cells(sel)), 12)
+            if weights is not None and not named else None,
             "available_tokens": sel["available"], "available_docs": sel["available_docs"],
-            "target_tokens": sel["target"], "realized_tokens": v["tokens"], "realized_weight": round(v["tokens"] / total, 6),
-            "docs": v["docs"], "distinct_docs": sel["distinct_docs"], "docs_repeated": v["repeats"],
-            "epochs": round(v["tokens"] / sel["available"], 6) if sel["available"] else 0.0, "capped": sel.get("capped", False),
+            "target_tokens": sum(ph["sources"][sname]["target"] for _, ph, _ in phases),
+            "realized_tokens": v["tokens"], "realized_weight": round(v["tokens"] / total, 6),
+            "docs": v["docs"], "distinct_docs": chosen.get(sname, 0) if named else sel["distinct_docs"],
+            "docs_repeated": v["repeats"],
+            "epochs": round(v["tokens"] / sel["available"], 6) if sel["available"] else 0.0,
+            "capped": any(ph["sources"][sname].get("capped", False) for _, ph, _ in phases),
         }
+    extra = {}
+    if named:  # per phase: its files, tokens and cells
+        extra["phases"] = {}
+        for name, sel, _ in phases:
+            mk = {i: m for i, m in markers.items() if m.get("phase") == name}
+            ptotal = sum(m["tokens"] for m in mk.values())
+            extra["phases"][name] = {
+                "target_tokens": next(p.target_tokens for p in plan.lm.mixture.mixture.phases if p.name == name),
+                "total_tokens": ptotal, "total_docs": sum(m["rows"] for m in mk.values()),
+                "files": [f for f in files if f["path"].startswith(f"mixture/{name}/")],
+                "cells": _cells(mk, sel["sources"], ptotal or 1)}
     return {
         "name": plan.lm.mixture.name, "config_hash": plan.lm.config_hash(), "seed": plan.lm.mixture.seed,
-        "cells": _cells(markers, selection, total),
+        "cells": _cells(markers, selection, total) if not named else {}, **extra,
         "target_tokens": plan.lm.mixture.mixture.target_tokens, "step": _step_record(plan.mix, run_dir, plan.store, "")["dir"],
         "step_hash": plan.mix.hash, "steps": {s.name: s.hash for s in plan.steps}, "sources": sources,
         "total_docs": sum(f["rows"] for f in files), "total_tokens": sum(v["tokens"] for v in per_source.values()),
         "files": files, **({"validation": validation} if validation is not None else {}),
     }
+
+
+def _chosen_docs(route_markers: dict) -> dict[str, int]:
+    """Per source, the documents chosen in at least one phase (the route tasks count them)."""
+    out: dict[str, int] = {}
+    for m in route_markers.values():
+        out[m["source"]] = out.get(m["source"], 0) + m.get("chosen_docs", 0)
+    return out
 
 
 def _cells(markers: dict, selection: dict, total: int) -> dict:

@@ -159,20 +159,58 @@ def priority_shard(spec: dict, out) -> dict:
         for r, b in view.kept_batches(d["documents"], d["layers"], ["id", "n_tokens"]):
             ids = b.column("id").to_pylist()
             rows += len(ids)
-            where = cells.index(spec["cells"], None if buckets is None else buckets[r], len(ids),
-                                None if topics is None else topics[r])
             tok = b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-            for pos, c in enumerate(spec["cells"]):
-                if c["epoch"] is None:
-                    continue
-                m = np.flatnonzero(where == pos)
-                p[c["index"]].append(priority(spec["seed"], d["source"], [ids[i] for i in m], c["epoch"]))
-                t[c["index"]].append(tok[m])
+            for group in _by_phase(spec["cells"]):  # each phase partitions the documents into its own cells
+                where = cells.index(group, None if buckets is None else buckets[r], len(ids), None if topics is None else topics[r])
+                for pos, c in enumerate(group):
+                    if c["epoch"] is None:
+                        continue
+                    m = np.flatnonzero(where == pos)
+                    p[c["index"]].append(priority(c.get("seed", spec["seed"]), d["source"], [ids[i] for i in m], c["epoch"]))
+                    t[c["index"]].append(tok[m])
     for c in todo:
         k = c["index"]
         select.write_keys(out.path(".parquet", f"keys/c{k}"), np.concatenate(p[k]) if p[k] else np.zeros(0, np.uint64),
                           np.concatenate(t[k]) if t[k] else np.zeros(0, np.int64))
     return {"rows": rows, "source": d["source"]}
+
+
+def _by_phase(cl: list[dict]) -> list[list[dict]]:
+    """A source's cells of every phase, grouped by phase, in order."""
+    out: dict = {}
+    for c in cl:
+        out.setdefault(c.get("phase"), []).append(c)
+    return list(out.values())
+
+
+def phase_selections(marker: dict) -> list[tuple[str | None, dict, int]]:
+    """(phase name, its selection, its first output partition) of a mix-select marker; a
+    mixture without phases is one unnamed phase, the marker itself."""
+    if "phases" not in marker:
+        return [(None, marker, 0)]
+    out, offset = [], 0
+    for name, sel in marker["phases"].items():
+        out.append((name, sel, offset))
+        offset += sel["n_shards"]
+    return out
+
+
+def share_out(budgets: list[dict], avail: dict[str, int], names: list[str]) -> None:
+    """Disjoint phases: each cell's priority order (epoch 0) is cut into consecutive token
+    ranges, phase after phase; a phase's documents are those in its range. Raises RunError
+    when the phases together need more of a cell than it has (disjoint phases repeat nothing)."""
+    short = []
+    for c in budgets[0]:
+        lo = 0
+        for b in budgets:
+            b[c]["range"] = [lo, lo + b[c]["target"]]
+            lo += b[c]["target"]
+        if lo > avail[c]:
+            short.append(f"  {c}: the phases need {lo:,} tokens, it has {avail[c]:,} ("
+                         + ", ".join(f"{n} {b[c]['target']:,}" for n, b in zip(names, budgets, strict=True)) + ")")
+    if short:
+        raise RunError("mixture: disjoint phases would repeat documents; nothing was written\n" + "\n".join(short)
+                       + "\nlower the phases' target_tokens or those cells' weights, or set disjoint: false")
 
 
 def _topics(d: dict) -> np.ndarray | None:
@@ -208,6 +246,7 @@ def cell_epochs(c: dict, seed: int, source: str, ids: list[str]) -> list[tuple[i
     the simulated pool, when there is one), and the partial epoch's documents whose
     priority is within the cell's cutoff."""
     pool = p0 = None
+    seed = c.get("seed", seed)
     if c.get("pool_cutoff") is not None and ids:
         p0 = priority(seed, source, ids, 0)
         pool = p0 <= np.uint64(int(c["pool_cutoff"]))
@@ -215,7 +254,10 @@ def cell_epochs(c: dict, seed: int, source: str, ids: list[str]) -> list[tuple[i
     if c["cutoff"] is not None and ids:
         pe = c.get("priority_epoch", c["whole_epochs"])
         p = p0 if (p0 is not None and pe == 0) else priority(seed, source, ids, pe)
-        out.append((c["whole_epochs"], p <= np.uint64(int(c["cutoff"]))))
+        mask = p <= np.uint64(int(c["cutoff"]))
+        if c.get("after_cutoff") is not None:  # a disjoint phase: its range of the cell's order
+            mask &= p > np.uint64(int(c["after_cutoff"]))
+        out.append((c["whole_epochs"], mask))
     return out
 
 
@@ -223,6 +265,8 @@ def key_epoch(b: dict, avail: int) -> int | None:
     """The epoch whose priorities a cell's selection needs keys of (None: it takes whole epochs only)."""
     if b.get("all") or b["target"] <= 0:
         return None
+    if b.get("range") is not None:  # a disjoint phase: a range of epoch 0's order
+        return 0
     if b.get("pool_tokens") is not None:  # simulated: the pool and the partial epoch are prefixes of epoch 0's order
         whole, partial = split_epochs(b["target"], min(b["pool_tokens"], avail))
         return 0 if (b["pool_tokens"] < avail or partial > 0) else None
@@ -231,7 +275,39 @@ def key_epoch(b: dict, avail: int) -> int | None:
 
 
 def select_shard(spec: dict, out) -> dict:
-    """The selection of every cell, and per source their sums (see the module docstring)."""
+    """The selection of every phase (one, unnamed, without phases: its marker is the phase's)."""
+    if "phases" not in spec:  # a spec of one phase
+        return _select_phase(spec)
+    _disjoint_cuts(spec["phases"])
+    got = [_select_phase({**ph, "shard_tokens": spec["shard_tokens"], "shard_rows": spec["shard_rows"]}) for ph in spec["phases"]]
+    if len(got) == 1 and spec["phases"][0]["name"] is None:
+        return got[0]
+    return {"phases": {ph["name"]: g for ph, g in zip(spec["phases"], got, strict=True)},
+            "rows": sum(g["rows"] for g in got), "tokens": sum(g["tokens"] for g in got)}
+
+
+def _disjoint_cuts(phases: list[dict]) -> None:
+    """Disjoint phases: per cell, phase after phase, the cutoff where the phase's tokens are
+    met counting from where the previous phase ended (each within one document above its
+    target); stored in the budget entries as `cuts` (after, upto, docs, tokens)."""
+    first = phases[0]
+    for cname, b in first["budget"].items():
+        if b.get("range") is None:
+            continue
+        keys = first["keys"][cname]
+        after, done_docs, done_tokens = None, 0, 0
+        for ph in phases:
+            e = ph["budget"][cname]
+            if e["target"] <= 0:
+                e["cuts"] = [after, after, 0, 0]
+                continue
+            c, n, t = select.cutoff(keys, done_tokens + e["target"])
+            e["cuts"] = [after, str(c), n - done_docs, t - done_tokens]
+            after, done_docs, done_tokens = str(c), n, t
+
+
+def _select_phase(spec: dict) -> dict:
+    """The selection of every cell of one phase, and per source their sums."""
     by_cell = {}
     total_tokens = total_rows = 0
     for cname, b in spec["budget"].items():
@@ -245,7 +321,11 @@ def select_shard(spec: dict, out) -> dict:
                  "partial_tokens": partial, "cutoff": None, "partial_docs": 0, "partial_tokens_chosen": 0}
         if b.get("pool_tokens") is not None:  # the partial epoch is a prefix of the pool's order (epoch 0's priorities)
             entry.update({"pool_cutoff": pool_cut, "pool_docs": pool_docs, "pool_tokens_chosen": pool, "priority_epoch": 0})
-        if partial > 0:
+        if b.get("cuts") is not None and partial > 0:  # a disjoint phase: its range of epoch 0's order
+            after, upto, n, t = b["cuts"]
+            entry.update({"cutoff": upto, "after_cutoff": after, "partial_docs": n, "partial_tokens_chosen": t,
+                          "priority_epoch": 0})
+        elif partial > 0:
             c, n, t = select.cutoff(spec["keys"][cname], partial)
             entry.update({"cutoff": str(c), "partial_docs": n, "partial_tokens_chosen": t})
         entry["rows"] = whole * pool_docs + entry["partial_docs"]
@@ -298,51 +378,58 @@ def _extra_columns(d: dict, n: int) -> dict[str, pa.Array]:
 
 
 def route_shard(spec: dict, out) -> dict:
-    d, seed, n_shards = spec["doc"], spec["seed"], spec["n_shards"]
-    cl = spec["cells"]
+    """Every chosen (document, epoch) of every phase to its output partition: the phase's
+    first partition + order % the phase's shards (one shuffle for all phases)."""
+    d, seed = spec["doc"], spec["seed"]
     n = view.num_rows(d["documents"])
     extra = _extra_columns(d, n)
     bucket_all = extra["quality_bucket"]
     buckets = bucket_all.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) if bucket_all.null_count < n else None
     topics = np.array(extra["topic"].to_pylist(), dtype=object) if extra["topic"].null_count < n else None
-    parts = []
+    parts, dests, chosen_any = [], [], 0
     for rows, b in view.kept_batches(d["documents"], d["layers"], ["id", "text", "source", "source_id", "n_tokens"]):
         ids = b.column("id").to_pylist()
         r = pa.array(rows)
         base = pa.table({"id": b.column("id"), "text": b.column("text"), "source": b.column("source"),
                          "source_id": b.column("source_id"), "n_tokens": b.column("n_tokens"),
                          **{k: v.take(r) for k, v in extra.items()}})
-        where = cells.index(cl, None if buckets is None else buckets[rows], len(ids), None if topics is None else topics[rows])
-        for pos, c in enumerate(cl):
-            inside = np.flatnonzero(where == pos)
-            if len(inside) == 0:
-                continue
-            sub = base if len(inside) == len(ids) else base.take(pa.array(inside))
-            sub_ids = ids if len(inside) == len(ids) else [ids[i] for i in inside]
-            for e, mask in cell_epochs(c, seed, d["source"], sub_ids):
-                t = sub if mask is None else sub.filter(pa.array(mask))
-                if t.num_rows == 0:
+        anywhere = np.zeros(len(ids), bool)  # chosen in some phase (the ledger's kept)
+        for ph in spec["phases"]:
+            cl = ph["cells"]
+            where = cells.index(cl, None if buckets is None else buckets[rows], len(ids), None if topics is None else topics[rows])
+            for pos, c in enumerate(cl):
+                inside = np.flatnonzero(where == pos)
+                if len(inside) == 0:
                     continue
-                chosen = sub_ids if mask is None else [i for i, m in zip(sub_ids, mask, strict=True) if m]
-                order = order_key(seed, d["source"], chosen, e)
-                parts.append(t.append_column("epoch", pa.array(np.full(t.num_rows, e, np.int32)))
-                             .append_column("order", pa.array(order))
-                             .append_column("cell", pa.array([c["name"] or d["source"]] * t.num_rows, pa.string())))
+                sub = base if len(inside) == len(ids) else base.take(pa.array(inside))
+                sub_ids = ids if len(inside) == len(ids) else [ids[i] for i in inside]
+                for e, mask in cell_epochs(c, seed, d["source"], sub_ids):
+                    t = sub if mask is None else sub.filter(pa.array(mask))
+                    if t.num_rows == 0:
+                        continue
+                    anywhere[inside if mask is None else inside[mask]] = True
+                    chosen = sub_ids if mask is None else [i for i, m in zip(sub_ids, mask, strict=True) if m]
+                    order = order_key(seed, d["source"], chosen, e)
+                    parts.append(t.append_column("epoch", pa.array(np.full(t.num_rows, e, np.int32)))
+                                 .append_column("order", pa.array(order))
+                                 .append_column("cell", pa.array([c["name"] or d["source"]] * t.num_rows, pa.string())))
+                    dests.append(ph["offset"] + (order % np.uint64(ph["n_shards"])).astype(np.int64))
+        chosen_any += int(anywhere.sum())
+    total = sum(ph["n_shards"] for ph in spec["phases"])
     rows = 0
     base = shuffle.map_file(fs.path(out.dir) / "to", out.index)
     if parts:
         table = pa.concat_tables(parts)
         rows = table.num_rows
-        dest = (table.column("order").to_numpy() % np.uint64(n_shards)).astype(np.int64)
-        shuffle.write_partitions(table, dest, n_shards, base)
+        shuffle.write_partitions(table, np.concatenate(dests), total, base)
     else:
-        shuffle.write_empty(n_shards, base)
-    return {"rows": rows, "source": d["source"], "part": d["part"]}
+        shuffle.write_empty(total, base)
+    return {"rows": rows, "source": d["source"], "part": d["part"], "chosen_docs": chosen_any}
 
 
 def write_shard(spec: dict, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
-    final = out.path(".parquet")
+    final = fs.path(out.dir) / spec["file"] if spec.get("file") else out.path(".parquet")  # a phase's: <phase>/part-XXXXX
     per_source: dict[str, dict] = {}
     per_cell: dict[str, dict] = {}
     if t is None:
@@ -360,6 +447,7 @@ def write_shard(spec: dict, out) -> dict:
             per_source[s] = {"docs": sub.num_rows, "tokens": int(pc.sum(sub.column("n_tokens")).as_py() or 0),
                              "repeats": int(pc.sum(pc.greater(sub.column("epoch"), 0)).as_py() or 0)}
     size, sha = atomic.file_digest(final)
-    return {"rows": t.num_rows, "bytes": size, "sha256": sha, "file": final.name, "per_source": per_source,
+    return {"rows": t.num_rows, "bytes": size, "sha256": sha, "file": spec.get("file") or final.name, "per_source": per_source,
+            "phase": spec.get("phase"),
             "per_cell": per_cell, "tokens": int(pc.sum(t.column("n_tokens")).as_py() or 0) if t.num_rows else 0}
 

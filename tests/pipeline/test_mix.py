@@ -241,3 +241,63 @@ def test_simulated_epoching_repeats_each_cell_as_the_full_mixture_would(ray_loca
             counts[i] = counts.get(i, 0) + 1
     c = sel["sources"]["small"]["cells"][0]
     assert len(counts) == c["pool_docs"] and set(counts.values()) <= {c["whole_epochs"], c["whole_epochs"] + 1}
+
+
+PHASES = """phases:
+            - {name: pretrain, target_tokens: 40000, weights: {big: 0.8, small: 0.2}}
+            - {name: anneal, target_tokens: 20000, weights: {big: 0.6, small: 0.4}}
+          max_epochs: 4
+          shard_tokens: 8000"""
+
+
+def _phase_rows(run, name):
+    return _table_of(sorted(str(p) for p in (run / "mixture" / name).glob("*.parquet")))
+
+
+def _table_of(files):
+    return pads.dataset(files, format="parquet").to_table()
+
+
+@pytest.mark.parametrize("disjoint", [False, True])
+def test_phases_meet_their_targets_and_disjoint_phases_share_no_document(ray_local, corpus, tmp_path, disjoint):
+    from pipeline import config, runner
+
+    spec = PHASES + ("\n          disjoint: true" if disjoint else "")
+    y = _yaml(tmp_path / "p.yaml", corpus, spec)
+    shas = []
+    for w in (1, 2):
+        runner.run(config.load(y), workers=w, output=str(tmp_path / f"w{w}"), log=lambda m: None, quiet=True)
+        man = atomic.read_json(tmp_path / f"w{w}" / "m" / "manifest.json")
+        shas.append([(f["path"], f["sha256"]) for f in man["files"]])
+    assert shas[0] == shas[1]  # the same bytes with 1 and 2 workers
+    run = tmp_path / "w1" / "m"
+    man = atomic.read_json(run / "manifest.json")
+    assert set(man["phases"]) == {"pretrain", "anneal"} and not list((run / "mixture").glob("*.parquet"))
+    ids = {}
+    for name, target, weights in (("pretrain", 40000, {"big": 0.8, "small": 0.2}), ("anneal", 20000, {"big": 0.6, "small": 0.4})):
+        t = _phase_rows(run, name)
+        ph = man["phases"][name]
+        assert [f["path"] for f in ph["files"]] == sorted(f"mixture/{name}/{p.name}" for p in (run / "mixture" / name).glob("*.parquet"))
+        biggest = max(t.column("n_tokens").to_pylist())
+        assert 0 <= ph["total_tokens"] - target < 2 * biggest and ph["total_tokens"] == sum(t.column("n_tokens").to_pylist())
+        for cell, w in weights.items():
+            c = ph["cells"][cell]
+            assert 0 <= c["tokens"] - c["target_tokens"] < biggest and c["target_tokens"] == round(w * target)
+        ids[name] = set(zip(t.column("source").to_pylist(), t.column("id").to_pylist(), strict=True))
+    both = ids["pretrain"] & ids["anneal"]
+    if disjoint:
+        assert not both
+    else:
+        assert both  # small is in both phases (it is up-sampled in the anneal)
+    led = atomic.read_json(run / "ledger.json")
+    for s, e in led["sources"].items():
+        assert e["conservation"] and e["kept"] == len({i for src, i in ids["pretrain"] | ids["anneal"] if src == s}), s
+
+
+def test_disjoint_phases_that_would_repeat_a_document_stop_before_writing(corpus, tmp_path):
+    y = _yaml(tmp_path / "d.yaml", corpus, PHASES.replace("20000, weights: {big: 0.6, small: 0.4}",
+                                                          "20000, weights: {big: 0.1, small: 0.9}") + "\n          disjoint: true")
+    r = curate("run", str(y), "--output", str(tmp_path / "d"))
+    assert r.returncode == 1 and "disjoint phases would repeat documents; nothing was written" in r.stderr, r.stderr[-2000:]
+    assert "small: the phases need" in r.stderr
+    assert not (tmp_path / "d" / "m" / "mixture").exists()
