@@ -25,6 +25,11 @@ quality buckets; a source that is one cell is mixed exactly as before cells exis
 each cell from a pool, the prefix of its epoch-0 priority order holding target/simulate of
 its tokens, so both the pool and the partial epoch are cutoffs on the same key files.
 
+Phases (`mixture.phases`): the same four steps do every phase at once; each phase has its
+own cells, budget and priorities (salted with its name), its own range of output
+partitions in the one shuffle, and its files under <phase>/. Disjoint phases share each
+cell's epoch-0 order out instead: phase k takes the tokens after phase k-1's cutoff.
+
 Nothing depends on workers, shards or retries: choices and order are hashes of ids.
 """
 
