@@ -32,6 +32,11 @@ def _size(p) -> int:
     return int(p.fs.du(p.path, total=True))
 
 
+def _key(d) -> str:
+    """One name per directory: `out/demo` and the registry's `/abs/out/demo` are the same run."""
+    return str(d.resolve()) if fs.is_local(d) else str(d)
+
+
 def _run_dirs(output, store) -> tuple[list, list]:
     """(run directories with a run.json, registry entries whose run directory is gone)."""
     seen, gone = {}, []
@@ -39,13 +44,13 @@ def _run_dirs(output, store) -> tuple[list, list]:
     if root.exists():
         for d in root.iterdir():
             if not d.name.startswith(("_", ".")) and (d / "run.json").exists():
-                seen[str(d)] = d
+                seen[_key(d)] = d
     reg = fs.path(store) / "_runs"
     if reg.exists():
         for f in sorted(reg.glob("*.json")):
             d = fs.path(atomic.read_json(f)["run_dir"])
             if (d / "run.json").exists():
-                seen.setdefault(str(d), d)
+                seen.setdefault(_key(d), d)
             else:
                 gone.append(f)
     return list(seen.values()), gone

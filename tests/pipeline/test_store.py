@@ -194,6 +194,9 @@ def test_gc_frees_exactly_the_steps_no_other_run_uses_and_never_a_leased_one(tog
     store = out / "_store"
     before = sorted(p.name for p in (store / "steps").iterdir())
     assert curate("gc", str(out)).stdout.splitlines()[-1].startswith("0 steps, 0.0 MB freed")  # both runs use every step
+    # a relative output folder names the same two run directories as the store's registry (absolute paths)
+    rel = curate("gc", out.name, "--dry-run", cwd=out.parent).stdout.splitlines()[-1]
+    assert rel.endswith("kept for 2 run directories"), rel
     shutil.rmtree(out / "c2")
     dry = curate("gc", str(out), "--dry-run")
     assert dry.returncode == 0, dry.stderr
