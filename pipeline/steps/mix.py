@@ -321,6 +321,8 @@ def _select_phase(spec: dict) -> dict:
         if b.get("pool_tokens") is not None and 0 < b["pool_tokens"] < avail:
             c, pool_docs, pool = select.cutoff(spec["keys"][cname], b["pool_tokens"])
             pool_cut = str(c)
+            # the full mixture's epochs over the pool actually cut (it overshoots by less than a document)
+            b = {**b, "target": int(round(b["simulated_target"] * pool / avail))}
         whole, partial = (1, 0) if b.get("all") else split_epochs(b["target"], pool)
         entry = {**spec["cells"][cname], **b, "available": avail, "available_docs": avail_docs, "whole_epochs": whole,
                  "partial_tokens": partial, "cutoff": None, "partial_docs": 0, "partial_tokens_chosen": 0}
