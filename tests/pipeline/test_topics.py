@@ -137,3 +137,29 @@ def test_unknown_topics_and_wrong_classifier_kinds_are_refused(runs):
         with pytest.raises(UsageError) as e:
             config.load(bad)
         assert want in str(e.value), (want, str(e.value))
+
+
+def test_a_pretrained_topic_model_gives_the_same_topics_and_its_labels_name_the_cells(runs):
+    """`model:` instead of labels: the topics are the model's labels (read at plan time), so
+    a cell naming another topic is refused with them; the documents get the same topics."""
+    d, a, _ = runs
+    steps = atomic.read_json(a / "run.json")["steps"]
+    model = a / steps["classify-kind-train"]["dir"] / "model.bin"
+    y = (d / "t1.yaml").read_text().replace("name: t1", "name: pre").replace(
+        "labels: {code: [ex/code.jsonl], wiki: [ex/wiki.txt], web: [ex/web.jsonl]}", f"model: {model}")
+    bad = write_yaml(d / "pre-bad.yaml", y.replace("pool/code: 0.2", "pool/news: 0.2"))
+    r = curate("run", str(bad))
+    assert r.returncode != 0 and "'news' is not a topic of pool's classifier; its labels: " in r.stderr, r.stderr[-1500:]
+    assert "Traceback" not in r.stderr
+    good = write_yaml(d / "pre.yaml", y)
+    r = curate("run", str(good), "--workers", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    pre = d / "out" / "pre"
+    topics = {}
+    for run in (a, pre):
+        st = atomic.read_json(run / "run.json")["steps"]
+        t = pq.read_table(sorted((run / st["topic-pool"]["dir"] / "pool").glob("*.parquet")), columns=["id", "topic"])
+        topics[run.name] = dict(zip(t.column("id").to_pylist(), t.column("topic").to_pylist(), strict=True))
+    assert topics["pre"] == topics["t1"]
+    c = atomic.read_json(pre / "manifest.json")["cells"]
+    assert all(abs(c[k]["realized_weight"] - w) <= 0.005 for k, w in WEIGHTS.items())
