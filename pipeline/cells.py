@@ -41,7 +41,8 @@ class Cell:
     topic: str | None = None  # None: every topic
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "source": self.source, "topic": self.topic, "lo": self.lo, "hi": self.hi}
+        return {"name": self.name, "source": self.source, "topic": self.topic, "lo": self.lo, "hi": self.hi,
+                "named": self.named}
 
 
 def bucket_name(source: str, lo: int, hi: int, topic: str | None = None) -> str:

@@ -710,6 +710,9 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
         if c.labels is not None:
             if c.positive or c.negative:
                 out.append((("classifiers", cname), "give labels (a topic classifier) or positive/negative, not both"))
+            if c.model is not None:
+                out.append((("classifiers", cname), "give labels (to train a topic classifier) or model (a pretrained "
+                            "one, whose labels are the topics), not both"))
             for lab, v in c.labels.items():
                 if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lab) or re.fullmatch(r"q\d+", lab):
                     out.append((("classifiers", cname, "labels", lab), f"label {lab!r} must be letters, digits, '_', '.', '-' "

@@ -194,7 +194,7 @@ def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int
         folder = f"mixture/{name}/" if name else "mixture/"
         places += [f"{folder}part-{int(mix.order_key(seed, source, [doc_id], e)[0] % sel['n_shards']):05d}.parquet"
                    + (f" (epoch {e})" if len(epochs) > 1 else "") for e in epochs]
-    return (", ".join(places) or None), cell
+    return (", ".join(places) or None), (cell if len(phases) == 1 else {**cell, "named": True, "lo": None, "topic": None})
 
 
 def render(infos: list[dict], doc_id: str) -> str:

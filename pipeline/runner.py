@@ -111,7 +111,8 @@ class Plan:
         mixed = [s for s in m.sources if s not in m.excluded()]
         self.phases = self._phases()
         self.cells = self.phases[0]["cells"]  # the cells of the mixture (of its first phase, with phases)
-        cell_dicts = [{c.name: {**c.to_dict(), "index": k * 10000 + i, "phase": ph["name"], "seed": ph["seed"]}
+        first = [sum(len(p["cells"]) for p in self.phases[:k]) for k in range(len(self.phases))]  # key folders c<index>
+        cell_dicts = [{c.name: {**c.to_dict(), "index": first[k] + i, "phase": ph["name"], "seed": ph["seed"]}
                        for i, c in enumerate(ph["cells"])} for k, ph in enumerate(self.phases)]
         cfg = {"seed": m.seed, "weights": mx.weights, "normalize": mx.normalize, "target_tokens": mx.target_tokens,
                **({"sample_rates": mx.sample_rates} if mx.sample_rates is not None else {}),

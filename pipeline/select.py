@@ -100,8 +100,8 @@ def cutoffs(paths: list, wants: list[int]) -> list[tuple[int, int, int]]:
         else:
             d = int(np.searchsorted(cum, want))  # the first bin where the running weight reaches want
             where.append((d, want - (int(cum[d - 1]) if d else 0)))
-    bins: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for d in sorted({d for d, _ in where}):
+    out: list = [None] * len(wants)
+    for d in sorted({d for d, _ in where}):  # one bin in memory at a time
         lo = np.uint64(d) << SHIFT
         cond = pc.field("key") >= pa.scalar(lo, pa.uint64())
         if d + 1 < (1 << BITS):
@@ -109,14 +109,14 @@ def cutoffs(paths: list, wants: list[int]) -> list[tuple[int, int, int]]:
         parts = list(fs.read_many(lambda p, cond=cond: _read(p, cond), paths))
         t = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
         t = t.sort_by([("key", "ascending")])
-        bins[d] = (t.column("key").to_numpy(), np.cumsum(t.column("weight").to_numpy()))
-    out = []
-    for d, need in where:
-        keys, w = bins[d]
-        i = len(keys) - 1 if need is None else int(np.searchsorted(w, need))
-        c = int(keys[i])
-        last = int(np.searchsorted(keys, np.uint64(c), side="right"))  # equal keys: all of them are <= c
-        out.append((c, int(counts[:d].sum()) + last, int(weights[:d].sum()) + int(w[last - 1])))
+        keys, w = t.column("key").to_numpy(), np.cumsum(t.column("weight").to_numpy())
+        for j, (dj, need) in enumerate(where):
+            if dj != d:
+                continue
+            i = len(keys) - 1 if need is None else int(np.searchsorted(w, need))
+            c = int(keys[i])
+            last = int(np.searchsorted(keys, np.uint64(c), side="right"))  # equal keys: all of them are <= c
+            out[j] = (c, int(counts[:d].sum()) + last, int(weights[:d].sum()) + int(w[last - 1]))
     return out
 
 

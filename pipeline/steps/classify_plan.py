@@ -39,9 +39,9 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> tuple[dict[str,
             files = [v for v in entries if v not in m.sources]
             sides[side] = (names, files)
         digests = {f: atomic.file_digest(fs.path(f))[1] for names, files in sides.values() for f in files}
-        if c.labels:
+        if c.labels:  # per label: its sources and its files' digests (moving a file to another label retrains)
             cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model", "labels", "label")},
-                   "labels": {lab: names for lab, (names, _) in sides.items()}, "files": digests}
+                   "labels": {lab: names + [digests[f] for f in files] for lab, (names, files) in sides.items()}}
         else:  # the keys a binary classifier always had: its steps keep their hashes
             cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model", "labels")},
                    "positive": sides["positive"][0], "negative": sides["negative"][0], "files": digests}
@@ -126,7 +126,7 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> tuple[dict[str,
     for sname, tp in topics.items():
         c = m.classifiers[tp.classifier]
         train, model_path, model_id = models[tp.classifier]
-        plan.topic_labels[sname] = list(c.labels) if c.labels else _model_labels(c.model)
+        plan.topic_labels[sname] = list(c.labels) if c.labels else _model_labels(plan, tp.classifier, c.model)
         before = [out[sname]] if sname in out else []
 
         def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c):
@@ -148,8 +148,17 @@ def _n_buckets(m, sname: str) -> int | None:
     return q.n_buckets() if q else None
 
 
-def _model_labels(path: str) -> list[str]:
-    """A pretrained multi-class model's labels, without `__label__`."""
-    from filters import quality
+def _model_labels(plan, cname: str, path: str) -> list[str]:
+    """A pretrained multi-class model's labels, without `__label__`: the topics cells name,
+    so each must be a name a cell key can hold."""
+    import re
 
-    return [lab.removeprefix("__label__") for lab in quality.load(str(path)).get_labels()]
+    from filters import quality
+    from pipeline.errors import UsageError
+
+    labels = [lab.removeprefix("__label__") for lab in quality.load(str(path)).get_labels()]
+    bad = [lab for lab in labels if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lab) or re.fullmatch(r"q\d+", lab)]
+    if bad:
+        raise UsageError(f"{plan.lm.where(('classifiers', cname, 'model'))}: the model's labels {bad} cannot name a "
+                         "topic cell (letters, digits, '_', '.', '-', not q<number>); retrain it with such labels")
+    return labels

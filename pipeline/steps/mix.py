@@ -77,8 +77,9 @@ def budget(avail: dict[str, int], weights: dict[str, float] | None, target: int 
         total = sum(avail.values()) or 1
         weights = {s: a / total for s, a in avail.items()}
     w = {s: weights.get(s, 0.0) for s in avail}
-    if target is None:  # the largest target that repeats nothing
-        target = int(min((avail[s] / w[s] for s in avail if w[s] > 0), default=0))
+    if target is None:  # the largest target that repeats nothing; an empty weighted cell is a shortfall below
+        full = sum(w[s] for s in avail if w[s] > 0 and avail[s] > 0)  # (renormalize: its share goes to the others)
+        target = int(min((avail[s] * full / w[s] for s in avail if w[s] > 0 and avail[s] > 0), default=0))
     # an empty cell can give nothing, whatever its max_epochs
     cap = {s: (max_epochs.get(s) * avail[s] if max_epochs.get(s) is not None else math.inf) if avail[s] else 0 for s in avail}
     want = {s: w[s] * target for s in avail}
@@ -131,10 +132,7 @@ def cell_budget(avail: dict[str, int], weights: dict[str, float] | None, target:
     from a pool of its first (priority order) avail x target/simulate tokens, repeated e
     times, so a small ablation repeats data as often as the full run would."""
     if sample_rates is not None:
-        sr = {c: sample_rates.get(c, 0.0) for c in avail}
-        total = sum(sr[c] * avail[c] for c in avail)
-        weights = {c: (sr[c] * avail[c] / total if total else 0.0) for c in avail}
-        return budget(avail, weights, int(round(total)), max_epochs, on_shortfall)
+        return _rates_budget(avail, sample_rates, max_epochs, on_shortfall)
     if simulate is None:
         return budget(avail, weights, target, max_epochs, on_shortfall)
     full = budget(avail, weights, simulate, max_epochs, on_shortfall)
@@ -143,9 +141,27 @@ def cell_budget(avail: dict[str, int], weights: dict[str, float] | None, target:
     scale = target / simulate
     out = {}
     for c, e in full.items():
-        out[c] = {**e, "target": int(round(e["target"] * scale)), "simulated_target": e["target"],
-                  "pool_tokens": int(math.ceil(avail[c] * scale)) if e["target"] > 0 else 0}
+        small = int(round(e["target"] * scale))
+        out[c] = {**e, "target": small, "simulated_target": e["target"],
+                  "pool_tokens": int(math.ceil(avail[c] * scale)) if small > 0 else 0}
     return out
+
+
+def _rates_budget(avail: dict[str, int], sample_rates: dict[str, float], max_epochs: dict[str, float | None],
+                  on_shortfall: str) -> dict[str, dict]:
+    """Per cell: rate x its kept tokens; a rate above the cell's max_epochs is a shortfall
+    (error, or capped at max_epochs with `renormalize`: rates are absolute, nothing moves)."""
+    sr = {c: sample_rates.get(c, 0.0) for c in avail}
+    short = [c for c in avail if max_epochs.get(c) is not None and sr[c] > max_epochs[c] + 1e-9 and avail[c]]
+    if short and on_shortfall == "error":
+        rows = [f"  {c}: sample rate {sr[c]:g} > max_epochs {max_epochs[c]:g}" for c in short]
+        raise RunError("mixture: sample rates above max_epochs; nothing was written\n" + "\n".join(rows)
+                       + "\nlower those rates, raise max_epochs, or set mixture.on_shortfall: renormalize (caps them)")
+    rate = {c: (min(sr[c], max_epochs[c]) if c in short else sr[c]) for c in avail}
+    target = {c: int(round(rate[c] * avail[c])) for c in avail}
+    total = sum(target.values()) or 1
+    return {c: {"weight": target[c] / total, "target": target[c], "epochs": rate[c] if avail[c] else 0.0,
+                "capped": c in short} for c in avail}
 
 
 # ---------------------------------------------------------------- token-weighted cutoff
@@ -210,6 +226,8 @@ def share_out(budgets: list[dict], avail: dict[str, int], names: list[str]) -> N
         for b in budgets:
             b[c]["range"] = [lo, lo + b[c]["target"]]
             lo += b[c]["target"]
+        for b in budgets:
+            b[c]["shared_total"] = lo
         if lo > avail[c]:
             short.append(f"  {c}: the phases need {lo:,} tokens, it has {avail[c]:,} ("
                          + ", ".join(f"{n} {b[c]['target']:,}" for n, b in zip(names, budgets, strict=True)) + ")")
@@ -241,7 +259,7 @@ def source_cells(entry: dict) -> list[dict]:
 
 def not_selected_reason(c: dict) -> str:
     """The mix stage's reason for a kept document of this cell that the mixture leaves out."""
-    if c.get("lo") is not None and not c.get("target"):
+    if c.get("named") is False or ((c.get("lo") is not None or c.get("topic") is not None) and not c.get("target")):
         return f"cell_weight_0:{c['name']}"
     return "not_selected"
 
@@ -268,10 +286,10 @@ def cell_epochs(c: dict, seed: int, source: str, ids: list[str]) -> list[tuple[i
 
 def key_epoch(b: dict, avail: int) -> int | None:
     """The epoch whose priorities a cell's selection needs keys of (None: it takes whole epochs only)."""
+    if b.get("range") is not None:  # disjoint phases: ranges of epoch 0's order, keyed if any phase takes some
+        return 0 if b.get("shared_total", 0) > 0 else None
     if b.get("all") or b["target"] <= 0:
         return None
-    if b.get("range") is not None:  # a disjoint phase: a range of epoch 0's order
-        return 0
     if b.get("pool_tokens") is not None:  # simulated: the pool and the partial epoch are prefixes of epoch 0's order
         whole, partial = split_epochs(b["target"], min(b["pool_tokens"], avail))
         return 0 if (b["pool_tokens"] < avail or partial > 0) else None

@@ -303,3 +303,35 @@ def test_disjoint_phases_that_would_repeat_a_document_stop_before_writing(corpus
     assert r.returncode == 1 and "disjoint phases would repeat documents; nothing was written" in r.stderr, r.stderr[-2000:]
     assert "small: the phases need" in r.stderr
     assert not (tmp_path / "d" / "m" / "mixture").exists()
+
+
+def test_budget_edge_cases_found_in_review():
+    # an empty weighted cell with no target_tokens is a shortfall, not an empty mixture
+    with pytest.raises(RunError) as e:
+        mix.budget({"a": 0, "b": 1000}, {"a": 0.2, "b": 0.8}, None, {"a": None, "b": None}, "error")
+    assert "a " in str(e.value) and "<- short" in str(e.value)
+    b = mix.budget({"a": 0, "b": 1000}, {"a": 0.2, "b": 0.8}, None, {"a": None, "b": None}, "renormalize")
+    assert b["a"]["target"] == 0 and b["b"]["target"] == 1000  # b alone, once
+    # a sample rate equal to max_epochs is not short, whatever the rounding of the total
+    r = mix.cell_budget({"web": 1000, "books": 1001}, None, None, {"web": 2.0, "books": 2.0}, "error",
+                        sample_rates={"web": 2.0, "books": 0.3505})
+    assert r["web"]["target"] == 2000 and r["books"]["target"] == round(0.3505 * 1001) and not r["web"]["capped"]
+    with pytest.raises(RunError, match="sample rates above max_epochs"):
+        mix.cell_budget({"web": 1000}, None, None, {"web": 2.0}, "error", sample_rates={"web": 2.5})
+    assert mix.cell_budget({"web": 1000}, None, None, {"web": 2.0}, "renormalize", sample_rates={"web": 2.5})["web"]["target"] == 2000
+    # simulated epoching: a cell whose scaled target rounds to 0 gets no pool (and no cutoff to make)
+    s = mix.cell_budget({"web": 10**7, "books": 100}, {"web": 0.9, "books": 0.1}, 10**5, {"web": 4, "books": 4}, "renormalize",
+                        simulate=10**8)
+    assert s["books"]["target"] == 0 and s["books"]["pool_tokens"] == 0 and mix.key_epoch(s["books"], 100) is None
+
+
+def test_disjoint_phases_where_a_phase_leaves_a_cell_out(ray_local, corpus, tmp_path):
+    """The first phase gives small no weight: the second still gets its range of small's order."""
+    from pipeline import config, runner
+
+    spec = PHASES.replace("weights: {big: 0.8, small: 0.2}", "weights: {big: 1.0, small: 0.0}") + "\n          disjoint: true"
+    runner.run(config.load(_yaml(tmp_path / "z.yaml", corpus, spec)), output=str(tmp_path / "z"), log=lambda m: None, quiet=True)
+    man = atomic.read_json(tmp_path / "z" / "m" / "manifest.json")
+    assert man["phases"]["pretrain"]["cells"]["small"]["tokens"] == 0
+    c = man["phases"]["anneal"]["cells"]["small"]
+    assert 0 <= c["tokens"] - c["target_tokens"] < 2000 and c["target_tokens"] == 8000

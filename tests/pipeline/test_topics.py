@@ -132,6 +132,7 @@ def test_unknown_topics_and_wrong_classifier_kinds_are_refused(runs):
         ("pool/web/q2: 0.1", "pool/web/q2: 0.1, pool/code/q1: 0.0", "pool/code/q1 overlaps pool/code"),
         ("topic: {classifier: kind}", "topic: {classifier: wiki_like}", "wiki_like is a positive/negative classifier"),
         ("quality: {classifier: wiki_like, buckets: 2}", "quality: {classifier: kind, buckets: 2}", "kind has labels (topics)"),
+        ("    epochs: 20", "    epochs: 20\n    model: m.bin", "give labels (to train a topic classifier) or model"),
     ]:
         bad = write_yaml(d / "bad.yaml", y.replace(old, new))
         with pytest.raises(UsageError) as e:
