@@ -184,6 +184,16 @@ def diff(run_a, run_b, out=None, samples: int = 0, seed: int = 0) -> tuple[dict,
                      f"{_n(xb.get('realized_tokens')):>13} {_w(xa.get('realized_weight')):>9} {_w(xb.get('realized_weight')):>9} "
                      f"{_w(xa.get('weight')):>9} {_w(xb.get('weight')):>9}")
     lines.append(f"  {'total':<12} {_n(ma['total_docs']):>9} {_n(mb['total_docs']):>11} {_n(ma['total_tokens']):>13} {_n(mb['total_tokens']):>13}")
+    ca, cb = ma.get("cells") or {}, mb.get("cells") or {}
+    if set(ca) | set(cb) != set(ma["sources"]) | set(mb["sources"]):  # cells other than whole sources: side by side
+        width = max([14] + [len(c) for c in set(ca) | set(cb)])
+        lines += ["", f"{'cells':<{width + 2}} {'docs A':>9} {'docs B':>11} {'tokens A':>13} {'tokens B':>13} {'weight A':>9} "
+                      f"{'weight B':>9} {'target A':>9} {'target B':>9}"]
+        for c in _order(ca, cb):
+            xa, xb = ca.get(c, {}), cb.get(c, {})
+            lines.append(f"  {c:<{width}} {_n(xa.get('documents')):>9} {_n(xb.get('documents')):>11} {_n(xa.get('tokens')):>13} "
+                         f"{_n(xb.get('tokens')):>13} {_w(xa.get('realized_weight')):>9} {_w(xb.get('realized_weight')):>9} "
+                         f"{_w(xa.get('target_weight')):>9} {_w(xb.get('target_weight')):>9}")
     removals = _removals(atomic.read_json(a.dir / "ledger.json"), atomic.read_json(b.dir / "ledger.json"))
     moved = [r for r in removals if r[3] != r[4]]
     lines += ["", f"removals by stage and reason (ledger.json: {len(moved)} of {len(removals)} rows differ)",

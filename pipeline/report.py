@@ -100,7 +100,10 @@ def build(run_dir: Path) -> dict:
             "config_hash": run.record["config_hash"], "sources": sources, "totals": led["totals"],
             "mixture": {"total_tokens": man["total_tokens"], "total_docs": man["total_docs"], "files": len(man["files"]),
                         "target_tokens": man.get("target_tokens")},
-            "steps": steps, "contamination": _contamination(run), "cells": _cells(man, sources)}
+            "steps": steps, "contamination": _contamination(run), "cells": _cells(man, sources),
+            "phases": {name: {"target_tokens": ph["target_tokens"], "total_tokens": ph["total_tokens"],
+                              "total_docs": ph["total_docs"], "files": len(ph["files"]), "cells": ph["cells"]}
+                       for name, ph in (man.get("phases") or {}).items()} or None}
 
 
 def _cells(man: dict, sources: dict) -> dict | None:
@@ -203,6 +206,14 @@ def render(rep: dict) -> str:
                          [[k, f"q{v['buckets'][0]}-q{v['buckets'][1]}" if v["buckets"] else "all", v["target_weight"],
                            v["realized_weight"], v["available_tokens"], v["target_tokens"], v["tokens"], v["documents"],
                            v["distinct_documents"], v["epochs"]] for k, v in cl.items()])]
+    for name, ph in (rep.get("phases") or {}).items():
+        parts += [f"<h2>Phase {html.escape(name)}</h2>",
+                  f"<p class='meta'>{ph['total_docs']:,} rows, {ph['total_tokens']:,} tokens (target {ph['target_tokens'] or 0:,}) "
+                  f"in {ph['files']} files under mixture/{html.escape(name)}/</p>",
+                  _table(["cell", "target weight", "realised weight", "available tokens", "target tokens", "realised tokens",
+                          "rows", "distinct documents", "epochs"],
+                         [[k, v["target_weight"], v["realized_weight"], v["available_tokens"], v["target_tokens"], v["tokens"],
+                           v["documents"], v["distinct_documents"], v["epochs"]] for k, v in ph["cells"].items()])]
     for s, e in rep["sources"].items():
         parts += [f"<h2>{html.escape(s)}</h2>", plots[f"funnel-{s}"],
                   _table(["stage", "documents", "tokens"], [[f["stage"], f["docs"], f["tokens"]] for f in e["funnel"]])]

@@ -42,9 +42,10 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> tuple[dict[str,
         if c.labels:  # per label: its sources and its files' digests (moving a file to another label retrains)
             cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model", "labels", "label")},
                    "labels": {lab: names + [digests[f] for f in files] for lab, (names, files) in sides.items()}}
-        else:  # the keys a binary classifier always had: its steps keep their hashes
+        else:  # the keys a binary classifier always had (without files, its steps keep their hashes)
+            per_side = {side: {f: digests[f] for f in files} for side, (_, files) in sides.items()}  # which side a file is on
             cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model", "labels")},
-                   "positive": sides["positive"][0], "negative": sides["negative"][0], "files": digests}
+                   "positive": sides["positive"][0], "negative": sides["negative"][0], "files": per_side if digests else {}}
 
         def side_docs(stats, sides=sides, cap=params["max_examples_per_class"]):
             """(side, its document shards, its hash bound) for each class."""

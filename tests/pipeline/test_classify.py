@@ -172,3 +172,18 @@ def test_training_sample_from_bounded_candidates_equals_a_full_pass(tmp_path):
     assert classify._sample({"shards": offered, "files": [], "tau": bound}, k, 3) == full and len(full) == k
     low = [{**o, "offered": 1} for o in offered]  # as if the bound had let too few through: the fallback
     assert classify._sample({"shards": low, "files": [], "tau": 1 << 40}, k, 3) == full
+
+
+def test_moving_an_example_file_to_the_other_side_retrains(demo_corpus, tmp_path):
+    """A classifier's step hash knows which side (or label) each example file is on."""
+    (tmp_path / "a.txt").write_text("one example\n")
+    (tmp_path / "b.txt").write_text("another example\n")
+    hashes = {}
+    for name, pos, neg in (("v1", "a.txt", "b.txt"), ("v2", "b.txt", "a.txt")):
+        y = _yaml(tmp_path / f"{name}.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, keep_fraction: 0.5}",
+                  classifier=f"positive: [wiki, {pos}]\n            negative: [web, {neg}]\n            "
+                  "max_examples_per_class: 100").read_text().replace("            negative: [web]\n", "", 1)
+        lm = config.load(write_yaml(tmp_path / f"{name}.yaml", y))
+        plan = runner.Plan(lm, tmp_path / name)
+        hashes[name] = next(s.hash for s in plan.steps if s.name == "classify-wiki_vs_web-train")
+    assert hashes["v1"] != hashes["v2"]

@@ -294,6 +294,9 @@ def test_phases_meet_their_targets_and_disjoint_phases_share_no_document(ray_loc
     led = atomic.read_json(run / "ledger.json")
     for s, e in led["sources"].items():
         assert e["conservation"] and e["kept"] == len({i for src, i in ids["pretrain"] | ids["anneal"] if src == s}), s
+    rep = atomic.read_json(run / "report.json")  # the report has each phase's cells, as the manifest
+    assert {k: v["cells"] for k, v in rep["phases"].items()} == {k: v["cells"] for k, v in man["phases"].items()}
+    assert "<h2>Phase anneal</h2>" in (run / "report.html").read_text()
 
 
 def test_disjoint_phases_that_would_repeat_a_document_stop_before_writing(corpus, tmp_path):

@@ -254,6 +254,10 @@ def test_diff_of_a_one_threshold_variant_names_exactly_the_documents_the_thresho
     ma, mb = (atomic.read_json(d / "manifest.json")["sources"] for d in (demo_run, run))
     line = next(x for x in text.splitlines() if x.startswith("  code "))
     assert f"{ma['code']['realized_weight']:.3f}" in line and f"{mb['code']['realized_weight']:.3f}" in line
+    ca, cb = (atomic.read_json(d / "manifest.json")["cells"] for d in (demo_run, run))  # and per cell (the demo's quintiles)
+    line = next(x for x in text.splitlines() if x.startswith("  web/q5 "))
+    assert line.split()[1:5] == [f"{ca['web/q5']['documents']:,}", f"{cb['web/q5']['documents']:,}",
+                                 f"{ca['web/q5']['tokens']:,}", f"{cb['web/q5']['tokens']:,}"], line
     led_a, led_b = (atomic.read_json(d / "ledger.json")["sources"]["code"]["removed"] for d in (demo_run, run))
     delta = led_b["filter:not_huge"]["too_many_chars"] - led_a["filter:not_huge"]["too_many_chars"]
     assert delta == len(moved)
