@@ -42,6 +42,7 @@ class FilterResult:
     reasons: list[str | None]  # None where kept
     scores: dict[str, pa.Array] = field(default_factory=dict)
     texts: list[str | None] | None = None  # a rewriting filter's new text for kept rows (None: unchanged)
+    changes: dict[str, np.ndarray] | None = None  # a rewriter's per-row counts of what it changed, by kind
 
     def __post_init__(self):
         n = len(self.keep)

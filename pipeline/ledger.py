@@ -58,14 +58,17 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
     for fname in filter_names if filt else []:
         agg = {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": 0, "tokens_out": 0}
         reasons: dict[str, int] = {}
+        rewritten: dict[str, int] = {}  # a rewriter's counts: documents rewritten, spans, characters ... by kind
         for m in filt.values():
             st = m["stages"][fname]
             for k in agg:
                 agg[k] += st[k]
             _merge_counts(reasons, st["removed"])
+            _merge_counts(rewritten, st.get("rewritten") or {})
         if reasons:
             removed[filter_stage(fname)] = dict(sorted(reasons.items()))
-        stages.append({"stage": filter_stage(fname), **agg, "removed": sum(reasons.values())})
+        stages.append({"stage": filter_stage(fname), **agg, "removed": sum(reasons.values()),
+                       **({"rewritten": dict(sorted(rewritten.items()))} if rewritten else {})})
     for stage, markers in global_stages:
         agg = {k: sum(m[k] for m in markers) for k in ("docs_in", "docs_out", "chars_in", "chars_out", "tokens_in", "tokens_out")}
         reasons = {}

@@ -100,6 +100,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def write_jsonl(path: Path, rows) -> Path:
+    """One JSON object a line."""
+    import json
+
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    return path
+
+
 def write_yaml(path: Path, text: str) -> Path:
     path.write_text(textwrap.dedent(text).lstrip())
     return path

@@ -6,10 +6,11 @@ Writes `part-XXXXX.parquet` with the same rows in the same order as the document
 
 A document's first failing filter is its removal stage (the filter's name in the YAML)
 and reason; later filters do not see it, so their scores are null for it. A rewriting
-filter (`c4_quality` with `rewrite: true`) hands its new text to the filters after it; the
+filter (a rewriter: filters/rewrite.py, or `c4_quality` with `rewrite: true`) hands its new text to the filters after it; the
 shard then also gets `text`, `n_chars` and `n_tokens` columns, null where the text is
 unchanged, which the mix step prefers to the document's own. The marker carries per-stage
-counts (docs, chars, tokens in and out; removals by reason) for the ledger. Changing a
+counts (docs, chars, tokens in and out; removals by reason; what a rewriter changed:
+`rewritten`, and `emptied_by_rewrite` for a document it emptied) for the ledger. Changing a
 filter's parameters changes this step's hash, not ingest's.
 """
 
@@ -75,6 +76,12 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None 
                 sub = sub.set_column(sub.schema.get_field_index("text"), "text",
                                      pa.array([rewritten.get(int(i), t) for i, t in zip(idx, texts)], pa.string()))
             res = flt.apply(sub)
+            if res.texts is not None:  # a rewriter that empties a document removes it
+                for local, t in enumerate(res.texts):
+                    if t is not None and res.keep[local] and not t.strip():
+                        res.keep[local] = False
+                        res.reasons[local] = "emptied_by_rewrite"
+                _count_changes(st, res)
             dropped = idx[~res.keep]
             for local in np.flatnonzero(~res.keep):
                 i = idx[local]
@@ -108,6 +115,16 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None 
         cols["n_tokens"] = pa.array([int(toks[i]) if i in rewritten else None for i in range(n)], pa.int64())
     cols.update(scores)
     return pa.table(cols)
+
+
+def _count_changes(st: dict, res) -> None:
+    """A rewriter's changes on the documents it keeps, summed into its stage's counts:
+    documents rewritten and, per kind, the rewriter's own counts (spans, characters...)."""
+    kept = res.keep & np.array([t is not None for t in res.texts], bool)
+    rw = st.setdefault("rewritten", {"docs": 0})
+    rw["docs"] += int(kept.sum())
+    for kind, per_row in (res.changes or {}).items():
+        rw[kind] = rw.get(kind, 0) + int(np.asarray(per_row)[res.keep].sum())
 
 
 def _apply_rewrites(res, idx, rewritten: dict, chars, toks, tokenizer):

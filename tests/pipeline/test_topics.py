@@ -13,15 +13,9 @@ import pytest
 import zstandard
 
 from pipeline.io import atomic
-from tests.conftest import curate, write_yaml
+from tests.conftest import curate, write_jsonl, write_yaml
 
 WEIGHTS = {"pool/code": 0.2, "pool/wiki": 0.4, "pool/web/q1": 0.3, "pool/web/q2": 0.1}  # web/q2: crawl pages most like Wikipedia
-
-
-def _jsonl(path, rows):
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
 
 
 def _corpus(demo_corpus, d):
@@ -38,12 +32,12 @@ def _corpus(demo_corpus, d):
     code = [c for c in code if len(c["text"]) < 20000]
     (d / "ex").mkdir()
     (d / "ex" / "wiki.txt").write_text("\n".join(w["text"].replace("\n", " ") for w in wiki[::2]) + "\n")
-    _jsonl(d / "ex" / "web.jsonl", [{"text": w["text"]} for w in web[::2]])
-    _jsonl(d / "ex" / "code.jsonl", [{"text": c["text"]} for c in code[::2]])
+    write_jsonl(d / "ex" / "web.jsonl", [{"text": w["text"]} for w in web[::2]])
+    write_jsonl(d / "ex" / "code.jsonl", [{"text": c["text"]} for c in code[::2]])
     pool = ([{"id": f"wiki-{w['id']}", "text": w["text"]} for w in wiki[1::2]]
             + [{"id": f"web-{i}", "text": w["text"]} for i, w in enumerate(web[1::2])]
             + [{"id": f"code-{c['path']}", "text": c["text"]} for c in code[1::2]])
-    _jsonl(d / "pool.jsonl", pool)
+    write_jsonl(d / "pool.jsonl", pool)
 
 
 def _run(d, name, workers, shard_rows):
