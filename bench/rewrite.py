@@ -15,18 +15,10 @@ from __future__ import annotations
 
 import argparse
 import random
-import time
 
 import pyarrow as pa
 
-
-def best_of(f, repeat: int = 3) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t0)
-    return best
+from bench.lid import best_of
 
 
 def plant(texts: list[str], seed: int = 0) -> list[str]:
