@@ -4,9 +4,10 @@
 
 Each rewriter is timed through the filter's `apply` on an Arrow batch, as the filter step
 calls it (reading the column, rewriting, change counts). The peer of `ftfy` is datatrove's
-`FTFYFormatter` with the same ftfy options (its `format` per document); the others have no
-peer in datatrove 0.10 (its `SymbolLinesFormatter` is another rule), so their rows give
-speed only. Kinds come from bench/textkinds.py (none used by a test); a quarter of each
+`FTFYFormatter` with the same ftfy options (its `format` per document); the peer of `pii` is
+datatrove's `PIIFormatter`, which does less (emails and IPv4, no phones, no IPv6, no
+context checks: its output differs by design); the others have no peer in datatrove 0.10
+(its `SymbolLinesFormatter` is another rule), so their rows give speed only. Kinds come from bench/textkinds.py (none used by a test); a quarter of each
 kind's documents get mojibake planted so that ftfy has work to do. Not a test: timings
 never gate CI.
 """
@@ -43,6 +44,7 @@ def main(argv=None):
         "line_remover": {"type": "line_remover", "remove_repeated_lines": True, "min_edge_words": 3},
         "regex_replace": {"type": "regex_replace", "pattern": r"\b\d{3}[-.]\d{3}[-.]\d{4}\b", "replacement": "<PHONE>"},
         "flagged_words": {"type": "flagged_words", "words_file": words},
+        "pii": {"type": "pii"},
     }
     print(f"{'kind':<22} {'rewriter':<14} {'docs/s':>9} {'MB/s':>6} {'peer docs/s':>12} {'ratio':>6} {'changed':>8}")
     for kind, texts in kinds.items():
@@ -62,6 +64,12 @@ def main(argv=None):
                 tp = best_of(lambda: [dt.format(x) for x in texts])
                 same = all((n if n is not None else o) == dt.format(o) for n, o in zip(res.texts, texts, strict=True))
                 peer, ratio = f"{len(texts) / tp:,.0f}", f"{tp / t:.2f}x" + ("" if same else " (DIFFER)")
+            if name == "pii":  # datatrove's PIIFormatter: emails and IPv4 only (no phones, no IPv6, no context checks)
+                from datatrove.pipeline.formatters import PIIFormatter
+
+                dt = PIIFormatter()
+                tp = best_of(lambda: [dt.format(x) for x in texts])
+                peer, ratio = f"{len(texts) / tp:,.0f}", f"{tp / t:.2f}x"
             print(f"{kind:<22} {name:<14} {len(texts) / t:>9,.0f} {mb / t:>6.1f} {peer:>12} {ratio:>6} {changed:>8}")
 
 
