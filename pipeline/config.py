@@ -39,6 +39,8 @@ class QualitySpec(Model):
     classifier: str = Field(description="name of a classifier defined under `classifiers`")
     keep_fraction: float | None = Field(None, gt=0, le=1, description="keep this top fraction by score")
     min_score: float | None = Field(None, ge=0, le=1, description="keep documents scoring at least this")
+    max_score: float | None = Field(None, ge=0, le=1, description="keep documents scoring at most this (a safety classifier, "
+                                    "e.g. a toxicity model's positive label: drop what scores above)")
     buckets: int | None = Field(None, ge=2, le=1000, description="label every document with its exact quantile bucket of "
                                 "the score within its source (1 = lowest scores .. N = highest; sizes differ by at most one "
                                 "document), over the documents that reach the quality stage; `mixture.weights` may then "

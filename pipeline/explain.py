@@ -78,6 +78,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         if info["status"] == "kept" and rec.get("text") is not None:
             info["stages"].append({"stage": "text rewritten", "result": f"{doc['n_chars']:,} -> {rec['n_chars']:,} chars"})
             info["excerpt"] = rec["text"][:200]
+            info["rewrite"] = _first_change(doc["text"], rec["text"])
     for name, stage in _later_steps(rj, source):
         path = fs.join(run_dir, rj["steps"][name]["dir"]) / source / part.name
         if info["status"] != "kept":
@@ -171,6 +172,23 @@ def _read_row(path: Path, row: int, columns: list[str]) -> dict:
     raise IndexError(f"{path} has no row {row}")
 
 
+def _first_change(old: str, new: str, before: int = 40, after: int = 100) -> dict:
+    """The text around the first place a rewriter changed it: before and after."""
+    i = 0
+    n = min(len(old), len(new))
+    step = 1 << 12
+    while i < n:  # jump by blocks while they agree, then walk the last block
+        j = min(n, i + step)
+        if old[i:j] == new[i:j]:
+            i = j
+        elif step > 1:
+            step //= 2
+        else:
+            break
+    k = max(0, i - before)
+    return {"at": i, "before": old[k:i + after], "after": new[k:i + after]}
+
+
 def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int | None,
                   topic: str | None = None) -> tuple[str | None, dict | None]:
     """Where the mixture holds this kept document, and its cell: recomputed from the
@@ -224,6 +242,11 @@ def render(infos: list[dict], doc_id: str) -> str:
         else:
             cell = f" (cell {info['cell']})" if info.get("cell") and info["cell"] != info["source"] else ""
             lines.append(f"  => kept, in {info.get('mixture_file') or 'the mixture'}{cell}")
+        if info.get("rewrite"):
+            rw = info["rewrite"]
+            lines.append(f"  rewritten at character {rw['at']:,}:")
+            lines.append(f"    before: {rw['before']!r}")
+            lines.append(f"    after:  {rw['after']!r}")
         lines.append(f"  text: {info['excerpt']!r}")
     return "\n".join(lines)
 

@@ -346,7 +346,8 @@ def threshold_shard(spec: dict, out) -> dict:
     paths = [f"{spec['keys']}/part-{j:05d}.parquet" for j in range(spec["shards"])]
     n, _ = select.totals(paths)
     buckets = spec.get("buckets")
-    res = {"rows": n, "docs_in": n, "bucket_keys": bucket_keys(paths, n, buckets) if buckets else None}
+    res = {"rows": n, "docs_in": n, "bucket_keys": bucket_keys(paths, n, buckets) if buckets else None,
+           "max_score": spec.get("max_score")}
     if spec["min_score"] is not None:
         return {**res, "kind": "min_score", "threshold": spec["min_score"], "key": None}
     if spec["keep_fraction"] is None:
@@ -412,10 +413,13 @@ def apply_shard(spec: dict, out) -> dict:
         passed = key >= np.uint64(int(spec["key"]))
     else:
         passed = score >= thr
-    keep = seen & passed
-    drop = np.flatnonzero(seen & ~passed)
+    high = np.zeros(n, bool) if spec.get("max_score") is None else score > np.float32(spec["max_score"])
+    keep = seen & passed & ~high
+    drop = np.flatnonzero(seen & ~keep)
     label = f"quality_below:{thr:.4g}"
-    reasons = pa.array([f"{label} (score={score[i]:.4g})" for i in drop], pa.string())
+    above = f"quality_above:{spec['max_score']:.4g}" if spec.get("max_score") is not None else None
+    why = [above if high[i] else label for i in drop]  # above the max (a safety classifier) first
+    reasons = pa.array([f"{w} (score={score[i]:.4g})" for w, i in zip(why, drop, strict=True)], pa.string())
     cols = {"id": t.column("id"), "keep": pa.array(np.where(seen, keep, False), pa.bool_(), mask=~seen),
             "reason": scatter(n, drop, reasons) if len(drop) else pa.nulls(n, pa.string()),
             "score": t.column("score")}
@@ -429,5 +433,8 @@ def apply_shard(spec: dict, out) -> dict:
                  "bucket_tokens": np.bincount(kb, weights=toks[keep[rows]], minlength=nb).astype(np.int64).tolist(),
                  "bucket_seen": np.bincount(bucket[rows].astype(np.int64) - 1, minlength=nb).tolist()}
     write_attributes(out.dir, doc, pa.table(cols))
-    return {**stage_stats(doc, rows, chars, toks, keep[rows], {label: len(drop)} if len(drop) else {}),
+    counts: dict[str, int] = {}
+    for w in why:
+        counts[w] = counts.get(w, 0) + 1
+    return {**stage_stats(doc, rows, chars, toks, keep[rows], counts),
             "score_histogram": score_histogram(score[seen]).tolist(), **extra}

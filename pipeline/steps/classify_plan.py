@@ -106,11 +106,13 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> tuple[dict[str,
         thr_cfg = {"min_score": q.min_score, "keep_fraction": q.keep_fraction}
         if q.n_buckets():  # only then: a mixture without buckets keeps its step hashes
             thr_cfg.update({"buckets": q.buckets, "edges": q.edges})
+        if q.max_score is not None:
+            thr_cfg["max_score"] = q.max_score
         thr = Step(
             f"quality-{sname}-threshold", "quality-threshold", thr_cfg, [score], "pipeline.steps.classify:threshold_shard",
             shards=lambda st, stats, scores_of=scores_of, q=q, sname=sname, score=score: [
                 {"keys": str(score.dir(plan.store) / "keys"), "shards": len(scores_of(stats)),
-                 "min_score": q.min_score, "keep_fraction": q.keep_fraction, "buckets": q.buckets,
+                 "min_score": q.min_score, "keep_fraction": q.keep_fraction, "buckets": q.buckets, "max_score": q.max_score,
                  "describe": f"threshold of {sname}"}],
         )
         plan.steps.append(thr)
@@ -119,6 +121,7 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> tuple[dict[str,
             shards=lambda st, stats, scores_of=scores_of, thr=thr, q=q: [
                 {"doc": d, "scores": p, "threshold": stats[thr.name][0]["threshold"], "key": stats[thr.name][0]["key"],
                  "bucket_keys": stats[thr.name][0].get("bucket_keys"), "edges": q.edges, "n_buckets": q.n_buckets(),
+                 "max_score": stats[thr.name][0].get("max_score"),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d, p in scores_of(stats)],
         )
         plan.steps.append(apply)

@@ -146,6 +146,9 @@ def test_rewriters_in_a_run_reach_the_mixture_and_the_ledger(tmp_path):
     assert led["removed"]["filter:lines"] == {"emptied_by_rewrite": 1} and led["conservation"]
     st = {s["stage"]: s for s in led["stages"]}
     assert st["filter:fix_unicode"]["rewritten"]["docs"] == 1 and st["filter:fix_unicode"]["rewritten"]["docs_changed"] == 1
+    r = curate("explain", str(run), "--id", "moji")  # before and after, where the text first changed
+    assert r.returncode == 0 and "rewritten at character 3:" in r.stdout, r.stdout
+    assert "before: 'CafÃ© society" in r.stdout and "after:  'Café society" in r.stdout, r.stdout
     assert st["filter:lines"]["rewritten"] == {"docs": 1, "upper_lines": 1, "counter_lines": 1, "citations": 1,
                                                "numeric_lines": 0, "url_lines": 0, "repeated_lines": 0, "edge_lines": 0,
                                                "chars_removed": len(rows[2]["text"]) - len(mixed["mixed"])}

@@ -124,10 +124,15 @@ def test_editing_the_threshold_skips_training_and_scoring(trained, demo_corpus):
     assert all((r["keep"] is True) == (r["score"] >= 0.9) for r in rows)
 
 
+def _model(d):
+    """The model.bin the module's first run trained."""
+    run = d / "one" / "cls"
+    return run / atomic.read_json(run / "run.json")["steps"]["classify-wiki_vs_web-train"]["dir"] / "model.bin"
+
+
 def test_pretrained_model_scores_like_the_trained_one(ray_local, trained, demo_corpus, tmp_path):
     d, _, _ = trained
-    run = d / "one" / "cls"
-    model = run / atomic.read_json(run / "run.json")["steps"]["classify-wiki_vs_web-train"]["dir"] / "model.bin"
+    model = _model(d)
     y = _yaml(tmp_path / "p.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, keep_fraction: 0.3}",
               classifier=f"model: {model}\n            label: __label__hq")
     runner.run(config.load(y), workers=2, output=str(tmp_path), log=lambda m: None, quiet=True)
@@ -187,3 +192,19 @@ def test_moving_an_example_file_to_the_other_side_retrains(demo_corpus, tmp_path
         plan = runner.Plan(lm, tmp_path / name)
         hashes[name] = next(s.hash for s in plan.steps if s.name == "classify-wiki_vs_web-train")
     assert hashes["v1"] != hashes["v2"]
+
+
+def test_a_safety_classifier_drops_what_scores_above_max_score(ray_local, trained, demo_corpus, tmp_path):
+    """`max_score` keeps documents at or below it (a pretrained toxicity model's positive
+    label, say): the rest go as quality_above:<max>, and the ledger counts them so."""
+    d, _, _ = trained
+    model = _model(d)
+    y = _yaml(tmp_path / "s.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, max_score: 0.5}",
+              classifier=f"model: {model}\n            label: __label__hq")
+    runner.run(config.load(y), workers=2, output=str(tmp_path), log=lambda m: None, quiet=True)
+    rows = [x for x in _attrs(tmp_path / "cls", "wiki") if x["keep"] is not None]
+    assert rows and all(x["keep"] == (x["score"] <= 0.5) for x in rows)
+    dropped = [x for x in rows if not x["keep"]]
+    assert dropped and all(x["reason"].startswith("quality_above:0.5 (score=") for x in dropped)
+    led = atomic.read_json(tmp_path / "cls" / "ledger.json")["sources"]["wiki"]["removed"]
+    assert led["quality:wiki_vs_web"] == {"quality_above:0.5": len(dropped)}
