@@ -85,28 +85,26 @@ class Ftfy(Filter):
                                     "chars_changed": [_changed_chars(o, t) for o, t in zip(olds, news, strict=True)]})
 
 
+def common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix, by bisection over slice comparisons (C speed,
+    log n of them, instead of a loop per character)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def _changed_chars(old: str, new: str) -> int:
-    """Characters of `old` outside its common prefix and suffix with `new` (0 if equal);
-    prefix and suffix found by bisection over slice comparisons (C speed, log n of them)."""
+    """Characters of `old` outside its common prefix and suffix with `new` (0 if equal)."""
     if old == new:
         return 0
-    n = min(len(old), len(new))
-    lo, hi = 0, n  # the longest common prefix is in [lo, hi]
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if old[:mid] == new[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    pre = lo
-    lo, hi = 0, n - pre
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if old[len(old) - mid:] == new[len(new) - mid:]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return len(old) - pre - lo
+    pre = common_prefix(old, new)
+    suf = common_prefix(old[pre:][::-1], new[pre:][::-1])
+    return len(old) - pre - suf
 
 
 # ---------------------------------------------------------------- regex_replace

@@ -174,17 +174,9 @@ def _read_row(path: Path, row: int, columns: list[str]) -> dict:
 
 def _first_change(old: str, new: str, before: int = 40, after: int = 100) -> dict:
     """The text around the first place a rewriter changed it: before and after."""
-    i = 0
-    n = min(len(old), len(new))
-    step = 1 << 12
-    while i < n:  # jump by blocks while they agree, then walk the last block
-        j = min(n, i + step)
-        if old[i:j] == new[i:j]:
-            i = j
-        elif step > 1:
-            step //= 2
-        else:
-            break
+    from filters.rewrite import common_prefix
+
+    i = common_prefix(old, new)
     k = max(0, i - before)
     return {"at": i, "before": old[k:i + after], "after": new[k:i + after]}
 

@@ -133,6 +133,8 @@ class Plan:
             if mx.disjoint:
                 mix_mod.share_out([b for _, _, b in out], out[0][0], [ph["name"] for ph in self.phases])
             epochs = [{c: mix_mod.key_epoch(e, a[c]) for c, e in b.items()} for a, _, b in out]
+            if mx.disjoint:  # one order shared out: the first phase's key files serve every phase (mix._disjoint_cuts)
+                epochs = epochs[:1] + [dict.fromkeys(e) for e in epochs[1:]]
             return docs, out, epochs
 
         def of_source(source, epochs):

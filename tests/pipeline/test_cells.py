@@ -111,6 +111,10 @@ def test_plan_explain_and_samples_name_the_cell(two_runs):
     r = curate("explain", str(a), "--id", q1)
     assert r.returncode == 0, r.stderr
     assert "removed at mix: cell_weight_0:web/q1" in r.stdout and "bucket=1" in r.stdout
+    import json  # the published samples show the cell's reason too
+
+    removed = [json.loads(x) for x in (a / "samples" / "web" / "removed.jsonl").read_text().splitlines()]
+    assert any(x["stage"] == "mix" and x["reason"] == "cell_weight_0:web/q1" for x in removed)
 
 
 def test_editing_a_cell_weight_reruns_only_the_mixture(two_runs, demo_corpus):

@@ -287,9 +287,12 @@ def test_phases_meet_their_targets_and_disjoint_phases_share_no_document(ray_loc
             assert 0 <= c["tokens"] - c["target_tokens"] < biggest and c["target_tokens"] == round(w * target)
         ids[name] = set(zip(t.column("source").to_pylist(), t.column("id").to_pylist(), strict=True))
     both = ids["pretrain"] & ids["anneal"]
+    keys = sorted(p.name for p in next((run / "steps").glob("mix-priority-*")).glob("keys/c*"))
     if disjoint:
+        assert keys == ["c0", "c1"]  # each cell's order keyed once, by the first phase, and shared out (no c2, c3)
         assert not both
     else:
+        assert keys == ["c0", "c1", "c2", "c3"]  # each phase its own priorities
         assert both  # small is in both phases (it is up-sampled in the anneal)
     led = atomic.read_json(run / "ledger.json")
     for s, e in led["sources"].items():
