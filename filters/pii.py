@@ -8,7 +8,7 @@ like PII in web pages, technical documents and code:
   (1.3.6.1.4.1 is an OID, 1.2.3.4.5 a version), not glued to a word (v1.2.3.4), and not
   after a version word or a pin (`version`, `__version__ = "`, `release`, `build`, `==`,
   `>=` ...); a first octet below 10 (8.2.4.44 is a section, 2.7.2.2 a version) needs an
-  address word nearby (server, host, IP, DNS, gateway ...). `only_public_ips` keeps private and reserved addresses (datatrove's
+  address word nearby (server, host, IP, DNS, gateway, received, blocked ...). `only_public_ips` keeps private and reserved addresses (datatrove's
   default), off by default.
 - IPv6: a run of hex groups and colons (dots for an embedded IPv4) that `ipaddress`
   accepts, with at least three groups, so C++'s `a::b`, times (12:30:45) and MAC addresses
@@ -42,12 +42,14 @@ PHONE = re.compile(
     r"|\(\d{3}\)\s?\d{3}[\s.-]\d{4}|\d{3}([.-])\d{3}\1\d{4}|\d{3} \d{3} \d{4}"  # North American
     r"|0\d{1,4}(?:[ -]\d{2,4}){2,4}"                                            # national, leading 0
     r")(?![\w-])(?!\.\d)")
-BEFORE = re.compile(r"(?:version|ver\.?|release[ds]?|rev(?:ision)?|build|isbn(?:-1[03])?|doi|v|==|>=|<=|~=|!=|@)"
+BEFORE = re.compile(r"(?:(?<![^\W\d_])(?:version|ver\.?|release[ds]?|rev(?:ision)?|build|isbn(?:-1[03])?|doi|v)|==|>=|<=|~=|!=|@)"
                     r"[\w.]*\s*[:=]?\s*[\"'(\[]?\s*$", re.IGNORECASE)
 # words that make a dotted quad with a small first octet (8.2.4.44, 2.7.2.2: sections, versions) an address
 IP_CONTEXT = re.compile(r"\b(?:ip|ipv4|address(?:es)?|adresse|dirección|server|serveur|servidor|host|hostname|ping|dns|"
                         r"gateway|subnet|proxy|router|connect(?:ed|ion)?|client|peer|listen(?:s|ing)?|nameserver|bind|"
-                        r"firewall|route|interface|lan|wan|vpn|ssh|http|tcp|udp|port)\b", re.IGNORECASE)
+                        r"firewall|route|interface|lan|wan|vpn|ssh|http|tcp|udp|port|e-?mail|smtp|received|sent|origin|"
+                        r"blocked|banned|blacklist(?:ed)?|whitelist(?:ed)?|allowlist|denylist|visitors?|traffic|logged|login)\b",
+                        re.IGNORECASE)
 
 
 class PiiParams(FilterParams):

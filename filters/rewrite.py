@@ -157,7 +157,7 @@ class RegexReplace(Filter):
 
 # ---------------------------------------------------------------- line_remover
 
-COUNTER = re.compile(r"^\W*\d[\d,.]*\s*[kKmM]?\s+(?:likes?|shares?|comments?|retweets?|reposts?|replies|reply|views?|"
+COUNTER = re.compile(r"^\W*\d[\d,.]*\s*[kKmMbB]?\s+(?:likes?|shares?|comments?|retweets?|reposts?|quotes?|replies|reply|views?|"
                      r"followers?|following|votes?|upvotes?|downvotes?|points?|reactions?|bookmarks?|favorites?|"
                      r"favourites?|subscribers?|answers?|downloads?|stars?|forks?|watching)\W*$", re.IGNORECASE)
 CITATION = re.compile(r"\[\d+(?:[,–-]\s*\d+)*]|\[(?:citation needed|edit|clarification needed|who\?|when\?|dubious)]",
@@ -175,7 +175,8 @@ class LineRemoverParams(FilterParams):
     remove_counters: bool = Field(True, description="drop counter lines: '12 likes', '3 comments', '1.2k views' (RefinedWeb)")
     remove_citations: bool = Field(True, description="cut [1], [2-4], [citation needed], [edit] out of lines (DCLM)")
     remove_url_lines: bool = Field(True, description="drop lines that are only a URL")
-    remove_repeated_lines: bool = Field(False, description="drop a line's second and later occurrences in the page")
+    remove_repeated_lines: bool = Field(False, description="drop a line's second and later occurrences in the page "
+                                        "(compared stripped and lower-cased, as DCLM)")
     min_edge_words: int | None = Field(None, ge=1, description="drop lines with fewer words at the page's start and end "
                                        "(navigation, footers), up to the first and after the last longer line; null: off")
     max_removed_fraction: float | None = Field(None, gt=0, le=1, description="drop the document when the rules remove more "
@@ -221,9 +222,9 @@ class LineRemover(Filter):
                 drop[i] = "numeric_lines"
             elif p.max_upper_ratio is not None and _upper_ratio(s, p.min_upper_letters) > p.max_upper_ratio:
                 drop[i] = "upper_lines"
-            elif p.remove_repeated_lines and s in seen:
+            elif p.remove_repeated_lines and s.lower() in seen:  # DCLM's within-page dedup: stripped, lower-cased
                 drop[i] = "repeated_lines"
-            seen.add(s)
+            seen.add(s.lower())
         if p.min_edge_words is not None:
             words = [len(line.split()) for line in lines]
             long = [i for i, w in enumerate(words) if w >= p.min_edge_words and drop[i] is None]

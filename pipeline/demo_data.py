@@ -11,6 +11,9 @@
            summaries: articles wrapped in navigation and cookie boilerplate, keyword
            stuffing, repeated-line spam, lorem ipsum, very short pages, exact copies and
            lightly edited near-copies of other pages. `kind` in each record says which.
+           Some articles are planted with what the rewriters repair (`planted` says which):
+           mojibake (the page's UTF-8 read back as Windows-1252) and contact lines with
+           email addresses, phone numbers and a server's IP address.
 - `warc/`  WARC.gz: the first 3,000 of those pages as raw HTML in a crawl's archives,
            with non-HTML records, HTTP errors, lying charsets and re-crawls (demo_warc.py).
 
@@ -182,15 +185,49 @@ def _near_copy(rng: random.Random, text: str) -> str:
     return " ".join(words) + rng.choice(["", "\n\nShare this article.", "\n\nRelated: more articles"])
 
 
+CONTACT = ["Questions? Write to {user}@{d} or call {phone}.", "Contact the editor: {user}@{d}, tel. {phone}",
+           "Press enquiries: {phone} | {user}@{d}", "Report a problem: {user}@{d} (server {ip})"]
+PHONES = ["+1 (555) {a}-{b}", "555-{a}-{b}", "+44 20 7946 {b}", "(555) {a} {b}", "+49 30 {a}{b}"]
+TYPOGRAPHY = " “All rights reserved” — © café météo – naïve résumé."
+CP1252_UNDEFINED = {0x81, 0x8D, 0x8F, 0x90, 0x9D}
+
+
+def _mojibake(text: str) -> str:
+    """UTF-8 bytes read as Windows-1252 (bytes it leaves undefined as Latin-1), as a crawler
+    that trusted a wrong charset header would store them."""
+    data = (text + TYPOGRAPHY).encode("utf-8")
+    return "".join(chr(b) if b in CP1252_UNDEFINED else bytes([b]).decode("cp1252") for b in data)
+
+
+def _plant(rng: random.Random, text: str, domain: str) -> tuple[str, list[str]]:
+    """Maybe plant, into an article, mojibake (5%) and a contact line (6%)."""
+    planted = []
+    if rng.random() < 0.06:
+        line = rng.choice(CONTACT).format(
+            user=rng.choice(["info", "editor", "j.smith", "press", "webmaster"]), d=domain,
+            phone=rng.choice(PHONES).format(a=rng.randint(100, 999), b=rng.randint(1000, 9999)),
+            ip=f"203.0.113.{rng.randint(1, 254)}")
+        parts = text.split("\n\n")
+        parts.insert(len(parts) - 1, line)
+        text = "\n\n".join(parts)
+        planted.append("contact")
+    if rng.random() < 0.05:
+        text = _mojibake(text)
+        planted.append("mojibake")
+    return text, planted
+
+
 def web_records(wiki_en: list[dict], n_pages: int, seed: int = SEED) -> list[dict]:
     rng = random.Random(seed)
+    plant_rng = random.Random(seed + 1)  # its own stream: planting leaves every other page as it was
     kinds, weights = zip(*KINDS)
     pages: list[dict] = []
     for i in range(n_pages):
         kind = rng.choices(kinds, weights)[0] if i >= 20 else "article"
         domain = rng.choice(DOMAINS)
+        planted: list[str] = []
         if kind == "article":
-            text = _article(rng, wiki_en, domain)
+            text, planted = _plant(plant_rng, _article(rng, wiki_en, domain), domain)
         elif kind == "stuffed":
             text = rng.choice(wiki_en)["text"][:120] + "\n" + " ".join(rng.choice(SPAM_WORDS) for _ in range(rng.randint(80, 300)))
         elif kind == "repeated_lines":
@@ -203,12 +240,15 @@ def web_records(wiki_en: list[dict], n_pages: int, seed: int = SEED) -> list[dic
         else:
             src = rng.choice([p for p in pages[-500:] if p["kind"] == "article"])
             text = src["text"] if kind == "exact_copy" else _near_copy(rng, src["text"])
+            planted = list(src.get("planted", ()))  # a copy carries what its original had planted
         pages.append({
             "url": f"https://{domain}/{kind if kind != 'article' else 'wiki'}/{i:06d}",
             "crawl_date": f"2025-{1 + i % 12:02d}-{1 + i % 28:02d}",
             "kind": kind,
             "text": text,
         })
+        if planted:
+            pages[-1]["planted"] = planted
         if kind in ("exact_copy", "near_copy"):
             pages[-1]["copy_of"] = src["url"]  # ground truth for benchmarks; not written to the demo files
     return pages

@@ -59,14 +59,19 @@ options($("stage"), [...new Set(records.map(r => r.stage || "kept"))].sort());
 options($("reason"), [...new Set(records.map(r => group(r)).filter(x => x))].sort());
 function words(t) { return t.split(/(\s+)/); }
 function diffMarks(a, b) {
-  // word-level LCS; returns for each side a boolean per token: true = not in the other text
-  const A = words(a), B = words(b);
-  if (A.length * B.length > 4e6) return null;
-  const n = A.length, m = B.length, L = Array.from({length: n + 1}, () => new Uint32Array(m + 1));
-  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--) L[i][j] = A[i] === B[j] ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
-  const ma = new Array(n).fill(true), mb = new Array(m).fill(true);
+  // word-level LCS between the common prefix and suffix; returns for each side a boolean per
+  // token: true = not in the other text. A middle too large for the LCS is marked whole.
+  const A = words(a), B = words(b), ma = new Array(A.length).fill(false), mb = new Array(B.length).fill(false);
+  let p = 0, s = 0;
+  while (p < A.length && p < B.length && A[p] === B[p]) p++;
+  while (s < A.length - p && s < B.length - p && A[A.length - 1 - s] === B[B.length - 1 - s]) s++;
+  const n = A.length - p - s, m = B.length - p - s;
+  if (n * m > 4e6) { ma.fill(true, p, A.length - s); mb.fill(true, p, B.length - s); return [[A, ma], [B, mb]]; }
+  const L = Array.from({length: n + 1}, () => new Uint32Array(m + 1));
+  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--) L[i][j] = A[p + i] === B[p + j] ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
+  ma.fill(true, p, A.length - s); mb.fill(true, p, B.length - s);
   let i = 0, j = 0;
-  while (i < n && j < m) { if (A[i] === B[j]) { ma[i] = mb[j] = false; i++; j++; } else if (L[i + 1][j] >= L[i][j + 1]) i++; else j++; }
+  while (i < n && j < m) { if (A[p + i] === B[p + j]) { ma[p + i] = mb[p + j] = false; i++; j++; } else if (L[i + 1][j] >= L[i][j + 1]) i++; else j++; }
   return [[A, ma], [B, mb]];
 }
 function textBlock(tokens, marks) {
@@ -87,6 +92,7 @@ function card(r) {
   const scores = Object.entries(r.scores || {}).map(([k, v]) => k + "=" + (typeof v === "number" ? +v.toFixed(4) : v));
   if (r.threshold !== undefined) scores.push("threshold=" + r.threshold);
   if (scores.length) head.appendChild(el("div", scores.join("  ")));
+  if (r.original !== undefined) { d.dataset.rewritten = "1"; head.appendChild(el("div", "text rewritten by " + (r.rewritten_by || []).join(", "), "meta rewritten")); }
   if (r.url) head.appendChild(el("div", r.url, "url"));  // text, never a live link: crawled URLs are untrusted
   d.appendChild(head);
   if (r.survivor) {
@@ -102,6 +108,12 @@ function card(r) {
     const left = el("div"); left.appendChild(el("div", "removed: " + r.id, "meta")); left.appendChild(textBlock(r.text || "", shared && shared[0]));
     const right = el("div"); right.appendChild(el("div", "eval item: " + r.eval_item.set + " / " + r.eval_item.id, "meta")); right.appendChild(textBlock(r.eval_item.text || "", shared && shared[1]));
     pair.appendChild(left); pair.appendChild(right); d.appendChild(pair);
+  } else if (r.original !== undefined) {  // rewritten: the text as ingested beside the text now, the changes marked
+    const marks = diffMarks(r.original, r.text || "");
+    const pair = el("div", undefined, "pair");
+    const left = el("div"); left.appendChild(el("div", "as ingested", "meta")); left.appendChild(textBlock(r.original, marks && marks[0]));
+    const right = el("div"); right.appendChild(el("div", "now", "meta")); right.appendChild(textBlock(r.text || "", marks && marks[1]));
+    pair.appendChild(left); pair.appendChild(right); d.appendChild(pair);
   } else {
     d.appendChild(textBlock(r.text || (r.error ? "error: " + r.error : "")));
   }
@@ -113,12 +125,12 @@ function apply() {
   const s = $("source").value, st = $("stage").value, re = $("reason").value, q = $("q").value.toLowerCase();
   let shown = 0;
   for (const [c, r] of cards) {
-    const ok = (!s || r.source === s) && (!st || (r.stage || "kept") === st) && (!re || group(r) === re) && (!q || ((r.text || "") + " " + (r.url || "")).toLowerCase().includes(q));
+    const ok = (!s || r.source === s) && (!st || (r.stage || "kept") === st) && (!re || group(r) === re) && (!$("rw").checked || r.original !== undefined) && (!q || ((r.text || "") + " " + (r.url || "")).toLowerCase().includes(q));
     c.style.display = ok ? "" : "none"; if (ok) shown++;
   }
   $("count").textContent = shown + " of " + records.length + " documents";
 }
-for (const id of ["source", "stage", "reason"]) $(id).addEventListener("change", apply);
+for (const id of ["source", "stage", "reason", "rw"]) $(id).addEventListener("change", apply);
 $("q").addEventListener("input", apply);
 apply();
 """
@@ -131,6 +143,7 @@ def viewer(title: str, records: list[dict], note: str = "") -> str:
 <select id="source"><option value="">all sources</option></select>
 <select id="stage"><option value="">all stages</option></select>
 <select id="reason"><option value="">all reasons</option></select>
+<label><input id="rw" type="checkbox"> rewritten only</label>
 <input id="q" type="search" placeholder="search text"> <span id="count"></span>
 </div>
 <div id="list"></div>

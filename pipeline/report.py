@@ -80,6 +80,18 @@ def _languages(run: dec.Run, source: str) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def _rewritten(stages: list[dict]) -> dict[str, dict[str, int]]:
+    """stage -> what it changed in the text of the documents it kept: a rewriter's counts
+    (documents rewritten, then per kind), paragraph dedup's and decontamination's cuts."""
+    out = {}
+    for st in stages:
+        rw = dict(st.get("rewritten") or {})
+        rw.update({k: st[k] for k in ("docs_rewritten", "paragraphs_cut", "chars_cut") if st.get(k)})
+        if rw:
+            out[st["stage"]] = rw
+    return out
+
+
 def build(run_dir: Path) -> dict:
     run = dec.Run(run_dir)
     led = atomic.read_json(run_dir / "ledger.json")
@@ -91,7 +103,7 @@ def build(run_dir: Path) -> dict:
             "conservation": e["conservation"],
             "funnel": [{"stage": st["stage"], "docs": st["docs_out"], "tokens": st.get("tokens_out")} for st in e["stages"]],
             "removed_by_reason": e["removed"], "quality": _quality(run, s), "languages": _languages(run, s),
-            "topics": _topics(run, s),
+            "topics": _topics(run, s), "rewritten": _rewritten(e["stages"]),
             "mixture": man["sources"].get(s),
             "extraction": e.get("extraction"), "skipped_records": e["stages"][0].get("skipped_records"),
         }
@@ -225,6 +237,10 @@ def render(rep: dict) -> str:
                       _table(["extractor", "pages", "extractor CPU seconds", "pages/s per core", "timeouts", "errors", "crashes",
                               "records that are not documents"],
                              [[x["extractor"], x["pages"], x["cpu_seconds"], rate, x["timeouts"], x["errors"], x["crashes"], skipped]])]
+        rw = e.get("rewritten")
+        if rw:
+            parts += ["<h3>Text changed, by stage (documents kept; samples marked in samples/index.html)</h3>",
+                      _table(["stage", "change", "count"], [[stage, k, n] for stage, v in rw.items() for k, n in v.items()])]
         rows = [[stage, reason, n] for stage, reasons in e["removed_by_reason"].items() for reason, n in reasons.items()]
         if rows:
             parts += ["<h3>Removed, by stage and reason</h3>", _table(["stage", "reason", "documents"], rows)]

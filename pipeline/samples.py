@@ -14,7 +14,10 @@ A dedup survivor's text is read by its gid (one row group), not by scanning ids.
 Published: `samples/<source>/kept.jsonl` with
 `kept_per_source` kept documents, and `samples/<source>/removed.jsonl` with
 `removed_per_reason` documents for each (stage, reason). A dedup removal carries its
-survivor (`survivor: {source, id, text}`); a quality removal its score and threshold.
+survivor (`survivor: {source, id, text}`); a quality removal its score and threshold; a
+document whose text a stage changed (a rewriter, paragraph dedup, decontamination's cuts)
+its text as ingested (`original`) and what changed it (`rewritten_by`), which the sample
+browser shows side by side with the changes marked.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pyarrow as pa
 import xxhash
 
 from pipeline import decisions as dec
@@ -222,6 +226,7 @@ def pick_shard(spec: dict, out) -> dict:
         rows = np.array(sorted({i for _, i in chosen}))
         layers = [str(p) for _, p in run.layers(source, part)]
         texts = view_rows(str(part), layers, rows)
+        changed = rewrites(str(part), run.layers(source, part), rows)
         cols = _columns(t)  # once a shard, not once a record
         for g, i in chosen:
             row = {k: v[i] for k, v in cols.items()}
@@ -229,6 +234,8 @@ def pick_shard(spec: dict, out) -> dict:
             row["text"] = text
             row["url"] = dec._url(meta)
             r = _record(row)
+            if i in changed:
+                r.update(changed[i])
             r["_group"], r["_key"] = list(g), int(keys[i])
             records.append((r, row.get("survivor_gid")))
     _survivor_texts(spec, records)
@@ -251,6 +258,34 @@ def pick_shard(spec: dict, out) -> dict:
 
 def _columns(t) -> dict[str, list]:
     return {c: t.column(c).to_pylist() for c in t.column_names}
+
+
+def rewrites(documents: str, layers: list[tuple[str, Path]], rows: np.ndarray) -> dict[int, dict]:
+    """row -> {original: its text as ingested, rewritten_by: [stages]} for those of `rows`
+    whose text a stage changed. Reads the small columns that say so (`n_chars`, the filter
+    step's `rewritten_by`), and the ingested text of the changed rows only."""
+    from pipeline.steps import view
+
+    by: dict[int, list[str]] = {}
+    take = pa.array(rows)
+    for label, path in layers:
+        names = fs.parquet_file(path).schema_arrow.names
+        if "n_chars" not in names:
+            continue
+        if "rewritten_by" in names:
+            vals = fs.read_table(path, columns=["rewritten_by"]).column("rewritten_by").take(take).to_pylist()
+            hits = [(i, v.split(",")) for i, v in zip(rows.tolist(), vals, strict=True) if v]
+        else:
+            vals = fs.read_table(path, columns=["n_chars"]).column("n_chars").take(take).to_pylist()
+            hits = [(i, [label]) for i, v in zip(rows.tolist(), vals, strict=True) if v is not None]
+        for i, names_ in hits:
+            by.setdefault(i, []).extend(names_)
+    if not by:
+        return {}
+    changed = np.array(sorted(by))
+    t = view.read_rows(documents, [], changed, ["text"])
+    return {i: {"original": (o or "")[:TEXT_LIMIT], "rewritten_by": by[i]}
+            for i, o in zip(changed.tolist(), t.column("text").to_pylist(), strict=True)}
 
 
 def view_rows(documents: str, layers: list[str], rows: np.ndarray) -> dict[int, tuple[str, str | None]]:

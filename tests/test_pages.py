@@ -106,6 +106,13 @@ def test_samples_page_filters_escapes_and_stays_offline(demo_run, tmp_path):
             "pairs": "document.querySelectorAll('.pair').length",
             "marks": "document.querySelectorAll('.pair mark').length",
             "scripts": "document.scripts.length",
+            "rewritten": "[...document.querySelectorAll('.doc[data-rewritten]')].map(d => d.querySelector('.meta.rewritten').textContent)",
+            "rewritten_marks": "[...document.querySelectorAll('.doc[data-rewritten]')]"
+                               ".map(d => d.querySelectorAll('mark').length)",
+            "rewritten_only": "(() => { const s = document.getElementById('reason'); s.value = ''; s.dispatchEvent(new Event('change'));"
+                              " const r = document.getElementById('rw'); r.checked = true; r.dispatchEvent(new Event('change'));"
+                              " return [...document.querySelectorAll('.doc')].filter(d => d.style.display !== 'none')"
+                              ".map(d => d.dataset.rewritten === '1'); })()",
         }, shot, actions=["const s = document.getElementById('reason'); s.value = 'exact_duplicate_of'; s.dispatchEvent(new Event('change'));"]))
     finally:
         b.close()
@@ -115,6 +122,10 @@ def test_samples_page_filters_escapes_and_stays_offline(demo_run, tmp_path):
     assert c["planted_text"] is True
     assert c["cards"] > 50 and c["shown"] and set(c["shown"]) == {"exact_duplicate_of"}
     assert c["pairs"] > 0 and c["marks"] > 0
+    # rewritten documents (the demo's ftfy and pii on the crawl, paragraph dedup) beside their ingested text, changes marked
+    assert any("fix_text" in x for x in c["rewritten"]) and any("redact_pii" in x for x in c["rewritten"]), c["rewritten"]
+    assert all(n > 0 for n in c["rewritten_marks"])
+    assert c["rewritten_only"] and all(c["rewritten_only"]) and len(c["rewritten_only"]) == len(c["rewritten"])
     assert c["scripts"] == 2  # the data block and the page's own script: none from documents
     assert [u for u in res["requests"] if u != url] == [], res["requests"]
     assert shot.stat().st_size > 10_000

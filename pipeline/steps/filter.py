@@ -8,7 +8,8 @@ A document's first failing filter is its removal stage (the filter's name in the
 and reason; later filters do not see it, so their scores are null for it. A rewriting
 filter (a rewriter: filters/rewrite.py, or `c4_quality` with `rewrite: true`) hands its new text to the filters after it; the
 shard then also gets `text`, `n_chars` and `n_tokens` columns, null where the text is
-unchanged, which the mix step prefers to the document's own. The marker carries per-stage
+unchanged, which the mix step prefers to the document's own, and `rewritten_by` (the
+names of the filters that changed it, comma-separated) for the sample browser. The marker carries per-stage
 counts (docs, chars, tokens in and out; removals by reason; what a rewriter changed:
 `rewritten`, and `emptied_by_rewrite` for a document it emptied) for the ledger. Changing a
 filter's parameters changes this step's hash, not ingest's.
@@ -63,6 +64,7 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None 
     toks = batch.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).copy()
     scores: dict[str, pa.ChunkedArray | pa.Array] = {}
     rewritten: dict[int, str] = {}  # row -> current text, once a filter rewrote it
+    by: dict[int, list[str]] = {}  # row -> the filters that rewrote it
     for name, flt in filters:
         idx = np.flatnonzero(keep)
         st = stages[name]
@@ -91,7 +93,8 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None 
                 st["removed"][r] = st["removed"].get(r, 0) + 1
             keep[dropped] = False
             if res.texts is not None:
-                _apply_rewrites(res, idx, rewritten, chars, toks, tokenizer)
+                for i in _apply_rewrites(res, idx, rewritten, chars, toks, tokenizer):
+                    by.setdefault(i, []).append(name)
             if res.scores:  # back to batch rows; rows this filter did not see point at a trailing null
                 pos = np.full(n, len(idx))
                 pos[idx] = np.arange(len(idx))
@@ -113,6 +116,7 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None 
         cols["text"] = pa.array([rewritten.get(i) for i in range(n)], pa.string())
         cols["n_chars"] = pa.array([int(chars[i]) if i in rewritten else None for i in range(n)], pa.int64())
         cols["n_tokens"] = pa.array([int(toks[i]) if i in rewritten else None for i in range(n)], pa.int64())
+        cols["rewritten_by"] = pa.array([",".join(by[i]) if i in rewritten else None for i in range(n)], pa.string())
     cols.update(scores)
     return pa.table(cols)
 
@@ -127,12 +131,14 @@ def _count_changes(st: dict, res) -> None:
         rw[kind] = rw.get(kind, 0) + int(np.asarray(per_row)[res.keep].sum())
 
 
-def _apply_rewrites(res, idx, rewritten: dict, chars, toks, tokenizer):
+def _apply_rewrites(res, idx, rewritten: dict, chars, toks, tokenizer) -> list[int]:
+    """Record a rewriter's new texts of the rows it keeps; returns those rows."""
     changed = [(int(idx[local]), t) for local, t in enumerate(res.texts) if t is not None and res.keep[local]]
     if not changed:
-        return
+        return []
     counts = tokens.count(tokenizer, [t for _, t in changed])
     for k, (i, t) in enumerate(changed):
         rewritten[i] = t
         chars[i] = len(t)
         toks[i] = counts[k] if counts is not None else 0
+    return [i for i, _ in changed]
