@@ -128,6 +128,19 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--store", help="the step store, when the YAML's `store:` moved it (default: OUTPUT/_store)")
     g.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
 
+    pb = sub.add_parser("publish", help="write a run as a Hugging Face dataset folder with a generated dataset card",
+                        description="Writes OUT_DIR: data/train-XXXXX-of-YYYYY.parquet (the mixture's files, hard-linked, "
+                        "never rewritten), data/validation-* when the run has a validation split, samples/, report.html, "
+                        "curate/ (the run's record) and README.md, a dataset card generated from the run. "
+                        "`datasets.load_dataset(OUT_DIR)` loads it as it is; `huggingface-cli upload` puts it on the hub. "
+                        "The same as the YAML's `publish:` section, which publishes at the end of every run.")
+    pb.add_argument("run_dir", help="a finished run directory (what `curate run` printed)")
+    pb.add_argument("out_dir", help="a new or empty folder, or one an earlier publish wrote (replaced whole)")
+    pb.add_argument("--license", help="the dataset's license as the hub spells it (e.g. odc-by, cc-by-4.0); "
+                    "default: the YAML's publish.license, else `other` with a note in the card")
+    pb.add_argument("--pretty-name", help="the card's title (default: publish.pretty_name, else the run's name)")
+    pb.add_argument("--copy", action="store_true", help="copy the mixture files instead of hard-linking them")
+
     rp = sub.add_parser("report", help="(re)write report.html and report.json of a run and print the path")
     rp.add_argument("run_dir")
     return p
@@ -182,6 +195,16 @@ def _dispatch(args) -> int:
 
         _, lines = gc.collect(args.output, args.store, dry_run=args.dry_run)
         print("\n".join(lines))
+        return 0
+    if args.cmd == "publish":
+        from pipeline import publish
+
+        spec = (atomic.read_json(fs.path(args.run_dir) / "run.json")["config"].get("publish") or {}) \
+            if (fs.path(args.run_dir) / "run.json").exists() else {}
+        out = publish.publish(args.run_dir, args.out_dir, license=args.license or spec.get("license"),
+                              pretty_name=args.pretty_name or spec.get("pretty_name"), copy=args.copy or spec.get("copy_files", False),
+                              tags=spec.get("tags") or [])
+        print(out / "README.md")
         return 0
     if args.cmd == "demo-data":
         from pipeline import demo_data
@@ -346,5 +369,9 @@ def _summary(run_dir: Path):
     if (run_dir / "report.html").exists():
         print(f"  samples:  {run_dir / 'samples' / 'index.html'}")
         print(f"  report:   {run_dir / 'report.html'}")
+    rec = atomic.read_json(run_dir / "run.json")
+    pub = (rec["config"].get("publish") or {}).get("dir")
+    if pub:
+        print(f"  published: {(Path(rec['mixture_file']).parent / pub).resolve() / 'README.md'}")
     if any(e["quarantined"] for e in led["sources"].values()):
         print(f"  quarantine: {run_dir / 'quarantine'}")

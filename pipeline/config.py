@@ -318,6 +318,23 @@ class SamplesSpec(Model):
     removed_per_reason: int = Field(10, ge=0, description="removed documents published per (source, stage, reason)")
 
 
+class PublishSpec(Model):
+    dir: str = Field(description="the folder to write (relative to the YAML file; a local folder): an HF-loadable dataset "
+                     "with a generated card, as `curate publish RUN_DIR DIR` writes it, after every successful run")
+    license: str | None = Field(None, description="the dataset's license as the hub spells it (odc-by, cc-by-4.0 ...); "
+                                "null: `other`, and the card says the configuration gives none")
+    pretty_name: str | None = Field(None, description="the card's title (default: the mixture's name)")
+    tags: list[str] = Field(default_factory=list, description="hub tags added to curate, pretraining, data-mixture")
+    copy_files: bool = Field(False, description="copy the mixture files instead of hard-linking them")
+
+    @field_validator("dir")
+    @classmethod
+    def _local(cls, v):
+        if fs.is_url(v):
+            raise ValueError(f"{v!r} is a URL; publish writes a local folder (upload it with `huggingface-cli upload`)")
+        return v
+
+
 class Mixture(Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the run directory is <output>/<name>")
     output: str = Field("out", description="where run directories go; relative to the YAML file")
@@ -333,6 +350,8 @@ class Mixture(Model):
     classifiers: dict[str, ClassifierSpec] = Field(default_factory=dict, description="named quality classifiers")
     mixture: MixtureSpec = Field(default_factory=MixtureSpec, description="how kept documents become the mixture")
     samples: SamplesSpec = Field(default_factory=SamplesSpec, description="published samples of kept and removed documents")
+    publish: PublishSpec | None = Field(None, description="write the run as a Hugging Face dataset folder with a "
+                                        "generated dataset card at the end of every successful run")
 
     def excluded(self) -> set[str]:
         """Sources left out of the mixture: `mixture.exclude` and every eval or reference source."""
@@ -375,6 +394,13 @@ class LoadedMixture:
         if not out.is_absolute():
             out = (Path.cwd() if override else self.base_dir) / out
         return (out / self.mixture.name).resolve()
+
+    def publish_dir(self) -> Path | None:
+        p = self.mixture.publish
+        if p is None:
+            return None
+        out = Path(p.dir)
+        return (out if out.is_absolute() else self.base_dir / out).resolve()
 
     def store_dir(self, override: str | None = None):
         """The step store: `store:`, or `_store` beside the run directories (a run name

@@ -452,6 +452,22 @@ def _expected_mixture(plan: Plan) -> list[str]:
 # ---------------------------------------------------------------- run
 
 
+@functools.lru_cache(maxsize=1)
+def _curate_commit() -> str | None:
+    """The commit of Curate's own code when it runs from a git checkout (with `+dirty` when
+    the checkout has changes to tracked files); None for an installed wheel."""
+    here = Path(__file__).resolve().parent.parent
+    if not (here / ".git").exists():
+        return None
+    commit = _git_commit(here)
+    try:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True,
+                               text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        dirty = ""
+    return f"{commit}+dirty" if commit and dirty else commit
+
+
 def _git_commit(where: Path) -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
@@ -521,6 +537,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         "config": lm.canonical(), "config_hash": lm.config_hash(), "workers": workers,
         "ray_address": os.environ.get("RAY_ADDRESS"), "host": socket.gethostname(),
         "git_commit": _git_commit(lm.base_dir), "curate_version": __version__, "started": t0,
+        "curate_commit": _curate_commit(),
         "store": str(store), "run_id": leases.run_id,
         "steps": {s.name: _step_record(s, run_dir, store, "PENDING") for s in plan.steps},
     }
@@ -553,6 +570,13 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
     if bad:
         raise RunError("conservation check failed, documents are unaccounted for:\n  " + "\n  ".join(bad)
                        + f"\nsee {run_dir / 'ledger.json'}")
+    spec = lm.mixture.publish
+    if spec is not None:
+        from pipeline import publish
+
+        out = publish.publish(run_dir, lm.publish_dir(), license=spec.license, pretty_name=spec.pretty_name,
+                              copy=spec.copy_files, tags=spec.tags)
+        log(f"published: {out} (dataset card: {out / 'README.md'})")
     return run_dir
 
 

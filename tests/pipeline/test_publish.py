@@ -1,0 +1,209 @@
+"""`curate publish` and the YAML's `publish:` section: a folder `datasets.load_dataset(DIR)`
+loads as it is, whose card `huggingface_hub` parses, whose figures are the run's own
+(checked field by field against ledger.json, manifest.json, report.json and eval.json), and
+whose train files are the mixture's files byte for byte."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.io import atomic
+from tests.conftest import curate
+
+
+def _num(v: str):
+    v = v.strip().replace("\\|", "|")
+    if re.fullmatch(r"-?[\d,]+", v):
+        return int(v.replace(",", ""))
+    if re.fullmatch(r"-?\d+\.\d+(e-?\d+)?", v):
+        return float(v)
+    return {"true": True, "false": False, "–": None}.get(v, v)
+
+
+def tables(card: str) -> dict[str, list[list[dict]]]:
+    """Section heading -> its markdown tables, each a list of rows (header -> value)."""
+    out: dict[str, list] = {}
+    section = None
+    lines = card.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("## "):
+            section = line[3:].strip()
+        if line.startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("| ---") or \
+                line.startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("|---") or \
+                line.startswith("| ") and i + 1 < len(lines) and re.match(r"^\|( -+:? \|)+$", lines[i + 1]):
+            head = [h.strip() for h in line.strip("|").split(" | ")]
+            rows = []
+            i += 2
+            while i < len(lines) and lines[i].startswith("| "):
+                cells = [c for c in re.split(r"(?<!\\)\|", lines[i].strip()[1:-1])]
+                rows.append({h: _num(c) for h, c in zip(head, cells, strict=True)})
+                i += 1
+            out.setdefault(section, []).append(rows)
+            continue
+        i += 1
+    return out
+
+
+def _load(folder: Path, tmp_path: Path):
+    """datasets.load_dataset(folder) in a fresh process, offline, with its own cache."""
+    code = ("import datasets, json, sys; d = datasets.load_dataset(sys.argv[1]); "
+            "print(json.dumps({s: {'rows': d[s].num_rows, 'columns': d[s].column_names, 'ids': d[s]['id'][:50]} for s in d}))")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    r = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json
+
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_published_run_loads_with_datasets_and_its_card_is_the_runs_figures(demo_run, tmp_path):
+    out = tmp_path / "hub"
+    r = curate("publish", str(demo_run), str(out), "--license", "odc-by", "--pretty-name", "Demo mixture")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == str(out / "README.md")
+    man = atomic.read_json(demo_run / "manifest.json")
+    led = atomic.read_json(demo_run / "ledger.json")
+    rep = atomic.read_json(demo_run / "report.json")
+    files = atomic.read_json(out / "curate" / "files.json")["files"]
+
+    # datasets.load_dataset(DIR) with no other argument: train with the mixture's rows, validation with the run's
+    loaded = _load(out, tmp_path)
+    assert loaded["train"]["rows"] == man["total_docs"]
+    assert loaded["validation"]["rows"] == sum(v["docs"] for v in man["validation"].values())
+    assert loaded["train"]["columns"] == loaded["validation"]["columns"] == pq.read_schema(demo_run / man["files"][0]["path"]).names
+    first = pq.read_table(demo_run / man["files"][0]["path"], columns=["id"]).column("id").to_pylist()[:50]
+    assert loaded["train"]["ids"] == first  # the files in order, rows in order
+
+    # the card parses as the hub reads it, with the keys it needs
+    from huggingface_hub import DatasetCard
+
+    card = DatasetCard.load(out / "README.md")
+    data = card.data.to_dict()
+    for key in ("configs", "license", "language", "size_categories", "task_categories", "pretty_name", "tags"):
+        assert key in data, key
+    assert data["license"] == "odc-by" and "license_name" not in data and data["pretty_name"] == "Demo mixture"
+    assert data["task_categories"] == ["text-generation"] and data["size_categories"] == ["1K<n<10K"]
+    assert data["configs"] == [{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*"},
+                                                                         {"split": "validation", "path": "data/validation-*"}]}]
+    assert data["language"] == ["en"] and {"curate", "pretraining"} <= set(data["tags"])
+
+    # every data file: train files are the mixture's bytes (sha256 = the manifest's; hard links), validation the run's rows
+    train = [f for f in files if f["split"] == "train"]
+    assert [f["from"] for f in train] == [f["path"] for f in man["files"]]
+    from pipeline.publish import sha256
+
+    for f, m in zip(train, man["files"], strict=True):
+        assert sha256(out / f["path"]) == m["sha256"] == f["sha256"]
+        assert os.path.samefile(out / f["path"], demo_run / m["path"])
+        assert pq.ParquetFile(out / f["path"]).metadata.num_rows == m["rows"]
+    for f in (f for f in files if f["split"] == "validation"):
+        assert sha256(out / f["path"]) == f["sha256"]
+        src = pq.read_table(demo_run / f["from"], columns=["id", "text"])
+        assert pq.read_table(out / f["path"], columns=["id", "text"]).equals(src)
+
+    # every figure of the card is the run's
+    md = (out / "README.md").read_text()
+    t = tables(md)
+    src_rows = {r["source"]: r for r in t["Sources"][0]}
+    assert set(src_rows) == set(led["sources"])
+    for s, e in led["sources"].items():
+        r = src_rows[s]
+        assert (r["documents in"], r["kept"], r["removed"], r["quarantined"]) == (e["in"], e["kept"], e["removed_total"], e["quarantined"])
+        assert r["tokens in"] == e["stages"][0]["tokens_out"]
+        assert r["tokens in the mixture"] == (man["sources"].get(s) or {}).get("realized_tokens", 0)
+    removals = {(r["source"], r["stage"], r["reason"]): r["documents"] for r in t["Filters and removals"][0]}
+    assert removals == {(s, st, rs): n for s, e in led["sources"].items() for st, v in e["removed"].items() for rs, n in v.items()}
+    changed = {(r["source"], r["stage"], r["change"]): r["count"] for r in t["Filters and removals"][1]}
+    want = {(s, st["stage"], k): n for s, e in led["sources"].items() for st in e["stages"] for k, n in (st.get("rewritten") or {}).items()}
+    assert want and all(changed[k] == n for k, n in want.items())
+    dedup = {(r["source"], r["stage"]): r["documents removed"] for r in t["Deduplication"][0]}
+    assert dedup == {(s, st): sum(v.values()) for s, e in led["sources"].items() for st, v in e["removed"].items() if st.startswith("dedup:")}
+    mix = {r["source"]: r for r in t["Mixture"][0]}
+    assert set(mix) == {s for s, v in man["sources"].items() if v}
+    for s, r in mix.items():
+        v = man["sources"][s]
+        assert (r["target weight"], r["realised weight"], r["target tokens"], r["tokens"], r["rows"], r["distinct documents"], r["epochs"]) \
+            == (v["weight"], v["realized_weight"], v["target_tokens"], v["realized_tokens"], v["docs"], v["distinct_docs"], v["epochs"])
+    cells = {r["cell"]: r for r in t["Mixture"][1]}
+    assert set(cells) == set(man["cells"])
+    for k, r in cells.items():
+        v = man["cells"][k]
+        assert (r["target weight"], r["realised weight"], r["tokens"], r["rows"], r["epochs"]) == \
+            (v["target_weight"], v["realized_weight"], v["tokens"], v["documents"], v["epochs"])
+    ev = atomic.read_json(demo_run / atomic.read_json(demo_run / "run.json")["steps"]["classify-wiki_vs_web-train"]["dir"] / "eval.json")
+    cl = t["Classifiers"][0][0]
+    assert (cl["ROC AUC"], cl["F1 at 0.5"], cl["precision"], cl["recall"]) == (ev["roc_auc"], ev["f1"], ev["precision"], ev["recall"])
+    assert cl["train examples (pos + neg)"] == f"{ev['examples']['train']['positive']:,} + {ev['examples']['train']['negative']:,}"
+    val = {r["source"]: r for r in t["Validation split"][0]}
+    assert {s: (r["documents"], r["tokens"]) for s, r in val.items()} == {s: (v["docs"], v["tokens"]) for s, v in man["validation"].items()}
+    con = {r["eval set"]: r for r in t["Contamination"][0]}
+    assert {k: (r["items"], r["items found in the corpus"], r["share"]) for k, r in con.items()} == \
+        {k: (v["items"], v["items_found"], v["share_found"]) for k, v in rep["contamination"]["eval_sets"].items()}
+    assert [(r["file"], r["rows"], r["sha256"]) for r in t["Files"][0]] == [(f["path"], f["rows"], f["sha256"]) for f in files]
+    steps = {r["step"]: r["hash"] for r in t["How it was made"][0]}
+    rec = atomic.read_json(demo_run / "run.json")
+    assert steps == {k: v["hash"][:16] for k, v in rec["steps"].items()}
+    assert f"{man['total_docs']:,} rows" in md and f"{man['total_tokens']:,} tokens" in md and f"Curate {rec['curate_version']}, commit `{rec['curate_commit']}`" in md
+    # the configuration the run used, and links that resolve inside the folder
+    assert "```yaml" in md and (out / "curate" / "mixture.yaml").read_text() in md
+    for link in re.findall(r"\]\(([^)#]+)\)", md):
+        assert (out / link).exists(), link
+    # the languages: the lang column of the mixture files, rows without one named
+    import pyarrow.compute as pc
+
+    lang = pc.value_counts(pq.read_table([demo_run / f["path"] for f in man["files"]], columns=["lang"]).column("lang").drop_null()).to_pylist()
+    assert lang and all(f"{v['values']} {v['counts']:,} rows" in md for v in lang)
+
+
+def test_the_yaml_publish_section_publishes_at_the_end_of_the_run_and_says_what_it_does_not_know(demo_run, demo_run_yaml):
+    out = demo_run_yaml.parent / "published"  # conftest points the demo's `publish.dir` here
+    card = (out / "README.md").read_text()
+    from huggingface_hub import DatasetCard
+
+    data = DatasetCard.load(out / "README.md").data.to_dict()
+    assert data["license"] == "other" and data["license_name"] == "not-stated" and data["pretty_name"] == "Curate demo mixture"
+    assert "**License**: the configuration gives none" in card
+    assert re.search(r"\*\*Languages\*\*: from language ID on `wiki`, `web`|\*\*Languages\*\*: from language ID on `web`, `wiki`", card)
+    assert "come from sources without language ID" in card
+    # the mixture file as written, comments and all (it still gives the run's configuration hash)
+    assert "The mixture file as written" in card and "# at the end of each run" in card
+
+
+def test_publish_refuses_what_it_should_and_replaces_its_own_folder(demo_run, tmp_path):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    r = curate("publish", str(demo_run), str(foreign))
+    assert r.returncode == 2 and "was not written by `curate publish`" in r.stderr and "Traceback" not in r.stderr
+    assert (foreign / "notes.txt").read_text() == "mine"
+    r = curate("publish", str(tmp_path), str(tmp_path / "x"))
+    assert r.returncode == 2 and "is not a run directory (no run.json)" in r.stderr
+    r = curate("publish", str(demo_run), str(demo_run / "hub"))
+    assert r.returncode == 2 and "inside the run directory" in r.stderr
+    out = tmp_path / "hub"
+    assert curate("publish", str(demo_run), str(out)).returncode == 0
+    (out / "stale.txt").write_text("from before")
+    r = curate("publish", str(demo_run), str(out), "--copy", "--license", "cc-by-4.0")
+    assert r.returncode == 0, r.stderr
+    assert not (out / "stale.txt").exists()  # replaced whole
+    copied = [f for f in atomic.read_json(out / "curate" / "files.json")["files"] if f["split"] == "train"]
+    assert copied and not any(os.path.samefile(out / f["path"], demo_run / f["from"]) for f in copied)  # --copy: no links
+    assert all(f["sha256"] == f["from_sha256"] for f in copied)
+    assert "license: cc-by-4.0" in (out / "README.md").read_text()
+
+
+def test_a_bad_publish_section_names_the_key(tmp_path):
+    y = tmp_path / "m.yaml"
+    y.write_text("name: m\nsources:\n  a: {paths: [a.jsonl]}\npublish: {dir: s3://bucket/x, licence: mit}\n")
+    (tmp_path / "a.jsonl").write_text('{"text": "hello"}\n')
+    r = curate("validate", str(y))
+    assert r.returncode == 2 and "publish" in r.stderr and "licence" in r.stderr, r.stderr
