@@ -42,6 +42,13 @@ class Context:
     samples: list[str] = field(default_factory=list)
 
 
+def phase_names(record: dict, manifest: dict) -> list[str]:
+    """The mixture's phases in the YAML's order (manifest.json sorts its keys)."""
+    have = manifest.get("phases") or {}
+    order = [p["name"] for p in (record["config"].get("mixture") or {}).get("phases") or []]
+    return [n for n in order if n in have] + sorted(n for n in have if n not in order)
+
+
 def size_category(n: int) -> str:
     return next((c for limit, c in SIZES if n < limit), "n>1T")
 
@@ -64,7 +71,7 @@ def _table(head: list[str], rows: list[list]) -> list[str]:
 
 def front_matter(c: Context) -> dict:
     m = c.manifest
-    phases = list((m.get("phases") or {}).keys())
+    phases = phase_names(c.record, m)
     val = any(f["split"] == "validation" for f in c.files)
 
     def files_of(prefix: str) -> list[dict]:
@@ -112,9 +119,10 @@ def render(c: Context) -> str:
          "## Loading", "", "```python", "from datasets import load_dataset", "",
          "ds = load_dataset(\"path/to/this/folder\")  # or the hub repository it is uploaded to",
          "```", ""]
-    if man.get("phases"):
-        L += [f"The mixture has training phases, one configuration each (`{'`, `'.join(man['phases'])}`; the first is the default): "
-              f"`load_dataset(folder, \"{list(man['phases'])[-1]}\")`.", ""]
+    phases = phase_names(rec, man)
+    if phases:
+        L += [f"The mixture has training phases, one configuration each (`{'`, `'.join(phases)}`; the first is the default): "
+              f"`load_dataset(folder, \"{phases[-1]}\")`.", ""]
     L += ["Columns: `id`, `text`, `source`, `source_id` (input file and line or row), `n_tokens`, `epoch` (0 the first time a "
           "document appears; a repeated document appears again with the next epoch), `quality_score`, `quality_bucket`, "
           "`topic`, `topic_score`, `lang` (null where the source has no such stage).", ""]
@@ -192,7 +200,8 @@ def render(c: Context) -> str:
         L += _table(["cell", "target weight", "realised weight", "tokens", "rows", "distinct documents", "epochs"],
                     [[k, v["target_weight"], v["realized_weight"], v["tokens"], v["documents"], v["distinct_documents"],
                       v["epochs"]] for k, v in cells.items()])
-    for pn, ph in (man.get("phases") or {}).items():
+    for pn in phases:
+        ph = man["phases"][pn]
         L += [f"Phase `{pn}`: {_n(ph['total_docs'])} rows, {_n(ph['total_tokens'])} tokens (target {_n(ph['target_tokens'])}).", ""]
 
     if man.get("validation"):

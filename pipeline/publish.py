@@ -4,7 +4,8 @@ and `datasets.load_dataset(OUT_DIR)` read as it is, with a dataset card written 
     README.md                               the dataset card (pipeline/card.py): YAML front matter
                                             as the hub reads it, a body generated from the run
     data/train-XXXXX-of-YYYYY.parquet       the mixture's files, hard-linked (copied across devices
-                                            or from object stores), never rewritten
+                                            or from object stores, or with --copy: then bytes go
+                                            through this process), never rewritten
     data/<phase>/train-…                    with `mixture.phases`: a config per phase, the first the default
     data/validation-XXXXX-of-YYYYY.parquet  the run's validation/ files in the mixture's columns
                                             (same rows, same order; epoch 0, scores null): a split
@@ -46,16 +47,18 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _place(src, dst: Path, copy: bool) -> None:
-    """A run's file into the folder, byte for byte: a hard link where the disk allows."""
+def _place(src, dst: Path, copy: bool) -> bool:
+    """A run's file into the folder, byte for byte: a hard link where the disk allows (True),
+    else a copy (False)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     if not copy and fs.is_local(src):
         try:
             os.link(fs.path(src), dst)
-            return
+            return True
         except OSError:  # another device, or a filesystem without hard links
             pass
     fs.copy(src, dst)
+    return False
 
 
 def _conform(src, dst: Path, schema: pa.Schema) -> int:
@@ -78,15 +81,19 @@ def _conform(src, dst: Path, schema: pa.Schema) -> int:
     return n
 
 
-def _languages(paths: list[Path]) -> tuple[dict[str, int], int]:
-    """Rows per language of the mixture files (their `lang` column), and rows without one."""
+def _languages(files: list[dict], folder: Path) -> tuple[dict[str, int], int]:
+    """Rows per language of the mixture files (their `lang` column, as the mix tasks counted it
+    into the manifest; read from the files for a run made before they did), and rows without one."""
     counts: dict[str, int] = {}
-    unknown = 0
-    for p in paths:
-        col = pq.read_table(p, columns=["lang"]).column("lang")
-        unknown += col.null_count
-        for v in pc.value_counts(col.drop_null()).to_pylist():
-            counts[v["values"]] = counts.get(v["values"], 0) + v["counts"]
+    for f in files:
+        if "languages" in f:
+            per = f["languages"]
+        else:
+            col = pq.read_table(folder / f["path"], columns=["lang"]).column("lang")
+            per = {v["values"] or "": v["counts"] for v in pc.value_counts(col).to_pylist()}
+        for k, v in per.items():
+            counts[k] = counts.get(k, 0) + v
+    unknown = counts.pop("", 0)
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))), unknown
 
 
@@ -106,8 +113,8 @@ def _config_yaml(record: dict) -> tuple[str, bool]:
     return yaml.safe_dump({k: cfg[k] for k in order}, sort_keys=False, allow_unicode=True), False
 
 
-def _check_out(out: Path, run_dir: Path) -> None:
-    if out.resolve() == run_dir.resolve() or run_dir.resolve() in out.resolve().parents:
+def _check_out(out: Path, run_dir) -> None:
+    if fs.is_local(run_dir) and (out.resolve() == run_dir.resolve() or run_dir.resolve() in out.resolve().parents):
         raise UsageError(f"publish: {out} is inside the run directory {run_dir}; give a folder outside it")
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARK).exists())):
         raise UsageError(f"publish: {out} exists and was not written by `curate publish`; give a new or empty folder "
@@ -148,14 +155,16 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
 
     (tmp / "data").mkdir(parents=True)
     files: list[dict] = []
-    phases = man.get("phases") or {}
-    groups = [(name, f"data/{name}/", ph["files"]) for name, ph in phases.items()] or [(None, "data/", man["files"])]
+    groups = [(name, f"data/{name}/", man["phases"][name]["files"]) for name in card.phase_names(record, man)] \
+        or [(None, "data/", man["files"])]
     for _, prefix, fl in groups:
         for i, f in enumerate(fl):
             rel = f"{prefix}train-{i:05d}-of-{len(fl):05d}.parquet"
-            _place(run_dir / f["path"], tmp / rel, copy)
+            linked = _place(run_dir / f["path"], tmp / rel, copy)
+            # a hard link is the file the mix task hashed; a copy is hashed again, to be sure of it
             files.append({"path": rel, "split": "train", "rows": f["rows"], "tokens": f.get("tokens"),
-                          "sha256": sha256(tmp / rel), "from": f["path"], "from_sha256": f["sha256"]})
+                          "sha256": f["sha256"] if linked else sha256(tmp / rel), "from": f["path"], "from_sha256": f["sha256"],
+                          **({"languages": f["languages"]} if "languages" in f else {})})
     val = [(s, v, f) for s, v in (man.get("validation") or {}).items() for f in v["files"]]
     for i, (s, v, f) in enumerate(val):
         rel = f"data/validation-{i:05d}-of-{len(val):05d}.parquet"
@@ -174,8 +183,7 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
         for p in sorted(sdir.rglob("*")):
             if p.is_file():
                 _place(p, tmp / "samples" / p.relative_to(sdir), True)
-    train_paths = [tmp / f["path"] for f in files if f["split"] == "train" and f["path"].startswith(groups[0][1])]
-    langs, unknown = _languages(train_paths)
+    langs, unknown = _languages([f for f in files if f["split"] == "train" and f["path"].startswith(groups[0][1])], tmp)
     ctx = card.Context(run_dir=run_dir, record=record, ledger=led, manifest=man, files=files, languages=langs,
                        unknown_language_rows=unknown, config_yaml=config_yaml, config_as_written=as_written, license=license, pretty_name=pretty_name, tags=tags,
                        report=atomic.read_json(run_dir / "report.json") if (run_dir / "report.json").exists() else {},

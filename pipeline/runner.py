@@ -740,7 +740,7 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
         m = markers[i]
         pairs.append((mix_dir / m["file"], m["file"]))
         files.append({"path": f"mixture/{m['file']}", "rows": m["rows"], "tokens": m["tokens"], "bytes": m["bytes"],
-                      "sha256": m["sha256"]})
+                      "sha256": m["sha256"], **({"languages": m["languages"]} if "languages" in m else {})})
     _link_tree(pairs, run_dir / "mixture")
     qpairs = []
     for sname, ing in plan.ingest.items():

@@ -472,7 +472,8 @@ def write_shard(spec: dict, out) -> dict:
             per_source[s] = {"docs": sub.num_rows, "tokens": int(pc.sum(sub.column("n_tokens")).as_py() or 0),
                              "repeats": int(pc.sum(pc.greater(sub.column("epoch"), 0)).as_py() or 0)}
     size, sha = atomic.file_digest(final)
+    langs = {} if not t.num_rows else {v["values"] or "": v["counts"] for v in pc.value_counts(t.column("lang")).to_pylist()}
     return {"rows": t.num_rows, "bytes": size, "sha256": sha, "file": spec.get("file") or final.name, "per_source": per_source,
-            "phase": spec.get("phase"),
+            "phase": spec.get("phase"), "languages": dict(sorted(langs.items())),
             "per_cell": per_cell, "tokens": int(pc.sum(t.column("n_tokens")).as_py() or 0) if t.num_rows else 0}
 

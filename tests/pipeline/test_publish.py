@@ -207,3 +207,42 @@ def test_a_bad_publish_section_names_the_key(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"text": "hello"}\n')
     r = curate("validate", str(y))
     assert r.returncode == 2 and "publish" in r.stderr and "licence" in r.stderr, r.stderr
+
+
+def test_phases_publish_one_config_each_with_the_held_out_validation(wiki_texts, tmp_path):
+    from tests.conftest import write_jsonl, write_yaml
+
+    write_jsonl(tmp_path / "big.jsonl", [{"id": f"b{i}", "text": t} for i, t in enumerate(wiki_texts[:400])])
+    write_jsonl(tmp_path / "small.jsonl", [{"id": f"s{i}", "text": t} for i, t in enumerate(wiki_texts[400:500])])
+    y = write_yaml(tmp_path / "p.yaml", """
+        name: p
+        sources:
+          big: {paths: [big.jsonl], id_field: id}
+          small: {paths: [small.jsonl], id_field: id}
+        mixture:
+          phases:
+            - {name: pretrain, target_tokens: 20000, weights: {big: 0.8, small: 0.2}}
+            - {name: anneal, target_tokens: 8000, weights: {big: 0.5, small: 0.5}}
+          max_epochs: 4
+          validation: {fraction: 0.05}
+        publish: {dir: hub, license: cc-by-sa-4.0, tags: [wikipedia]}
+    """)
+    r = curate("run", str(y), "--output", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    man = atomic.read_json(tmp_path / "out" / "p" / "manifest.json")
+    out = tmp_path / "hub"
+    from huggingface_hub import DatasetCard
+
+    data = DatasetCard.load(out / "README.md").data.to_dict()
+    assert [c["config_name"] for c in data["configs"]] == ["pretrain", "anneal"] and data["configs"][0]["default"] is True
+    assert data["configs"][1]["data_files"][0] == {"split": "train", "path": "data/anneal/train-*"}
+    assert data["license"] == "cc-by-sa-4.0" and "wikipedia" in data["tags"] and "language" not in data  # no language ID
+    loaded = _load(out, tmp_path)  # the default config: the first phase
+    assert loaded["train"]["rows"] == man["phases"]["pretrain"]["total_docs"]
+    assert loaded["validation"]["rows"] == sum(v["docs"] for v in man["validation"].values()) > 0
+    files = atomic.read_json(out / "curate" / "files.json")["files"]
+    for name, ph in man["phases"].items():
+        mine = [f for f in files if f["path"].startswith(f"data/{name}/")]
+        assert [f["sha256"] for f in mine] == [f["sha256"] for f in ph["files"]]
+    card = (out / "README.md").read_text()
+    assert "Phase `anneal`" in card and "no source" in card  # languages: no source has language ID
