@@ -10,6 +10,7 @@ of the mixture's `lang` column (the language filter's labels), with the rows tha
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,7 +66,7 @@ def _n(v) -> str:
 
 def _table(head: list[str], rows: list[list]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " if i == 0 else " ---: " for i in range(len(head))) + "|"]
-    out += ["| " + " | ".join(_n(v).replace("|", "\\|") for v in r) + " |" for r in rows]
+    out += ["| " + " | ".join(_n(v).replace("|", "\\|").replace("\r", " ").replace("\n", " ") for v in r) + " |" for r in rows]
     return out + [""]
 
 
@@ -84,8 +85,9 @@ def front_matter(c: Context) -> dict:
     fm = {"configs": configs, "license": c.license or "other"}
     if not c.license:
         fm["license_name"] = "not-stated"
-    if c.languages:
-        fm["language"] = list(c.languages)
+    codes = [k for k in c.languages if re.fullmatch(r"[a-z]{2,3}", k)]  # ISO 639-1/3, as the hub checks them
+    if codes:
+        fm["language"] = codes
     fm.update({"size_categories": [size_category(rows)], "task_categories": ["text-generation"],
                "pretty_name": c.pretty_name or c.record["name"],
                "tags": ["curate", "pretraining", "data-mixture", *[t for t in c.tags if t not in ("curate", "pretraining", "data-mixture")]]})
@@ -104,6 +106,20 @@ def _eval(c: Context, name: str) -> dict | None:
     return atomic.read_json(p) if p.exists() else None
 
 
+def _intro(c: Context) -> str:
+    rec, man, cfg = c.record, c.manifest, c.record["config"]
+    used = [s for s, v in man["sources"].items() if v and v.get("realized_tokens")]
+    toks = (f"**{_n(man['total_tokens'])} tokens** (counted with `{cfg.get('tokenizer')}`)" if cfg.get("tokenizer")
+            else "tokens not counted (`tokenizer: null`)")
+    phases = phase_names(rec, man)
+    where = (f" in {len(phases)} training phases (the default configuration, `{phases[0]}`, has "
+             f"{_n(man['phases'][phases[0]]['total_docs'])} rows)" if phases else "")
+    return (f"A pretraining data mixture of **{_n(man['total_docs'])} rows** and {toks}{where}, from {len(used)} sources, "
+            f"made by Curate {rec.get('curate_version')} (run `{rec['name']}`, configuration `{rec['config_hash'][:12]}`, "
+            f"finished {_when(rec.get('finished'))}). Everything below is generated from the run's ledger, manifest and "
+            "report; `curate/` holds those files.")
+
+
 def render(c: Context) -> str:
     rec, led, man, cfg = c.record, c.ledger, c.manifest, c.record["config"]
     name = c.pretty_name or rec["name"]
@@ -112,10 +128,7 @@ def render(c: Context) -> str:
     mixed = {s: v for s, v in man["sources"].items() if v}
     L = ["---", yaml.safe_dump(front_matter(c), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
          f"# {name}", "",
-         f"A pretraining data mixture of **{_n(man['total_docs'])} rows** and **{_n(man['total_tokens'])} tokens** "
-         f"(counted with `{cfg.get('tokenizer')}`) from {len(mixed)} sources, made by Curate {rec.get('curate_version')} "
-         f"(run `{rec['name']}`, configuration `{rec['config_hash'][:12]}`, finished {_when(rec.get('finished'))}). "
-         "Everything below is generated from the run's ledger, manifest and report; `curate/` holds those files.", "",
+         _intro(c), "",
          "## Loading", "", "```python", "from datasets import load_dataset", "",
          "ds = load_dataset(\"path/to/this/folder\")  # or the hub repository it is uploaded to",
          "```", ""]
@@ -152,7 +165,10 @@ def render(c: Context) -> str:
         d = cfg["dedup"]
         parts = []
         if d.get("exact"):
-            parts.append(f"exact (same `{d['exact'].get('key', 'text')}` after folding {', '.join(d['exact'].get('normalize') or []) or 'nothing'})")
+            ex = d["exact"]
+            parts.append(f"exact (the same URL in `{ex.get('url_field')}`, the latest `{ex.get('date_field')}` kept)"
+                         if ex.get("key") == "url" else
+                         f"exact (the same text after folding {', '.join(ex.get('normalize') or []) or 'nothing'})")
         if d.get("fuzzy"):
             fz = d["fuzzy"]
             parts.append(f"near-duplicate (MinHash over {fz['ngram']}-grams, {fz['num_perm']} permutations in {fz['bands']} bands, "
@@ -160,8 +176,9 @@ def render(c: Context) -> str:
         if d.get("paragraph"):
             parts.append(f"paragraph (a paragraph of ≥ {d['paragraph']['min_chars']} characters seen more than "
                          f"{d['paragraph']['max_occurrences']} times is cut)")
+        order = d.get("priority") or list(cfg["sources"])
         L += ["## Deduplication", "", "Across all sources: " + "; ".join(parts) + ". A duplicate group keeps the document of the "
-              "source listed first, then the smallest id.", ""]
+              f"source first in {'`dedup.priority`' if d.get('priority') else 'the YAML'} ({', '.join(order)}), then the smallest id.", ""]
         L += _table(["source", "stage", "documents removed"],
                     [[s, st, sum(rs.values())] for s, e in led["sources"].items() for st, rs in e["removed"].items()
                      if st.startswith("dedup:")])
@@ -190,7 +207,8 @@ def render(c: Context) -> str:
                                    for k, v in ev["labels"].items()])]
         L.append("")
 
-    L += ["## Mixture", "", f"Target {_n(man.get('target_tokens'))} tokens; weights are token shares.", ""]
+    L += ["## Mixture", "", (f"Target {_n(man.get('target_tokens'))} tokens; weights are token shares." if man.get("target_tokens")
+                             else "Weights are token shares; the phases below give the targets."), ""]
     L += _table(["source", "target weight", "realised weight", "target tokens", "tokens", "rows", "distinct documents", "epochs"],
                 [[s, v["weight"], v["realized_weight"], v["target_tokens"], v["realized_tokens"], v["docs"],
                   v.get("distinct_docs"), v["epochs"]] for s, v in mixed.items()])
@@ -203,18 +221,28 @@ def render(c: Context) -> str:
     for pn in phases:
         ph = man["phases"][pn]
         L += [f"Phase `{pn}`: {_n(ph['total_docs'])} rows, {_n(ph['total_tokens'])} tokens (target {_n(ph['target_tokens'])}).", ""]
+        L += _table(["cell", "target weight", "realised weight", "tokens", "rows", "distinct documents", "epochs"],
+                    [[k, v["target_weight"], v["realized_weight"], v["tokens"], v["documents"], v["distinct_documents"],
+                      v["epochs"]] for k, v in ph["cells"].items()])
 
-    if man.get("validation"):
-        L += ["## Validation split", "", "The `validation` split: the run's held-out documents (a seeded share of each train "
-              "source, after dedup and decontamination, never mixed) and its eval sources, in the mixture's columns.", ""]
+    if val:
+        roles = {v.get("role") for v in man["validation"].values()}
+        what = []
+        if "train" in roles:
+            what.append("held-out documents (a seeded share of each train source, after dedup and decontamination, never mixed)")
+        if roles - {"train"}:
+            what.append("the documents of the run's eval sources (benchmarks it decontaminates against, never mixed)")
+        L += ["## Validation split", "", "The `validation` split holds " + " and ".join(what) + ", in the mixture's columns.", ""]
         L += _table(["source", "role", "documents", "tokens"],
                     [[s, v.get("role"), v["docs"], v["tokens"]] for s, v in man["validation"].items()])
     con = (c.report or {}).get("contamination")
     if con:
-        L += ["## Contamination", "", "Documents containing an eval item were removed (`decontaminate`); what was found:", ""]
+        cut = (cfg.get("decontaminate") or {}).get("action") == "cut"
+        L += ["## Contamination", "", ("The parts of documents containing an eval item were cut out" if cut else
+                                       "Documents containing an eval item were removed") + " (`decontaminate`); what was found:", ""]
         L += _table(["eval set", "items", "items found in the corpus", "share"],
                     [[es, v["items"], v["items_found"], v["share_found"]] for es, v in con["eval_sets"].items()])
-        L += _table(["source", "eval set", "documents removed"],
+        L += _table(["source", "eval set", "documents cut" if cut else "documents removed"],
                     [[s, es, v["documents"]] for s, sets in con["by_source"].items() for es, v in sets.items()])
 
     L += ["## Files", ""]
@@ -223,22 +251,27 @@ def render(c: Context) -> str:
     L += [f"The train files are the run's mixture files byte for byte (their sha256 is the manifest's); the validation files "
           f"hold the run's `validation/` rows in the mixture's columns. `curate/files.json` maps each to the run file it came from.", ""]
 
+    reused = [k for k, v in rec["steps"].items() if not v.get("computed")]
+    commit = rec.get("curate_commit")
     L += ["## How it was made", "",
           f"- Curate {rec.get('curate_version')}, "
-          + (f"commit `{rec['curate_commit']}`" if rec.get("curate_commit") else "an installed copy (no git checkout)") + "; "
+          + (f"commit `{commit.removesuffix('+dirty')}`" + (" with uncommitted changes" if commit.endswith("+dirty") else "")
+             if commit else "an installed copy (no git checkout)") + "; "
           + ", ".join(f"{k} {v}" for k, v in (rec.get("versions") or {}).items() if k != "curate") + ".",
           f"- The mixture file `{Path(rec.get('mixture_file') or '').name}`"
           + (f", in a repository at commit `{rec['git_commit']}`." if rec.get("git_commit") else " (not in a git repository)."),
           f"- Run `{rec['name']}` ({rec.get('run_id')}): started {_when(rec.get('started'))}, finished {_when(rec.get('finished'))}, "
-          f"{rec.get('seconds')} s; seed {cfg.get('seed')}.",
-          "- Re-run: save the configuration below as a YAML file beside the same inputs and run `curate run FILE`: "
-          "the same configuration and inputs give byte-identical files.", "",
+          f"{rec.get('seconds')} s; seed {cfg.get('seed')}. "
+          + (f"{len(reused)} of {len(rec['steps'])} steps were reused from earlier runs, found by the hash of their "
+             "configuration and inputs (not of Curate's code); the version above is this run's." if reused else
+             "Every step was computed in this run."), "",
           ("The mixture file as written (`curate/mixture.yaml`; it still gives the run's configuration hash):"
            if c.config_as_written else "The configuration as the run recorded it, every default spelled out "
-           "(`curate/mixture.yaml`; the mixture file has changed or moved since):"), "", "```yaml",
-          c.config_yaml.rstrip(), "```", "",
+           "(`curate/mixture.yaml`; the mixture file has changed or moved since):"), "", _fence(c.config_yaml) + "yaml",
+          c.config_yaml.rstrip(), _fence(c.config_yaml), "",
           "Every step, by the hash of its configuration and inputs:", ""]
-    L += _table(["step", "hash", "shards"], [[k, v["hash"][:16], v.get("shards")] for k, v in rec["steps"].items()])
+    L += _table(["step", "hash", "shards", "computed in this run"],
+                [[k, v["hash"], v.get("shards"), v.get("computed", 0)] for k, v in rec["steps"].items()])
 
     L += ["## Samples and report", ""]
     if c.samples:
@@ -252,14 +285,22 @@ def render(c: Context) -> str:
     L += ["## What this card does not know", ""]
     if not c.license:
         L.append("- **License**: the configuration gives none (`publish.license` or `curate publish --license`), so the card "
-                 "says `other`. The licenses of the inputs apply; they are: " + ", ".join(f"`{s}`" for s in cfg["sources"]) + ".")
+                 "says `other`; the licenses of the inputs apply (sources and their paths under Sources above).")
     lid = [s for s, v in cfg["sources"].items() if any((cfg["filters"].get(f) or {}).get("type") == "language" for f in v.get("filters") or [])]
     total = sum(c.languages.values()) + c.unknown_language_rows
     L.append(f"- **Languages**: from language ID on {', '.join(f'`{s}`' for s in lid) or 'no source'}: "
              + (", ".join(f"{k} {_n(v)} rows" for k, v in c.languages.items()) or "none")
              + f"; {_n(c.unknown_language_rows)} of {_n(total)} rows come from sources without language ID and have no language.")
-    L.append("- **Content**: no human has read this mixture; the samples show what the filters kept and removed.")
+    other = [k for k in c.languages if not re.fullmatch(r"[a-z]{2,3}", k)]
+    if other:
+        L.append(f"- Language labels that are not ISO 639 codes are left out of the front matter: {', '.join(other)}.")
     return "\n".join(L) + "\n"
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in `text`, so nothing in it closes the block."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 def _params(p: dict) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -124,10 +125,13 @@ def _check_out(out: Path, run_dir) -> None:
 def publish(run_dir, out, license: str | None = None, pretty_name: str | None = None, copy: bool = False,
             tags: list[str] | None = None) -> Path:
     """Write the folder; returns its path."""
-    run_dir = fs.path(run_dir)
-    out = Path(out)
-    if not fs.is_local(out):
+    if fs.is_url(str(out)):
         raise UsageError(f"publish: {out} must be a local folder (upload it with `huggingface-cli upload` or your tool)")
+    if license is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", license):
+        raise UsageError(f"publish: license {license!r} is not spelled as the hub lists licenses (lower case, e.g. "
+                         "apache-2.0, cc-by-4.0, odc-by, other)")
+    run_dir = fs.path(run_dir)
+    out = Path(out).resolve()
     try:
         record = atomic.read_json(run_dir / "run.json")
     except FileNotFoundError:
@@ -161,9 +165,12 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
         for i, f in enumerate(fl):
             rel = f"{prefix}train-{i:05d}-of-{len(fl):05d}.parquet"
             linked = _place(run_dir / f["path"], tmp / rel, copy)
-            # a hard link is the file the mix task hashed; a copy is hashed again, to be sure of it
+            digest = f["sha256"] if linked else sha256(tmp / rel)  # a hard link is the file the mix task hashed
+            if digest != f["sha256"]:
+                raise UsageError(f"publish: the copy of {run_dir / f['path']} has sha256 {digest}, the manifest says "
+                                 f"{f['sha256']}: the run's file changed after the run; run it again")
             files.append({"path": rel, "split": "train", "rows": f["rows"], "tokens": f.get("tokens"),
-                          "sha256": f["sha256"] if linked else sha256(tmp / rel), "from": f["path"], "from_sha256": f["sha256"],
+                          "sha256": digest, "from": f["path"], "from_sha256": f["sha256"],
                           **({"languages": f["languages"]} if "languages" in f else {})})
     val = [(s, v, f) for s, v in (man.get("validation") or {}).items() for f in v["files"]]
     for i, (s, v, f) in enumerate(val):
@@ -180,9 +187,10 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
         _place(run_dir / "report.html", tmp / "report.html", True)
     sdir = run_dir / "samples"
     if sdir.exists():
-        for p in sorted(sdir.rglob("*")):
-            if p.is_file():
-                _place(p, tmp / "samples" / p.relative_to(sdir), True)
+        root = str(sdir).rstrip("/")
+        for p in sorted(sdir.rglob("*"), key=str):
+            if p.is_file():  # relative by string: object-store paths do not relate by relative_to
+                _place(p, tmp / "samples" / str(p)[len(root) + 1:], True)
     langs, unknown = _languages([f for f in files if f["split"] == "train" and f["path"].startswith(groups[0][1])], tmp)
     ctx = card.Context(run_dir=run_dir, record=record, ledger=led, manifest=man, files=files, languages=langs,
                        unknown_language_rows=unknown, config_yaml=config_yaml, config_as_written=as_written, license=license, pretty_name=pretty_name, tags=tags,

@@ -95,6 +95,9 @@ def test_a_published_run_loads_with_datasets_and_its_card_is_the_runs_figures(de
     assert data["configs"] == [{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*"},
                                                                          {"split": "validation", "path": "data/validation-*"}]}]
     assert data["language"] == ["en"] and {"curate", "pretraining"} <= set(data["tags"])
+    # what the hub checks: lower-case license and ISO 639 language codes, lists where it wants lists
+    assert re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", data["license"]) and all(re.fullmatch(r"[a-z]{2,3}", x) for x in data["language"])
+    assert all(isinstance(data[k], list) for k in ("language", "size_categories", "task_categories", "tags", "configs"))
 
     # every data file: train files are the mixture's bytes (sha256 = the manifest's; hard links), validation the run's rows
     train = [f for f in files if f["split"] == "train"]
@@ -123,8 +126,10 @@ def test_a_published_run_loads_with_datasets_and_its_card_is_the_runs_figures(de
     removals = {(r["source"], r["stage"], r["reason"]): r["documents"] for r in t["Filters and removals"][0]}
     assert removals == {(s, st, rs): n for s, e in led["sources"].items() for st, v in e["removed"].items() for rs, n in v.items()}
     changed = {(r["source"], r["stage"], r["change"]): r["count"] for r in t["Filters and removals"][1]}
-    want = {(s, st["stage"], k): n for s, e in led["sources"].items() for st in e["stages"] for k, n in (st.get("rewritten") or {}).items()}
-    assert want and all(changed[k] == n for k, n in want.items())
+    from pipeline import report
+
+    want = {(s, st, k): n for s, e in led["sources"].items() for st, v in report._rewritten(e["stages"]).items() for k, n in v.items()}
+    assert changed == want and ("web", "dedup:paragraph", "paragraphs_cut") in want and ("web", "filter:redact_pii", "emails") in want
     dedup = {(r["source"], r["stage"]): r["documents removed"] for r in t["Deduplication"][0]}
     assert dedup == {(s, st): sum(v.values()) for s, e in led["sources"].items() for st, v in e["removed"].items() if st.startswith("dedup:")}
     mix = {r["source"]: r for r in t["Mixture"][0]}
@@ -148,11 +153,13 @@ def test_a_published_run_loads_with_datasets_and_its_card_is_the_runs_figures(de
     con = {r["eval set"]: r for r in t["Contamination"][0]}
     assert {k: (r["items"], r["items found in the corpus"], r["share"]) for k, r in con.items()} == \
         {k: (v["items"], v["items_found"], v["share_found"]) for k, v in rep["contamination"]["eval_sets"].items()}
+    by_source = {(r["source"], r["eval set"]): r["documents removed"] for r in t["Contamination"][1]}
+    assert by_source == {(s, es): v["documents"] for s, sets in rep["contamination"]["by_source"].items() for es, v in sets.items()}
     assert [(r["file"], r["rows"], r["sha256"]) for r in t["Files"][0]] == [(f["path"], f["rows"], f["sha256"]) for f in files]
-    steps = {r["step"]: r["hash"] for r in t["How it was made"][0]}
+    steps = {r["step"]: (r["hash"], r["computed in this run"]) for r in t["How it was made"][0]}
     rec = atomic.read_json(demo_run / "run.json")
-    assert steps == {k: v["hash"][:16] for k, v in rec["steps"].items()}
-    assert f"{man['total_docs']:,} rows" in md and f"{man['total_tokens']:,} tokens" in md and f"Curate {rec['curate_version']}, commit `{rec['curate_commit']}`" in md
+    assert steps == {k: (v["hash"], v.get("computed", 0)) for k, v in rec["steps"].items()}
+    assert f"{man['total_docs']:,} rows" in md and f"{man['total_tokens']:,} tokens" in md and f"Curate {rec['curate_version']}, commit `{rec['curate_commit'].removesuffix('+dirty')}`" in md
     # the configuration the run used, and links that resolve inside the folder
     assert "```yaml" in md and (out / "curate" / "mixture.yaml").read_text() in md
     for link in re.findall(r"\]\(([^)#]+)\)", md):
@@ -189,6 +196,15 @@ def test_publish_refuses_what_it_should_and_replaces_its_own_folder(demo_run, tm
     assert r.returncode == 2 and "is not a run directory (no run.json)" in r.stderr
     r = curate("publish", str(demo_run), str(demo_run / "hub"))
     assert r.returncode == 2 and "inside the run directory" in r.stderr
+    r = curate("publish", str(demo_run), str(tmp_path / "y"), "--license", "MIT")
+    assert r.returncode == 2 and "lower case, e.g. apache-2.0" in r.stderr
+    # a run directory named by URL (an object store's, here file://) publishes the same files
+    r = curate("publish", demo_run.as_uri(), str(tmp_path / "remote"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    def listing(d):
+        return sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
+
+    assert listing(tmp_path / "remote" / "samples") == listing(demo_run / "samples") != []
     out = tmp_path / "hub"
     assert curate("publish", str(demo_run), str(out)).returncode == 0
     (out / "stale.txt").write_text("from before")

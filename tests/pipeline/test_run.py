@@ -29,9 +29,11 @@ def test_demo_is_accounted_for(demo_run):
     assert set(code["removed"]) <= {"filter:not_huge", "dedup:exact", "dedup:fuzzy", "decontaminate", "mix"}
     assert code["removed"]["mix"]["not_selected"] > 0
     stages = [st["stage"] for st in web["stages"]]
-    assert stages == ["ingest", "filter:english", "filter:gopher_quality", "filter:gopher_repetition",
-                      "filter:c4_quality", "filter:fineweb_quality", "dedup:exact", "dedup:fuzzy", "dedup:paragraph",
-                      "decontaminate", "validation", "quality:wiki_vs_web", "mix"]
+    assert stages == ["ingest", "filter:fix_text", "filter:english", "filter:gopher_quality", "filter:gopher_repetition",
+                      "filter:c4_quality", "filter:fineweb_quality", "filter:redact_pii", "dedup:exact", "dedup:fuzzy",
+                      "dedup:paragraph", "decontaminate", "validation", "quality:wiki_vs_web", "mix"]
+    rw = {st["stage"]: st.get("rewritten") for st in web["stages"]}  # the crawl's planted mojibake and contact lines
+    assert rw["filter:fix_text"]["docs_changed"] > 50 and rw["filter:redact_pii"]["emails"] > 50
     # the demo's eval source: HumanEval problems planted in code are found, and it is never mixed
     assert code["removed"]["decontaminate"]["contaminated:humaneval"] >= 3
     he = led["sources"]["humaneval"]
