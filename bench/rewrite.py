@@ -6,7 +6,9 @@ Each rewriter is timed through the filter's `apply` on an Arrow batch, as the fi
 calls it (reading the column, rewriting, change counts). The peer of `ftfy` is datatrove's
 `FTFYFormatter` with the same ftfy options (its `format` per document); the peer of `pii` is
 datatrove's `PIIFormatter`, which does less (emails and IPv4, no phones, no IPv6, no
-context checks: its output differs by design); the others have no peer in datatrove 0.10
+context checks: its output differs by design), and with presidio-analyzer installed a
+`pii:presidio` row times the same rewriter on Presidio's recognizers (`engine: presidio`),
+its ratio the built-in engine's speed over Presidio's; the others have no peer in datatrove 0.10
 (its `SymbolLinesFormatter` is another rule), so their rows give speed only. Kinds come from bench/textkinds.py (none used by a test); a quarter of each
 kind's documents get mojibake planted so that ftfy has work to do. Not a test: timings
 never gate CI.
@@ -15,6 +17,7 @@ never gate CI.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import random
 
 import pyarrow as pa
@@ -71,6 +74,13 @@ def main(argv=None):
                 tp = best_of(lambda: [dt.format(x) for x in texts])
                 peer, ratio = f"{len(texts) / tp:,.0f}", f"{tp / t:.2f}x"
             print(f"{kind:<22} {name:<14} {len(texts) / t:>9,.0f} {mb / t:>6.1f} {peer:>12} {ratio:>6} {changed:>8}")
+            if name == "pii" and importlib.util.find_spec("presidio_analyzer"):  # Presidio's recognizers as the engine
+                pres = base.build(base.parse_params({**p, "engine": "presidio"}))
+                tp = best_of(lambda pres=pres: pres.apply(batch))
+                got = pres.apply(batch)
+                n_pres = sum(1 for x in (got.texts or []) if x is not None)
+                print(f"{kind:<22} {'pii:presidio':<14} {len(texts) / tp:>9,.0f} {mb / tp:>6.1f} {'(curate pii)':>12} "
+                      f"{tp / t:>5.2f}x {n_pres:>8}")
 
 
 if __name__ == "__main__":
