@@ -28,6 +28,7 @@ a typical session:
   curate runs out                     the variants side by side
   curate diff out/demo out/demo-b     what the edit changed: config, steps, weights, removals, documents
   curate gc out --dry-run             store steps no run directory uses (after you delete one)
+  curate publish out/demo hub/demo    an HF dataset folder (datasets.load_dataset) with a card made from the run
 
 on a cluster (token auth on; see README "Running on a cluster"):
   RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=~/.ray/curate_token \
@@ -372,6 +373,7 @@ def _summary(run_dir: Path):
     rec = atomic.read_json(run_dir / "run.json")
     pub = (rec["config"].get("publish") or {}).get("dir")
     if pub:
+        pub = Path(pub.replace("{name}", rec["name"]))
         print(f"  published: {(Path(rec['mixture_file']).parent / pub).resolve() / 'README.md'}")
     if any(e["quarantined"] for e in led["sources"].values()):
         print(f"  quarantine: {run_dir / 'quarantine'}")

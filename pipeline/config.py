@@ -319,8 +319,9 @@ class SamplesSpec(Model):
 
 
 class PublishSpec(Model):
-    dir: str = Field(description="the folder to write (relative to the YAML file; a local folder): an HF-loadable dataset "
-                     "with a generated card, as `curate publish RUN_DIR DIR` writes it, after every successful run")
+    dir: str = Field(description="the folder to write (relative to the YAML file; a local folder; `{name}` becomes the "
+                     "mixture's name, so a copied variant publishes beside it): an HF-loadable dataset with a generated "
+                     "card, as `curate publish RUN_DIR DIR` writes it, after every successful run")
     license: str | None = Field(None, description="the dataset's license as the hub spells it (odc-by, cc-by-4.0 ...); "
                                 "null: `other`, and the card says the configuration gives none")
     pretty_name: str | None = Field(None, description="the card's title (default: the mixture's name)")
@@ -399,7 +400,7 @@ class LoadedMixture:
         p = self.mixture.publish
         if p is None:
             return None
-        out = Path(p.dir)
+        out = Path(p.dir.replace("{name}", self.mixture.name))
         return (out if out.is_absolute() else self.base_dir / out).resolve()
 
     def store_dir(self, override: str | None = None):

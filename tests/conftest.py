@@ -73,7 +73,7 @@ def demo_run_yaml(demo_corpus, tmp_path_factory) -> Path:
     id_field: id
 
 filters:""", 1)
-    text = text.replace("dir: ../out/_published/demo", f"dir: {d}/published")  # the YAML's publish section, kept in here
+    text = text.replace("dir: ../out/_published/{name}", f"dir: {d}/published/{{name}}")  # the YAML's publish section, kept in here
     return write_yaml(d / "demo.yaml", text)
 
 

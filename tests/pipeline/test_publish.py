@@ -172,7 +172,7 @@ def test_a_published_run_loads_with_datasets_and_its_card_is_the_runs_figures(de
 
 
 def test_the_yaml_publish_section_publishes_at_the_end_of_the_run_and_says_what_it_does_not_know(demo_run, demo_run_yaml):
-    out = demo_run_yaml.parent / "published"  # conftest points the demo's `publish.dir` here
+    out = demo_run_yaml.parent / "published" / "demo"  # conftest points the demo's `publish.dir` here ({name}: demo)
     card = (out / "README.md").read_text()
     from huggingface_hub import DatasetCard
 
