@@ -121,6 +121,11 @@ function card(r) {
 }
 const list = $("list");
 const cards = records.map(r => { const c = card(r); list.appendChild(c); return [c, r]; });
+// a rewritten text opens where it first changed, on both sides
+for (const pre of document.querySelectorAll(".doc[data-rewritten] pre")) {
+  const m = pre.querySelector("mark");
+  if (m) pre.scrollTop = Math.max(0, m.offsetTop - pre.offsetTop - 40);
+}
 function apply() {
   const s = $("source").value, st = $("stage").value, re = $("reason").value, q = $("q").value.toLowerCase();
   let shown = 0;
