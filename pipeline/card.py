@@ -10,6 +10,7 @@ of the mixture's `lang` column (the language filter's labels), with the rows tha
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -190,9 +191,9 @@ def render(c: Context) -> str:
             used = [s for s, v in cfg["sources"].items() if (v.get("quality") or {}).get("classifier") == cn
                     or (v.get("topic") or {}).get("classifier") == cn]
             how = (f"pretrained model `{cv['model']}`" if cv.get("model") else
-                   f"fastText trained in the run: labels {', '.join(f'`{k}` ← {v}' for k, v in cv['labels'].items())}"
+                   f"fastText trained in the run: labels {', '.join(f'`{k}` ← {_names(v)}' for k, v in cv['labels'].items())}"
                    if cv.get("labels") else
-                   f"fastText trained in the run: positive {cv.get('positive')}, negative {cv.get('negative')}")
+                   f"fastText trained in the run: positive {_names(cv.get('positive'))}, negative {_names(cv.get('negative'))}")
             L += [f"- `{cn}` ({how}), used by {', '.join(f'`{u}`' for u in used) or 'no source'}."]
             if ev and "roc_auc" in ev:
                 ex = ev.get("examples", {})
@@ -297,6 +298,10 @@ def render(c: Context) -> str:
     return "\n".join(L) + "\n"
 
 
+def _names(xs) -> str:
+    return ", ".join(f"`{x}`" for x in xs or []) or "none"
+
+
 def _fence(text: str) -> str:
     """A code fence longer than any run of backticks in `text`, so nothing in it closes the block."""
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
@@ -312,4 +317,4 @@ def _params(p: dict) -> str:
     except Exception:  # a type that needs parameters (regex, flagged_words ...): show them all
         defaults = {}
     keep = {k: v for k, v in p.items() if k != "type" and defaults.get(k, object()) != v}
-    return p.get("type", "?") + (": " + ", ".join(f"{k}={v}" for k, v in keep.items()) if keep else "")
+    return p.get("type", "?") + (" {" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in keep.items()) + "}" if keep else "")
