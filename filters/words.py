@@ -129,8 +129,9 @@ class WordSplitter:
         self.url_match = _needs_literals(url, ui) if url else never.match
         self.special: dict[str, tuple[str, ...]] = dict(rules["special"])
         # a chunk has no whitespace and no empty piece, so its tokens need stripping only
-        # if a special case expands to something with whitespace or to nothing
-        self.strip_tokens = any(not t or t != t.strip() for v in self.special.values() for t in v)
+        # if a special case a chunk can be (a key without whitespace) expands to something
+        # with whitespace or to nothing (spaCy's whitespace keys never meet a chunk)
+        self.strip_tokens = any(not t or t != t.strip() for k, v in self.special.items() if k == "".join(k.split()) for t in v)
         self.sentence_punct = frozenset(rules["sentence_punct"])
         # every prefix of a special case: a merge of tokens i..j needs tokens[i] among them
         self.special_prefixes = frozenset(k[:i] for k in self.special for i in range(1, len(k) + 1))
@@ -230,7 +231,7 @@ class WordSplitter:
     def _merge_specials(self, tokens: list[str]) -> list[str]:
         """spaCy's second pass: contiguous tokens that together spell a special case
         (`s` + `.` in "km/s.") become that special case; the longest match wins."""
-        if len(tokens) < 2:
+        if len(tokens) < 2 or self.special_prefixes.isdisjoint(tokens):  # most chunks: no token starts one
             return tokens
         out, i, n, prefixes = [], 0, len(tokens), self.special_prefixes
         while i < n:
