@@ -135,6 +135,8 @@ def test_a_clean_corpus_counts_every_replacement(summaries, demo_corpus):
         assert int(res.changes[kind].sum()) == sum(t.count(mark) - o.count(mark) for t, o in zip(out, texts, strict=True))
     ips = int(res.changes["ipv4"].sum() + res.changes["ipv6"].sum())
     assert ips == sum(t.count("<IP_ADDRESS>") - o.count("<IP_ADDRESS>") for t, o in zip(out, texts, strict=True))
+    # the clean corpus has real addresses (authors' emails, the ipaddress module's documented IPs), none of them phones
+    assert res.changes["emails"].sum() >= 100 and ips >= 50 and res.changes["phones"].sum() == 0
     print(f"\n{len(texts):,} clean documents: " + ", ".join(f"{k} {int(v.sum()):,}" for k, v in res.changes.items())
           + f"; documents changed {sum(t is not None for t in res.texts):,}")
     # version strings in the standard library stay as they are

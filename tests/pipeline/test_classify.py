@@ -4,6 +4,8 @@ re-thresholding, determinism, a pretrained model."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -187,8 +189,10 @@ def test_moving_an_example_file_to_the_other_side_retrains(demo_corpus, tmp_path
     for name, pos, neg in (("v1", "a.txt", "b.txt"), ("v2", "b.txt", "a.txt")):
         y = _yaml(tmp_path / f"{name}.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, keep_fraction: 0.5}",
                   classifier=f"positive: [wiki, {pos}]\n            negative: [web, {neg}]\n            "
-                  "max_examples_per_class: 100").read_text().replace("            negative: [web]\n", "", 1)
+                  "max_examples_per_class: 100").read_text().replace("    negative: [web]\n    epochs", "    epochs", 1)
         lm = config.load(write_yaml(tmp_path / f"{name}.yaml", y))
+        spec = lm.mixture.classifiers["wiki_vs_web"]  # the template's own `negative: [web]` is gone: one side each
+        assert [Path(x).name for x in spec.positive] == ["wiki", pos] and [Path(x).name for x in spec.negative] == ["web", neg]
         plan = runner.Plan(lm, tmp_path / name)
         hashes[name] = next(s.hash for s in plan.steps if s.name == "classify-wiki_vs_web-train")
     assert hashes["v1"] != hashes["v2"]

@@ -180,7 +180,9 @@ def test_the_yaml_publish_section_publishes_at_the_end_of_the_run_and_says_what_
     assert data["license"] == "other" and data["license_name"] == "not-stated" and data["pretty_name"] == "Curate demo mixture"
     assert "**License**: the configuration gives none" in card
     assert re.search(r"\*\*Languages\*\*: from language ID on `wiki`, `web`|\*\*Languages\*\*: from language ID on `web`, `wiki`", card)
-    assert "come from sources without language ID" in card
+    man = atomic.read_json(demo_run / "manifest.json")  # the rows without a language: null `lang` in the mixture files
+    unknown = pq.read_table([demo_run / f["path"] for f in man["files"]], columns=["lang"]).column("lang").null_count
+    assert unknown > 0 and f"; {unknown:,} of {man['total_docs']:,} rows come from sources without language ID" in card
     # the mixture file as written, comments and all (it still gives the run's configuration hash)
     assert "The mixture file as written" in card and "# at the end of each run" in card
 
@@ -213,7 +215,9 @@ def test_publish_refuses_what_it_should_and_replaces_its_own_folder(demo_run, tm
     assert not (out / "stale.txt").exists()  # replaced whole
     copied = [f for f in atomic.read_json(out / "curate" / "files.json")["files"] if f["split"] == "train"]
     assert copied and not any(os.path.samefile(out / f["path"], demo_run / f["from"]) for f in copied)  # --copy: no links
-    assert all(f["sha256"] == f["from_sha256"] for f in copied)
+    from pipeline.io.atomic import file_digest
+
+    assert all(file_digest(out / f["path"])[1] == f["from_sha256"] for f in copied)  # the copies' own bytes
     assert "license: cc-by-4.0" in (out / "README.md").read_text()
 
 
@@ -261,4 +265,6 @@ def test_phases_publish_one_config_each_with_the_held_out_validation(wiki_texts,
         mine = [f for f in files if f["path"].startswith(f"data/{name}/")]
         assert [f["sha256"] for f in mine] == [f["sha256"] for f in ph["files"]]
     card = (out / "README.md").read_text()
-    assert "Phase `anneal`" in card and "no source" in card  # languages: no source has language ID
+    assert "Phase `anneal`" in card
+    total = man["total_docs"] if "pretrain" not in man["phases"] else man["phases"]["pretrain"]["total_docs"]
+    assert f"**Languages**: from language ID on no source: none; {total:,} of {total:,} rows" in card
