@@ -200,11 +200,7 @@ def _dispatch(args) -> int:
     if args.cmd == "publish":
         from pipeline import publish
 
-        spec = (atomic.read_json(fs.path(args.run_dir) / "run.json")["config"].get("publish") or {}) \
-            if (fs.path(args.run_dir) / "run.json").exists() else {}
-        out = publish.publish(args.run_dir, args.out_dir, license=args.license or spec.get("license"),
-                              pretty_name=args.pretty_name or spec.get("pretty_name"), copy=args.copy or spec.get("copy_files", False),
-                              tags=spec.get("tags") or [])
+        out = publish.publish(args.run_dir, args.out_dir, license=args.license, pretty_name=args.pretty_name, copy=args.copy)
         print(out / "README.md")
         return 0
     if args.cmd == "demo-data":
@@ -272,7 +268,7 @@ def _dispatch(args) -> int:
                              log=(lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
     finally:
         _stop_ray()
-    _summary(run_dir)
+    _summary(run_dir, lm.publish_dir())
     return 0
 
 
@@ -352,7 +348,7 @@ def _classifier_lines(run_dir: Path) -> list[str]:
     return out
 
 
-def _summary(run_dir: Path):
+def _summary(run_dir: Path, published: Path | None = None):
     from pipeline.io import atomic
 
     led = atomic.read_json(run_dir / "ledger.json")
@@ -370,10 +366,7 @@ def _summary(run_dir: Path):
     if (run_dir / "report.html").exists():
         print(f"  samples:  {run_dir / 'samples' / 'index.html'}")
         print(f"  report:   {run_dir / 'report.html'}")
-    rec = atomic.read_json(run_dir / "run.json")
-    pub = (rec["config"].get("publish") or {}).get("dir")
-    if pub:
-        pub = Path(pub.replace("{name}", rec["name"]))
-        print(f"  published: {(Path(rec['mixture_file']).parent / pub).resolve() / 'README.md'}")
+    if published is not None:
+        print(f"  published: {published / 'README.md'}")
     if any(e["quarantined"] for e in led["sources"].values()):
         print(f"  quarantine: {run_dir / 'quarantine'}")

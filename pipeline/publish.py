@@ -22,7 +22,6 @@ balanced) is published.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -38,14 +37,6 @@ from pipeline.errors import UsageError
 from pipeline.io import atomic, fs
 
 MARK = "curate/files.json"  # a folder holding it was written by publish (and may be replaced)
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _place(src, dst: Path, copy: bool) -> bool:
@@ -122,20 +113,23 @@ def _check_out(out: Path, run_dir) -> None:
                          "(an earlier publish there is replaced whole)")
 
 
-def publish(run_dir, out, license: str | None = None, pretty_name: str | None = None, copy: bool = False,
-            tags: list[str] | None = None) -> Path:
-    """Write the folder; returns its path."""
+def publish(run_dir, out, license: str | None = None, pretty_name: str | None = None, copy: bool = False) -> Path:
+    """Write the folder; returns its path. What is not given comes from the run's own `publish:`
+    section (license, pretty_name, tags, copy_files)."""
     if fs.is_url(str(out)):
         raise UsageError(f"publish: {out} must be a local folder (upload it with `huggingface-cli upload` or your tool)")
-    if license is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", license):
-        raise UsageError(f"publish: license {license!r} is not spelled as the hub lists licenses (lower case, e.g. "
-                         "apache-2.0, cc-by-4.0, odc-by, other)")
     run_dir = fs.path(run_dir)
     out = Path(out).resolve()
     try:
         record = atomic.read_json(run_dir / "run.json")
     except FileNotFoundError:
         raise UsageError(f"publish: {run_dir} is not a run directory (no run.json); give what `curate run` printed") from None
+    spec = record["config"].get("publish") or {}
+    license, pretty_name = license or spec.get("license"), pretty_name or spec.get("pretty_name")
+    copy = copy or spec.get("copy_files", False)
+    if license is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", license):
+        raise UsageError(f"publish: license {license!r} is not spelled as the hub lists licenses (lower case, e.g. "
+                         "apache-2.0, cc-by-4.0, odc-by, other)")
     if record.get("status") != "SUCCESS":
         raise UsageError(f"publish: run {record.get('name')} in {run_dir} is {record.get('status')}, not SUCCESS; "
                          "finish it with `curate run` first")
@@ -147,7 +141,7 @@ def publish(run_dir, out, license: str | None = None, pretty_name: str | None = 
     tmp = out.with_name(f".{out.name}.publish-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        _write(run_dir, tmp, record, led, man, license, pretty_name, copy, tags or [])
+        _write(run_dir, tmp, record, led, man, license, pretty_name, copy, spec.get("tags") or [])
         fs.replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -165,7 +159,7 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
         for i, f in enumerate(fl):
             rel = f"{prefix}train-{i:05d}-of-{len(fl):05d}.parquet"
             linked = _place(run_dir / f["path"], tmp / rel, copy)
-            digest = f["sha256"] if linked else sha256(tmp / rel)  # a hard link is the file the mix task hashed
+            digest = f["sha256"] if linked else atomic.file_digest(tmp / rel)[1]  # a hard link is the file the mix task hashed
             if digest != f["sha256"]:
                 raise UsageError(f"publish: the copy of {run_dir / f['path']} has sha256 {digest}, the manifest says "
                                  f"{f['sha256']}: the run's file changed after the run; run it again")
@@ -177,26 +171,22 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
         rel = f"data/validation-{i:05d}-of-{len(val):05d}.parquet"
         rows = _conform(run_dir / f["path"], tmp / rel, MIX_SCHEMA)
         files.append({"path": rel, "split": "validation", "source": s, "role": v.get("role"), "rows": rows,
-                      "tokens": f.get("tokens"), "sha256": sha256(tmp / rel), "from": f["path"], "from_sha256": f["sha256"]})
+                      "tokens": f.get("tokens"), "sha256": atomic.file_digest(tmp / rel)[1], "from": f["path"], "from_sha256": f["sha256"]})
     for name in ("run.json", "ledger.json", "manifest.json", "report.json"):
         if (run_dir / name).exists():
             _place(run_dir / name, tmp / "curate" / name, True)
+    rep = atomic.read_json(tmp / "curate" / "report.json") if (tmp / "curate" / "report.json").exists() else {}
     config_yaml, as_written = _config_yaml(record)
     (tmp / "curate" / "mixture.yaml").write_text(config_yaml)
     if (run_dir / "report.html").exists():
         _place(run_dir / "report.html", tmp / "report.html", True)
-    sdir = run_dir / "samples"
-    if sdir.exists():
-        root = str(sdir).rstrip("/")
-        for p in sorted(sdir.rglob("*"), key=str):
-            if p.is_file():  # relative by string: object-store paths do not relate by relative_to
-                _place(p, tmp / "samples" / str(p)[len(root) + 1:], True)
+    samples = [x["path"] for x in man.get("samples") or []]  # samples/<source>/*.jsonl and samples/index.html
+    for rel in samples:
+        _place(run_dir / rel, tmp / rel, True)
     langs, unknown = _languages([f for f in files if f["split"] == "train" and f["path"].startswith(groups[0][1])], tmp)
     ctx = card.Context(run_dir=run_dir, record=record, ledger=led, manifest=man, files=files, languages=langs,
                        unknown_language_rows=unknown, config_yaml=config_yaml, config_as_written=as_written, license=license, pretty_name=pretty_name, tags=tags,
-                       report=atomic.read_json(run_dir / "report.json") if (run_dir / "report.json").exists() else {},
-                       samples=sorted(str(p.relative_to(tmp)) for p in (tmp / "samples").rglob("*") if p.is_file())
-                       if (tmp / "samples").exists() else [])
+                       report=rep, samples=sorted(samples))
     (tmp / "README.md").write_text(card.render(ctx))
     atomic.write_json(tmp / MARK, {"run": record["name"], "config_hash": record["config_hash"], "files": files})
     return files

@@ -570,12 +570,10 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
     if bad:
         raise RunError("conservation check failed, documents are unaccounted for:\n  " + "\n  ".join(bad)
                        + f"\nsee {run_dir / 'ledger.json'}")
-    spec = lm.mixture.publish
-    if spec is not None:
+    if lm.mixture.publish is not None:
         from pipeline import publish
 
-        out = publish.publish(run_dir, lm.publish_dir(), license=spec.license, pretty_name=spec.pretty_name,
-                              copy=spec.copy_files, tags=spec.tags)
+        out = publish.publish(run_dir, lm.publish_dir())  # its license, name, tags: the run's publish section
         log(f"published: {out} (dataset card: {out / 'README.md'})")
     return run_dir
 

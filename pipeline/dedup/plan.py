@@ -34,7 +34,7 @@ def ranks(mixture) -> dict[str, int]:
     return {s: i for i, s in enumerate(order)}
 
 
-def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, Step] | None = None) -> list[dict]:
+def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, list[Step]] | None = None) -> list[dict]:
     """Every document shard, with the attribute files of its filters, of the global `layers`
     and of its source's steps in `after` (per-source steps after dedup: quality, topic)."""
     m = plan.lm.mixture
@@ -44,7 +44,6 @@ def doc_shards(plan, stats: dict, layers: list[Step], after: dict[str, Step] | N
         ing = plan.ingest[sname]
         flt = plan.filter.get(sname)
         lasts = (after or {}).get(sname) or []
-        lasts = lasts if isinstance(lasts, list) else [lasts]
         for j, i in enumerate(sorted(stats[ing.name])):
             paths, kept, tokens = [], stats[ing.name][i]["docs_out"], stats[ing.name][i]["tokens"]
             if flt:

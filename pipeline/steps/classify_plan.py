@@ -135,7 +135,7 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> tuple[dict[str,
 
         def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c):
             after = {sname: before} if before else None
-            return [{"doc": d, "model": model_path, "lowercase": c.lowercase, "n_buckets": _n_buckets(m, sname),
+            return [{"doc": d, "model": model_path, "lowercase": c.lowercase,
                      "describe": f"{d['source']}/{shard_name(d['part'])}"}
                     for d in doc_shards(plan, stats, dedup, after) if d["source"] == sname]
 
@@ -145,11 +145,6 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> tuple[dict[str,
         plan.steps.append(step)
         out_topics[sname] = step
     return out, out_topics
-
-
-def _n_buckets(m, sname: str) -> int | None:
-    q = m.sources[sname].quality
-    return q.n_buckets() if q else None
 
 
 def _model_labels(plan, cname: str, path: str) -> list[str]:
