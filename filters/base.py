@@ -20,11 +20,34 @@ and a mixture YAML picks it with `type: length`. `curate filters` lists the regi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+
+def _compiles(v: str) -> str:
+    import re
+
+    try:
+        re.compile(v)
+    except re.error as e:
+        raise ValueError(f"not a valid regular expression: {e}") from None
+    return v
+
+
+def list_lines(path: str) -> list[str]:
+    """The entries of a user's list file (block lists, word lists): one a line, `#` starts a
+    comment, blank lines skipped. A local path or a URL (fsspec)."""
+    from pipeline.io import fs
+
+    lines = (line.split("#", 1)[0].strip() for line in fs.path(path).read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line]
+
+
+# a Python regular expression, checked when the YAML is read (not first in a worker)
+RegexPattern = Annotated[str, AfterValidator(_compiles)]
 
 
 class FilterParams(BaseModel):

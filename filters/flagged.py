@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from filters.base import Filter, FilterParams, FilterResult, register_filter
+from filters.base import Filter, FilterParams, FilterResult, list_lines, register_filter
 
 WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -31,14 +31,9 @@ class FlaggedWordsParams(FilterParams):
 
 def load_words(path: str) -> tuple[frozenset[str], dict[str, list[tuple[str, ...]]]]:
     """(single words, phrases by their first word) of a word list, lower-cased."""
-    from pipeline.io import fs
-
     single, phrases = set(), {}
-    for line in fs.path(path).read_text(encoding="utf-8").splitlines():
-        line = line.split("#", 1)[0].strip().lower()
-        if not line:
-            continue
-        words = tuple(WORD.findall(line))
+    for line in list_lines(path):
+        words = tuple(WORD.findall(line.lower()))
         if len(words) == 1:
             single.add(words[0])
         elif words:

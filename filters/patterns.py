@@ -4,7 +4,6 @@ URL is on a blocklist the user names (domains, with their subdomains, and substr
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -13,12 +12,12 @@ import orjson
 import pyarrow as pa
 from pydantic import Field
 
-from filters.base import Filter, FilterParams, FilterResult, register_filter
+from filters.base import Filter, FilterParams, FilterResult, RegexPattern, list_lines, register_filter
 
 
 class RegexParams(FilterParams):
     type: Literal["regex"] = "regex"
-    pattern: str = Field(description="a Python regular expression searched in the text")
+    pattern: RegexPattern = Field(description="a Python regular expression searched in the text")
     ignore_case: bool = Field(False, description="match regardless of case")
     reason: str = Field("regex_match", description="the removal reason for a match")
 
@@ -49,10 +48,7 @@ class UrlParams(FilterParams):
 
 def load_blocklist(path: str) -> tuple[frozenset[str], tuple[str, ...]]:
     domains, subs = set(), []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
+    for line in list_lines(path):
         if line.startswith("substring:"):
             subs.append(line[len("substring:"):].strip().lower())
         else:

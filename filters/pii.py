@@ -27,7 +27,7 @@ import ipaddress
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from filters.base import Filter, FilterParams, FilterResult, register_filter
 from filters.rewrite import _result
@@ -70,22 +70,17 @@ class PiiParams(FilterParams):
     min_score: float = Field(0.0, ge=0, le=1, description="engine presidio: drop matches Presidio scores below this "
                              "(it gives emails 1.0, IPs 0.6, phones 0.4)")
 
-    @field_validator("engine")
-    @classmethod
-    def _installed(cls, v):
-        import importlib.util
-
-        if v == "presidio" and importlib.util.find_spec("presidio_analyzer") is None:
-            raise ValueError("engine 'presidio' needs presidio-analyzer, which is not installed: "
-                             "pip install 'presidio-analyzer>=2.2,<3' (or the project's `presidio` extra), or use engine: curate")
-        return v
-
 
 @register_filter("pii")
 class Pii(Filter):
     """Replace email addresses, IPv4/IPv6 addresses and phone numbers with placeholders (counted per kind)."""
 
     Params = PiiParams
+
+    @classmethod
+    def dependencies(cls, params: PiiParams) -> list[tuple[str, str | None]]:
+        """engine presidio needs Presidio's analyzer: `curate validate` names the pip line when it is missing."""
+        return [("presidio_analyzer", "presidio-analyzer>=2.2,<3")] if params.engine == "presidio" else []
 
     def __init__(self, params: PiiParams):
         super().__init__(params)

@@ -22,9 +22,9 @@ import re
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from filters.base import Filter, FilterParams, FilterResult, register_filter
+from filters.base import Filter, FilterParams, FilterResult, RegexPattern, register_filter
 
 
 def _result(olds: list[str], news: list[str | None], changes: dict[str, list[int]], reasons=None) -> FilterResult:
@@ -112,19 +112,10 @@ def _changed_chars(old: str, new: str) -> int:
 
 class RegexReplaceParams(FilterParams):
     type: Literal["regex_replace"] = "regex_replace"
-    pattern: str = Field(description="a Python regular expression")
+    pattern: RegexPattern = Field(description="a Python regular expression")
     replacement: str = Field("", description="what each match becomes (re.sub syntax: \\1 for a group)")
     ignore_case: bool = Field(False, description="match without regard to case")
     multiline: bool = Field(True, description="^ and $ match at every line")
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, v):
-        try:
-            re.compile(v)
-        except re.error as e:
-            raise ValueError(f"not a valid regular expression: {e}") from None
-        return v
 
 
 @register_filter("regex_replace")

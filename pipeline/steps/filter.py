@@ -65,6 +65,7 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None 
     scores: dict[str, pa.ChunkedArray | pa.Array] = {}
     rewritten: dict[int, str] = {}  # row -> current text, once a filter rewrote it
     by: dict[int, list[str]] = {}  # row -> the filters that rewrote it
+    work = batch  # the batch with the current texts: rebuilt once after each rewriter that changed something
     for name, flt in filters:
         idx = np.flatnonzero(keep)
         st = stages[name]
@@ -72,11 +73,7 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None 
         st["chars_in"] += int(chars[idx].sum())
         st["tokens_in"] += int(toks[idx].sum())
         if len(idx):
-            sub = batch if len(idx) == n else batch.take(pa.array(idx))
-            if rewritten:
-                texts = sub.column("text").to_pylist()
-                sub = sub.set_column(sub.schema.get_field_index("text"), "text",
-                                     pa.array([rewritten.get(int(i), t) for i, t in zip(idx, texts)], pa.string()))
+            sub = work if len(idx) == n else work.take(pa.array(idx))
             res = flt.apply(sub)
             if res.texts is not None:  # a rewriter that empties a document removes it
                 for local, t in enumerate(res.texts):
@@ -93,8 +90,13 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None 
                 st["removed"][r] = st["removed"].get(r, 0) + 1
             keep[dropped] = False
             if res.texts is not None:
-                for i in _apply_rewrites(res, idx, rewritten, chars, toks, tokenizer):
+                changed = _apply_rewrites(res, idx, rewritten, chars, toks, tokenizer)
+                for i in changed:
                     by.setdefault(i, []).append(name)
+                if changed:
+                    texts = batch.column("text").to_pylist()
+                    work = batch.set_column(batch.schema.get_field_index("text"), "text",
+                                            pa.array([rewritten.get(i, t) for i, t in enumerate(texts)], pa.string()))
             if res.scores:  # back to batch rows; rows this filter did not see point at a trailing null
                 pos = np.full(n, len(idx))
                 pos[idx] = np.arange(len(idx))

@@ -110,7 +110,11 @@ def test_the_presidio_engine_offline_on_the_same_plants(summaries, monkeypatch):
 
     monkeypatch.setattr(socket, "getaddrinfo", no_network)
     monkeypatch.setattr(socket.socket, "connect", no_network)
-    pres = base.build(base.parse_params({"type": "pii", "engine": "presidio"}))
+    params = base.parse_params({"type": "pii", "engine": "presidio"})
+    # what `curate validate` checks: the presidio engine names its package (installed here), the built-in one none
+    assert base.filter_class("pii").dependencies(params) == [("presidio_analyzer", "presidio-analyzer>=2.2,<3")]
+    assert base.missing_dependencies(params) == [] and base.filter_class("pii").dependencies(_pii().params) == []
+    pres = base.build(params)
     new, counts = pres.redact("Mail jane.doe@example.org, call +1 (415) 555-0132, host 203.0.113.5.")
     assert new == "Mail <EMAIL>, call <PHONE>, host <IP_ADDRESS>." and counts["emails"] == counts["phones"] == counts["ipv4"] == 1
     planted, found, touched = _planted(pres, summaries)

@@ -182,6 +182,8 @@ def test_regex_replace_and_its_counts():
     assert res.changes["spans"].tolist() == [2, 0] and res.changes["chars_replaced"].tolist() == [16, 0]
     with pytest.raises(Exception, match="not a valid regular expression"):
         base.parse_params({"type": "regex_replace", "pattern": "(unclosed"})
+    with pytest.raises(Exception, match="not a valid regular expression"):  # the same check for the regex filter
+        base.parse_params({"type": "regex", "pattern": "(unclosed"})
 
 
 def test_flagged_words_ratio_phrases_and_drop(tmp_path):
