@@ -122,7 +122,7 @@ def _cells(man: dict, sources: dict) -> dict | None:
     """The mixture's cells (pipeline/cells.py) and, per bucketed source, the documents that
     reached quality, were kept and were mixed, per bucket; None when no source has cells."""
     cells = man.get("cells") or {}
-    if not any(c.get("buckets") for c in cells.values()):
+    if all(name == c["source"] for name, c in cells.items()):  # every cell a whole source: the mixture table says it
         return None
     return {"cells": cells, "buckets": {s: e["quality"]["buckets"] for s, e in sources.items()
                                         if e.get("quality") and e["quality"].get("buckets")}}
@@ -211,11 +211,11 @@ def render(rep: dict) -> str:
                           for s, e in rep["sources"].items() if e["mixture"]])]
     if rep.get("cells"):
         cl = rep["cells"]["cells"]
-        parts += ["<h3>Cells (a source, or a range of its quality buckets)</h3>",
+        parts += ["<h3>Cells (a source, or a range of its quality buckets, or a topic)</h3>",
                   plots["cells"],
-                  _table(["cell", "buckets", "target weight", "realised weight", "available tokens", "target tokens",
+                  _table(["cell", "topic, buckets", "target weight", "realised weight", "available tokens", "target tokens",
                           "realised tokens", "rows", "distinct documents", "epochs"],
-                         [[k, f"q{v['buckets'][0]}-q{v['buckets'][1]}" if v["buckets"] else "all", v["target_weight"],
+                         [[k, (v.get("topic") + " " if v.get("topic") else "") + (f"q{v['buckets'][0]}-q{v['buckets'][1]}" if v["buckets"] else "all"), v["target_weight"],
                            v["realized_weight"], v["available_tokens"], v["target_tokens"], v["tokens"], v["documents"],
                            v["distinct_documents"], v["epochs"]] for k, v in cl.items()])]
     for name, ph in (rep.get("phases") or {}).items():

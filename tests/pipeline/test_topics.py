@@ -106,6 +106,14 @@ def test_topic_and_bucket_cells_meet_their_weights_whatever_the_workers(runs):
         q = int(k.split("/q")[1]) if "/q" in k else None
         mine = [r for r in rows if r["topic"] == topic and (q is None or r["quality_bucket"] == q)]
         assert len(mine) == c[k]["documents"], k
+        assert c[k]["topic"] == topic  # the manifest names each cell's topic
+    # the report shows the cells; so it does for a mixture of topic cells alone (no bucket in any cell)
+    from pipeline import report
+
+    rep = atomic.read_json(a / "report.json")["cells"]["cells"]
+    assert {k: v["topic"] for k, v in rep.items()} == {k: k.split("/")[1] for k in WEIGHTS}
+    only_topics = {"pool/code": {**c["pool/code"], "buckets": None}, "pool/wiki": {**c["pool/wiki"], "buckets": None}}
+    assert report._cells({"cells": only_topics}, {})["cells"] == only_topics
     assert all(r["topic"] is not None and r["topic_score"] is not None for r in rows)
     led = atomic.read_json(a / "ledger.json")["sources"]["pool"]
     assert led["conservation"] and [s["stage"] for s in led["stages"]][-3:] == ["quality:wiki_like", "topic:kind", "mix"]
