@@ -105,10 +105,16 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
     surv_gid = np.array([None] * n, dtype=object)
     scores: list[dict] = [{} for _ in range(n)]
     buckets = topics = None  # quality buckets and topics, when the source has them
+    rewritten_by: list[list[str] | None] = [None] * n  # the stages (filters by name) that changed a row's text
     layers = run.layers(source, part)
     for label, path in layers:
         t = fs.read_table(path)
         names = t.schema.names
+        if "rewritten_by" in names or "n_chars" in names:
+            col = t.column("rewritten_by" if "rewritten_by" in names else "n_chars").to_pylist()
+            for i, v in enumerate(col):
+                if v is not None and v != "":
+                    rewritten_by[i] = (rewritten_by[i] or []) + (v.split(",") if isinstance(v, str) else [label])
         keep = t.column("keep").to_pylist()
         rs = t.column("reason").to_pylist()
         if label == "filter":
@@ -186,6 +192,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
         "scores": pa.array([orjson.dumps(s).decode() if s else None for s in scores], pa.string()),
         "survivor_source": pa.array(list(surv_src), pa.string()), "survivor_id": pa.array(list(surv_id), pa.string()),
         "survivor_gid": pa.array(list(surv_gid), pa.int64()), "n_tokens": docs.column("n_tokens"),
+        "rewritten_by": pa.array(rewritten_by, pa.list_(pa.string())),
     }
     if with_text:
         out["text"] = docs.column("text")

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-import pyarrow as pa
 import xxhash
 
 from pipeline import decisions as dec
@@ -226,8 +225,8 @@ def pick_shard(spec: dict, out) -> dict:
         rows = np.array(sorted({i for _, i in chosen}))
         layers = [str(p) for _, p in run.layers(source, part)]
         texts = view_rows(str(part), layers, rows)
-        changed = rewrites(str(part), run.layers(source, part), rows)
         cols = _columns(t)  # once a shard, not once a record
+        changed = originals(str(part), {i: cols["rewritten_by"][i] for i in rows.tolist()})
         for g, i in chosen:
             row = {k: v[i] for k, v in cols.items()}
             text, meta = texts[i]
@@ -260,26 +259,12 @@ def _columns(t) -> dict[str, list]:
     return {c: t.column(c).to_pylist() for c in t.column_names}
 
 
-def rewrites(documents: str, layers: list[tuple[str, Path]], rows: np.ndarray) -> dict[int, dict]:
-    """row -> {original: its text as ingested, rewritten_by: [stages]} for those of `rows`
-    whose text a stage changed. Reads the small columns that say so (`n_chars`, the filter
-    step's `rewritten_by`), and the ingested text of the changed rows only."""
+def originals(documents: str, by: dict[int, list[str] | None]) -> dict[int, dict]:
+    """row -> {original: its text as ingested, rewritten_by: [stages]} for the rows a stage
+    rewrote (`by`: shard_decisions' `rewritten_by`); reads the ingested text of those rows only."""
     from pipeline.steps import view
 
-    by: dict[int, list[str]] = {}
-    take = pa.array(rows)
-    for label, path in layers:
-        names = fs.parquet_file(path).schema_arrow.names
-        if "n_chars" not in names:
-            continue
-        if "rewritten_by" in names:
-            vals = fs.read_table(path, columns=["rewritten_by"]).column("rewritten_by").take(take).to_pylist()
-            hits = [(i, v.split(",")) for i, v in zip(rows.tolist(), vals, strict=True) if v]
-        else:
-            vals = fs.read_table(path, columns=["n_chars"]).column("n_chars").take(take).to_pylist()
-            hits = [(i, [label]) for i, v in zip(rows.tolist(), vals, strict=True) if v is not None]
-        for i, names_ in hits:
-            by.setdefault(i, []).extend(names_)
+    by = {i: v for i, v in by.items() if v}
     if not by:
         return {}
     changed = np.array(sorted(by))
