@@ -130,7 +130,7 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> tuple[dict[str,
     for sname, tp in topics.items():
         c = m.classifiers[tp.classifier]
         train, model_path, model_id = models[tp.classifier]
-        plan.topic_labels[sname] = list(c.labels) if c.labels else _model_labels(plan, tp.classifier, c.model)
+        plan.topic_labels[sname] = list(c.labels) if c.labels else _model_labels(plan, tp.classifier, c.model, model_id)
         before = [out[sname]] if sname in out else []
 
         def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c):
@@ -147,15 +147,31 @@ def add_steps(plan, base: dict[str, Step], dedup: list[Step]) -> tuple[dict[str,
     return out, out_topics
 
 
-def _model_labels(plan, cname: str, path: str) -> list[str]:
+def _model_labels(plan, cname: str, path: str, digest: str) -> list[str]:
     """A pretrained multi-class model's labels, without `__label__`: the topics cells name,
-    so each must be a name a cell key can hold."""
+    so each must be a name a cell key can hold. Planning needs only the labels: they are kept
+    by the model's sha256 (already computed for the step hash) in the user's cache, so the
+    driver loads a model (which may be gigabytes) once per model, not at every plan, and
+    does not keep it."""
+    import json
+    import os
     import re
+    from pathlib import Path
 
-    from filters import quality
     from pipeline.errors import UsageError
 
-    labels = [lab.removeprefix("__label__") for lab in quality.load(str(path)).get_labels()]
+    cache = Path(os.environ.get("CURATE_CACHE_DIR") or Path.home() / ".cache" / "curate") / "model-labels" / f"{digest}.json"
+    try:
+        labels = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        from fasttext.FastText import _FastText  # fasttext.load_model without its stderr warning
+
+        with fs.local_file(path) as local:
+            labels = [lab.removeprefix("__label__") for lab in _FastText(model_path=str(local)).get_labels()]
+        try:
+            atomic.write_json(cache, labels)
+        except OSError:  # a cache that cannot be written is simply not kept
+            pass
     bad = [lab for lab in labels if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lab) or re.fullmatch(r"q\d+", lab)]
     if bad:
         raise UsageError(f"{plan.lm.where(('classifiers', cname, 'model'))}: the model's labels {bad} cannot name a "
