@@ -54,6 +54,7 @@ MIX_SCHEMA = pa.schema([
     ("topic", pa.string()), ("topic_score", pa.float32()), ("lang", pa.string()),
 ])
 ROW_GROUP = 2048
+ALL = pc.CountOptions(mode="all")  # rows, null token counts included
 
 
 def priority(seed: int, source: str, ids: list[str], epoch: int) -> np.ndarray:
@@ -461,16 +462,16 @@ def write_shard(spec: dict, out) -> dict:
         t = MIX_SCHEMA.empty_table()
     else:
         t = t.sort_by([("order", "ascending"), ("source", "ascending"), ("id", "ascending"), ("epoch", "ascending")])
-        for c in pc.unique(t.column("cell")).to_pylist():
-            sub = t.filter(pc.equal(t.column("cell"), c))
-            per_cell[c] = {"docs": sub.num_rows, "tokens": int(pc.sum(sub.column("n_tokens")).as_py() or 0)}
+        # one grouping each (not a filter per cell or source: a shard may hold hundreds of cells)
+        for r in t.group_by("cell").aggregate([("n_tokens", "sum"), ("n_tokens", "count", ALL)]).to_pylist():
+            per_cell[r["cell"]] = {"docs": r["n_tokens_count"], "tokens": int(r["n_tokens_sum"] or 0)}
         t = t.drop_columns(["order", "cell"]).select(MIX_SCHEMA.names).cast(MIX_SCHEMA)
     fs.write_table(t, final, compression="zstd", row_group_size=ROW_GROUP)
     if t.num_rows:
-        for s in pc.unique(t.column("source")).to_pylist():
-            sub = t.filter(pc.equal(t.column("source"), s))
-            per_source[s] = {"docs": sub.num_rows, "tokens": int(pc.sum(sub.column("n_tokens")).as_py() or 0),
-                             "repeats": int(pc.sum(pc.greater(sub.column("epoch"), 0)).as_py() or 0)}
+        g = t.select(["source", "n_tokens"]).append_column("repeat", pc.cast(pc.greater(t.column("epoch"), 0), pa.int64()))
+        for r in g.group_by("source").aggregate([("n_tokens", "sum"), ("n_tokens", "count", ALL), ("repeat", "sum")]).to_pylist():
+            per_source[r["source"]] = {"docs": r["n_tokens_count"], "tokens": int(r["n_tokens_sum"] or 0),
+                                       "repeats": int(r["repeat_sum"] or 0)}
     size, sha = atomic.file_digest(final)
     langs = {} if not t.num_rows else {v["values"] or "": v["counts"] for v in pc.value_counts(t.column("lang")).to_pylist()}
     return {"rows": t.num_rows, "bytes": size, "sha256": sha, "file": spec.get("file") or final.name, "per_source": per_source,
