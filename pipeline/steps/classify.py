@@ -177,23 +177,9 @@ def train_shard(spec: dict, out) -> dict:
             f"classifiers.{spec['name']}.positive and .negative, and what the run's ledger.json says those sources' "
             "filters removed, or add example files")
     label = p["label"]
-    rows = []  # (hash, label, origin, text, split)
-    for lab, side in ((label, pos[:k]), (quality.NEGATIVE_LABEL, neg[:k])):
-        for j, (h, origin, text) in enumerate(side):
-            rows.append((h, lab, origin, text, "validation" if j % VALIDATION_EVERY == VALIDATION_EVERY - 1 else "train"))
-    rows.sort(key=lambda r: (r[0], r[1]))  # a seeded interleaving of the two classes
     d = fs.path(out.dir)
-    fd, train_path = tempfile.mkstemp(prefix="curate-train-", suffix=".txt")  # fastText reads a local file
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        for _, lab, _, text, split in rows:
-            if split == "train":
-                f.write(f"{lab} {quality.preprocess(text, p['lowercase'])}\n")
-    try:
-        model = quality.train(train_path, p, seed)
-    finally:
-        os.unlink(train_path)
-    final = d / "model.bin"
-    _save(model, final)
+    rows = _labelled([(label, pos[:k]), (quality.NEGATIVE_LABEL, neg[:k])])
+    model = _fit(rows, p, seed, d)
     val = [r for r in rows if r[4] == "validation"]
     s = quality.scores(model, [r[3] for r in val], label, p["lowercase"])
     ev = quality.evaluate(np.array([r[1] == label for r in val]), s)
@@ -201,10 +187,37 @@ def train_shard(spec: dict, out) -> dict:
                                 "negative": sum(1 for r in rows if r[4] == "train" and r[1] != label)},
                       "validation": {"positive": ev["positives"], "negative": ev["negatives"]},
                       "available_capped": {"positive": len(pos), "negative": len(neg)}}
+    return _finish(rows, ev, d)
+
+
+def _labelled(sides: list[tuple[str, list]]) -> list[tuple]:
+    """(hash, label, origin, text, split) of every example, every tenth of each label held
+    out, in a seeded interleaving of the labels (by example hash)."""
+    rows = []
+    for lab, side in sides:
+        for j, (h, origin, text) in enumerate(side):
+            rows.append((h, lab, origin, text, "validation" if j % VALIDATION_EVERY == VALIDATION_EVERY - 1 else "train"))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return rows
+
+
+def _fit(rows: list, p: dict, seed: int, d):
+    """fastText trained on the rows' train split (a local file it reads), saved as d/model.bin."""
+    path = _train_file(rows, p["lowercase"])
+    try:
+        model = quality.train(path, p, seed)
+    finally:
+        os.unlink(path)
+    _save(model, d / "model.bin")
+    return model
+
+
+def _finish(rows: list, ev: dict, d) -> dict:
+    """eval.json, sample.parquet (every example's origin, label and split), and the marker."""
     atomic.write_json(d / "eval.json", ev)
-    manifest = pa.table({"origin": [r[2] for r in rows], "label": [r[1] for r in rows], "split": [r[4] for r in rows],
-                         "hash": pa.array([r[0] for r in rows], pa.uint64())})
-    fs.write_table(manifest, d / "sample.parquet")
+    fs.write_table(pa.table({"origin": [r[2] for r in rows], "label": [r[1] for r in rows], "split": [r[4] for r in rows],
+                             "hash": pa.array([r[0] for r in rows], pa.uint64())}), d / "sample.parquet")
+    final = d / "model.bin"
     size, sha = atomic.file_digest(final)
     return {"rows": len(rows), "eval": ev, "model": str(final), "model_bytes": size, "model_sha256": sha}
 
@@ -239,29 +252,16 @@ def _train_topics(spec: dict, out) -> dict:
             f"classifier {spec['name']}: only " + ", ".join(f"{len(v)} {lab}" for lab, v in got.items()) + " examples reach "
             f"training (after their sources' filters and dedup); fastText needs hundreds per label: check "
             f"classifiers.{spec['name']}.labels and what ledger.json says those sources' filters removed, or add example files")
-    rows = []
-    for lab, side in got.items():
-        for j, (h, origin, text) in enumerate(side):
-            rows.append((h, f"__label__{lab}", origin, text, "validation" if j % VALIDATION_EVERY == VALIDATION_EVERY - 1 else "train"))
-    rows.sort(key=lambda r: (r[0], r[1]))
-    path = _train_file(rows, p["lowercase"])
-    try:
-        model = quality.train(path, p, seed)
-    finally:
-        os.unlink(path)
-    final = fs.path(out.dir) / "model.bin"
-    _save(model, final)
+    d = fs.path(out.dir)
+    rows = _labelled([(f"__label__{lab}", side) for lab, side in got.items()])
+    model = _fit(rows, p, seed, d)
     val = [r for r in rows if r[4] == "validation"]
     pred, _ = quality.top_labels(model, [r[3] for r in val], p["lowercase"])
     truth = [r[1].removeprefix("__label__") for r in val]
     ev = quality.evaluate_labels(truth, pred, list(got))
     ev["examples"] = {"train": {lab: sum(1 for r in rows if r[1] == f"__label__{lab}" and r[4] == "train") for lab in got},
                       "validation": {lab: sum(1 for r in rows if r[1] == f"__label__{lab}" and r[4] == "validation") for lab in got}}
-    atomic.write_json(fs.path(out.dir) / "eval.json", ev)
-    fs.write_table(pa.table({"origin": [r[2] for r in rows], "label": [r[1] for r in rows], "split": [r[4] for r in rows],
-                             "hash": pa.array([r[0] for r in rows], pa.uint64())}), fs.path(out.dir) / "sample.parquet")
-    size, sha = atomic.file_digest(final)
-    return {"rows": len(rows), "eval": ev, "model": str(final), "model_bytes": size, "model_sha256": sha}
+    return _finish(rows, ev, d)
 
 
 def topic_shard(spec: dict, out) -> dict:
