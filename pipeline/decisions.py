@@ -178,8 +178,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
                                     None if topics is None else topics[kept_idx])
                 for pos, c in enumerate(cl):
                     inside = np.flatnonzero(where == pos)
-                    if name is None:
-                        why[inside] = mix.not_selected_reason(c)
+                    why[inside] = mix.not_selected_reason(c, phased=name is not None)
                     for _, mask in mix.cell_epochs(c, run.seed, source, [ids[kept_idx[j]] for j in inside]):
                         chosen[inside if mask is None else inside[mask]] = True
         for j, i in enumerate(kept_idx):

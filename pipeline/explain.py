@@ -112,12 +112,13 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         else:
             info["stages"].append({"stage": stage, "result": "kept", "scores": scores})
     if info["status"] == "kept":
-        info["mixture_file"], cell = _mixture_file(run_dir, rj, source, doc["id"], info.get("quality_bucket"), info.get("topic"))
+        info["mixture_file"], cell, phased = _mixture_file(run_dir, rj, source, doc["id"], info.get("quality_bucket"),
+                                                           info.get("topic"))
         if cell is not None:
             info["cell"] = cell["name"] or source
         if info["mixture_file"] is None:
             info["status"] = "removed"
-            why = mix.not_selected_reason(cell) if cell else "not_selected"
+            why = mix.not_selected_reason(cell, phased) if cell else "not_selected"
             info["removed_by"] = {"stage": "mix", "reason": f"{why} (no weight names this cell)" if why != "not_selected"
                                   else "not_selected (down-sampled to meet the cell's token target)"}
     return info
@@ -182,17 +183,17 @@ def _first_change(old: str, new: str, before: int = 40, after: int = 100) -> dic
 
 
 def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int | None,
-                  topic: str | None = None) -> tuple[str | None, dict | None]:
+                  topic: str | None = None) -> tuple[str | None, dict | None, bool]:
     """Where the mixture holds this kept document, and its cell: recomputed from the
     selection (its priorities against its cell's cutoff) and the routing hash, as the mix
     steps did."""
     sel_step = rj["steps"].get("mix-select")
     if not sel_step:
-        return None, None
+        return None, None, False
     marker = atomic.read_json(fs.join(run_dir, sel_step["dir"]) / "_markers" / "part-00000.json")
     phases = mix.phase_selections(marker)
     if phases[0][1]["sources"].get(source) is None:
-        return "not in the mixture: the source is excluded", None
+        return "not in the mixture: the source is excluded", None, False
     seed = rj["config"]["seed"]
     places, cell = [], None
     for name, sel, _ in phases:
@@ -204,7 +205,7 @@ def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int
         folder = f"mixture/{name}/" if name else "mixture/"
         places += [f"{folder}part-{int(mix.order_key(seed, source, [doc_id], e)[0] % sel['n_shards']):05d}.parquet"
                    + (f" (epoch {e})" if len(epochs) > 1 else "") for e in epochs]
-    return (", ".join(places) or None), (cell if len(phases) == 1 else {**cell, "named": True, "lo": None, "topic": None})
+    return (", ".join(places) or None), cell, phases[0][0] is not None
 
 
 def render(infos: list[dict], doc_id: str) -> str:

@@ -258,8 +258,11 @@ def source_cells(entry: dict) -> list[dict]:
     return entry.get("cells") or [{**entry, "lo": None, "hi": None, "name": None}]
 
 
-def not_selected_reason(c: dict) -> str:
-    """The mix stage's reason for a kept document of this cell that the mixture leaves out."""
+def not_selected_reason(c: dict, phased: bool = False) -> str:
+    """The mix stage's reason for a kept document of this cell that the mixture leaves out.
+    With phases a cell's weight differs from phase to phase: the plain `not_selected`."""
+    if phased:
+        return "not_selected"
     if c.get("named") is False or ((c.get("lo") is not None or c.get("topic") is not None) and not c.get("target")):
         return f"cell_weight_0:{c['name']}"
     return "not_selected"
