@@ -153,10 +153,7 @@ def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]
             continue
         by_topic = any(c.topic for c in mine)
         by_bucket = any(c.lo is not None for c in mine)
-        labels = (topics.get(s) or []) if by_topic else [None]
-        for c in mine:  # a pretrained model's topics named in keys, if the plan did not pass the model's labels
-            if c.topic and c.topic not in labels:
-                labels.append(c.topic)
+        labels = list(topics.get(s) or []) if by_topic else [None]  # the plan passes every classifier's labels
         n = m.sources[s].quality.n_buckets() if by_bucket else 1
         rank = {t: i for i, t in enumerate(labels)}
         filled = list(mine)

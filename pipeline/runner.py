@@ -110,7 +110,6 @@ class Plan:
         mx = m.mixture
         mixed = [s for s in m.sources if s not in m.excluded()]
         self.phases = self._phases()
-        self.cells = self.phases[0]["cells"]  # the cells of the mixture (of its first phase, with phases)
         first = [sum(len(p["cells"]) for p in self.phases[:k]) for k in range(len(self.phases))]  # key folders c<index>
         cell_dicts = [{c.name: {**c.to_dict(), "index": first[k] + i, "phase": ph["name"], "seed": ph["seed"]}
                        for i, c in enumerate(ph["cells"])} for k, ph in enumerate(self.phases)]
@@ -122,7 +121,7 @@ class Plan:
                "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows, "sources": mixed}
         if any(c.lo is not None or c.topic is not None for ph in self.phases for c in ph["cells"]):
             cfg["cells"] = [[c.to_dict() for c in ph["cells"]] for ph in self.phases] if mx.phases else \
-                [c.to_dict() for c in self.cells]  # only then: a mixture without cells keeps its config
+                [c.to_dict() for c in self.phases[0]["cells"]]  # only then: a mixture without cells keeps its config
 
         def budget(stats):
             docs = self.mixed_docs(stats)
@@ -248,21 +247,16 @@ class Plan:
                         "seed": seed})
         return out
 
-    def budget(self, avail: dict[str, int], on_shortfall: str, phase: dict | None = None) -> dict[str, dict]:
-        """Per cell: its target tokens and epochs (pipeline/steps/mix.py: weights, sample_rates, simulated epoching)."""
+    def budget(self, avail: dict[str, int], on_shortfall: str, ph: dict) -> dict[str, dict]:
+        """Per cell of phase `ph`: its target tokens and epochs (pipeline/steps/mix.py: weights, sample_rates,
+        simulated epoching)."""
         mx = self.lm.mixture.mixture
-        ph = phase or self.phases[0]
         max_epochs = {c.name: (self.lm.mixture.sources[c.source].max_epochs or mx.max_epochs) for c in ph["cells"]}
         return mix_mod.cell_budget(avail, ph["weights"], ph["target"], max_epochs, on_shortfall, ph["rates"], ph["simulate"])
 
-    def weights(self) -> dict[str, float] | None:
-        """Per cell (pipeline/cells.py) of the first phase: its weight, normalised when `mixture.normalize`."""
-        return self.phases[0]["weights"]
-
-    def cell_available(self, docs: list[dict], cell_list: list | None = None) -> tuple[dict[str, int], dict[str, int]]:
+    def cell_available(self, docs: list[dict], cell_list: list) -> tuple[dict[str, int], dict[str, int]]:
         """Kept tokens and documents per cell, from the document shards' markers (a
         bucketed source's quality step counts them per bucket, a topic step per topic and bucket)."""
-        cell_list = self.cells if cell_list is None else cell_list
         avail, avail_docs = {c.name: 0 for c in cell_list}, {c.name: 0 for c in cell_list}
         by_source: dict[str, list] = {}
         for c in cell_list:
@@ -753,7 +747,7 @@ def _publish(plan: Plan, run_dir: Path, stats: dict) -> dict:
     selection = phases[0][1]["sources"]  # with phases: the first's (availability is every phase's)
     named = phases[0][0] is not None
     chosen = _chosen_docs(stats[plan.mix_route.name]) if named else {}
-    weights = plan.weights()
+    weights = plan.phases[0]["weights"]  # per cell of the first phase, normalised when `mixture.normalize`
     sources = {}
     for sname, sel in selection.items():
         v = per_source.get(sname, {"docs": 0, "tokens": 0, "repeats": 0})
