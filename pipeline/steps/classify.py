@@ -273,7 +273,7 @@ def topic_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
     model = quality.load(spec["model"])
     n = view.num_rows(doc["documents"])
-    buckets = mix._buckets(doc)
+    buckets = mix.shard_buckets(doc)
     rows, labels, probs, toks, chars = [], [], [], [], []
     for r, b in view.kept_batches(doc["documents"], doc["layers"], ["text", "n_tokens", "n_chars"]):
         lab, pr = quality.top_labels(model, b.column("text").to_pylist(), spec["lowercase"])

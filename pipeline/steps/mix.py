@@ -177,7 +177,7 @@ def priority_shard(spec: dict, out) -> dict:
     t: dict[int, list] = {c["index"]: [] for c in todo}
     rows = 0
     if todo:
-        buckets, topics = _buckets(d), _topics(d)
+        buckets, topics = shard_buckets(d), _topics(d)
         for r, b in view.kept_batches(d["documents"], d["layers"], ["id", "n_tokens"]):
             ids = b.column("id").to_pylist()
             rows += len(ids)
@@ -245,7 +245,7 @@ def _topics(d: dict) -> np.ndarray | None:
     return None
 
 
-def _buckets(d: dict) -> np.ndarray | None:
+def shard_buckets(d: dict) -> np.ndarray | None:
     """The quality bucket of every row of a document shard (-1 where unset), or None."""
     for path in d["layers"]:
         if fs.path(path).parent.parent.name.startswith("quality-") and "bucket" in fs.parquet_file(path).schema_arrow.names:
