@@ -164,6 +164,18 @@ class GopherRepetition(Filter):
             todo = todo_all[g.start:g.stop]
             sub = [texts[i] for i in todo]
             w = kernels.batch_words(sub, p.language)
+            native = kernels.native()
+            if native is not None:  # the same rules, per document in C
+                rules = tuple([(n, frac, 0) for n, frac in sorted(p.max_top_ngram_char_frac.items())]
+                              + [(n, frac, 1) for n, frac in sorted(p.max_dup_ngram_char_frac.items())])
+                v, out = w.vocab, np.empty(len(sub), dtype=np.int32)
+                native.repetition(w.ids, w.off, v.array("hash"), v.array("pow"), v.array("length"),
+                                  np.fromiter(map(len, sub), dtype=np.int64, count=len(sub)),
+                                  np.ones(len(sub), dtype=np.uint8), out, rules)
+                names = [f"top_{n}_gram" if k == 0 else f"duplicated_{n}_n_grams" for n, _, k in rules]
+                for j in np.flatnonzero(out >= 0):
+                    reasons[todo[j]] = names[out[j]]
+                continue
             size = np.array([len(t) for t in sub], dtype=np.float64)
             open_ = np.ones(len(sub), dtype=bool)
             counts = w.counts

@@ -153,6 +153,16 @@ def _attributes(words: list[str]) -> dict[str, np.ndarray]:
             "pow": _powers(BASE, top)[length], "ipow": _powers(BASE_INV, top)[length]}
 
 
+def native():
+    """filters/_native.c's module (the n-gram rules per document in C), or None where it
+    was not built; `CURATE_NATIVE=0` turns it off (the numpy kernels here then run)."""
+    import os
+
+    from filters.words import _native
+
+    return _native() if os.environ.get("CURATE_NATIVE", "1") != "0" else None
+
+
 _VOCABS: dict[str, Vocab] = {}
 
 
@@ -321,6 +331,10 @@ def top_ngram_chars(words: Words, n: int) -> np.ndarray:
     """Per document: characters of " ".join(most frequent n-gram) times its count (ties:
     first seen), as datatrove's `find_top_duplicate`; 0 for a document under n words."""
     out = np.zeros(words.n_docs, dtype=np.int64)
+    if (mod := native()) is not None:
+        v = words.vocab
+        mod.ngram_chars(words.ids, words.off, v.array("hash"), v.array("pow"), v.array("length"), n, 0, out)
+        return out
     start, keys, glen = _ngram_keys(words, n, sep=32)
     if not len(start):
         return out
@@ -359,6 +373,12 @@ def dup_ngram_chars(words: Words, n: int, docs: np.ndarray | None = None,
     count; where that bound is at most the limit, it is returned instead (a value <=
     limit, which is all a threshold needs)."""
     out = np.zeros(words.n_docs, dtype=np.int64)
+    if (mod := native()) is not None:  # every document scanned, in C
+        v = words.vocab
+        mod.ngram_chars(words.ids, words.off, v.array("hash"), v.array("pow"), v.array("length"), n, 1, out)
+        if docs is not None:
+            out[~docs] = 0
+        return out
     start, keys, glen = _ngram_keys(words, n, sep=0)
     if not len(start):
         return out

@@ -35,7 +35,7 @@ from pathlib import Path
 CACHE_MAX = 500_000
 
 
-RULES_FORMAT = 3
+RULES_FORMAT = 4
 
 
 def _rules_file(language: str) -> Path | None:
@@ -84,6 +84,7 @@ def load_rules(language: str) -> dict:
     }
     rules["analysis"] = {key: analyse(*rules[key]) for key in ("prefix", "suffix", "infix", "url_match")
                          if rules[key] is not None}
+    rules["ascii"] = ascii_tables(rules)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +103,78 @@ def _from_json(rules: dict) -> dict:
         out[key] = tuple(rules[key]) if rules[key] is not None else None
     out["special"] = {k: tuple(v) for k, v in rules["special"].items()}
     out.setdefault("analysis", {})
+    if out.get("ascii") is not None:
+        out["ascii"] = dict(out["ascii"], after_digit=tuple(out["ascii"]["after_digit"]))
     return out
+
+
+# The rules the compiled loop (filters/_native.c) reproduces for ASCII chunks: spaCy's
+# base prefixes and suffixes with its English infixes and URL pattern, as spaCy 3.8
+# builds them (`fingerprint`). tests/filters/test_words.py checks the compiled loop
+# against spaCy itself and that the installed spaCy's English rules are these; any other
+# rules (another language, another spaCy) use the Python loop.
+COMPILED_FOR = frozenset({
+    "2a013ff093f1d182",  # spaCy 3.8.x, English
+})
+
+
+def fingerprint(rules: dict) -> str:
+    """A short hash of a rule set's patterns (not its special cases, which the compiled
+    loop is given)."""
+    import hashlib
+
+    key = json.dumps([rules[k] for k in ("prefix", "suffix", "infix", "token_match", "url_match")])
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _native():
+    """The compiled module, or None where it was not built (no C compiler at install)."""
+    try:
+        from filters import _native as mod
+    except ImportError:
+        return None
+    return mod
+
+
+def ascii_tables(rules: dict) -> dict | None:
+    """The character sets and lists the compiled loop needs, read off the rules' regexes
+    by probing them on ASCII (None when a rule is missing): one-character prefixes and
+    suffixes, the characters after which a final "." is a suffix, the quotes of the infix
+    dot rule, the suffixes that follow a digit ("+", currencies, units: parsed from the
+    suffix pattern's `(?<=[0-9])(?:...)` groups and each confirmed by the regex), the host
+    characters of a URL and the characters every URL match consumes."""
+    import re
+
+    if any(rules.get(k) is None for k in ("prefix", "suffix", "infix", "url_match")):
+        return None
+    pre, suf, inf = (re.compile(*rules[k]) for k in ("prefix", "suffix", "infix"))
+    printable = [chr(i) for i in range(33, 127)]
+
+    def suffix_at(s):
+        m = suf.search(s)
+        return None if m is None else m.start()
+
+    def infix_at(s):
+        return [(m.start(), m.end()) for m in inf.finditer(s)]
+
+    pre1 = "".join(c for c in printable if c not in "+." and (m := pre.match(c + "a")) and m.end() == 1)
+    suf1 = "".join(c for c in printable if suffix_at("@" + c) == 1)
+    dot_after = "".join(c for c in printable if suffix_at("@" + c + ".") == 2)
+    q_before = {c for c in printable if not c.islower() and infix_at(c + ".A") == [(1, 2)]}
+    q_after = {c for c in printable if not c.isupper() and c != "." and infix_at("a." + c) == [(1, 2)]}
+    if q_before != q_after:
+        return None
+    after_digit = ["+"]
+    for group in re.findall(r"\(\?<=\[0-9\]\)\(\?:([^()]*)\)", rules["suffix"][0]):
+        for alt in group.split("|"):
+            u = re.sub(r"\\(.)", r"\1", alt)
+            if u and u.isascii() and u not in after_digit and suffix_at("1" + u) == 1:
+                after_digit.append(u)
+    need = rules.get("analysis", {}).get("url_match", {}).get("need") or []
+    return {"pre1": pre1, "suf1": suf1, "dot_after": dot_after, "inf_q": "".join(sorted(q_before)),
+            "after_digit": after_digit, "url_host": "".join(c for c in printable if c.isalnum() or c in "_.-"),
+            "url_need": "".join(c for c in need if c.isascii())}
 
 
 class WordSplitter:
@@ -136,6 +208,13 @@ class WordSplitter:
         # every prefix of a special case: a merge of tokens i..j needs tokens[i] among them
         self.special_prefixes = frozenset(k[:i] for k in self.special for i in range(1, len(k) + 1))
         self.cache: dict[str, tuple[str, ...]] = {}
+        self.compiled = None  # the C loop for ASCII chunks, where it applies (made at first use)
+        self._ascii = rules.get("ascii") if not self.strip_tokens and token_match is None else None
+        self._url = url
+        if self._ascii is None or fingerprint(rules) not in COMPILED_FOR or _native() is None:
+            self._split = self.split_chunk
+        else:
+            self._split = self._first_split
 
     def split(self, text: str) -> list[str]:
         out: list[str] = []
@@ -154,8 +233,25 @@ class WordSplitter:
         if toks is None:
             if len(cache) > CACHE_MAX:
                 cache.clear()
-            toks = cache[chunk] = self.split_chunk(chunk)
+            toks = cache[chunk] = self._split(chunk)
         return toks
+
+    def _first_split(self, chunk: str) -> tuple[str, ...]:
+        """Make the compiled loop at the first chunk that needs a split (building it
+        compiles the URL regex), then split with it from then on."""
+        t = self._ascii
+        self.compiled = _native().Splitter(
+            t["pre1"], t["suf1"], t["dot_after"], t["inf_q"], t["url_host"], t["url_need"],
+            tuple(u.encode() for u in t["after_digit"]), self.special, self.special_prefixes,
+            self._url.compiled_match())
+        c_split, py_split = self.compiled.split, self.split_chunk
+
+        def split(chunk: str) -> tuple[str, ...]:
+            toks = c_split(chunk)
+            return py_split(chunk) if toks is None else toks
+
+        self._split = split
+        return split(chunk)
 
     def split_chunk(self, substring: str) -> tuple[str, ...]:
         """spaCy's affix / special-case / infix loop for one whitespace-free chunk.
@@ -333,6 +429,10 @@ class _LazyRx:
 
     def finditer(self, *args):
         return self._compile().finditer(*args)
+
+    def compiled_match(self):
+        """The compiled regex's own `match` (for the C loop to call)."""
+        return self._compile().match
 
 
 def _class_source(cls) -> str:

@@ -21,6 +21,18 @@ from filters import kernels
 from filters.words import splitter
 
 
+@pytest.fixture(autouse=True, params=["C", "numpy"])
+def native(request, monkeypatch):
+    """Every test twice: with filters/_native.c's n-gram counts and with the numpy
+    kernels that run where it was not built."""
+    if request.param == "C":
+        assert kernels.native() is not None, "filters/_native.c was not built"
+    else:
+        monkeypatch.setenv("CURATE_NATIVE", "0")
+        assert kernels.native() is None
+    return request.param
+
+
 def _reference(texts: list[str]):
     words = [splitter("en").split(t) for t in texts]
     top = {n: [find_top_duplicate(get_n_grams(w, n)) if len(w) >= n else 0 for w in words] for n in (2, 3, 4)}

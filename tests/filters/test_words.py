@@ -55,3 +55,57 @@ def test_real_chunks_split_as_spacy_does(spacy_tokenizer, demo_corpus):
     assert len(chunks) > 5000
     bad = _same(chunks, WordSplitter("en"), spacy_tokenizer)
     assert not bad, bad[:5]
+
+
+# ---------------------------------------------------------------- the compiled loop
+# filters/_native.c runs the same loop over ASCII chunks in C, with tables probed from
+# spaCy's regexes. The tests above already go through it (WordSplitter uses it when
+# built); here it is compared with the Python loop on many more chunks than spaCy can
+# tokenize in a test's time, including every short string of the characters its rules
+# look at.
+
+ASCII_PIECES = list(".,;:!?()[]{}\"'`-_/\\@#$%^&*+=<>|~0123456789aAbBzZsSUCKMGTkmgt") + [
+    "...", "'s", "'S", "n't", "km", "kg", "mph", "U.S.", "e.g.", "i.e.", "vs.", "http://", "https://", "www.", ".com",
+    ".org", "10", "192.168.", "127.0.0.1", "1.2.3.4", ":8080", "a.m.", "Mr.", "can", "do", "self", "foo_bar", "x86",
+    "C++", "__init__", "..", "--", "---", "'ll", "'re", "US$", "C$", "A$", "m/s", "km/h", "hPa", "mbar", "://", "@",
+    "a-b", ":)", ":-)", "<3", "(:", "o.O"]
+
+
+def test_the_compiled_loop_is_built_and_used_for_english():
+    from filters.words import COMPILED_FOR, _native, fingerprint, load_rules
+
+    assert _native() is not None, "filters/_native.c was not built: is a C compiler installed? (pip install -e . builds it)"
+    assert fingerprint(load_rules("en")) in COMPILED_FOR, "spaCy's English rules changed: re-check filters/_native.c"
+    w = WordSplitter("en")
+    assert w.chunk_words("(self.x,") == ("(", "self.x", ",")
+    assert w.compiled is not None
+    assert w.compiled.split("naïve,") is None  # not ASCII: the Python loop
+    assert w.chunk_words("naïve,") == ("naïve", ",")
+
+
+def test_compiled_loop_gives_the_python_loop_words():
+    import itertools
+
+    w = WordSplitter("en")
+    w.chunk_words("a,b")
+    rng = random.Random(5)
+    chunks = {"".join(rng.choice(ASCII_PIECES) for _ in range(rng.randint(1, 9))) for _ in range(60000)}
+    small = ".,;:!?()[]\"'`-/@$%^*+=<>~0aAsSK#_"
+    for n in (1, 2, 3):
+        chunks.update("".join(t) for t in itertools.product(small, repeat=n))
+    chunks = sorted(chunks)
+    bad = [(c, w.split_chunk(c), w.compiled.split(c)) for c in chunks]
+    bad = [b for b in bad if b[1] != b[2]]
+    assert not bad, bad[:5]
+
+
+def test_compiled_loop_on_real_code_and_docs(demo_corpus):
+    w = WordSplitter("en")
+    w.chunk_words("a,b")
+    texts = [orjson.loads(x)["text"] for f in sorted((demo_corpus / "code").glob("*.jsonl.gz"))[:2]
+             for x in gzip.decompress(f.read_bytes()).splitlines()]
+    chunks = sorted({c for t in texts for c in t.split() if c.isascii() and not c.isalpha()})
+    assert len(chunks) > 20000
+    bad = [(c, w.split_chunk(c), w.compiled.split(c)) for c in chunks]
+    bad = [b for b in bad if b[1] != b[2]]
+    assert not bad, bad[:5]
