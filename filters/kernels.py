@@ -155,12 +155,10 @@ def _attributes(words: list[str]) -> dict[str, np.ndarray]:
 
 def native():
     """filters/_native.c's module (the n-gram rules per document in C), or None where it
-    was not built; `CURATE_NATIVE=0` turns it off (the numpy kernels here then run)."""
-    import os
-
+    was not built or `CURATE_NATIVE=0` (the numpy kernels here then run)."""
     from filters.words import _native
 
-    return _native() if os.environ.get("CURATE_NATIVE", "1") != "0" else None
+    return _native()
 
 
 _VOCABS: dict[str, Vocab] = {}

@@ -127,9 +127,11 @@ def fingerprint(rules: dict) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=1)
 def _native():
-    """The compiled module, or None where it was not built (no C compiler at install)."""
+    """The compiled module, or None where it was not built (no C compiler at install) or
+    `CURATE_NATIVE=0` turns it off (to compare, or to rule it out)."""
+    if os.environ.get("CURATE_NATIVE", "1") == "0":
+        return None
     try:
         from filters import _native as mod
     except ImportError:
