@@ -591,6 +591,119 @@ static PyObject *ngram_chars(PyObject *mod, PyObject *args) {
     return result;
 }
 
+/* ------------------------------------------------------------------ a batch's word ids
+ *
+ * filters/kernels.py's Vocab.ids loop: every whitespace chunk of every text (str.split())
+ * looked up in `chunks` (chunk -> tuple of word ids); a chunk not there gets its words from
+ * `chunk_words(chunk)` (filters/words.py: its own cache and the splitter), each word its
+ * id from `index` (word -> id, new words appended to `words`), and is remembered. */
+
+typedef struct {
+    int32_t *v;
+    Py_ssize_t n, cap;
+} IdBuf;
+
+static int idbuf_push(IdBuf *b, int32_t x) {
+    if (b->n == b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap * 2 : 4096;
+        int32_t *v = PyMem_Realloc(b->v, cap * sizeof(int32_t));
+        if (v == NULL) { PyErr_NoMemory(); return -1; }
+        b->v = v;
+        b->cap = cap;
+    }
+    b->v[b->n++] = x;
+    return 0;
+}
+
+/* The ids of a new chunk's words (a new tuple), assigning ids to new words. */
+static PyObject *new_chunk_ids(PyObject *chunk, PyObject *index, PyObject *words, PyObject *chunk_words) {
+    PyObject *ws = PyObject_CallOneArg(chunk_words, chunk);
+    if (ws == NULL) return NULL;
+    if (!PyTuple_Check(ws)) {
+        Py_DECREF(ws);
+        PyErr_SetString(PyExc_TypeError, "chunk_words must return a tuple");
+        return NULL;
+    }
+    Py_ssize_t k = PyTuple_GET_SIZE(ws);
+    PyObject *ids = PyTuple_New(k);
+    if (ids == NULL) { Py_DECREF(ws); return NULL; }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *w = PyTuple_GET_ITEM(ws, j);
+        PyObject *id = PyDict_GetItemWithError(index, w);
+        if (id != NULL) {
+            Py_INCREF(id);
+        } else {
+            if (PyErr_Occurred()) goto fail;
+            id = PyLong_FromSsize_t(PyList_GET_SIZE(words));
+            if (id == NULL) goto fail;
+            if (PyDict_SetItem(index, w, id) < 0 || PyList_Append(words, w) < 0) { Py_DECREF(id); goto fail; }
+        }
+        PyTuple_SET_ITEM(ids, j, id);
+    }
+    Py_DECREF(ws);
+    return ids;
+fail:
+    Py_DECREF(ws);
+    Py_DECREF(ids);
+    return NULL;
+}
+
+static PyObject *text_ids(PyObject *mod, PyObject *args) {
+    PyObject *texts, *chunks, *index, *words, *chunk_words;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O:text_ids", &PyList_Type, &texts, &PyDict_Type, &chunks, &PyDict_Type, &index,
+                          &PyList_Type, &words, &chunk_words))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(texts);
+    IdBuf buf = {0};
+    PyObject *counts = PyList_New(n), *out = NULL;
+    if (counts == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *text = PyList_GET_ITEM(texts, i);
+        if (!PyUnicode_Check(text)) { PyErr_SetString(PyExc_TypeError, "texts must be str"); goto done; }
+        PyObject *parts = PyUnicode_Split(text, NULL, -1);
+        if (parts == NULL) goto done;
+        Py_ssize_t start = buf.n;
+        for (Py_ssize_t c = 0; c < PyList_GET_SIZE(parts); c++) {
+            PyObject *chunk = PyList_GET_ITEM(parts, c);
+            PyObject *ids = PyDict_GetItemWithError(chunks, chunk);
+            if (ids != NULL) {
+                Py_INCREF(ids);
+            } else {
+                if (PyErr_Occurred() || (ids = new_chunk_ids(chunk, index, words, chunk_words)) == NULL ||
+                    PyDict_SetItem(chunks, chunk, ids) < 0) {
+                    Py_XDECREF(ids);
+                    Py_DECREF(parts);
+                    goto done;
+                }
+            }
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(ids); j++) {
+                long id = PyLong_AsLong(PyTuple_GET_ITEM(ids, j));
+                if ((id == -1 && PyErr_Occurred()) || idbuf_push(&buf, (int32_t)id) < 0) {
+                    Py_DECREF(ids);
+                    Py_DECREF(parts);
+                    goto done;
+                }
+            }
+            Py_DECREF(ids);
+        }
+        Py_DECREF(parts);
+        PyObject *cnt = PyLong_FromSsize_t(buf.n - start);
+        if (cnt == NULL) goto done;
+        PyList_SET_ITEM(counts, i, cnt);
+    }
+    {
+        PyObject *bytes = PyBytes_FromStringAndSize((const char *)buf.v, buf.n * (Py_ssize_t)sizeof(int32_t));
+        if (bytes != NULL) {
+            out = PyTuple_Pack(2, bytes, counts);
+            Py_DECREF(bytes);
+        }
+    }
+done:
+    PyMem_Free(buf.v);
+    Py_DECREF(counts);
+    return out;
+}
+
 static PyMethodDef Splitter_methods[] = {
     {"split", (PyCFunction)Splitter_split, METH_O,
      "split(chunk) -> tuple of words, or None when the chunk is not ASCII (use the Python loop)."},
@@ -614,6 +727,10 @@ static PyMethodDef module_methods[] = {
      "(uint64, uint64, int64), size int64 characters per document, todo uint8 which documents to check,\n"
      "out int32 (written: the index of the first rule a document fails, or -1), rules a tuple of\n"
      "(n, max fraction, kind) with kind 0 for the top n-gram and 1 for duplicated n-grams."},
+    {"text_ids", text_ids, METH_VARARGS,
+     "text_ids(texts, chunks, index, words, chunk_words) -> (int32 ids as bytes, words per text): the word ids of\n"
+     "every text, chunk by chunk (chunks: chunk -> tuple of ids, extended; index / words: the vocabulary, extended;\n"
+     "chunk_words(chunk) -> tuple of words for a chunk not in chunks)."},
     {"ngram_chars", ngram_chars, METH_VARARGS,
      "ngram_chars(ids, off, hash, pow, length, n, kind, out): one rule's characters per document into out\n"
      "(int64): the top n-gram's (kind 0; 0 under n words) or the duplicated n-grams' (kind 1)."},
