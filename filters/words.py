@@ -85,6 +85,7 @@ def load_rules(language: str) -> dict:
     rules["analysis"] = {key: analyse(*rules[key]) for key in ("prefix", "suffix", "infix", "url_match")
                          if rules[key] is not None}
     rules["ascii"] = ascii_tables(rules)
+    rules["ascii_checked"] = fingerprint(rules) not in COMPILED_FOR and _self_check(language, rules)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,9 +111,9 @@ def _from_json(rules: dict) -> dict:
 
 # The rules the compiled loop (filters/_native.c) reproduces for ASCII chunks: spaCy's
 # base prefixes and suffixes with its English infixes and URL pattern, as spaCy 3.8
-# builds them (`fingerprint`). tests/filters/test_words.py checks the compiled loop
-# against spaCy itself and that the installed spaCy's English rules are these; any other
-# rules (another language, another spaCy) use the Python loop.
+# builds them (`fingerprint`); tests/filters/test_words.py checks the compiled loop
+# against spaCy itself. Other rules (another language, another spaCy) use it only if it
+# passes `_self_check` when their rules file is built; else the Python loop.
 COMPILED_FOR = frozenset({
     "2a013ff093f1d182",  # spaCy 3.8.x, English
 })
@@ -137,6 +138,29 @@ def _native():
     except ImportError:
         return None
     return mod
+
+
+def _self_check(language: str, rules: dict, n: int = 20_000) -> bool:
+    """For rules the compiled loop was not tested against (another spaCy version or
+    language): whether it gives the Python loop's words on `n` random chunks of the ASCII
+    characters and pieces the rules look at and on every string of one or two of those
+    characters (run once, when the rules are read from spaCy, ~0.3 s; kept in the rules
+    file). False without the compiled module or the tables."""
+    import itertools
+    import random
+
+    if _native() is None or rules.get("ascii") is None:
+        return False
+    w = WordSplitter(language, rules=rules, compiled=True)
+    w.chunk_words("a,b")  # builds the compiled loop
+    if w.compiled is None:
+        return False
+    chars = [chr(i) for i in range(33, 127)]
+    pieces = chars + ["...", "'s", "n't", "km/h", "US$", "http://", "www.", ".com", "127.0.0.1", "e.g.", "a.m.", "--", ":)"]
+    rng = random.Random(0)
+    chunks = {"".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))) for _ in range(n)}
+    chunks.update("".join(t) for k in (1, 2) for t in itertools.product(chars, repeat=k))
+    return all(w.compiled.split(c) == w.split_chunk(c) for c in chunks)
 
 
 def ascii_tables(rules: dict) -> dict | None:
@@ -180,10 +204,10 @@ def ascii_tables(rules: dict) -> dict | None:
 
 
 class WordSplitter:
-    def __init__(self, language: str = "en"):
+    def __init__(self, language: str = "en", rules: dict | None = None, compiled: bool | None = None):
         import re
 
-        rules = load_rules(language)
+        rules = load_rules(language) if rules is None else rules
         never = re.compile("a^")
         info = rules.get("analysis", {})
 
@@ -213,7 +237,9 @@ class WordSplitter:
         self.compiled = None  # the C loop for ASCII chunks, where it applies (made at first use)
         self._ascii = rules.get("ascii") if not self.strip_tokens and token_match is None else None
         self._url = url
-        if self._ascii is None or fingerprint(rules) not in COMPILED_FOR or _native() is None:
+        if compiled is None:  # rules it was tested against, or that passed the check when they were read from spaCy
+            compiled = fingerprint(rules) in COMPILED_FOR or rules.get("ascii_checked") is True
+        if self._ascii is None or not compiled or _native() is None:
             self._split = self.split_chunk
         else:
             self._split = self._first_split
