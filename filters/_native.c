@@ -19,6 +19,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+
+#define NATIVE_VERSION 2  /* raise with every change of behaviour or interface */
 #include <string.h>
 
 typedef struct {
@@ -30,6 +32,7 @@ typedef struct {
     unsigned char url_host[128];  /* characters of a URL host or IP (letters, digits, _ . -) */
     unsigned char url_need[128];  /* characters every URL match consumes */
     int n_need;
+    Py_ssize_t max_special;      /* the longest special case */
     PyObject *after_digit;      /* tuple of bytes: suffixes after a digit (+, currency, units) */
     PyObject *special;          /* dict str -> tuple of str */
     PyObject *special_prefixes; /* frozenset of str */
@@ -41,15 +44,18 @@ typedef struct {
 #define IS_UPPER(c) ((c) >= 'A' && (c) <= 'Z')
 #define IS_ALPHA(c) (IS_LOWER(c) || IS_UPPER(c))
 
+/* Sets table[c] for the characters of `chars`; returns how many distinct, or -1. */
 static int fill(unsigned char *table, PyObject *chars) {
+    int n = 0;
     memset(table, 0, 128);
     if (!PyUnicode_Check(chars) || !PyUnicode_IS_ASCII(chars)) {
         PyErr_SetString(PyExc_TypeError, "character sets must be ASCII str");
         return -1;
     }
     const unsigned char *p = PyUnicode_1BYTE_DATA(chars);
-    for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(chars); i++) table[p[i]] = 1;
-    return 0;
+    for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(chars); i++)
+        if (!table[p[i]]) { table[p[i]] = 1; n++; }
+    return n;
 }
 
 static int Splitter_init(Splitter *self, PyObject *args, PyObject *kw) {
@@ -60,10 +66,25 @@ static int Splitter_init(Splitter *self, PyObject *args, PyObject *kw) {
                                      &url_host, &url_need, &PyTuple_Type, &after_digit, &PyDict_Type, &special,
                                      &PyFrozenSet_Type, &sp, &url))
         return -1;
-    if (fill(self->pre1, pre1) || fill(self->suf1, suf1) || fill(self->dot_after, dot_after) ||
-        fill(self->inf_q, inf_q) || fill(self->url_host, url_host) || fill(self->url_need, url_need))
+    if (fill(self->pre1, pre1) < 0 || fill(self->suf1, suf1) < 0 || fill(self->dot_after, dot_after) < 0 ||
+        fill(self->inf_q, inf_q) < 0 || fill(self->url_host, url_host) < 0 || (self->n_need = fill(self->url_need, url_need)) < 0)
         return -1;
-    self->n_need = (int)PyUnicode_GET_LENGTH(url_need);
+    /* every special case is a tuple of str; none longer than max_special can match */
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    self->max_special = 0;
+    while (PyDict_Next(special, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key) || !PyTuple_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "special must map str to tuples of str");
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(value); i++)
+            if (!PyUnicode_Check(PyTuple_GET_ITEM(value, i))) {
+                PyErr_SetString(PyExc_TypeError, "special must map str to tuples of str");
+                return -1;
+            }
+        if (PyUnicode_GET_LENGTH(key) > self->max_special) self->max_special = PyUnicode_GET_LENGTH(key);
+    }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(after_digit); i++)
         if (!PyBytes_Check(PyTuple_GET_ITEM(after_digit, i)) || PyBytes_GET_SIZE(PyTuple_GET_ITEM(after_digit, i)) == 0) {
             PyErr_SetString(PyExc_TypeError, "after_digit must hold non-empty bytes");
@@ -86,6 +107,7 @@ static void Splitter_dealloc(Splitter *self) {
 
 /* The special case for s[a:b], borrowed, or NULL (with an error set on failure). */
 static PyObject *special_get(Splitter *self, const unsigned char *s, Py_ssize_t a, Py_ssize_t b, int *err) {
+    if (b - a > self->max_special) return NULL;  /* (also keeps long runs of affixes linear) */
     PyObject *key = PyUnicode_FromStringAndSize((const char *)s + a, b - a);
     if (key == NULL) { *err = 1; return NULL; }
     PyObject *v = PyDict_GetItemWithError(self->special, key);
@@ -354,6 +376,10 @@ done:
 static PyObject *Splitter_split(Splitter *self, PyObject *chunk) {
     if (!PyUnicode_Check(chunk)) {
         PyErr_SetString(PyExc_TypeError, "split() takes a str");
+        return NULL;
+    }
+    if (self->special == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Splitter was not initialised");
         return NULL;
     }
     if (!PyUnicode_IS_ASCII(chunk)) Py_RETURN_NONE;
@@ -744,7 +770,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&SplitterType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Splitter", (PyObject *)&SplitterType) < 0) {
+    /* filters/words.py uses the module only when this equals its NATIVE_VERSION: a stale
+     * build (the C file changed, the install not rerun) is not used */
+    if (PyModule_AddIntConstant(m, "VERSION", NATIVE_VERSION) < 0 ||
+        PyModule_AddObjectRef(m, "Splitter", (PyObject *)&SplitterType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -130,7 +130,7 @@ class Vocab:
         """A per-word attribute as a numpy array over the current vocabulary (extended
         by the words added since the last call, computed for them at once)."""
         have = len(self._arrays.get("length", ()))
-        if have != len(self.words):
+        if have != len(self.words) or "length" not in self._arrays:  # (an empty vocabulary gets empty arrays)
             new = _attributes(self.words[have:])
             for k, arr in new.items():
                 old = self._arrays.get(k)

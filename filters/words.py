@@ -35,7 +35,8 @@ from pathlib import Path
 CACHE_MAX = 500_000
 
 
-RULES_FORMAT = 4
+RULES_FORMAT = 5
+NATIVE_VERSION = 2  # the filters/_native.c this code is written for (its VERSION)
 
 
 def _rules_file(language: str) -> Path | None:
@@ -85,7 +86,8 @@ def load_rules(language: str) -> dict:
     rules["analysis"] = {key: analyse(*rules[key]) for key in ("prefix", "suffix", "infix", "url_match")
                          if rules[key] is not None}
     rules["ascii"] = ascii_tables(rules)
-    rules["ascii_checked"] = fingerprint(rules) not in COMPILED_FOR and _self_check(language, rules)
+    if fingerprint(rules) not in COMPILED_FOR and _native() is not None:  # kept only when checked, with what
+        rules["ascii_checked"] = NATIVE_VERSION if _self_check(language, rules) else False
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +139,7 @@ def _native():
         from filters import _native as mod
     except ImportError:
         return None
-    return mod
+    return mod if getattr(mod, "VERSION", None) == NATIVE_VERSION else None  # a stale build: not used
 
 
 def _self_check(language: str, rules: dict, n: int = 20_000) -> bool:
@@ -238,7 +240,7 @@ class WordSplitter:
         self._ascii = rules.get("ascii") if not self.strip_tokens and token_match is None else None
         self._url = url
         if compiled is None:  # rules it was tested against, or that passed the check when they were read from spaCy
-            compiled = fingerprint(rules) in COMPILED_FOR or rules.get("ascii_checked") is True
+            compiled = fingerprint(rules) in COMPILED_FOR or rules.get("ascii_checked") == NATIVE_VERSION
         if self._ascii is None or not compiled or _native() is None:
             self._split = self.split_chunk
         else:

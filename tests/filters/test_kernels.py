@@ -154,3 +154,19 @@ def test_filters_decide_the_same_group_by_group(real_text, monkeypatch):
     kernels.vocab("en").memo.clear()
     for n in names:
         assert base.build(base.parse_params({"type": n})).apply(batch).reasons == whole[n], n
+
+
+def test_texts_without_words_in_a_fresh_vocabulary(monkeypatch):
+    """A new worker's first group may hold only whitespace: no words, an empty vocabulary
+    (the per-word arrays are empty, not missing)."""
+    import pyarrow as pa
+
+    from filters import base
+
+    monkeypatch.setattr(kernels, "_VOCABS", {})
+    batch = pa.RecordBatch.from_pydict({"id": ["a", "b"], "text": ["   ", " \t "]})
+    rep = base.build(base.parse_params({"type": "gopher_repetition"})).apply(batch)
+    assert rep.keep.tolist() == [True, True]  # nothing repeats
+    quality = base.build(base.parse_params({"type": "gopher_quality"})).apply(batch)
+    assert list(quality.reasons) == ["too_few_words", "too_few_words"]
+    assert kernels.top_ngram_chars(kernels.batch_words(["  "]), 2).tolist() == [0]
