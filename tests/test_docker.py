@@ -119,3 +119,26 @@ def test_the_image_install_step_resolves_and_bakes_the_model(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert (models / "lid.176.ftz").stat().st_size == 938013
+
+
+def test_a_non_editable_install_carries_the_compiled_module(tmp_path):
+    """What the image's `pip install "."` does with filters/_native.c: the wheel holds the
+    compiled module, and from outside the sources (the image's check runs in /) the
+    installed package imports it, at the version filters/words.py expects."""
+    import zipfile
+
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path / "wheel"), str(ROOT)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (whl,) = (tmp_path / "wheel").glob("curate-*.whl")
+    with zipfile.ZipFile(whl) as z:
+        names = z.namelist()
+        assert any(n.startswith("filters/_native.") and n.endswith(".so") for n in names), names
+        z.extractall(tmp_path / "site")
+    code = ("import filters, filters._native, filters.words as w; "
+            "print(filters.__file__); print(filters._native.VERSION == w.NATIVE_VERSION, w._native() is not None)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "site")}, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    where, ok = r.stdout.split("\n")[:2]
+    assert where.startswith(str(tmp_path / "site")) and ok == "True True"
