@@ -41,3 +41,16 @@ def test_curate_filters_lists_parameters():
     text = base.describe_registry()
     assert "length (v1): Document length bounds" in text
     assert "    min_chars: int | None, default None. drop documents with fewer characters" in text
+
+
+def test_builtin_modules_map_every_builtin_type_to_its_family_and_a_worker_imports_only_those():
+    import subprocess
+    import sys
+
+    assert {name: cls.__module__ for name, cls in base.registry().items()
+            if cls.__module__.startswith("filters.")} == base.BUILTIN_MODULES
+    code = ("import sys; from filters import base; base.build(base.parse_params({'type': 'gopher_repetition'})); "
+            "print(sorted(m for m in sys.modules if m.startswith('filters.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = eval(out)
+    assert "filters.gopher" in loaded and not {"filters.pii", "filters.rewrite", "filters.adapters", "filters.families"} & set(loaded)
