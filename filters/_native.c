@@ -20,7 +20,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define NATIVE_VERSION 2  /* raise with every change of behaviour or interface */
+#define NATIVE_VERSION 3  /* raise with every change of behaviour or interface */
 #include <string.h>
 
 typedef struct {
@@ -551,12 +551,12 @@ bad:
 }
 
 static PyObject *repetition(PyObject *mod, PyObject *args) {
-    PyObject *o[8], *rules;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO!:repetition", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+    PyObject *o[7], *rules;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO!:repetition", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
                           &PyTuple_Type, &rules))
         return NULL;
-    static const char *names[] = {"ids", "off", "hash", "pow", "length", "size", "todo", "out"};
-    static const Py_ssize_t sizes[] = {4, 8, 8, 8, 8, 8, 1, 4};
+    static const char *names[] = {"ids", "off", "hash", "pow", "length", "size", "out"};
+    static const Py_ssize_t sizes[] = {4, 8, 8, 8, 8, 8, 4};
     int n_rules = (int)PyTuple_GET_SIZE(rules), rn[64], kind[64];
     double frac[64];
     if (n_rules > 64) { PyErr_SetString(PyExc_ValueError, "at most 64 rules"); return NULL; }
@@ -565,19 +565,17 @@ static PyObject *repetition(PyObject *mod, PyObject *args) {
         if (rn[r] < 1 || (kind[r] != 0 && kind[r] != 1)) { PyErr_SetString(PyExc_ValueError, "rules: n >= 1, kind 0 or 1"); return NULL; }
     }
     Arrays a;
-    if (arrays_get(&a, o, 8, names, sizes, 1) < 0) return NULL;
+    if (arrays_get(&a, o, 7, names, sizes, 1) < 0) return NULL;
     Table t = {0};
     PyObject *result = NULL;
     if (table_reserve(&t, a.widest) == 0) {
         const int32_t *ids = a.b[0].buf;
         const int64_t *off = a.b[1].buf, *len = a.b[4].buf, *size = a.b[5].buf;
         const uint64_t *hash = a.b[2].buf, *pw = a.b[3].buf;
-        const uint8_t *todo = a.b[6].buf;
-        int32_t *out = a.b[7].buf;
+        int32_t *out = a.b[6].buf;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t d = 0; d < a.n_docs; d++) {
             out[d] = -1;
-            if (!todo[d]) continue;
             for (int r = 0; r < n_rules; r++) {
                 int64_t chars = doc_chars(&t, ids + off[d], off[d + 1] - off[d], rn[r], kind[r], hash, pw, len);
                 if (chars >= 0 && (double)chars / (double)size[d] > frac[r]) { out[d] = r; break; }
@@ -748,9 +746,9 @@ static PyTypeObject SplitterType = {
 
 static PyMethodDef module_methods[] = {
     {"repetition", repetition, METH_VARARGS,
-     "repetition(ids, off, hash, pow, length, size, todo, out, rules): Gopher's n-gram rules per document.\n"
+     "repetition(ids, off, hash, pow, length, size, out, rules): Gopher's n-gram rules per document.\n"
      "ids int32 word ids, off int64 document offsets (n_docs + 1), hash / pow / length per vocabulary word\n"
-     "(uint64, uint64, int64), size int64 characters per document, todo uint8 which documents to check,\n"
+     "(uint64, uint64, int64), size int64 characters per document,\n"
      "out int32 (written: the index of the first rule a document fails, or -1), rules a tuple of\n"
      "(n, max fraction, kind) with kind 0 for the top n-gram and 1 for duplicated n-grams."},
     {"text_ids", text_ids, METH_VARARGS,

@@ -134,14 +134,17 @@ def register_filter(name: str, version: str = "1"):
 
 def registry() -> dict[str, type[Filter]]:
     """Every registered filter type, importing the built-in families first."""
-    import filters.families  # noqa: F401  (registers the built-ins)
+    import importlib
 
+    for module in sorted(set(BUILTIN_MODULES.values())):
+        importlib.import_module(module)  # registers its types
     return dict(sorted(_REGISTRY.items()))
 
 
-# The module that registers each built-in type, so that a worker imports only the families
-# its chain uses (importing all of them is ~20 ms of every worker's first task, most of a
-# small shard's time). tests/filters/test_length.py checks it against filters/families.py.
+# The module that registers each built-in type (the one list of the built-in families), so
+# that a worker imports only the families its chain uses (importing all of them is ~20 ms of
+# every worker's first task, most of a small shard's time). tests/filters/test_length.py
+# checks it against the registrations in filters/*.py.
 BUILTIN_MODULES = {
     "c4_paragraph": "filters.c4", "c4_quality": "filters.c4", "datatrove": "filters.adapters",
     "extracted": "filters.web", "fineweb_quality": "filters.fineweb", "flagged_words": "filters.flagged",

@@ -170,8 +170,7 @@ class GopherRepetition(Filter):
                               + [(n, frac, 1) for n, frac in sorted(p.max_dup_ngram_char_frac.items())])
                 v, out = w.vocab, np.empty(len(sub), dtype=np.int32)
                 native.repetition(w.ids, w.off, v.array("hash"), v.array("pow"), v.array("length"),
-                                  np.fromiter(map(len, sub), dtype=np.int64, count=len(sub)),
-                                  np.ones(len(sub), dtype=np.uint8), out, rules)
+                                  np.fromiter(map(len, sub), dtype=np.int64, count=len(sub)), out, rules)
                 names = [f"top_{n}_gram" if k == 0 else f"duplicated_{n}_n_grams" for n, _, k in rules]
                 for j in np.flatnonzero(out >= 0):
                     reasons[todo[j]] = names[out[j]]

@@ -95,32 +95,25 @@ class Vocab:
             self.memo.clear()
             self.memo_ids = 0
         memo = self.memo
-        mod = native()
-        if mod is not None:  # the chunk loop in C, for the texts not remembered
-            missing = [t for t in dict.fromkeys(texts) if t not in memo]
-            if missing:
-                raw, counts = mod.text_ids(missing, self.chunks, self.index, self.words, self.splitter.chunk_words)
-                got = np.frombuffer(raw, dtype=np.int32)
-                ends = np.cumsum(counts).tolist()
-                for t, a, b in zip(missing, [0] + ends[:-1], ends):
-                    memo[t] = got[a:b]
-                self.memo_ids += len(got)
-            parts = [memo[t] for t in texts]
-            off = np.zeros(len(texts) + 1, dtype=np.int64)
-            np.cumsum([len(a) for a in parts], out=off[1:])
-            ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-            return ids, off
-        get, parts = self.chunks.get, []
-        for text in texts:
-            arr = memo.get(text)
-            if arr is None:
+        missing = [t for t in dict.fromkeys(texts) if t not in memo]
+        mod = native() if missing else None
+        if mod is not None:  # the chunk loop in C
+            raw, counts = mod.text_ids(missing, self.chunks, self.index, self.words, self.splitter.chunk_words)
+            got = np.frombuffer(raw, dtype=np.int32)
+            ends = np.cumsum(counts).tolist()
+            for t, a, b in zip(missing, [0] + ends[:-1], ends):
+                memo[t] = got[a:b]
+            self.memo_ids += len(got)
+        else:
+            get = self.chunks.get
+            for text in missing:
                 chunks = text.split()
                 got = list(map(get, chunks))
                 if None in got:
                     got = [g if g is not None else self._chunk(c) for g, c in zip(got, chunks)]
                 arr = memo[text] = np.fromiter(chain.from_iterable(got), dtype=np.int32)
                 self.memo_ids += len(arr)
-            parts.append(arr)
+        parts = [memo[t] for t in texts]
         off = np.zeros(len(texts) + 1, dtype=np.int64)
         np.cumsum([len(a) for a in parts], out=off[1:])
         ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)

@@ -36,7 +36,7 @@ CACHE_MAX = 500_000
 
 
 RULES_FORMAT = 5
-NATIVE_VERSION = 2  # the filters/_native.c this code is written for (its VERSION)
+NATIVE_VERSION = 3  # the filters/_native.c this code is written for (its VERSION)
 
 
 def _rules_file(language: str) -> Path | None:
