@@ -21,7 +21,6 @@ the merge flat; not needed below that.
 
 from __future__ import annotations
 
-import functools
 
 import base64
 import zlib
@@ -70,38 +69,49 @@ def _histogram(path) -> tuple[np.ndarray, np.ndarray]:
     return _unpack(h["counts"]), _unpack(h["weights"])
 
 
-@functools.lru_cache(maxsize=256)
-def _merged(paths: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """The footers' histograms summed over a set of key files, read once per process: a
-    finished step's files never change (its directory is named by its hash), and one task
-    asks about the same set several times (totals then a cutoff; a cell's pool, then its
-    partial epoch, then the next phase's cut). 64 KB a set; read-only."""
-    counts = np.zeros(1 << BITS, np.int64)
-    weights = np.zeros(1 << BITS, np.int64)
-    for c, s in fs.read_many(_histogram, list(paths)):
-        counts += c
-        weights += s
-    counts.setflags(write=False)
-    weights.setflags(write=False)
-    return counts, weights
+class KeySet:
+    """A set of key files as one task uses it: the footers' histograms are summed at the
+    first question and kept for the next ones (totals then a cutoff; a cell's pool, its
+    partial epoch, the next phase's cut), for the task's lifetime only. The functions
+    below take a KeySet or a list of paths (read afresh)."""
+
+    def __init__(self, paths):
+        self.paths = [str(p) for p in paths]
+        self._hist: tuple[np.ndarray, np.ndarray] | None = None
+
+    def histogram(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._hist is None:
+            counts = np.zeros(1 << BITS, np.int64)
+            weights = np.zeros(1 << BITS, np.int64)
+            for c, w in fs.read_many(_histogram, self.paths):
+                counts += c
+                weights += w
+            self._hist = counts, weights
+        return self._hist
 
 
-def totals(paths: list) -> tuple[int, int]:
+def _keyset(keys) -> KeySet:
+    return keys if isinstance(keys, KeySet) else KeySet(keys)
+
+
+def totals(keys) -> tuple[int, int]:
     """(keys, weight) over all files, from their footers."""
-    counts, weights = _merged(tuple(str(p) for p in paths))
+    counts, weights = _keyset(keys).histogram()
     return int(counts.sum()), int(weights.sum())
 
 
-def cutoff(paths: list, want: int) -> tuple[int, int, int]:
+def cutoff(keys, want: int) -> tuple[int, int, int]:
     """(c, keys <= c, weight of keys <= c) for the smallest key c whose running weight
     reaches `want`. With too little weight in all: the largest key."""
-    return cutoffs(paths, [want])[0]
+    return cutoffs(keys, [want])[0]
 
 
-def cutoffs(paths: list, wants: list[int]) -> list[tuple[int, int, int]]:
+def cutoffs(keys, wants: list[int]) -> list[tuple[int, int, int]]:
     """`cutoff` for several wants at once (quantile edges): the footers are read once,
     and each histogram bin that holds an answer is read once."""
-    counts, weights = _merged(tuple(str(p) for p in paths))
+    ks = _keyset(keys)
+    counts, weights = ks.histogram()
+    paths = ks.paths
     cum = np.cumsum(weights)
     short = cum.size == 0 or counts.sum() == 0
     where = []  # per want: (bin, weight still needed inside it, or None for "the largest key")

@@ -343,7 +343,7 @@ def threshold_shard(spec: dict, out) -> dict:
     """The threshold of a source: min_score as given, or the exact keep_fraction cutoff
     merged from the score tasks' key files (pipeline/select.py: no pass over the source);
     with `buckets`, the exact quantile edges too (same merge, one footer read)."""
-    paths = [f"{spec['keys']}/part-{j:05d}.parquet" for j in range(spec["shards"])]
+    paths = select.KeySet(f"{spec['keys']}/part-{j:05d}.parquet" for j in range(spec["shards"]))  # footers read once
     n, _ = select.totals(paths)
     buckets = spec.get("buckets")
     res = {"rows": n, "docs_in": n, "bucket_keys": bucket_keys(paths, n, buckets) if buckets else None,

@@ -303,6 +303,7 @@ def key_epoch(b: dict, avail: int) -> int | None:
 
 def select_shard(spec: dict, out) -> dict:
     """The selection of every phase (one, unnamed, without phases: its marker is the phase's)."""
+    _key_sets([spec] if "phases" not in spec else spec["phases"])
     if "phases" not in spec:  # a spec of one phase
         return _select_phase(spec)
     _disjoint_cuts(spec["phases"])
@@ -311,6 +312,14 @@ def select_shard(spec: dict, out) -> dict:
         return got[0]
     return {"phases": {ph["name"]: g for ph, g in zip(spec["phases"], got, strict=True)},
             "rows": sum(g["rows"] for g in got), "tokens": sum(g["tokens"] for g in got)}
+
+
+def _key_sets(phases: list[dict]) -> None:
+    """Each cell's key files as one select.KeySet for this task (shared by the phases that
+    name the same files), so that their footers are read once however often it asks."""
+    sets: dict[tuple, select.KeySet] = {}
+    for ph in phases:
+        ph["keys"] = {c: sets.setdefault(tuple(map(str, paths)), select.KeySet(paths)) for c, paths in ph.get("keys", {}).items()}
 
 
 def _disjoint_cuts(phases: list[dict]) -> None:

@@ -48,6 +48,7 @@ def select_shard(spec: dict, out) -> dict:
     key whose cumulative weight reaches the share)."""
     res = {}
     for source, paths in spec["keys"].items():
+        paths = select.KeySet(paths)  # footers read once for both questions
         n, total = select.totals(paths)  # documents, and their weight (documents again, or tokens)
         want = round(spec["fraction"] * n) if spec["fraction"] is not None else min(spec["tokens"], total)
         if want <= 0:

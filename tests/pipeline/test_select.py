@@ -40,3 +40,24 @@ def test_cutoff_equals_a_sort_of_every_key(tmp_path, layout):
     assert select.totals(files) == (len(keys), total)
     for want in sorted({1, 2, 999, total // 7, total // 2, total - 1, total, total + 5}):
         assert select.cutoff(files, want) == _reference(keys, weights, want), want
+
+
+def test_a_key_set_reads_each_footer_once_and_a_rewritten_file_is_read_afresh(tmp_path, monkeypatch):
+    """A task asks one set of key files several questions (totals, quantile edges, a
+    cutoff): as a KeySet its footers are read once. The set lives only as long as the
+    task's object: the same paths given again as a list are read afresh (no process-wide
+    cache that a rewritten file could contradict)."""
+    rng = np.random.default_rng(4)
+    files = [str(tmp_path / f"k{j}.parquet") for j in range(3)]
+    for f in files:
+        select.write_keys(f, rng.integers(0, 2**64, 500, dtype=np.uint64), np.ones(500, np.int64))
+    reads = []
+    orig = select._histogram
+    monkeypatch.setattr(select, "_histogram", lambda p: reads.append(p) or orig(p))
+    ks = select.KeySet(files)
+    assert select.totals(ks) == (1500, 1500)
+    edges = select.cutoffs(ks, [300, 750, 1200])
+    assert select.cutoff(ks, 750) == edges[1]
+    assert len(reads) == 3
+    select.write_keys(files[0], np.arange(10, dtype=np.uint64), np.ones(10, np.int64))  # rewritten
+    assert select.totals(files) == (1010, 1010) and len(reads) == 6
