@@ -124,7 +124,6 @@ def _intro(c: Context) -> str:
 def render(c: Context) -> str:
     rec, led, man, cfg = c.record, c.ledger, c.manifest, c.record["config"]
     name = c.pretty_name or rec["name"]
-    train = [f for f in c.files if f["split"] == "train"]
     val = [f for f in c.files if f["split"] == "validation"]
     mixed = {s: v for s, v in man["sources"].items() if v}
     L = ["---", yaml.safe_dump(front_matter(c), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
@@ -249,7 +248,7 @@ def render(c: Context) -> str:
     L += ["## Files", ""]
     L += _table(["file", "split", "rows", "tokens", "sha256"], [[f["path"], f["split"], f["rows"], f.get("tokens"), f["sha256"]]
                                                                  for f in c.files])
-    L += [f"The train files are the run's mixture files byte for byte (their sha256 is the manifest's); the validation files "
+    L += ["The train files are the run's mixture files byte for byte (their sha256 is the manifest's); the validation files "
           f"hold the run's `validation/` rows in the mixture's columns. `curate/files.json` maps each to the run file it came from.", ""]
 
     reused = [k for k, v in rec["steps"].items() if not v.get("computed")]
@@ -313,8 +312,8 @@ def _params(p: dict) -> str:
     from filters import base
 
     try:
-        defaults = base.parse_params({"type": p["type"]}).model_dump(mode="json")
-    except Exception:  # a type that needs parameters (regex, flagged_words ...): show them all
-        defaults = {}
-    keep = {k: v for k, v in p.items() if k != "type" and defaults.get(k, object()) != v}
+        keep = base.parse_params(p).model_dump(mode="json", exclude_defaults=True, by_alias=True)
+    except Exception:  # a type this Curate no longer knows: what the run recorded
+        keep = dict(p)
+    keep.pop("type", None)
     return p.get("type", "?") + (" {" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in keep.items()) + "}" if keep else "")

@@ -28,7 +28,6 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
@@ -43,14 +42,10 @@ def _place(src, dst: Path, copy: bool) -> bool:
     """A run's file into the folder, byte for byte: a hard link where the disk allows (True),
     else a copy (False)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if not copy and fs.is_local(src):
-        try:
-            os.link(fs.path(src), dst)
-            return True
-        except OSError:  # another device, or a filesystem without hard links
-            pass
-    fs.copy(src, dst)
-    return False
+    if copy:
+        fs.copy(src, dst)
+        return False
+    return fs.link_or_copy(src, dst)
 
 
 def _conform(src, dst: Path, schema: pa.Schema) -> int:
@@ -65,7 +60,7 @@ def _conform(src, dst: Path, schema: pa.Schema) -> int:
                 if f.name in t.column_names:
                     cols.append(t.column(f.name).cast(f.type))
                 elif f.name == "epoch":
-                    cols.append(pa.array([0] * t.num_rows, f.type))
+                    cols.append(pa.repeat(pa.scalar(0, f.type), t.num_rows))
                 else:
                     cols.append(pa.nulls(t.num_rows, f.type))
             w.write_table(pa.Table.from_arrays(cols, schema=schema))
@@ -81,8 +76,9 @@ def _languages(files: list[dict], folder: Path) -> tuple[dict[str, int], int]:
         if "languages" in f:
             per = f["languages"]
         else:
-            col = pq.read_table(folder / f["path"], columns=["lang"]).column("lang")
-            per = {v["values"] or "": v["counts"] for v in pc.value_counts(col).to_pylist()}
+            from pipeline.steps.mix import lang_counts
+
+            per = lang_counts(pq.read_table(folder / f["path"], columns=["lang"]).column("lang"))
         for k, v in per.items():
             counts[k] = counts.get(k, 0) + v
     unknown = counts.pop("", 0)
@@ -148,7 +144,7 @@ def publish(run_dir, out, license: str | None = None, pretty_name: str | None = 
     return out
 
 
-def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license, pretty_name, copy, tags) -> list[dict]:
+def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license, pretty_name, copy, tags) -> None:
     from pipeline.steps.mix import MIX_SCHEMA
 
     (tmp / "data").mkdir(parents=True)
@@ -158,13 +154,13 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
     for _, prefix, fl in groups:
         for i, f in enumerate(fl):
             rel = f"{prefix}train-{i:05d}-of-{len(fl):05d}.parquet"
-            linked = _place(run_dir / f["path"], tmp / rel, copy)
-            digest = f["sha256"] if linked else atomic.file_digest(tmp / rel)[1]  # a hard link is the file the mix task hashed
-            if digest != f["sha256"]:
-                raise UsageError(f"publish: the copy of {run_dir / f['path']} has sha256 {digest}, the manifest says "
-                                 f"{f['sha256']}: the run's file changed after the run; run it again")
+            _place(run_dir / f["path"], tmp / rel, copy)
+            size = (tmp / rel).stat().st_size  # a link or a byte-for-byte copy: the size tells a changed or torn file
+            if f.get("bytes") is not None and size != f["bytes"]:
+                raise UsageError(f"publish: {run_dir / f['path']} has {size:,} bytes, the manifest says {f['bytes']:,}: "
+                                 "the run's file changed after the run; run it again")
             files.append({"path": rel, "split": "train", "rows": f["rows"], "tokens": f.get("tokens"),
-                          "sha256": digest, "from": f["path"], "from_sha256": f["sha256"],
+                          "sha256": f["sha256"], "from": f["path"], "from_sha256": f["sha256"],
                           **({"languages": f["languages"]} if "languages" in f else {})})
     val = [(s, v, f) for s, v in (man.get("validation") or {}).items() for f in v["files"]]
     for i, (s, v, f) in enumerate(val):
@@ -189,4 +185,3 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
                        report=rep, samples=sorted(samples))
     (tmp / "README.md").write_text(card.render(ctx))
     atomic.write_json(tmp / MARK, {"run": record["name"], "config_hash": record["config_hash"], "files": files})
-    return files

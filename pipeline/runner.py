@@ -714,13 +714,7 @@ def _link_tree(pairs: list[tuple[Path, str]], dest: Path):
     for src, rel in pairs:
         target = tmp / rel
         fs.makedirs(target.parent)
-        if fs.is_local(src) and fs.is_local(target):
-            try:
-                os.link(src, target)
-                continue
-            except OSError:  # another filesystem
-                pass
-        fs.copy(src, target)
+        fs.link_or_copy(src, target)
     fs.replace_dir(tmp, dest)
 
 

@@ -217,6 +217,19 @@ def copy(src, dst) -> None:
             shutil.copyfileobj(i, o, 1 << 20)
 
 
+
+def link_or_copy(src, dst) -> bool:
+    """`dst` as the same bytes as `src`: a hard link where both are local and on one
+    filesystem (True), else a copy (False)."""
+    if is_local(src) and is_local(dst):
+        try:
+            os.link(path(src), path(dst))
+            return True
+        except OSError:  # another filesystem, or one without hard links
+            pass
+    copy(src, dst)
+    return False
+
 def replace_dir(tmp, dest) -> None:
     """Put a finished directory in place of `dest` (local: two renames; object stores have
     no directories, so: delete the old prefix, then move the new one)."""

@@ -301,6 +301,11 @@ def key_epoch(b: dict, avail: int) -> int | None:
     return whole if partial > 0 else None
 
 
+def lang_counts(col) -> dict[str, int]:
+    """Rows per value of a mixture's `lang` column ("" for rows without one)."""
+    return {v["values"] or "": v["counts"] for v in pc.value_counts(col).to_pylist()}
+
+
 def select_shard(spec: dict, out) -> dict:
     """The selection of every phase (one, unnamed, without phases: its marker is the phase's)."""
     _key_sets([spec] if "phases" not in spec else spec["phases"])
@@ -485,7 +490,7 @@ def write_shard(spec: dict, out) -> dict:
             per_source[r["source"]] = {"docs": r["n_tokens_count"], "tokens": int(r["n_tokens_sum"] or 0),
                                        "repeats": int(r["repeat_sum"] or 0)}
     size, sha = atomic.file_digest(final)
-    langs = {} if not t.num_rows else {v["values"] or "": v["counts"] for v in pc.value_counts(t.column("lang")).to_pylist()}
+    langs = lang_counts(t.column("lang")) if t.num_rows else {}
     return {"rows": t.num_rows, "bytes": size, "sha256": sha, "file": spec.get("file") or final.name, "per_source": per_source,
             "phase": spec.get("phase"), "languages": dict(sorted(langs.items())),
             "per_cell": per_cell, "tokens": int(pc.sum(t.column("n_tokens")).as_py() or 0) if t.num_rows else 0}

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -269,5 +270,26 @@ def test_phases_publish_one_config_each_with_the_held_out_validation(wiki_texts,
         assert [f["sha256"] for f in mine] == [f["sha256"] for f in ph["files"]]
     card = (out / "README.md").read_text()
     assert "Phase `anneal`" in card
-    total = man["total_docs"] if "pretrain" not in man["phases"] else man["phases"]["pretrain"]["total_docs"]
+    total = man["phases"]["pretrain"]["total_docs"]  # the YAML above names it
     assert f"**Languages**: from language ID on no source: none; {total:,} of {total:,} rows" in card
+
+
+def test_card_parameters_are_those_set_away_from_defaults():
+    """A filter's line in the card: its type and what the configuration changed, also for
+    types with a required parameter (regex: its pattern, not every default)."""
+    from pipeline import card
+
+    assert card._params({"type": "regex", "pattern": "x"}) == 'regex {pattern: "x"}'
+    assert card._params({"type": "gopher_quality", "min_words": 80, "max_words": 100000}) == "gopher_quality {min_words: 80}"
+    assert card._params({"type": "no_such_type", "a": 1}) == "no_such_type {a: 1}"
+
+
+def test_languages_of_a_run_whose_manifest_has_none_are_counted_from_the_files(tmp_path):
+    """A mix step cached by an older Curate has no `languages` in the manifest: the card's
+    counts then come from the files' `lang` column, the same as the mix tasks count."""
+    from pipeline import publish
+
+    pq.write_table(pa.table({"lang": ["en", "fr", None, "en"]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"lang": ["en"]}), tmp_path / "b.parquet")
+    files = [{"path": "a.parquet"}, {"path": "b.parquet", "languages": {"de": 2}}]
+    assert publish._languages(files, tmp_path) == ({"en": 2, "de": 2, "fr": 1}, 1)
