@@ -26,6 +26,9 @@ class Presidio:
                 return offline(pattern_text).fqdn != ""
 
         self.p = params
+        self.replacement = {"emails": params.email_replacement, "ipv4": params.ip_replacement,
+                            "ipv6": params.ip_replacement, "phones": params.phone_replacement}
+        self.kinds = [k for k in ("emails", "ipv6", "ipv4", "phones") if getattr(params, k)]  # counted as the built-in engine counts
         self.recognizers = [r for on, r in ((params.emails, OfflineEmail()), (params.ipv4 or params.ipv6, IpRecognizer()),
                                             (params.phones, PhoneRecognizer())) if on]
 
@@ -64,12 +67,10 @@ class Presidio:
         return out
 
     def redact(self, text: str) -> tuple[str, dict[str, int]]:
-        counts = {"chars_replaced": 0, "emails": 0, "ipv6": 0, "ipv4": 0, "phones": 0}
-        rep = {"emails": self.p.email_replacement, "ipv4": self.p.ip_replacement, "ipv6": self.p.ip_replacement,
-               "phones": self.p.phone_replacement}
+        counts = {"chars_replaced": 0, **dict.fromkeys(self.kinds, 0)}
         parts, pos = [], 0
         for start, end, kind in self.spans(text):
-            parts += [text[pos:start], rep[kind]]
+            parts += [text[pos:start], self.replacement[kind]]
             counts[kind] += 1
             counts["chars_replaced"] += end - start
             pos = end

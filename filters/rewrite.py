@@ -213,9 +213,11 @@ class LineRemover(Filter):
                 drop[i] = "numeric_lines"
             elif p.max_upper_ratio is not None and _upper_ratio(s, p.min_upper_letters) > p.max_upper_ratio:
                 drop[i] = "upper_lines"
-            elif p.remove_repeated_lines and s.lower() in seen:  # DCLM's within-page dedup: stripped, lower-cased
-                drop[i] = "repeated_lines"
-            seen.add(s.lower())
+            elif p.remove_repeated_lines:  # DCLM's within-page dedup: stripped, lower-cased
+                key = s.lower()
+                if key in seen:
+                    drop[i] = "repeated_lines"
+                seen.add(key)
         if p.min_edge_words is not None:
             words = [len(line.split()) for line in lines]
             long = [i for i, w in enumerate(words) if w >= p.min_edge_words and drop[i] is None]

@@ -189,14 +189,14 @@ CONTACT = ["Questions? Write to {user}@{d} or call {phone}.", "Contact the edito
            "Press enquiries: {phone} | {user}@{d}", "Report a problem: {user}@{d} (server {ip})"]
 PHONES = ["+1 (555) {a}-{b}", "555-{a}-{b}", "+44 20 7946 {b}", "(555) {a} {b}", "+49 30 {a}{b}"]
 TYPOGRAPHY = " “All rights reserved” — © café météo – naïve résumé."
-CP1252_UNDEFINED = {0x81, 0x8D, 0x8F, 0x90, 0x9D}
 
 
 def _mojibake(text: str) -> str:
-    """UTF-8 bytes read as Windows-1252 (bytes it leaves undefined as Latin-1), as a crawler
-    that trusted a wrong charset header would store them."""
-    data = (text + TYPOGRAPHY).encode("utf-8")
-    return "".join(chr(b) if b in CP1252_UNDEFINED else bytes([b]).decode("cp1252") for b in data)
+    """UTF-8 bytes read as Windows-1252 (bytes it leaves undefined as Latin-1: ftfy's
+    `sloppy-windows-1252`), as a crawler that trusted a wrong charset header would store them."""
+    import ftfy.bad_codecs  # noqa: F401  (registers the sloppy codecs)
+
+    return (text + TYPOGRAPHY).encode("utf-8").decode("sloppy-windows-1252")
 
 
 def _plant(rng: random.Random, text: str, domain: str) -> tuple[str, list[str]]:

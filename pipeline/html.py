@@ -98,21 +98,21 @@ function card(r) {
   if (r.survivor) {
     const marks = diffMarks(r.text || "", r.survivor.text || "");
     const pair = el("div", undefined, "pair");
-    const left = el("div"); left.appendChild(el("div", "removed: " + r.id, "meta")); left.appendChild(textBlock(r.text || "", marks && marks[0]));
-    const right = el("div"); right.appendChild(el("div", "survivor: " + r.survivor.source + " / " + r.survivor.id, "meta")); right.appendChild(textBlock(r.survivor.text || "", marks && marks[1]));
+    const left = el("div"); left.appendChild(el("div", "removed: " + r.id, "meta")); left.appendChild(textBlock(r.text || "", marks[0]));
+    const right = el("div"); right.appendChild(el("div", "survivor: " + r.survivor.source + " / " + r.survivor.id, "meta")); right.appendChild(textBlock(r.survivor.text || "", marks[1]));
     pair.appendChild(left); pair.appendChild(right); d.appendChild(pair);
   } else if (r.eval_item) {  // contaminated: the document beside the eval item, the words they share marked
     const marks = diffMarks(r.text || "", r.eval_item.text || "");
-    const shared = marks && marks.map(([t, m]) => [t, m.map(x => !x)]);
+    const shared = marks.map(([t, m]) => [t, m.map(x => !x)]);
     const pair = el("div", undefined, "pair");
-    const left = el("div"); left.appendChild(el("div", "removed: " + r.id, "meta")); left.appendChild(textBlock(r.text || "", shared && shared[0]));
-    const right = el("div"); right.appendChild(el("div", "eval item: " + r.eval_item.set + " / " + r.eval_item.id, "meta")); right.appendChild(textBlock(r.eval_item.text || "", shared && shared[1]));
+    const left = el("div"); left.appendChild(el("div", "removed: " + r.id, "meta")); left.appendChild(textBlock(r.text || "", shared[0]));
+    const right = el("div"); right.appendChild(el("div", "eval item: " + r.eval_item.set + " / " + r.eval_item.id, "meta")); right.appendChild(textBlock(r.eval_item.text || "", shared[1]));
     pair.appendChild(left); pair.appendChild(right); d.appendChild(pair);
   } else if (r.original !== undefined) {  // rewritten: the text as ingested beside the text now, the changes marked
     const marks = diffMarks(r.original, r.text || "");
     const pair = el("div", undefined, "pair");
-    const left = el("div"); left.appendChild(el("div", "as ingested", "meta")); left.appendChild(textBlock(r.original, marks && marks[0]));
-    const right = el("div"); right.appendChild(el("div", "now", "meta")); right.appendChild(textBlock(r.text || "", marks && marks[1]));
+    const left = el("div"); left.appendChild(el("div", "as ingested", "meta")); left.appendChild(textBlock(r.original, marks[0]));
+    const right = el("div"); right.appendChild(el("div", "now", "meta")); right.appendChild(textBlock(r.text || "", marks[1]));
     pair.appendChild(left); pair.appendChild(right); d.appendChild(pair);
   } else {
     d.appendChild(textBlock(r.text || (r.error ? "error: " + r.error : "")));

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from filters import base as filter_base
 from pipeline import tokens
@@ -93,10 +94,13 @@ def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None 
                 changed = _apply_rewrites(res, idx, rewritten, chars, toks, tokenizer)
                 for i in changed:
                     by.setdefault(i, []).append(name)
-                if changed:
-                    texts = batch.column("text").to_pylist()
-                    work = batch.set_column(batch.schema.get_field_index("text"), "text",
-                                            pa.array([rewritten.get(i, t) for i, t in enumerate(texts)], pa.string()))
+                if changed:  # only the rows this rewriter changed are replaced in the current texts
+                    rows = sorted(changed)
+                    j = work.schema.get_field_index("text")
+                    mask = np.zeros(n, dtype=bool)
+                    mask[rows] = True
+                    new = pa.array([rewritten[i] for i in rows], work.schema.field(j).type)
+                    work = work.set_column(j, "text", pc.replace_with_mask(work.column(j), pa.array(mask), new))
             if res.scores:  # back to batch rows; rows this filter did not see point at a trailing null
                 pos = np.full(n, len(idx))
                 pos[idx] = np.arange(len(idx))

@@ -141,6 +141,9 @@ def test_line_rules_against_dclms_published_definitions(demo_corpus):
     pages.append(("web", "\n".join(["12 likes", "1,204 comments", "3.4k views", "5M followers", "2B downloads", "7 quotes",
                             "-- 10 shares --", "12 Likes", "1 comment", "3 k views", "99 upvotes!", "4 reposts"])))
     lr = _build(type="line_remover", remove_repeated_lines=True)
+    repeats_only = _build(type="line_remover", max_upper_ratio=None, remove_numeric_lines=False, remove_counters=False,
+                          remove_citations=False, remove_url_lines=False, remove_repeated_lines=True)
+    from filters.rewrite import CITATION
     lines = dclm_counters = dclm_cites = 0
     upper = {"web": [0, 0], "code": [0, 0]}  # lines, same decision
     for kind, page in pages:
@@ -160,12 +163,10 @@ def test_line_rules_against_dclms_published_definitions(demo_corpus):
                     dclm_cites += 1
                     assert m.group(0) not in ours, (s, ours)
         kept = lr.rewrite(page)[0].split("\n")
-        only_repeats = _build(type="line_remover", max_upper_ratio=None, remove_numeric_lines=False, remove_counters=False,
-                              remove_citations=False, remove_url_lines=False, remove_repeated_lines=True).rewrite(page)
+        only_repeats = repeats_only.rewrite(page)
         want = [x for i, x in enumerate(page.split("\n")) if i not in set(_dclm_repeats(page))]
         assert only_repeats[0].split("\n") == want
-        from filters.rewrite import CITATION  # line_remover only drops lines and cuts citations: it writes nothing new
-
+        # line_remover only drops lines and cuts citations: it writes nothing new
         assert len(kept) <= len(page.split("\n")) and set(kept) - {""} <= {CITATION.sub("", x) for x in page.split("\n")}
     assert lines > 50_000 and dclm_counters >= 10 and dclm_cites > 100  # the hand-made ten DCLM counts ("1 comment", "3 k views" it does not)
     share = {k: b / a for k, (a, b) in upper.items()}
