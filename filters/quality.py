@@ -22,10 +22,8 @@ def preprocess(text: str, lowercase: bool) -> str:
     return t.lower() if lowercase else t
 
 
-@functools.lru_cache(maxsize=4)
-def load(path: str):
-    """One model per worker process and path (a URL is copied to a local file first:
-    fastText only opens local files)."""
+def open_model(path: str):
+    """A fastText model (a URL is copied to a local file first: fastText only opens local files)."""
     from fasttext.FastText import (
         _FastText,  # fasttext.load_model without its stderr warning
     )
@@ -34,6 +32,12 @@ def load(path: str):
 
     with fs.local_file(path) as local:
         return _FastText(model_path=str(local))
+
+
+@functools.lru_cache(maxsize=4)
+def load(path: str):
+    """One model per worker process and path."""
+    return open_model(path)
 
 
 def scores(model, texts: list[str], label: str, lowercase: bool) -> np.ndarray:

@@ -50,8 +50,9 @@ def _rules_file(language: str) -> Path | None:
         v = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", about.read_text()).group(1)
     except Exception:  # not found or not readable: no cache
         return None
-    root = Path(os.environ.get("CURATE_CACHE_DIR") or Path.home() / ".cache" / "curate")
-    return root / "spacy-rules" / f"{language}-spacy{v}-f{RULES_FORMAT}.json"
+    from filters.models import cache_dir
+
+    return cache_dir() / "spacy-rules" / f"{language}-spacy{v}-f{RULES_FORMAT}.json"
 
 
 def load_rules(language: str) -> dict:

@@ -12,6 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL_DIR = Path(os.environ.get("CURATE_WHEEL_DIR") or ROOT / ".cache" / "wheels")
+# what Curate derives once per machine (spaCy's rules, model labels) goes to a folder of
+# this session, not the user's ~/.cache/curate (commands started by the tests inherit it)
+os.environ.setdefault("CURATE_CACHE_DIR", __import__("tempfile").mkdtemp(prefix="curate-cache-"))
 
 
 @pytest.fixture(scope="session")
@@ -73,6 +76,7 @@ def demo_run_yaml(demo_corpus, tmp_path_factory) -> Path:
     id_field: id
 
 filters:""", 1)
+    assert "dir: ../out/_published/{name}" in text, "mixtures/demo.yaml's publish dir changed: update this fixture"
     text = text.replace("dir: ../out/_published/{name}", f"dir: {d}/published/{{name}}")  # the YAML's publish section, kept in here
     return write_yaml(d / "demo.yaml", text)
 

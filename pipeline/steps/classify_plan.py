@@ -154,20 +154,17 @@ def _model_labels(plan, cname: str, path: str, digest: str) -> list[str]:
     driver loads a model (which may be gigabytes) once per model, not at every plan, and
     does not keep it."""
     import json
-    import os
     import re
-    from pathlib import Path
 
+    from filters.models import cache_dir
+    from filters.quality import open_model
     from pipeline.errors import UsageError
 
-    cache = Path(os.environ.get("CURATE_CACHE_DIR") or Path.home() / ".cache" / "curate") / "model-labels" / f"{digest}.json"
+    cache = cache_dir() / "model-labels" / f"{digest}.json"
     try:
         labels = json.loads(cache.read_text())
     except (OSError, ValueError):
-        from fasttext.FastText import _FastText  # fasttext.load_model without its stderr warning
-
-        with fs.local_file(path) as local:
-            labels = [lab.removeprefix("__label__") for lab in _FastText(model_path=str(local)).get_labels()]
+        labels = [lab.removeprefix("__label__") for lab in open_model(path).get_labels()]  # not kept in memory
         try:
             atomic.write_json(cache, labels)
         except OSError:  # a cache that cannot be written is simply not kept

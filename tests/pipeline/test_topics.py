@@ -166,3 +166,24 @@ def test_a_pretrained_topic_model_gives_the_same_topics_and_its_labels_name_the_
     assert topics["pre"] == topics["t1"]
     c = atomic.read_json(pre / "manifest.json")["cells"]
     assert all(abs(c[k]["realized_weight"] - w) <= 0.005 for k, w in WEIGHTS.items())
+
+    # the plans read the model's labels once and keep them by its sha256 (tests/conftest.py
+    # points CURATE_CACHE_DIR at a folder of the session): a later plan does not open the model
+    from filters import quality
+    from filters.models import cache_dir
+    from pipeline.io.atomic import file_digest
+    from pipeline.steps import classify_plan
+
+    digest = file_digest(model)[1]
+    kept = cache_dir() / "model-labels" / f"{digest}.json"
+    assert sorted(atomic.read_json(kept)) == ["code", "web", "wiki"]
+
+    def no_model(path):
+        raise AssertionError("the model was opened although its labels are kept")
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(quality, "open_model", no_model)
+    try:
+        assert classify_plan._model_labels(None, "pool", str(model), digest) == atomic.read_json(kept)
+    finally:
+        mp.undo()
