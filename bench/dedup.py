@@ -3,7 +3,7 @@
     python -m bench.dedup [--docs 6000] [--workers 1]
 
 1. Signatures, one core, in-process: Curate's signature path (normalise, shingle,
-   MinHash, LSH band keys; pipeline/dedup/fuzzy.py:sig_shard's inner loop) against
+   MinHash, LSH band keys; pipeline/steps/dedup/fuzzy.py:sig_shard's inner loop) against
    datatrove's MinhashDedupSignature.run(), both with 5-grams, 14 bands x 8 rows. MB/s
    counts the UTF-8 bytes of the input text.
 2. The whole fuzzy dedup, from JSONL on disk to the decision of what to remove:
@@ -39,8 +39,8 @@ from bench.filters import corpus
 def curate_signatures(texts: list[str]) -> float:
     import numpy as np
 
-    from pipeline.dedup import text as T
-    from pipeline.dedup.fuzzy import CHUNK_BYTES, _chunks, _okey
+    from pipeline.steps.dedup import text as T
+    from pipeline.steps.dedup.fuzzy import CHUNK_BYTES, _chunks, _okey
 
     a, b = T.permutations(112, 0)
     ids = [str(i) for i in range(len(texts))]
@@ -188,7 +188,7 @@ def main(argv=None):
 def explain_differences(texts: list[str], only_dt: set, only_cu: set):
     """Why the removed sets differ: the best true Jaccard each datatrove-only removal has
     with any other document, and how many Curate-only removals are shorter than 5 words."""
-    from pipeline.dedup import text as T
+    from pipeline.steps.dedup import text as T
 
     sets = [set(T.shingle_set(t, 5).tolist()) for t in texts]
     best = []

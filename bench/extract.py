@@ -57,7 +57,7 @@ def build_crawl(pages: int) -> Path:
 
 def html_pages(files: list[Path]) -> list[tuple[str, str]]:
     """(url, decoded HTML) of every page ingest would extract."""
-    from pipeline import extract
+    from pipeline.steps.ingest import extract
     from pipeline.io import warc
 
     out = []
@@ -93,7 +93,7 @@ def bench_read(files: list[Path]) -> dict:
 
 
 def bench_inprocess(pages: list[tuple[str, str]], spec: dict) -> dict:
-    from pipeline import extract
+    from pipeline.steps.ingest import extract
 
     fn = extract.make_extractor(spec)
     fn(pages[0][1])
@@ -104,7 +104,7 @@ def bench_inprocess(pages: list[tuple[str, str]], spec: dict) -> dict:
 
 
 def bench_sandbox(pages: list[tuple[str, str]], spec: dict) -> dict:
-    from pipeline import extract
+    from pipeline.steps.ingest import extract
 
     sb = extract.Sandbox(spec)
     sb.extract(pages[0][1])  # started
@@ -128,7 +128,7 @@ def _cpu() -> float:
 def bench_ingest(files: list[Path], spec: dict, work: Path) -> dict:
     """Curate's ingest task on each file (read, decode, extract in the sandbox, write the
     document shard), in this process: wall time, and CPU of the task and its extractor."""
-    from pipeline.steps import ingest
+    from pipeline.steps.ingest import documents as ingest
 
     class Out:
         def __init__(self, d: Path):

@@ -25,12 +25,12 @@ from pathlib import Path
 from bench.e2e import ROOT, build_corpus, curate_yaml
 
 STEP_FNS = {  # entry function in a worker's stack -> what the step does
-    "pipeline/steps/ingest.py:run_shard": "ingest", "pipeline/steps/ids.py:map_shard": "ids",
-    "pipeline/steps/ids.py:reduce_shard": "ids", "pipeline/steps/ingest.py:scan_shard": "ingest",
-    "pipeline/steps/filter.py:run_shard": "filters", "pipeline/dedup/exact.py": "exact dedup",
-    "pipeline/dedup/fuzzy.py": "fuzzy dedup", "pipeline/dedup/components.py": "fuzzy dedup",
-    "pipeline/dedup/apply.py": "dedup apply", "pipeline/steps/classify.py": "quality",
-    "pipeline/steps/mix.py": "mixture", "pipeline/samples.py": "samples",
+    "pipeline/steps/ingest/documents.py:run_shard": "ingest", "pipeline/steps/ingest/ids.py:map_shard": "ids",
+    "pipeline/steps/ingest/ids.py:reduce_shard": "ids", "pipeline/steps/ingest/documents.py:scan_shard": "ingest",
+    "pipeline/steps/filter.py:run_shard": "filters", "pipeline/steps/dedup/exact.py": "exact dedup",
+    "pipeline/steps/dedup/fuzzy.py": "fuzzy dedup", "pipeline/steps/dedup/components.py": "fuzzy dedup",
+    "pipeline/shards/apply.py": "dedup apply", "pipeline/steps/classify/tasks.py": "quality",
+    "pipeline/steps/mix/tasks.py": "mixture", "pipeline/steps/samples/tasks.py": "samples",
 }
 LIBS = [("pyarrow", "pyarrow"), ("numpy", "numpy"), ("tokenizers", "tokenizers"), ("tiktoken", "tiktoken"),
         ("fasttext", "fastText"), ("spacy", "spaCy"), ("datatrove", "datatrove"), ("ray", "Ray"),

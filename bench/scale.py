@@ -130,7 +130,8 @@ def _child(yaml_path: str, workers: int, output: str) -> None:
     """Run curate in this process and print the driver's own figures as JSON."""
     import resource
 
-    from pipeline import config, runner
+    from pipeline import config
+    from pipeline.run import runner
 
     t0 = time.perf_counter()
     runner.run(config.load(Path(yaml_path)), workers=workers, output=output, log=lambda m: None, quiet=True)

@@ -20,7 +20,7 @@ and a mixture YAML picks it with `type: length`. `curate filters` lists the regi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -235,7 +235,6 @@ def describe_registry() -> str:
 
 def reference_markdown() -> str:
     """The README's filter table, generated from the registry."""
-    from pipeline.config import _type_name
 
     rows = ["| type | parameter | type | default | meaning |", "| --- | --- | --- | --- | --- |"]
     for name, cls in registry().items():
@@ -244,5 +243,25 @@ def reference_markdown() -> str:
             fname = f.alias or fname
             if fname != "type":
                 default = "required" if f.is_required() else repr(f.get_default(call_default_factory=True))
-                rows.append(f"| | `{fname}` | {_type_name(f.annotation)} | {default} | {f.description or ''} |")
+                rows.append(f"| | `{fname}` | {type_name(f.annotation)} | {default} | {f.description or ''} |")
     return "\n".join(rows)
+
+
+def type_name(ann: Any) -> str:
+    """A field's annotation in words, for the generated key and filter tables."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin in (typing.Union, types.UnionType):
+        named = " or ".join(type_name(a) for a in args if a is not type(None))
+        return named + (" or null" if type(None) in args else "")
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in args)
+    if origin is list:
+        return f"list of {type_name(args[0])}"
+    if origin is dict:
+        return f"map of {type_name(args[1])}"
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return "mapping"
+    return getattr(ann, "__name__", str(ann))

@@ -1,6 +1,6 @@
 """The `extract` stage of web sources: removes the records that extraction gave no text.
 
-Ingest (pipeline/steps/web.py) writes every WARC response, HTML file or HTML field as a
+Ingest (pipeline/steps/ingest/web.py) writes every WARC response, HTML file or HTML field as a
 document, so `in` counts it; a record that is not an HTML page, answered with an HTTP
 error, or whose page has no text gets empty text and `extraction: <reason>` in its
 metadata. The runner puts this filter first in such a source's filter step, under the stage

@@ -178,7 +178,7 @@ def _dispatch(args) -> int:
     if args.cmd == "runs":
         import json
 
-        from pipeline import runs
+        from pipeline.views import runs
 
         rows = runs.collect(args.output)
         print(json.dumps(rows, indent=1) if args.json else runs.render(rows))
@@ -186,19 +186,19 @@ def _dispatch(args) -> int:
     if args.cmd == "diff":
         import json
 
-        from pipeline import diff
+        from pipeline.views import diff
 
         data, text = diff.diff(args.run_a, args.run_b, out=args.out, samples=args.samples, seed=args.seed)
         print(json.dumps(data, indent=1, default=str) if args.json else text)
         return 0
     if args.cmd == "gc":
-        from pipeline import gc
+        from pipeline.views import gc
 
         _, lines = gc.collect(args.output, args.store, dry_run=args.dry_run)
         print("\n".join(lines))
         return 0
     if args.cmd == "publish":
-        from pipeline import publish
+        from pipeline.views import publish
 
         out = publish.publish(args.run_dir, args.out_dir, license=args.license, pretty_name=args.pretty_name, copy=args.copy)
         print(out / "README.md")
@@ -210,7 +210,7 @@ def _dispatch(args) -> int:
         print(out)
         return 0
     if args.cmd == "explain" and args.all:
-        from pipeline import explain
+        from pipeline.views import explain
 
         if not args.out:
             raise UsageError("curate explain --all needs --out FILE.parquet")
@@ -218,7 +218,7 @@ def _dispatch(args) -> int:
         print(f"{args.out}: {n:,} documents")
         return 0
     if args.cmd == "explain":
-        from pipeline import explain
+        from pipeline.views import explain
 
         if not args.id:
             raise UsageError("curate explain needs --id ID (or --all --out FILE.parquet)")
@@ -231,7 +231,7 @@ def _dispatch(args) -> int:
             print(explain.render(infos, args.id))
         return 0 if infos else 1
     if args.cmd == "report":
-        from pipeline import report
+        from pipeline.views import report
 
         print(report.write(_run_dir(args.run_dir)))
         return 0
@@ -239,25 +239,18 @@ def _dispatch(args) -> int:
         return _samples(args)
 
     lm = config.load(args.mixture)
-    from pipeline import runner
+    from pipeline.run import dryrun, runner
 
     if args.cmd == "validate":
-        from pipeline.io.discover import resolve_inputs
-        from pipeline import tokens
+        from pipeline.plan import sources
 
-        files = resolve_inputs(lm)
-        missing = config.check_filter_files(lm) + config.check_extractors(lm) + config.check_eval_files(lm)
-        if missing:
-            raise UsageError("\n".join(missing))
+        files, _ = sources.check(lm)  # the same check `curate run` makes before it plans
         runner.check_owner(lm, lm.output_dir(None), overwrite=False)
-        tokens.check(lm.mixture.tokenizer, lm.base_dir)
         n = sum(len(v) for v in files.values())
         print(f"{args.mixture}: ok ({len(files)} sources, {n} input files)")
-        for t in config.unimplemented(lm):
-            print(f"note: {t}")
         return 0
     if args.cmd == "plan" or (args.cmd == "run" and args.dry_run):
-        print(runner.describe_plan(lm, args.output))
+        print(dryrun.describe_plan(lm, args.output))
         try:
             runner.check_owner(lm, lm.output_dir(args.output), overwrite=False)
         except UsageError as e:
@@ -291,7 +284,9 @@ def _run_dir(path: str) -> Path:
 def _samples(args) -> int:
     import orjson
 
-    from pipeline import decisions, html, samples
+    from pipeline.shards import decisions
+    from pipeline.io import html
+    from pipeline.steps.samples import tasks as samples
 
     run = decisions.Run(_run_dir(args.run_dir))
     sources = args.source or run.all_sources

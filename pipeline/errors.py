@@ -17,16 +17,6 @@ class UsageError(CurateError):
     exit_code = 2
 
 
-class NotImplementedYet(UsageError):
-    """A config section parses but its step is a later capability."""
-
-    def __init__(self, where: str, capability: str):
-        super().__init__(
-            f"{where}: not implemented yet: {capability}. Remove this key to run now; "
-            "`curate validate` still checks it."
-        )
-
-
 class InputError(CurateError):
     exit_code = 1
 

@@ -196,7 +196,7 @@ def test_samples_command_slices_and_shows_survivors(demo_run, tmp_path):
 def test_report_figures_of_steps_cached_before_their_markers_carried_them_are_the_same(demo_run, monkeypatch):
     """Quality and filter steps cached by an older Curate have no histogram or language
     counts in their markers: the report counts them from the attribute files, to the same figures."""
-    from pipeline import report
+    from pipeline.views import report
 
     rep = atomic.read_json(demo_run / "report.json")
     orig = report.read_markers

@@ -49,3 +49,16 @@ def clean_tmp(directory) -> int:
         p.unlink(missing_ok=True)
         n += 1
     return n
+
+
+def link_tree(pairs: list, dest) -> None:
+    """Replace the folder `dest` with hard links (copies across filesystems and on object
+    stores) to the given (file, relative name) pairs, in one rename."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    fs.rmtree(tmp)
+    fs.makedirs(tmp)
+    for src, rel in pairs:
+        target = tmp / rel
+        fs.makedirs(target.parent)
+        fs.link_or_copy(src, target)
+    fs.replace_dir(tmp, dest)

@@ -14,7 +14,7 @@ highest overlap. A 64-bit hash match is taken as a match: with a million eval n-
 false match has a chance of ~5e-14 per unit n-gram, and a unit needs half its n-grams to
 match one item.
 
-Words are those of fuzzy dedup (pipeline/dedup/text.py `shingles`, without its digit
+Words are those of fuzzy dedup (pipeline/steps/dedup/text.py `shingles`, without its digit
 folding): the text lowercased, punctuation (datatrove's set) and whitespace turned into
 spaces, split on spaces; so case, punctuation and spacing do not hide a copy, and numbers
 still count. An n-gram is n consecutive words; hashing is vectorised over a batch of units.
@@ -22,15 +22,22 @@ still count. An n-gram is n consecutive words; hashing is vectorised over a batc
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import orjson
 import pyarrow as pa
 
-from pipeline import tokens
-from pipeline.dedup import apply, text
-from pipeline.io import fs, readers
+from pipeline.plan import tokens
+from pipeline.shards import apply
+from pipeline.steps.dedup import text
+from pipeline.engine.step import Step, shard_name
+from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
-from pipeline.steps import view
+from pipeline.shards import view
+
+if TYPE_CHECKING:  # a worker does not load the config models
+    from pipeline.plan.context import Context
 
 OPTIONS = ("case", "punctuation")  # lowercased; punctuation (datatrove's set) and whitespace separate words
 
@@ -267,3 +274,49 @@ def apply_shard(spec: dict, out) -> dict:
     st["contamination"] = dict(sorted(stats_sets.items()))
     st["items_hit"] = sorted(items_hit)
     return st
+
+
+def plan(ctx: Context) -> list[Step]:
+    """The eval index (one task), then one task per document shard after dedup; the
+    latter is a global layer. The eval files' sha256 enter the index step's hash, so
+    editing an eval file re-runs decontamination and what follows; eval sources (role:
+    eval) enter through their steps' hashes. The index task reads every eval source whole:
+    eval sets are small (benchmarks), unlike the corpora it checks."""
+    from pipeline.config import eval_files  # planning only: a worker does not load the config models
+
+    dc = ctx.mixture.decontaminate
+    if dc is None:
+        return []
+    base, layers = ctx.base(), ctx.layers
+    sets, sources = [], []
+    for e in dc.against:
+        if isinstance(e, str):  # a source with role: eval, read after its filters and dedup
+            sources.append(e)
+            continue
+        files = [f for p in e.paths for f in eval_files(ctx.lm, p)]
+        sets.append({"name": e.name, "files": files, "text_fields": e.text_fields, "id_field": e.id_field,
+                     "sha256": [atomic.file_digest(fs.path(f))[1] for f in files]})
+    hashed = [{k: v for k, v in s.items() if k != "files"} for s in sets]  # contents, not where the files are
+    prev = list(layers)
+
+    def index_shards(st, stats):
+        docs = [{"source": d["source"], "documents": d["documents"], "layers": d["layers"]}
+                for d in (ctx.doc_shards(stats, prev) if sources else []) if d["source"] in sources]
+        return [{"sets": sets, "sources": docs, "ngram": dc.ngram, "describe": "eval index"}]
+
+    index = Step("decontaminate-index", "decontaminate-index", {"ngram": dc.ngram, "sets": hashed, "sources": sources},
+                 (base + prev) if sources else [], index_shard, shards=index_shards)
+    train = [s for s, v in ctx.mixture.sources.items() if v.role == "train"]
+    params = {"ngram": dc.ngram, "unit": dc.unit, "min_overlap": dc.min_overlap, "min_unit_words": dc.min_unit_words,
+              "train": train}  # eval and reference sources are references, never checked
+
+    def shards(st, stats):
+        return [{"doc": d, "index": str(index.dir(ctx.store)), **params, "action": dc.action, "tokenizer": ctx.tokenizer,
+                 "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                for d in ctx.doc_shards(stats, prev)]
+
+    cfg = {**params, "action": dc.action, **({"tokenizer_id": ctx.tokenizer_id} if dc.action == "cut" else {})}
+    layer = Step("decontaminate", "decontaminate", cfg, base + prev + [index],
+                 apply_shard, shards=shards, meta={"stage": "decontaminate"})
+    ctx.layers.append(layer)
+    return [index, layer]

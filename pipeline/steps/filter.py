@@ -17,15 +17,53 @@ filter's parameters changes this step's hash, not ingest's.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from filters import base as filter_base
-from pipeline import tokens
-from pipeline.io import fs
+from pipeline.plan import tokens
+from pipeline.engine.step import Step, shard_name
+from pipeline.io import atomic, fs
+from pipeline.steps.ingest.extract import EXTRACT_FILTER, EXTRACT_STAGE
+
+if TYPE_CHECKING:  # a worker running the filter task does not load the config models
+    from pipeline.plan.context import Context
 
 BATCH_ROWS = 1024  # filters/words.py caches one batch of word lists
+
+
+def plan(ctx: Context) -> list[Step]:
+    """filter-<source> for every source with a filter chain; records each source's chain."""
+    steps = []
+    for sname, spec in ctx.mixture.sources.items():
+        chain = ctx.chains[sname] = filter_chain(spec, ctx.extracts[sname])
+        if not chain:
+            continue
+        ing = ctx.ingest[sname]
+        fl = [(f, ctx.mixture.filters[f].model_dump(mode="json") if f != EXTRACT_STAGE else EXTRACT_FILTER)
+              for f in chain]
+
+        def filter_shards(st, stats, ing=ing, fl=fl):
+            d = ing.dir(ctx.store)
+            return [{"documents": str(d / f"{shard_name(i)}.parquet"), "filters": fl, "tokenizer": ctx.tokenizer,
+                     "describe": f"{ing.name}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
+
+        files = {f"{n}.{k}": atomic.file_digest(fs.path(v))[1] for n, _ in fl if n != EXTRACT_STAGE
+                 for k, v in filter_base.path_fields(ctx.mixture.filters[n]).items()}
+        cfg = {"filters": fl, "files": files, "tokenizer": ctx.tokenizer_id}
+        flt = Step(f"filter-{sname}", "filter", cfg, [ing], run_shard, shards=filter_shards)
+        steps.append(flt)
+        ctx.filter[sname] = flt
+    return steps
+
+
+def filter_chain(spec, extracts: bool) -> list[str]:
+    """The stages of a source's filter step: `extract` first for web sources (it removes
+    the records extraction gave no text: filters/web.py), then the YAML's filters."""
+    return ([EXTRACT_STAGE] if extracts else []) + list(spec.filters)
 
 
 def run_shard(spec: dict, out) -> dict:

@@ -4,7 +4,7 @@ A share of every train source is held out after dedup and decontamination, so th
 training document is an exact or near copy of a validation document, and before the
 quality classifiers and the mixture, so that nothing trains on it. The choice is a seeded
 hash of each document's id, exact over the whole source without a task that reads it
-(pipeline/select.py): `validation-keys` writes each document shard's sorted keys (weight 1,
+(pipeline/shards/select.py): `validation-keys` writes each document shard's sorted keys (weight 1,
 or its tokens with `tokens:`), `validation-select` finds each source's cutoff, and
 `validation`, once per document shard, is an attribute layer (`keep` false, reason
 `held_out`) that also writes the held-out documents to `docs/<source>/part-XXXXX.parquet`.
@@ -13,14 +13,20 @@ Every document of an eval source is written there too (reason `eval_source`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 import xxhash
 
-from pipeline import select
-from pipeline.dedup import apply
+from pipeline.shards import select
+from pipeline.shards import apply
+from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
-from pipeline.steps import view
+from pipeline.shards import view
+
+if TYPE_CHECKING:  # a worker does not load the config models
+    from pipeline.plan.context import Context
 
 COLUMNS = ["id", "text", "source", "source_id", "metadata", "n_chars", "n_tokens"]
 
@@ -94,3 +100,67 @@ def apply_shard(spec: dict, out) -> dict:
         st["held"] = {"file": f"{d['source']}/part-{d['part']:05d}.parquet", "rows": t.num_rows, "bytes": n, "sha256": sha,
                       "tokens": int(pa.compute.sum(t.column("n_tokens")).as_py() or 0)}
     return st
+
+
+def plan(ctx: Context) -> list[Step]:
+    """Keys per document shard of the train sources, one select, then a layer per document
+    shard. Present when `mixture.validation` is set or a source has role: eval."""
+    m = ctx.mixture
+    v = m.mixture.validation
+    evals = [s for s, spec in m.sources.items() if spec.role == "eval"]
+    if v is None and not evals:
+        return []
+    base, layers = ctx.base(), ctx.layers
+    train = [s for s, spec in m.sources.items() if spec.role == "train"] if v is not None else []
+    prev = list(layers)
+    by = "tokens" if v is not None and v.tokens is not None else "docs"
+    cfg = {"seed": m.seed, "fraction": v.fraction if v else None, "tokens": v.tokens if v else None, "train": train, "eval": evals}
+
+    def train_docs(stats):
+        return [d for d in ctx.doc_shards(stats, prev) if d["source"] in train]
+
+    ks = Step("validation-keys", "validation-keys", cfg, base + prev, keys_shard,
+              shards=lambda st, stats: [{"doc": d, "seed": m.seed, "by": by, "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                                        for d in train_docs(stats)])
+
+    def select_shards(st, stats):
+        paths: dict[str, list[str]] = {s: [] for s in train}
+        for j, d in enumerate(train_docs(stats)):
+            paths[d["source"]].append(str(ks.dir(ctx.store) / f"{shard_name(j)}.parquet"))
+        return [{"keys": paths, "fraction": cfg["fraction"], "tokens": cfg["tokens"], "describe": "validation selection"}]
+
+    sel = Step("validation-select", "validation-select", cfg, [ks], select_shard, shards=select_shards)
+
+    def apply_shards(st, stats):
+        cut = stats[sel.name][0]["sources"]
+        return [{"doc": d, "seed": m.seed, "role": m.sources[d["source"]].role,
+                 "cutoff": (cut.get(d["source"]) or {}).get("cutoff"), "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                for d in ctx.doc_shards(stats, prev)]  # a layer has a file for every document shard
+
+    ap = Step("validation", "validation", cfg, base + prev + [sel], apply_shard,
+              shards=apply_shards, meta={"stage": "validation"})
+    ctx.layers.append(ap)
+    return [ks, sel, ap]
+
+
+def publish(ctx: Context, stats: dict) -> dict:
+    """validation/<source>/part-XXXXX.parquet: the held-out documents (links or copies of the
+    validation step's files), listed per source with rows, tokens and sha256 in the manifest."""
+    step = ctx.step("validation")
+    if step is None:
+        return {}
+    sel = stats["validation-select"][0]["sources"]
+    pairs, out = [], {}
+    for m in sorted(stats[step.name].values(), key=lambda m: (m["source"], m["part"])):
+        h = m.get("held")
+        e = out.setdefault(m["source"], {"role": ctx.mixture.sources[m["source"]].role, "docs": 0, "tokens": 0, "files": []})
+        if h:
+            pairs.append((step.dir(ctx.store) / "docs" / h["file"], h["file"]))
+            e["docs"] += h["rows"]
+            e["tokens"] += h["tokens"]
+            e["files"].append({"path": f"validation/{h['file']}", "rows": h["rows"], "tokens": h["tokens"],
+                               "bytes": h["bytes"], "sha256": h["sha256"]})
+    for s_, v in sel.items():
+        out.setdefault(s_, {"role": "train", "docs": 0, "tokens": 0, "files": []})["available"] = v["available"]
+    atomic.link_tree(pairs, ctx.run_dir / "validation")
+    return {"validation": {s_: e for s_, e in out.items() if e["role"] == "eval" or s_ in sel}}  # what validation/ holds

@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from pipeline import config, runner
+from pipeline import config
+from pipeline.run import runner
 from pipeline.errors import RunError
 from pipeline.io import atomic
 from tests.conftest import curate, write_yaml
@@ -222,9 +223,7 @@ def test_a_parquet_file_without_the_text_column_sets_every_row_aside(quarantine_
     assert q[0]["error"] == "no column 'text'; columns: id, body; set sources.parquet_no_text.text_field"
     e = led["sources"]["parquet_no_text"]
     assert (e["in"], e["kept"], e["quarantined"]) == (3, 0, 3)
-    from pipeline import (
-        decisions,  # what samples and `explain --all` show for them: file#row, as Parquet places are written
-    )
+    from pipeline.shards import decisions
 
     places = [r["source_id"] for r in decisions.quarantined(decisions.Run(run_dir), "parquet_no_text")]
     assert places == [f"{q[0]['file']}#{i}" for i in range(3)]
@@ -382,8 +381,8 @@ def test_random_streams_with_injected_bad_records_lose_nothing(tmp_path, compres
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from pipeline.executor import ShardOutput
-    from pipeline.steps import ingest
+    from pipeline.engine.step import ShardOutput
+    from pipeline.steps.ingest import documents as ingest
 
     kinds = st.sampled_from(["invalid_json", "missing_text", "text_not_string", "invalid_utf8", "not_an_object"])
     good = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60).map(lambda t: ("good", t))
@@ -468,8 +467,9 @@ def test_a_classifier_whose_source_is_filtered_empty_says_what_to_check(ray_loca
 
 _MEASURE = r"""
 import json, sys
-from pipeline.executor import ShardOutput, _peak_rss_mb, _reset_peak_rss
-from pipeline.steps import ingest
+from pipeline.engine.step import ShardOutput
+from pipeline.engine.task import peak_rss_mb as _peak_rss_mb, reset_peak_rss as _reset_peak_rss
+from pipeline.steps.ingest import documents as ingest
 reset = _reset_peak_rss()
 st = ingest.run_shard(json.loads(sys.argv[1]), ShardOutput(sys.argv[2], 0))
 print(json.dumps({"peak_mb": _peak_rss_mb(reset), "docs": st["docs_out"], "quarantined": st["quarantined"]}))

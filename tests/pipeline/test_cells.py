@@ -1,4 +1,4 @@
-"""Mixture cells (pipeline/cells.py): exact quality buckets per source and weights over
+"""Mixture cells (pipeline/mixing/cells.py): exact quality buckets per source and weights over
 ranges of them, through real runs (a fastText model trained in the run, real Parquet),
 the same whatever the workers and shards."""
 
@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import cells, config, select
+from pipeline.mixing import cells
+from pipeline import config
+from pipeline.shards import select
 from pipeline.errors import UsageError
 from pipeline.io import atomic
 from tests.conftest import curate, write_yaml
@@ -184,10 +186,11 @@ def test_every_bucket_is_in_exactly_one_cell(n, data):
 def test_cell_targets_are_met_within_one_document_and_no_document_passes_its_cap(n, data):
     """Random cells over a bucketed source (and a whole second source), random weights,
     sizes, targets and caps, through the mixture's own functions: the budget, the key files
-    and their merge (mix.select_shard), and each document's epochs (mix.cell_epochs)."""
+    and their merge (mix.select_shard), and each document's epochs (budget.cell_epochs)."""
     import tempfile
 
-    from pipeline.steps import mix
+    from pipeline.mixing import budget
+    from pipeline.steps.mix import tasks as mix
 
     docs = data.draw(st.lists(st.tuples(st.integers(1, n), st.integers(1, 300)), min_size=1, max_size=60))
     other = data.draw(st.lists(st.integers(1, 300), min_size=1, max_size=30))
@@ -209,11 +212,11 @@ def test_cell_targets_are_met_within_one_document_and_no_document_passes_its_cap
     docs_n = {c: int((where[v["source"]] == mine[v["source"]].index(v)).sum()) for c, v in cd.items()}
     max_ep = data.draw(st.sampled_from([None, 1.0, 2.0, 2.5]))
     target = data.draw(st.integers(1, 3 * sum(avail.values())))
-    b = mix.cell_budget(avail, cells.weights(m, cl), target, {c: max_ep for c in cd}, "renormalize")
+    b = budget.cell_budget(avail, cells.weights(m, cl), target, {c: max_ep for c in cd}, "renormalize")
     with tempfile.TemporaryDirectory() as tmp:
         keys = {}
         for c, v in cd.items():
-            e = mix.key_epoch(b[c], avail[c])
+            e = budget.key_epoch(b[c], avail[c])
             s, pos = v["source"], mine[v["source"]].index(v)
             inside = np.flatnonzero(where[s] == pos)
             keys[c] = []
@@ -221,14 +224,14 @@ def test_cell_targets_are_met_within_one_document_and_no_document_passes_its_cap
                 half = len(inside) // 2  # two "shards"
                 for j, part in enumerate((inside[:half], inside[half:])):
                     keys[c].append(f"{tmp}/{v['index']}-{j}.parquet")
-                    select.write_keys(keys[c][-1], mix.priority(0, s, [ids[s][i] for i in part], e), tokens[s][part])
+                    select.write_keys(keys[c][-1], budget.priority(0, s, [ids[s][i] for i in part], e), tokens[s][part])
         sel = mix.select_shard({"budget": b, "available": avail, "available_docs": docs_n, "keys": keys, "cells": cd,
                                 "shard_tokens": None, "shard_rows": 1000}, None)
     for s in ("web", "wiki"):
         for pos, c in enumerate(sel["sources"][s]["cells"]):
             inside = np.flatnonzero(where[s] == pos)
             copies = np.zeros(len(inside), np.int64)
-            for _, mask in mix.cell_epochs(c, 0, s, [ids[s][i] for i in inside]):
+            for _, mask in budget.cell_epochs(c, 0, s, [ids[s][i] for i in inside]):
                 copies += 1 if mask is None else mask.astype(np.int64)
             got = int((copies * tokens[s][inside]).sum())
             want = b[c["name"]]["target"]

@@ -12,9 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from filters import quality
-from pipeline import config, runner, select
+from pipeline import config
+from pipeline.run import graph, runner
+from pipeline.shards import select
 from pipeline.io import atomic
-from pipeline.steps import classify
+from pipeline.steps.classify import tasks as classify
 from tests.conftest import curate, write_yaml
 
 
@@ -158,7 +160,7 @@ def test_missing_model_is_a_clear_error(demo_corpus, tmp_path):
 def test_training_sample_from_bounded_candidates_equals_a_full_pass(tmp_path):
     """Each shard offers only the documents under the class's hash bound; the k smallest
     of the offers are the k smallest of the class (and a bound set too low falls back)."""
-    from pipeline.executor import ShardOutput
+    from pipeline.engine.step import ShardOutput
 
     rng = np.random.default_rng(4)
     shards = []
@@ -193,7 +195,7 @@ def test_moving_an_example_file_to_the_other_side_retrains(demo_corpus, tmp_path
         lm = config.load(write_yaml(tmp_path / f"{name}.yaml", y))
         spec = lm.mixture.classifiers["wiki_vs_web"]  # the template's own `negative: [web]` is gone: one side each
         assert [Path(x).name for x in spec.positive] == ["wiki", pos] and [Path(x).name for x in spec.negative] == ["web", neg]
-        plan = runner.Plan(lm, tmp_path / name)
+        plan = graph.build(lm, tmp_path / name)
         hashes[name] = next(s.hash for s in plan.steps if s.name == "classify-wiki_vs_web-train")
     assert hashes["v1"] != hashes["v2"]
 

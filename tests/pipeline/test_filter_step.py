@@ -5,7 +5,9 @@ from __future__ import annotations
 import orjson
 import pyarrow.parquet as pq
 
-from pipeline import config, runner, tokens
+from pipeline import config
+from pipeline.run import runner
+from pipeline.plan import tokens
 from pipeline.io import atomic
 from tests.conftest import curate, write_yaml
 

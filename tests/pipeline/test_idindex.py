@@ -1,4 +1,4 @@
-"""The id index (pipeline/steps/idindex.py): every id found at its shard and row, reading
+"""The id index (pipeline/steps/ingest/idindex.py): every id found at its shard and row, reading
 only the row groups that can hold it; and on the demo run, what `explain` opens."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipeline.io import atomic
-from pipeline.steps import idindex
+from pipeline.steps.ingest import idindex
 
 
 def test_every_id_is_found_at_its_shard_and_row_in_one_range_file(tmp_path, monkeypatch):
@@ -57,7 +57,7 @@ def test_the_demo_runs_index_holds_every_document_and_explain_uses_it(demo_run):
         for r in np.linspace(0, len(ids) - 1, 20).astype(int).tolist():
             assert (int(files[-1].stem.split("-")[1]), r) in idindex.lookup(demo_run / st["dir"], st["shards"], ids[r])
     # explain finds a document through the index, one lookup per source, no scan of the id columns
-    from pipeline import explain
+    from pipeline.views import explain
 
     calls = []
     orig = idindex.lookup

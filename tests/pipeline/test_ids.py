@@ -7,9 +7,10 @@ import random
 
 import orjson
 
-from pipeline.dedup import shuffle
-from pipeline.executor import ShardOutput, run_shard
-from pipeline.steps import ids
+from pipeline.shards import shuffle
+from pipeline.engine.step import ShardOutput
+from pipeline.engine.task import run_shard
+from pipeline.steps.ingest import ids
 
 
 def test_reused_ids_are_the_same_with_one_three_or_seven_partitions(tmp_path):
@@ -34,7 +35,7 @@ def test_reused_ids_are_the_same_with_one_three_or_seven_partitions(tmp_path):
     for n in (1, 3, 7):
         maps = str(tmp_path / f"map{n}")
         for j, spec in enumerate(specs):  # as the executor runs them: data, then the marker with its place
-            run_shard("pipeline.steps.ids:map_shard", {**spec, "partitions": n}, maps, j)
+            run_shard("pipeline.steps.ingest.ids:map_shard", {**spec, "partitions": n}, maps, j)
         found = 0
         for p in range(n):
             r = ids.reduce_shard({"partition": p, "maps_dir": maps, "maps": 3, "source": "s",

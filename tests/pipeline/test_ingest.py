@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import xxhash
 
-from pipeline import config, runner
+from pipeline import config
+from pipeline.run import runner
 from pipeline.errors import RunError
 from pipeline.io import atomic
 from tests.conftest import curate, write_yaml

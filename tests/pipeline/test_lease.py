@@ -1,4 +1,4 @@
-"""Leases (pipeline/lease.py): one holder at a time, expiry, takeover by exactly one run."""
+"""Leases (pipeline/engine/lease.py): one holder at a time, expiry, takeover by exactly one run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import orjson
 
-from pipeline.lease import Leases, holder
+from pipeline.engine.lease import Leases, holder
 
 
 def _plant(d, gen: int, **rec) -> None:

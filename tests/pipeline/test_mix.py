@@ -13,20 +13,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import select
+from pipeline.shards import select
 from pipeline.errors import RunError
 from pipeline.io import atomic
-from pipeline.steps import mix
+from pipeline.mixing import budget
 from tests.conftest import curate, write_yaml
 
 
 def _choose(ids, tokens, target, seed, source):
     """The reference: whole epochs, then the partial one in priority order until met."""
     avail = sum(tokens)
-    whole, partial = mix.split_epochs(target, avail)
+    whole, partial = budget.split_epochs(target, avail)
     rows = [(i, e) for e in range(whole) for i in ids]
     if partial:
-        p = mix.priority(seed, source, ids, whole)
+        p = budget.priority(seed, source, ids, whole)
         got = 0
         for k in np.argsort(p, kind="stable"):
             if got >= partial:
@@ -49,7 +49,7 @@ def test_budget_and_selection_properties(srcs, data):
     avail = {s: sum(t) for s, t in srcs.items()}
     target = data.draw(st.integers(1, 3 * sum(avail.values())))
     max_ep = data.draw(st.sampled_from([None, 1.0, 2.0, 2.5]))
-    b = mix.budget(avail, weights, target, {s: max_ep for s in names}, "renormalize")
+    b = budget.budget(avail, weights, target, {s: max_ep for s in names}, "renormalize")
     for s in names:
         tokens = srcs[s]
         ids = [f"{s}{i}" for i in range(len(tokens))]
@@ -64,9 +64,9 @@ def test_budget_and_selection_properties(srcs, data):
         # every output document is a kept one, at most once per epoch
         assert set(i for i, _ in rows) <= set(ids) and len(set(rows)) == len(rows)
         # the distributed cutoff picks the same partial epoch, however the shards are cut
-        whole, partial = mix.split_epochs(b[s]["target"], avail[s])
+        whole, partial = budget.split_epochs(b[s]["target"], avail[s])
         if partial:
-            p = mix.priority(7, s, ids, whole)
+            p = budget.priority(7, s, ids, whole)
             t = np.array(tokens, np.int64)
             cut = data.draw(st.integers(0, len(ids)))
             with tempfile.TemporaryDirectory() as tmp:  # the select's merge over two priority files
@@ -82,9 +82,9 @@ def test_budget_and_selection_properties(srcs, data):
 def test_shortfall_error_names_the_source_and_renormalize_caps_it():
     avail = {"big": 1000, "small": 100}
     with pytest.raises(RunError) as e:
-        mix.budget(avail, {"big": 0.5, "small": 0.5}, 600, {"big": None, "small": 2.0}, "error")
+        budget.budget(avail, {"big": 0.5, "small": 0.5}, 600, {"big": None, "small": 2.0}, "error")
     assert "small" in str(e.value) and "<- short" in str(e.value) and "3.00" in str(e.value)
-    b = mix.budget(avail, {"big": 0.5, "small": 0.5}, 600, {"big": None, "small": 2.0}, "renormalize")
+    b = budget.budget(avail, {"big": 0.5, "small": 0.5}, 600, {"big": None, "small": 2.0}, "renormalize")
     assert b["small"]["target"] == 200 and b["small"]["capped"] and b["big"]["target"] == 400
 
 
@@ -121,7 +121,8 @@ def _table(run):
 def test_upsampling_epochs_determinism_and_seed(ray_local, corpus, tmp_path):
     """In-process runs on the session's Ray (worker-count invariance of the bytes is shown on
     the demo, which upsamples web, by tests/pipeline/test_cluster.py)."""
-    from pipeline import config, runner
+    from pipeline import config
+    from pipeline.run import runner
 
     # small has ~1/15 of big's tokens: a 0.3 share of a 166k-token mixture needs ~2.5 epochs of it
     spec = "target_tokens: 166000\n          weights: {big: 0.7, small: 0.3}\n          max_epochs: 3\n          shard_tokens: 40000"
@@ -151,7 +152,8 @@ def test_upsampling_epochs_determinism_and_seed(ray_local, corpus, tmp_path):
 
 
 def test_shortfall_stops_before_writing_or_renormalizes(ray_local, corpus, tmp_path):
-    from pipeline import config, runner
+    from pipeline import config
+    from pipeline.run import runner
 
     spec = "target_tokens: 166000\n          weights: {big: 0.7, small: 0.3}\n          max_epochs: 2"
     y = _yaml(tmp_path / "e.yaml", corpus, spec + "\n          on_shortfall: error")
@@ -175,7 +177,8 @@ def test_shortfall_stops_before_writing_or_renormalizes(ray_local, corpus, tmp_p
 def test_sample_rates_take_a_multiple_of_each_cells_tokens(ray_local, corpus, tmp_path):
     """Dolma's sample rates: 2.5 repeats every document 2.5 times, 0.4 takes the first 40% in
     priority order; the mixture's size is their sum."""
-    from pipeline import config, runner
+    from pipeline import config
+    from pipeline.run import runner
 
     y = _yaml(tmp_path / "r.yaml", corpus, "sample_rates: {big: 0.4, small: 2.5}\n          shard_tokens: 40000")
     runner.run(config.load(y), output=str(tmp_path / "r"), log=lambda m: None, quiet=True)
@@ -214,7 +217,8 @@ def test_simulated_epoching_repeats_each_cell_as_the_full_mixture_would(ray_loca
     """A 60k-token mixture simulating a 600k one: small needs ~9 epochs at 600k (a 0.3 share
     of 600k over its ~20k tokens), so the small mixture draws each source from a pool of
     1/10 of its documents, repeated as often; the full mixture is run too and compared."""
-    from pipeline import config, runner
+    from pipeline import config
+    from pipeline.run import runner
 
     common = "weights: {big: 0.7, small: 0.3}\n          max_epochs: 12\n          shard_tokens: 40000"
     yf = _yaml(tmp_path / "full.yaml", corpus, "target_tokens: 600000\n          " + common)
@@ -262,7 +266,8 @@ def _table_of(files):
 
 @pytest.mark.parametrize("disjoint", [False, True])
 def test_phases_meet_their_targets_and_disjoint_phases_share_no_document(ray_local, corpus, tmp_path, disjoint):
-    from pipeline import config, runner
+    from pipeline import config
+    from pipeline.run import runner
 
     spec = PHASES + ("\n          disjoint: true" if disjoint else "")
     y = _yaml(tmp_path / "p.yaml", corpus, spec)
@@ -314,27 +319,28 @@ def test_disjoint_phases_that_would_repeat_a_document_stop_before_writing(corpus
 def test_budget_edge_cases_found_in_review():
     # an empty weighted cell with no target_tokens is a shortfall, not an empty mixture
     with pytest.raises(RunError) as e:
-        mix.budget({"a": 0, "b": 1000}, {"a": 0.2, "b": 0.8}, None, {"a": None, "b": None}, "error")
+        budget.budget({"a": 0, "b": 1000}, {"a": 0.2, "b": 0.8}, None, {"a": None, "b": None}, "error")
     short = [ln.split()[0] for ln in str(e.value).splitlines() if ln.endswith("<- short")]
     assert "a " in str(e.value) and "<- short" in str(e.value) and short == ["a"]  # a is the short row, b is not
-    b = mix.budget({"a": 0, "b": 1000}, {"a": 0.2, "b": 0.8}, None, {"a": None, "b": None}, "renormalize")
+    b = budget.budget({"a": 0, "b": 1000}, {"a": 0.2, "b": 0.8}, None, {"a": None, "b": None}, "renormalize")
     assert b["a"]["target"] == 0 and b["b"]["target"] == 1000  # b alone, once
     # a sample rate equal to max_epochs is not short, whatever the rounding of the total
-    r = mix.cell_budget({"web": 1000, "books": 1001}, None, None, {"web": 2.0, "books": 2.0}, "error",
+    r = budget.cell_budget({"web": 1000, "books": 1001}, None, None, {"web": 2.0, "books": 2.0}, "error",
                         sample_rates={"web": 2.0, "books": 0.3505})
     assert r["web"]["target"] == 2000 and r["books"]["target"] == round(0.3505 * 1001) and not r["web"]["capped"]
     with pytest.raises(RunError, match="sample rates above max_epochs"):
-        mix.cell_budget({"web": 1000}, None, None, {"web": 2.0}, "error", sample_rates={"web": 2.5})
-    assert mix.cell_budget({"web": 1000}, None, None, {"web": 2.0}, "renormalize", sample_rates={"web": 2.5})["web"]["target"] == 2000
+        budget.cell_budget({"web": 1000}, None, None, {"web": 2.0}, "error", sample_rates={"web": 2.5})
+    assert budget.cell_budget({"web": 1000}, None, None, {"web": 2.0}, "renormalize", sample_rates={"web": 2.5})["web"]["target"] == 2000
     # simulated epoching: a cell whose scaled target rounds to 0 gets no pool (and no cutoff to make)
-    s = mix.cell_budget({"web": 10**7, "books": 100}, {"web": 0.9, "books": 0.1}, 10**5, {"web": 4, "books": 4}, "renormalize",
+    s = budget.cell_budget({"web": 10**7, "books": 100}, {"web": 0.9, "books": 0.1}, 10**5, {"web": 4, "books": 4}, "renormalize",
                         simulate=10**8)
-    assert s["books"]["target"] == 0 and s["books"]["pool_tokens"] == 0 and mix.key_epoch(s["books"], 100) is None
+    assert s["books"]["target"] == 0 and s["books"]["pool_tokens"] == 0 and budget.key_epoch(s["books"], 100) is None
 
 
 def test_disjoint_phases_where_a_phase_leaves_a_cell_out(ray_local, corpus, tmp_path):
     """The first phase gives small no weight: the second still gets its range of small's order."""
-    from pipeline import config, runner
+    from pipeline import config
+    from pipeline.run import runner
 
     spec = PHASES.replace("weights: {big: 0.8, small: 0.2}", "weights: {big: 1.0, small: 0.0}") + "\n          disjoint: true"
     runner.run(config.load(_yaml(tmp_path / "z.yaml", corpus, spec)), output=str(tmp_path / "z"), log=lambda m: None, quiet=True)

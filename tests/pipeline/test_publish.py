@@ -130,7 +130,7 @@ def test_a_published_run_loads_with_datasets_and_its_card_is_the_runs_figures(de
     removals = {(r["source"], r["stage"], r["reason"]): r["documents"] for r in t["Filters and removals"][0]}
     assert removals == {(s, st, rs): n for s, e in led["sources"].items() for st, v in e["removed"].items() for rs, n in v.items()}
     changed = {(r["source"], r["stage"], r["change"]): r["count"] for r in t["Filters and removals"][1]}
-    from pipeline import report
+    from pipeline.views import report
 
     want = {(s, st, k): n for s, e in led["sources"].items() for st, v in report._rewritten(e["stages"]).items() for k, n in v.items()}
     assert changed == want and ("web", "dedup:paragraph", "paragraphs_cut") in want and ("web", "filter:redact_pii", "emails") in want
@@ -277,7 +277,7 @@ def test_phases_publish_one_config_each_with_the_held_out_validation(wiki_texts,
 def test_card_parameters_are_those_set_away_from_defaults():
     """A filter's line in the card: its type and what the configuration changed, also for
     types with a required parameter (regex: its pattern, not every default)."""
-    from pipeline import card
+    from pipeline.views import card
 
     assert card._params({"type": "regex", "pattern": "x"}) == 'regex {pattern: "x"}'
     assert card._params({"type": "gopher_quality", "min_words": 80, "max_words": 100000}) == "gopher_quality {min_words: 80}"
@@ -287,7 +287,7 @@ def test_card_parameters_are_those_set_away_from_defaults():
 def test_languages_of_a_run_whose_manifest_has_none_are_counted_from_the_files(tmp_path):
     """A mix step cached by an older Curate has no `languages` in the manifest: the card's
     counts then come from the files' `lang` column, the same as the mix tasks count."""
-    from pipeline import publish
+    from pipeline.views import publish
 
     pq.write_table(pa.table({"lang": ["en", "fr", None, "en"]}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"lang": ["en"]}), tmp_path / "b.parquet")

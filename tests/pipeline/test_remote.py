@@ -147,7 +147,7 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, loca
 
 
 def _s3_race(url):
-    from pipeline.lease import Leases
+    from pipeline.engine.lease import Leases
 
     return Leases(name=f"racer-{os.getpid()}").acquire(url) is None
 
@@ -157,7 +157,7 @@ def test_leases_on_s3_are_conditional_writes_so_one_run_takes_over(s3_server):
 
     import orjson
 
-    from pipeline.lease import Leases, holder
+    from pipeline.engine.lease import Leases, holder
 
     env, s3, _ = s3_server
     url = "s3://curate-test/_store/_leases/step-abc"

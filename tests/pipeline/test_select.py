@@ -1,4 +1,4 @@
-"""The exact select merged from per-shard key files (pipeline/select.py) against a sort of
+"""The exact select merged from per-shard key files (pipeline/shards/select.py) against a sort of
 every key: any shard layout, empty shards, zero weights, ties, every target."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline import select
+from pipeline.shards import select
 
 
 def _reference(keys: np.ndarray, weights: np.ndarray, want: int) -> tuple[int, int, int]:

@@ -185,7 +185,7 @@ def test_a_run_killed_halfway_leaves_its_steps_to_the_other_after_the_lease_expi
 def test_gc_frees_exactly_the_steps_no_other_run_uses_and_never_a_leased_one(together):
     import shutil
 
-    from pipeline.lease import Leases
+    from pipeline.engine.lease import Leases
 
     out, y1, _ = together
     a, b = (atomic.read_json(out / n / "run.json") for n in ("c1", "c2"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.resources
 
-from pipeline import tokens
+from pipeline.plan import tokens
 
 
 def test_gpt2_known_counts():

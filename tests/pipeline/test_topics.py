@@ -108,7 +108,7 @@ def test_topic_and_bucket_cells_meet_their_weights_whatever_the_workers(runs):
         assert len(mine) == c[k]["documents"], k
         assert c[k]["topic"] == topic  # the manifest names each cell's topic
     # the report shows the cells; so it does for a mixture of topic cells alone (no bucket in any cell)
-    from pipeline import report
+    from pipeline.views import report
 
     rep = atomic.read_json(a / "report.json")["cells"]["cells"]
     assert {k: v["topic"] for k, v in rep.items()} == {k: k.split("/")[1] for k in WEIGHTS}
@@ -172,7 +172,7 @@ def test_a_pretrained_topic_model_gives_the_same_topics_and_its_labels_name_the_
     from filters import quality
     from filters.models import cache_dir
     from pipeline.io.atomic import file_digest
-    from pipeline.steps import classify_plan
+    from pipeline.steps.classify import plan as classify_plan
 
     digest = file_digest(model)[1]
     kept = cache_dir() / "model-labels" / f"{digest}.json"

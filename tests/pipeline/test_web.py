@@ -18,7 +18,9 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import config, demo_warc, extract, runner
+from pipeline import config, demo_warc
+from pipeline.steps.ingest import extract
+from pipeline.run import runner
 from pipeline.errors import RunError
 from pipeline.io import atomic, warc
 from pipeline.io.readers import StreamError
@@ -147,7 +149,7 @@ def test_warc_records_become_documents_with_their_text_and_metadata(crawl_run, c
 
 
 def test_url_dedup_keeps_the_latest_crawl_whatever_the_file_order(crawl_run):
-    from pipeline import decisions
+    from pipeline.shards import decisions
 
     run = decisions.Run(crawl_run)
     rows = []
@@ -172,8 +174,8 @@ def test_a_cut_warc_file_keeps_what_came_before_and_says_where_it_stopped(crawl_
 
 
 def test_the_report_shows_the_extract_stage_and_samples_show_urls(crawl_run):
-    from pipeline import decisions
-    from pipeline import samples as samples_mod
+    from pipeline.shards import decisions
+    from pipeline.steps.samples import tasks as samples_mod
 
     rep = atomic.read_json(crawl_run / "report.json")["sources"]["web"]
     assert [f["stage"] for f in rep["funnel"]][:2] == ["ingest", "extract"]
@@ -272,7 +274,7 @@ def test_config_errors_for_web_sources(tmp_path):
             extract: {{type: resiliparse}}
         """)
     lm = config.load(y)
-    from pipeline.io.discover import resolve_inputs
+    from pipeline.plan.sources import resolve_inputs
 
     with pytest.raises(UsageError, match=r"a.jsonl is jsonl, but sources.s.extract needs HTML: set sources.s.html_field"):
         resolve_inputs(lm)

@@ -1,4 +1,4 @@
-"""Map-side combining (pipeline/dedup/combine.py) against a reduce over every holder.
+"""Map-side combining (pipeline/shards/combine.py) against a reduce over every holder.
 
 Shards of random keys with heavy ones (a key held by 40% of the documents, keys repeated
 inside one shard) go through the real path: `local_top` per shard, the shuffle files, the
@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline.dedup import combine, exact, paragraph, shuffle
+from pipeline.shards import combine, shuffle
+from pipeline.steps.dedup import exact, paragraph
 
 SHARDS_PER_SOURCE = 4
 

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.dedup import components, shuffle
+from pipeline.steps.dedup import components
+from pipeline.shards import shuffle
 
 
 def _graph(seed: int):

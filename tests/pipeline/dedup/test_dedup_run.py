@@ -15,7 +15,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import config, runner
+from pipeline import config
+from pipeline.run import runner
 from pipeline.io import atomic
 from tests.conftest import curate, write_yaml
 from tests.pipeline.dedup.test_text import _naive_words

@@ -1,0 +1,235 @@
+"""The scheduling loop: run steps in dependency order, the shards of every ready step
+sharing one bounded pool of Ray tasks.
+
+Shard specs and stats are small; documents never pass through the driver. In-flight
+tasks are bounded (`ray.wait` backpressure); Ray retries a shard lost with its worker or
+node (`max_retries`), and since names are deterministic and writes atomic, a retry
+produces the same bytes. Steps shared with other runs are claimed through leases
+(engine/lease.py): a step another live run computes is waited for, then reused.
+
+Example:
+
+    Executor(store, workers=2).run([ingest, ...])
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+
+from pipeline.engine.cluster import check_shared_output, start_ray
+from pipeline.engine.lease import Leases, describe
+from pipeline.engine.progress import Progress
+from pipeline.engine.step import MARKERS_ALL, SUCCESS, Step, read_markers, shard_name
+from pipeline.engine.task import run_shard, versions
+from pipeline.errors import CurateError, RunError
+from pipeline.io import atomic, fs
+
+
+class Executor:
+    """Runs steps in dependency order; the shards of every ready step share one task pool."""
+
+    def __init__(self, store: Path, workers: int | None = None, max_retries: int = 3, progress: Progress | None = None,
+                 leases: Leases | None = None):
+        self.store = fs.path(store)
+        self.leases = leases  # None: no other run shares these steps (no leases taken)
+        self.workers = workers
+        self.max_retries = max_retries
+        self.progress = progress or Progress()
+        self.stats: dict[str, dict[int, dict]] = {}  # step name -> shard index -> marker stats
+        self.timings: dict[str, float] = {}
+        self.status: dict[str, str] = {}
+        self.computed: dict[str, int] = {}  # step name -> shards this run computed (the rest were cached or another run's)
+
+    def _ensure_ray(self):
+        import ray
+
+        if not ray.is_initialized():
+            start_ray(self.workers)
+            check_shared_output(self.store)
+        return ray
+
+    def lease_dir(self, s: Step):
+        return self.store / "_leases" / s.dir(self.store).name
+
+    def run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
+        try:
+            return self._run(steps)
+        finally:
+            if self.leases is not None:  # failed or interrupted: free what we hold for the others at once
+                for s in steps:
+                    if self.status.get(s.name) != "SUCCESS":
+                        self.leases.release(self.lease_dir(s))
+
+    def _run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
+        for s in steps:
+            d = s.dir(self.store)
+            if (d / SUCCESS).exists():
+                self.stats[s.name] = read_markers(d)
+                self.status[s.name] = "SKIPPED"
+        todo = [s for s in steps if s.name not in self.stats]
+        if not todo:
+            return self.stats
+        ray = self._ensure_ray()
+        remote = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)(run_shard)
+        cap = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers or 1)))
+        writer = self.leases.run_id if self.leases else None
+        queue: deque = deque()
+        in_flight: dict = {}
+        remaining: dict[str, int] = {}
+        started: dict[str, float] = {}
+        waiting = list(todo)
+        last_poll = [0.0]
+        blocked: dict[str, Step] = {}  # steps another live run holds the lease of: wait, then reuse or take over
+
+        def claim(s: Step) -> bool:
+            """True when this run computes `s`; False when `s` is another run's (now done, or blocked)."""
+            d = s.dir(self.store)
+            fs.refresh(d)
+            if (d / SUCCESS).exists():  # another run finished it meanwhile
+                self._reuse(s)
+                return False
+            if self.leases is None:
+                return True
+            rec = self.leases.acquire(self.lease_dir(s))
+            if rec is None:
+                if (d / SUCCESS).exists():  # finished between the look and the lease
+                    self.leases.release(self.lease_dir(s))
+                    self._reuse(s)
+                    return False
+                prev = self.leases.took_over.pop(str(self.lease_dir(s)), None)
+                if prev is not None:
+                    self.progress.note(f"[{s.name}] taking over from {describe(prev)}: its lease expired or its process is gone")
+                return True
+            if s.name not in blocked:
+                self.progress.note(f"[{s.name}] waiting: {describe(rec)} is computing it")
+            blocked[s.name] = s
+            self.status[s.name] = "WAITING"
+            return False
+
+        def activate_ready():
+            for s in list(waiting):
+                if all(i.name in self.stats and i.name not in remaining and i.name not in blocked for i in s.inputs):
+                    waiting.remove(s)
+                    if claim(s):
+                        self._activate(s, queue, remaining, started)
+
+        def poll_blocked():
+            for name, s in list(blocked.items()):
+                if claim(s):
+                    blocked.pop(name)
+                    self._activate(s, queue, remaining, started)
+                elif s.name in self.stats and self.status.get(s.name) == "REUSED":
+                    blocked.pop(name)
+
+        activate_ready()
+        while queue or in_flight or blocked:
+            self._check_lost()
+            while queue and len(in_flight) < cap:
+                s, idx, spec = queue.popleft()
+                r = remote if s.cpus == 1 else remote.options(num_cpus=s.cpus)
+                ref = r.remote(s.task, spec, str(s.dir(self.store)), idx, writer)
+                in_flight[ref] = (s, idx)
+            refs = list(in_flight)
+            if refs:
+                done, rest = ray.wait(refs, num_returns=1, timeout=1.0)
+            else:  # only waiting on other runs' steps
+                done, rest = [], []
+                time.sleep(min(1.0, self.leases.ttl / 8) if self.leases else 1.0)
+            if done and rest:  # harvest every shard already finished in the same pass
+                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+                done += more
+            for ref in done:
+                s, idx = in_flight.pop(ref)
+                try:
+                    st = ray.get(ref)
+                except Exception as e:
+                    for r in in_flight:
+                        ray.cancel(r, force=True)
+                    self.status[s.name] = "FAILED"
+                    raise RunError(f"step {s.name}, shard {idx} ({_describe(s, idx)}) failed: {_cause(e)}") from None
+                self.stats[s.name][idx] = st
+                self.computed[s.name] = self.computed.get(s.name, 0) + 1
+                self.progress.update(s.name, st.get("rows", 0))
+                remaining[s.name] -= 1
+                if remaining[s.name] == 0:
+                    self._finish(s, remaining, started)
+            if blocked and time.time() - last_poll[0] >= 1.0:
+                last_poll[0] = time.time()
+                n = len(blocked)
+                poll_blocked()
+                if len(blocked) < n:
+                    activate_ready()
+            if len(in_flight) < cap:  # room for more: start any step whose inputs just finished
+                activate_ready()
+        if waiting:
+            raise RunError(f"steps never became ready: {', '.join(s.name for s in waiting)} (a dependency cycle?)")
+        return self.stats
+
+    def _reuse(self, s: Step) -> None:
+        """A step another run computed while this one waited: its markers, as if cached."""
+        self.stats[s.name] = read_markers(s.dir(self.store))
+        self.status[s.name] = "REUSED"
+        self.progress.note(f"[{s.name}] done by another run: reused")
+
+    def _check_lost(self) -> None:
+        if self.leases is not None and self.leases.lost:
+            d, rec = next(iter(self.leases.lost.items()))
+            raise RunError(f"lost the lease on {fs.path(d).name} to {describe(rec)}: this run stopped renewing it for "
+                           f"longer than {self.leases.ttl:.0f}s (CURATE_LEASE_SECONDS) and the other took the step over; "
+                           "run again to reuse its work")
+
+    def _activate(self, s: Step, queue: deque, remaining: dict, started: dict):
+        d = s.dir(self.store)
+        fs.makedirs(d)
+        specs = s.shards(s, self.stats)
+        atomic.write_json(
+            d / "step.json",
+            {
+                "name": s.name, "kind": s.kind, "version": s.version, "hash": s.hash,
+                "config_hash": s.config_hash, "inputs_hash": s.inputs_hash,
+                "config": s.config, "inputs": {i.name: i.hash for i in s.inputs},
+                "shards": specs, "versions": versions(),
+            },
+        )
+        markers = read_markers(d)
+        self.stats[s.name] = {i: m for i, m in markers.items() if i < len(specs)}
+        s.meta["specs"] = specs
+        todo = [i for i in range(len(specs)) if i not in self.stats[s.name]]
+        remaining[s.name] = len(todo)
+        started[s.name] = time.time()
+        self.status[s.name] = "RUNNING"
+        done_docs = sum(m.get("rows", 0) for m in self.stats[s.name].values())
+        self.progress.start(s.name, len(specs), len(specs) - len(todo), done_docs)
+        for i in todo:
+            queue.append((s, i, specs[i]))
+        if not todo:
+            self._finish(s, remaining, started)
+
+    def _finish(self, s: Step, remaining: dict, started: dict):
+        d = s.dir(self.store)
+        atomic.clean_tmp(d)
+        atomic.write_json(d / MARKERS_ALL, {str(i): m for i, m in sorted(self.stats.get(s.name, {}).items())})
+        atomic.write_json(d / SUCCESS, {"shards": len(self.stats.get(s.name, {})), "finished": time.time()})
+        if self.leases is not None:
+            self.leases.release(self.lease_dir(s))
+        remaining.pop(s.name, None)
+        self.timings[s.name] = time.time() - started.get(s.name, time.time())
+        self.status[s.name] = "SUCCESS"
+        self.progress.finish(s.name, self.timings[s.name])
+
+
+def _describe(s: Step, idx: int) -> str:
+    specs = s.meta.get("specs") or []
+    spec = specs[idx] if idx < len(specs) else {}
+    return spec.get("describe") or f"{s.name}/{shard_name(idx)}"
+
+
+def _cause(e: Exception) -> str:
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, CurateError):
+        return str(cause)
+    if cause is not None:
+        return f"{type(cause).__name__}: {cause}"
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

@@ -1,0 +1,179 @@
+"""Steps and their on-disk state: the content hash, shard names, markers, status.
+
+A `Step` is a pure function of (its config, its inputs). Its output directory is
+`steps/<name>-<hash8>/`, where the hash covers the step's kind, code version, config and
+the hashes of the steps it reads (never the task's module path: moving code re-runs
+nothing). The directory holds:
+
+    step.json              resolved config, input hashes, shard specs, versions
+    part-00000.parquet     data, written to a temporary name and renamed into place
+    _markers/part-00000.json   the shard's stats, written last: "this shard is done"
+    _SUCCESS               written when every marker exists
+
+A rerun skips a step with `_SUCCESS` and, inside an unfinished step, every shard with a
+marker; a config edit changes the hash, so only the steps it touches (and those
+downstream) run again.
+
+Example:
+
+    ingest = Step("ingest-web", "ingest", {"files": [...]}, [], documents.run_shard,
+                  shards=lambda step, stats: [...])
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from pipeline.io import atomic, fs
+
+MARKERS = "_markers"
+MARKERS_ALL = "_markers.json"  # every shard's marker in one file, written before _SUCCESS
+SUCCESS = "_SUCCESS"
+
+
+def shard_name(index: int) -> str:
+    return f"part-{index:05d}"
+
+
+def hash_json(obj: Any) -> str:
+    """sha256 of the canonical JSON of `obj` (sorted keys): what step and config hashes are made of."""
+    return hashlib.sha256(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def task(version: str) -> Callable[[Callable], Callable]:
+    """Mark a shard task with the version of its code, beside the code it versions: bump it
+    when the task's output changes for the same inputs (it enters the step's hash).
+
+        @task(version="2")  # 2: one key file per cell
+        def priority_shard(spec: dict, out: ShardOutput) -> dict: ...
+
+    A task without it takes its module's `VERSION`, else "1"."""
+    def mark(fn: Callable) -> Callable:
+        fn.version = version
+        return fn
+    return mark
+
+
+def task_name(fn: Callable) -> str:
+    """`module:qualname` of a task, checked to resolve back to the same function (a worker
+    imports it by this name); a lambda, a closure or a nested function is refused here, when
+    the plan is built, instead of failing in a worker."""
+    name = f"{fn.__module__}:{fn.__qualname__}"
+    try:
+        found = resolve(name)
+    except (ImportError, AttributeError):
+        found = None
+    if found is not fn:
+        raise TypeError(f"task {name} is not a module-level function a worker can import by name; "
+                        "define it at the top level of its module")
+    return name
+
+
+def resolve(name: str) -> Callable:
+    """The function a `module:qualname` task name denotes."""
+    mod, _, qual = name.partition(":")
+    obj = importlib.import_module(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def task_version(fn: Callable) -> str:
+    return getattr(fn, "version", None) or getattr(sys.modules.get(fn.__module__), "VERSION", None) or "1"
+
+
+@dataclass
+class Step:
+    """One hashed, resumable unit of work: a task run once per shard.
+
+    `fn(spec, out: ShardOutput) -> stats` is a module-level function (its name is checked
+    when the step is built); `shards(step, stats)` lists the shard specs once the inputs
+    are done (`stats`: step name -> shard index -> marker). A marker's "rows" is the
+    documents the shard processed (progress counts it)."""
+
+    name: str  # unique in a run, e.g. "ingest-web"
+    kind: str  # ingest | filter | mix ...
+    config: dict  # everything that changes the output, JSON-able
+    inputs: list[Step]
+    fn: Callable[..., dict]  # the shard task
+    shards: Callable[[Step, dict], list[dict]]  # (step, stats of finished steps), called once inputs are done
+    version: str | None = None  # the task's code version (engine.step.task); None: the task's own
+    cpus: float = 1  # CPU slots a task takes (0 for a coordinator that waits on tasks of its own)
+    meta: dict = field(default_factory=dict)  # not hashed: the shard specs once listed, for error messages
+
+    def __post_init__(self):
+        self.task = task_name(self.fn)  # what a worker imports; the hash never includes it
+        if self.version is None:
+            self.version = task_version(self.fn)
+
+    # computed once: a step's config and inputs do not change after the plan builds it
+    @functools.cached_property
+    def config_hash(self) -> str:
+        return hash_json({"kind": self.kind, "version": self.version, "config": self.config})
+
+    @functools.cached_property
+    def inputs_hash(self) -> str:
+        return hash_json(sorted(i.hash for i in self.inputs))
+
+    @functools.cached_property
+    def hash(self) -> str:
+        return hash_json([self.config_hash, self.inputs_hash])
+
+    def dir(self, store: Path) -> Path:
+        """`<store>/steps/<name>-<hash8>`: where this step's output is in a step store."""
+        return store / "steps" / f"{self.name}-{self.hash[:8]}"
+
+
+class ShardOutput:
+    """Where a shard task writes: final names, temporary names, and the commit."""
+
+    def __init__(self, step_dir: str, index: int):
+        self.dir = fs.path(step_dir)
+        self.index = index
+        self.name = shard_name(index)
+
+    def path(self, suffix: str = ".parquet", sub: str | None = None) -> Path:
+        d = self.dir / sub if sub else self.dir
+        fs.makedirs(d)
+        return d / f"{self.name}{suffix}"
+
+
+def read_markers(step_dir: Path) -> dict[int, dict]:
+    """Every shard's marker: from the consolidated file a finished step keeps (one read),
+    else one file per shard (a step in progress)."""
+    done = step_dir / MARKERS_ALL
+    if done.exists():
+        return {int(k): v for k, v in atomic.read_json(done).items()}
+    out = {}
+    mdir = step_dir / MARKERS
+    if mdir.is_dir():
+        for p in mdir.glob("part-*.json"):
+            out[int(p.stem.split("-")[1])] = atomic.read_json(p)
+    return out
+
+
+def step_status(step: Step, store: Path, previous: dict | None) -> tuple[str, str]:
+    """('run' | 'skip', why) for the plan: done, resume, new, config or inputs changed."""
+    d = step.dir(store)
+    if (d / SUCCESS).exists():
+        return "skip", "done"
+    if (d / "step.json").exists():
+        n = len(list((d / MARKERS).glob("*.json"))) if (d / MARKERS).is_dir() else 0
+        return "run", f"resume ({n} shards done)"
+    prev = (previous or {}).get(step.name)
+    if prev is None:
+        return "run", "new"
+    if prev.get("config_hash") != step.config_hash:
+        return "run", "config changed"
+    if prev.get("inputs_hash") != step.inputs_hash:
+        return "run", "inputs changed"
+    return "run", "output missing"

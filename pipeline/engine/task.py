@@ -1,0 +1,96 @@
+"""The body of one shard task: pinned threads, the call, the marker written last.
+
+Ray runs `run_shard` once per shard; it is also callable in-process (tests, small
+steps). A task function is named by its module and qualified name, so Ray ships a
+string, not a pickled closure; the plan checks that the name resolves when it builds the
+step (engine/step.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+from pipeline import __version__
+from pipeline.engine.step import MARKERS, ShardOutput, resolve
+from pipeline.errors import CurateError, RunError
+from pipeline.io import atomic
+
+
+def reset_peak_rss() -> bool:
+    """Linux lets a process reset its peak RSS (VmHWM); then a marker's peak is the shard's own."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb(reset: bool) -> float:
+    """Peak resident memory of this worker during the shard (if the reset worked) or so far
+    (Ray reuses workers, so then an upper bound)."""
+    if reset:
+        try:
+            for line in open("/proc/self/status"):
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+        except OSError:
+            pass
+    import resource
+
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(kb / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
+
+
+def _node() -> str:
+    """Host and Ray node of this worker (for the record: which machine ran a shard)."""
+    import socket
+
+    try:
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()[:8] if ray.is_initialized() else "local"
+    except Exception:  # noqa: BLE001 -- bookkeeping only
+        node = "?"
+    return f"{socket.gethostname()}/{node}"
+
+
+TASK_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None = None) -> dict:
+    """Body of one shard task (also callable in-process): run, then write the marker.
+
+    One core per task: thread pools are pinned here, before the step's modules load (a
+    Ray runtime_env would do the same but costs about 2 s at a job's first task)."""
+    for k, v in TASK_ENV.items():
+        os.environ.setdefault(k, v)
+    started = time.time()
+    reset = reset_peak_rss()
+    out = ShardOutput(step_dir, index)
+    try:
+        stats = resolve(fn)(spec, out)
+    except CurateError:
+        raise
+    except Exception as e:  # a bug or an unexpected input: keep the traceback in a file
+        tb = out.path(".txt", "_errors")
+        tb.write_text(traceback.format_exc())
+        raise RunError(f"{type(e).__name__}: {e} (traceback: {tb})") from None
+    stats["seconds"] = round(time.time() - started, 3)
+    stats["peak_rss_mb"] = peak_rss_mb(reset)
+    stats["node"] = _node()
+    if writer:
+        stats["writer"] = writer  # the run that computed this shard (steps are shared between runs)
+    atomic.write_json(out.path(".json", MARKERS), stats)
+    return stats
+
+
+
+def versions() -> dict:
+    import pyarrow
+    import ray
+
+    return {"curate": __version__, "python": sys.version.split()[0], "ray": ray.__version__, "pyarrow": pyarrow.__version__}

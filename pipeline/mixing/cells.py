@@ -1,0 +1,239 @@
+"""Mixture cells: what `mixture.weights` weighs, a whole source or a range of its quality buckets.
+
+The best mixtures are weighted by cells, not sources (Dolma's topic x quality vigintile
+sample rates, Marin's (cluster, quality) weights). A weight key is
+
+    web            the whole source
+    web/q5         bucket 5 of the source's `quality.buckets` (or `edges`)
+    web/q3-q4      buckets 3 to 4
+    web/code       the documents of topic `code` (the source's `topic` classifier's top label)
+    web/code/q5    both
+
+Every kept document of a mixed source belongs to exactly one cell: the cells the YAML
+names, and for a source with bucketed cells, one implicit cell (weight 0) per run of
+buckets it leaves out, so `web/q1-q2` is named in the manifest and the ledger even when
+the YAML only weights `web/q3-q5`. A source without cells is one cell named like it.
+
+The mixture's budget, priorities, cutoffs and epochs work per cell exactly as they did per
+source (pipeline/steps/mix/tasks.py); a cell's documents are chosen by the same seeded hash of
+(source, id, epoch), so a source that is one cell gives the mixture it always gave.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+CELL = re.compile(r"^(?P<source>[A-Za-z0-9][A-Za-z0-9_.-]*)"
+                  r"(?:/(?!q\d+(?:-q\d+)?(?:/|$))(?P<topic>[A-Za-z0-9][A-Za-z0-9_.-]*))?"
+                  r"(?:/q(?P<lo>\d+)(?:-q(?P<hi>\d+))?)?$")
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    source: str
+    lo: int | None = None  # first bucket (1-based), None: every bucket
+    hi: int | None = None  # last bucket, inclusive
+    named: bool = True  # False: what no weight names (weight 0)
+    topic: str | None = None  # None: every topic
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "source": self.source, "topic": self.topic, "lo": self.lo, "hi": self.hi,
+                "named": self.named}
+
+
+def bucket_name(source: str, lo: int, hi: int, topic: str | None = None) -> str:
+    head = f"{source}/{topic}" if topic else source
+    return f"{head}/q{lo}" if lo == hi else f"{head}/q{lo}-q{hi}"
+
+
+def parse(key: str) -> tuple[str, str | None, int | None, int | None] | None:
+    """(source, topic, lo, hi) of a weight key, or None when it is not one."""
+    m = CELL.match(key)
+    if not m:
+        return None
+    lo = int(m["lo"]) if m["lo"] else None
+    hi = int(m["hi"]) if m["hi"] else lo
+    return m["source"], m["topic"], lo, hi
+
+
+def topics_of(m) -> dict[str, list[str] | None]:
+    """Per source with `topic:`, its classifier's labels (None: a pretrained model's, known at plan time)."""
+    out = {}
+    for s, spec in m.sources.items():
+        if spec.topic and spec.topic.classifier in m.classifiers:
+            labels = m.classifiers[spec.topic.classifier].labels
+            out[s] = list(labels) if labels else None
+    return out
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    """Do two (topic, lo, hi) rectangles of a source's topic x bucket grid share a document?"""
+    (ta, la, ha), (tb, lb, hb) = a, b
+    topics = ta is None or tb is None or ta == tb
+    buckets = la is None or lb is None or not (ha < lb or hb < la)
+    return topics and buckets
+
+
+def problems(m, field: str = "weights", topics: dict | None = None) -> list[tuple[tuple, str]]:
+    """What is wrong with the cell keys of `m` (a config.Mixture) under mixture.<field>
+    (weights or sample_rates): (YAML location, message)."""
+    w = getattr(m.mixture, field) or {}
+    topics = topics_of(m) if topics is None else topics
+    out: list[tuple[tuple, str]] = []
+    defined = ", ".join(m.sources)
+    taken: dict[str, list[tuple[tuple, str]]] = {}
+    for key, value in w.items():
+        loc = ("mixture", field, key)
+        p = parse(key)
+        if p is None:
+            out.append((loc, f"{key!r} is not a cell: write a source (web), a bucket (web/q5), a range of buckets "
+                             "(web/q3-q4), a topic (web/code) or a topic's buckets (web/code/q5)"))
+            continue
+        source, topic, lo, hi = p
+        if source not in m.sources:
+            out.append((loc, f"{key} has weight {value} but no source named {source}; defined: {defined}"))
+            continue
+        spec = m.sources[source]
+        if spec.role != "train":
+            out.append((loc, f"{source} has role: {spec.role}, which is never mixed; remove its weight, or make it role: train"))
+            continue
+        if lo is not None:
+            n = spec.quality.n_buckets() if spec.quality else None
+            if n is None:
+                out.append((loc, f"{key} names a quality bucket, but source {source} has no buckets; set "
+                                 f"sources.{source}.quality.buckets (e.g. 5) or weight the whole source"))
+                continue
+            if not (1 <= lo <= hi <= n):
+                out.append((loc, f"{key}: buckets of {source} are q1..q{n} (q1 the lowest scores); "
+                                 f"a range is q<a>-q<b> with a <= b"))
+                continue
+        if topic is not None:
+            if source not in topics:
+                out.append((loc, f"{key} names a topic, but source {source} has no topic classifier; set "
+                                 f"sources.{source}.topic.classifier (a classifier with labels)"))
+                continue
+            if topics[source] is not None and topic not in topics[source]:
+                out.append((loc, f"{key}: {topic!r} is not a topic of {source}'s classifier; its labels: "
+                                 f"{', '.join(topics[source])}"))
+                continue
+        rect = (topic, lo, hi)
+        clash = next((other for r, other in taken.get(source, []) if _overlap(rect, r)), None)
+        if clash is not None:
+            out.append((loc, f"{key} overlaps {clash}: a document may be in one cell only; "
+                             "weight the whole source or disjoint cells"))
+            continue
+        taken.setdefault(source, []).append((rect, key))
+    return out
+
+
+def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]:
+    """Every cell of the mixed sources, in YAML source order, then topic and bucket order.
+    Documents no key names form cells of weight 0: per topic (when keys name topics), the
+    runs of buckets (when keys name buckets) no key covers. `keys`: a phase's weights or
+    sample rates (default: the mixture's)."""
+    w = keys if keys is not None else (m.mixture.weights or m.mixture.sample_rates or {})
+    topics = topics_of(m) if topics is None else topics
+    excluded = m.excluded()
+    named: dict[str, list[Cell]] = {}
+    for key in w:
+        p = parse(key)
+        if p is not None and p[0] in m.sources:
+            named.setdefault(p[0], []).append(Cell(key, p[0], p[2], p[3], topic=p[1]))
+    out = []
+    for s in m.sources:
+        if s in excluded:
+            continue
+        mine = named.get(s)
+        if not mine or any(c.lo is None and c.topic is None for c in mine):
+            out.append(Cell(s, s))
+            continue
+        by_topic = any(c.topic for c in mine)
+        by_bucket = any(c.lo is not None for c in mine)
+        labels = list(topics.get(s) or []) if by_topic else [None]  # the plan passes every classifier's labels
+        n = m.sources[s].quality.n_buckets() if by_bucket else 1
+        rank = {t: i for i, t in enumerate(labels)}
+        filled = list(mine)
+        for t in labels:
+            covered = set()
+            for c in mine:
+                if c.topic is None or c.topic == t:
+                    covered |= set(range(c.lo, c.hi + 1)) if c.lo is not None else set(range(1, n + 1))
+            b = 1
+            while b <= n:
+                if b in covered:
+                    b += 1
+                    continue
+                e = b
+                while e + 1 <= n and e + 1 not in covered:
+                    e += 1
+                if by_bucket and not (b == 1 and e == n):
+                    filled.append(Cell(bucket_name(s, b, e, t), s, b, e, named=False, topic=t))
+                else:
+                    filled.append(Cell(f"{s}/{t}" if t else s, s, None, None, named=False, topic=t))
+                b = e + 1
+        out += sorted(filled, key=lambda c: (rank.get(c.topic, -1), c.lo or 0))
+    return out
+
+
+def rates(m, cell_list: list[Cell], r: dict | None = None) -> dict[str, float] | None:
+    """Each cell's sample rate (0 where no key names it); None without sample_rates."""
+    r = m.mixture.sample_rates if r is None else r
+    if r is None:
+        return None
+    return {c.name: (r.get(c.name, 0.0) if c.named else 0.0) for c in cell_list}
+
+
+def weights(m, cell_list: list[Cell], w: dict | None = None) -> dict[str, float] | None:
+    """Each cell's weight (normalised when `mixture.normalize`); None without weights."""
+    w = m.mixture.weights if w is None else w
+    if w is None:
+        return None
+    got = {c.name: (w.get(c.name, 0.0) if c.named else 0.0) for c in cell_list}
+    total = sum(got.values())
+    return {k: v / total for k, v in got.items()} if m.mixture.normalize and total else got
+
+
+def index(source_cells: list[dict], buckets: np.ndarray | None, n: int, topics: np.ndarray | None = None) -> np.ndarray:
+    """For each of n rows of one source (their quality buckets and topics, or None), the
+    position of its cell in `source_cells` (dicts of Cell.to_dict)."""
+    if len(source_cells) == 1 and source_cells[0]["lo"] is None and source_cells[0].get("topic") is None:
+        return np.zeros(n, np.int64)
+    out = np.full(n, -1, np.int64)
+    for pos, c in enumerate(source_cells):
+        m = np.ones(n, bool)
+        if c.get("topic") is not None:
+            if topics is None:
+                raise ValueError(f"cell {c['name']} is a topic, but the source's documents carry no topic")
+            m &= topics == c["topic"]
+        if c["lo"] is not None:
+            if buckets is None:
+                raise ValueError(f"cell {c['name']} is a range of quality buckets, but the documents carry no bucket")
+            m &= (buckets >= c["lo"]) & (buckets <= c["hi"])
+        out[m & (out < 0)] = pos
+    if (out < 0).any():
+        t = None if topics is None else topics[out < 0][0]
+        raise ValueError(f"a document (topic {t!r}) falls in no cell of {source_cells[0]['source']}: a topic the "
+                         "classifier gives that the mixture's keys do not know")
+    return out
+
+
+def available(cell_list: list[Cell], d: dict) -> dict[str, tuple[int, int]]:
+    """(kept docs, kept tokens) per cell of one document shard `d`, from its markers: per
+    (topic, bucket) group (a topic step), per bucket (a quality step), or the whole shard."""
+    out = {}
+    for c in cell_list:
+        if c.lo is None and c.topic is None:
+            out[c.name] = (d["kept"], d["tokens"])
+        elif "groups" in d:
+            docs = tok = 0
+            for topic, bucket, nd, nt in d["groups"]:
+                if (c.topic is None or c.topic == topic) and (c.lo is None or c.lo <= bucket <= c.hi):
+                    docs, tok = docs + nd, tok + nt
+            out[c.name] = (docs, tok)
+        else:
+            out[c.name] = (sum(d["bucket_docs"][c.lo - 1:c.hi]), sum(d["bucket_tokens"][c.lo - 1:c.hi]))
+    return out

@@ -1,0 +1,154 @@
+"""The planning context: the one typed thing a stage's `plan(ctx)` reads.
+
+A run's graph is a list of stages (pipeline/run/graph.py) and a loop: each stage's
+`plan(ctx)` returns its steps and records, in the typed fields below, what later stages
+need of it (its ingest step per source, the attribute layers it adds, its topic labels,
+the mix steps). A stage never reads another stage's module, only this context, so a new
+stage is its own module plus one line of the stage list.
+
+Document shards: one ingest shard of one source with its layers (the attribute files of
+its filters, the global layers so far, its source's steps after dedup). Every step that
+works per document shard lists them in the same global order (`doc_shards`), so shard
+index k is the same (source, shard) in every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.config import LoadedMixture, Mixture
+from pipeline.engine.step import Step, shard_name
+from pipeline.io import fs
+from pipeline.io.discover import InputFile
+from pipeline.shards.apply import attribute_path
+
+
+@dataclass
+class MixSteps:
+    """The mix stage's steps, which the ledger and the later stages read."""
+
+    priority: Step
+    select: Step
+    route: Step
+    write: Step
+    phases: list[dict]  # each phase's name, cells, weights or rates, target and seed (mix stage)
+
+
+@dataclass
+class Context:
+    lm: LoadedMixture
+    run_dir: Path  # the run directory: mixture/, samples/, ledger ...
+    store: Path  # the step store: where every step's directory is
+    files: dict[str, list[InputFile]]  # per source, its input files
+    tokenizer: str | None  # what tasks count tokens with (plan/tokens.py)
+    tokenizer_id: str | None  # what identifies the counts in step hashes
+    steps: list[Step] = field(default_factory=list)  # every step planned so far, in order
+    stage_of: dict[str, str] = field(default_factory=dict)  # step name -> the stage that planned it
+    # ingest stage
+    ingest: dict[str, Step] = field(default_factory=dict)  # source -> ingest-<source>
+    extracts: dict[str, bool] = field(default_factory=dict)  # source -> whether its records are web pages to extract
+    # filter stage
+    filter: dict[str, Step] = field(default_factory=dict)  # source -> filter-<source> (sources with a chain)
+    chains: dict[str, list[str]] = field(default_factory=dict)  # source -> its filter step's stages, in order
+    # global attribute layers, in order (dedup kinds, decontaminate, validation): one file per document shard
+    layers: list[Step] = field(default_factory=list)
+    # classify stage: per source, its quality and topic steps (after dedup), and the topic labels cells name
+    quality: dict[str, Step] = field(default_factory=dict)
+    topic: dict[str, Step] = field(default_factory=dict)
+    topic_labels: dict[str, list[str]] = field(default_factory=dict)
+    # mix stage
+    mix: MixSteps | None = None
+    decisions: list[Step] = field(default_factory=list)  # every step whose decisions the mixture's selection reads
+    samples: Step | None = None
+
+    @property
+    def mixture(self) -> Mixture:
+        return self.lm.mixture
+
+    def add(self, stage: str, steps: list[Step]) -> None:
+        """The loop's part: record a stage's steps (names must be unique in a run)."""
+        for s in steps:
+            if s.name in self.stage_of:
+                raise ValueError(f"stage {stage} plans a step named {s.name}, which stage {self.stage_of[s.name]} "
+                                 "already planned: step names are unique in a run")
+            self.stage_of[s.name] = stage
+            self.steps.append(s)
+
+    def base(self) -> list[Step]:
+        """Per source (YAML order), the step its document shards come from: its filter step, else its ingest."""
+        return [self.filter.get(s) or self.ingest[s] for s in self.mixture.sources]
+
+    def after(self) -> dict[str, list[Step]]:
+        """Per source, its steps after dedup (quality, then topic)."""
+        return {s: [st for st in (self.quality.get(s), self.topic.get(s)) if st] for s in self.mixture.sources}
+
+    def ranks(self) -> dict[str, int]:
+        """Source priority for survivors: eval and reference sources before every train source
+        (a train copy of an eval item goes, never the item), then `dedup.priority`, then YAML order."""
+        m = self.mixture
+        prio = list((m.dedup.priority if m.dedup else None) or [])
+        order = prio + [s for s in m.sources if s not in prio]
+        order = [s for s in order if m.sources[s].role != "train"] + [s for s in order if m.sources[s].role == "train"]
+        return {s: i for i, s in enumerate(order)}
+
+    def doc_shards(self, stats: dict, layers: list[Step], after: dict[str, list[Step]] | None = None) -> list[dict]:
+        """Every document shard, with the attribute files of its filters, of the global `layers`
+        and of its source's steps in `after` (per-source steps after dedup: quality, topic)."""
+        m = self.mixture
+        rk = self.ranks()
+        out = []
+        for si, sname in enumerate(m.sources):
+            ing = self.ingest[sname]
+            flt = self.filter.get(sname)
+            lasts = (after or {}).get(sname) or []
+            for j, i in enumerate(sorted(stats[ing.name])):
+                paths, kept, tokens = [], stats[ing.name][i]["docs_out"], stats[ing.name][i]["tokens"]
+                if flt:
+                    paths.append(str(flt.dir(self.store) / f"{shard_name(i)}.parquet"))
+                    mk = stats[flt.name][i]
+                    kept = mk["docs_out"]
+                    tokens = mk["stages"][list(mk["stages"])[-1]]["tokens_out"] if mk["stages"] else tokens
+                for st in layers:
+                    paths.append(str(attribute_path(st.dir(self.store), sname, i)))
+                    kept, tokens = stats[st.name][len(out)]["docs_out"], stats[st.name][len(out)]["tokens_out"]
+                extra = {}
+                for last in lasts:
+                    paths.append(str(attribute_path(last.dir(self.store), sname, i)))
+                    mk = stats[last.name][j]
+                    kept, tokens = mk["docs_out"], mk["tokens_out"]
+                    if "bucket_docs" in mk:  # kept documents and tokens per quality bucket
+                        extra.update({"bucket_docs": mk["bucket_docs"], "bucket_tokens": mk["bucket_tokens"]})
+                    if "groups" in mk:  # ... per (topic, bucket)
+                        extra["groups"] = mk["groups"]
+                out.append({"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": len(out),
+                            "documents": str(ing.dir(self.store) / f"{shard_name(i)}.parquet"),
+                            "layers": paths, "kept": kept, "tokens": tokens, **extra})
+        return out
+
+    def all_doc_shards(self, stats: dict) -> list[dict]:
+        """Every document shard with every layer: filters, the global layers, quality and topic."""
+        return self.doc_shards(stats, self.layers, self.after())
+
+    def mixed_docs(self, stats: dict) -> list[dict]:
+        """The document shards of the sources in the mixture, with all their layers."""
+        exclude = self.mixture.excluded()
+        return [d for d in self.all_doc_shards(stats) if d["source"] not in exclude]
+
+    def shard_offsets(self, stats: dict) -> tuple[list[int], int]:
+        """Per source (YAML order), the global number of its first document shard; and the
+        number of document shards. Decisions are shuffled back to shard k = offset + shard."""
+        offsets, total = [], 0
+        for sname in self.mixture.sources:
+            offsets.append(total)
+            total += len(stats[self.ingest[sname].name])
+        return offsets, total
+
+    def step_ref(self, step: Step) -> str:
+        """How the run directory names a store step: `steps/<name>-<hash>` where the run
+        directory links its store steps (local disks), else the store step's path or URL."""
+        d = step.dir(self.store)
+        return f"steps/{d.name}" if fs.is_local(self.run_dir) and fs.is_local(d) else str(d)
+
+    def step(self, name: str) -> Step | None:
+        return next((s for s in self.steps if s.name == name), None)

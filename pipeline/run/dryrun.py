@@ -1,0 +1,48 @@
+"""`curate plan` / `curate run --dry-run`: each step with run or skip and why, the inputs,
+and what the stages expect of the current outputs (the mix stage: the expected mixture).
+Plans without Ray and runs no task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.config import LoadedMixture
+from pipeline.engine.lease import describe
+from pipeline.engine.lease import holder as lease_holder
+from pipeline.engine.step import SUCCESS, read_markers, step_status
+from pipeline.io import atomic, fs
+from pipeline.run import graph
+
+
+def previous_steps(run_dir: Path) -> dict:
+    try:
+        return atomic.read_json(run_dir / "run.json").get("steps", {})
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
+    run_dir = lm.output_dir(output)
+    store = lm.store_dir(output)
+    ctx = graph.build(lm, run_dir, store)
+    prev = previous_steps(run_dir)
+    lines = [f"run directory: {run_dir}", f"step store:    {store}", "", f"{'step':<24} {'hash':<9} {'action':<6} why"]
+    for s in ctx.steps:
+        action, why = step_status(s, store, prev)
+        if action == "run" and (rec := lease_holder(fs.path(store) / "_leases" / s.dir(store).name)) is not None:
+            why += f"; {describe(rec)} is computing it now: a run waits for it, then reuses it"
+        lines.append(f"{s.name:<24} {s.hash[:8]:<9} {action:<6} {why}")
+    lines += ["", f"{'source':<16} {'files':>6} {'input MB':>10} {'docs':>10} {'tokens':>12}"]
+    for sname in lm.mixture.sources:
+        files = ctx.files[sname]
+        ing = ctx.ingest[sname]
+        d = ing.dir(store)
+        docs = toks = "?"
+        if (d / SUCCESS).exists():
+            mk = read_markers(d)
+            docs = f"{sum(m['docs_out'] for m in mk.values()):,}"
+            toks = f"{sum(m['tokens'] for m in mk.values()):,}"
+        lines.append(f"{sname:<16} {len(files):>6} {sum(f.size for f in files) / 1e6:>10.1f} {docs:>10} {toks:>12}")
+    lines.append("(docs and tokens after ingest; '?' until ingest has run)")
+    lines += ["", *graph.expected(ctx)]
+    return "\n".join(lines)

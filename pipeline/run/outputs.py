@@ -1,0 +1,44 @@
+"""A finished run's outputs, assembled from its markers: the ledger (every document
+accounted for) and the manifest, with each stage's publication into the run directory."""
+
+from __future__ import annotations
+
+from pipeline.mixing import budget as bm
+from pipeline.plan.context import Context
+from pipeline.shards import ledger
+from pipeline.steps.mix import publish as mix_publish
+
+
+def ledger_of(ctx: Context, stats: dict) -> dict:
+    """ledger.json: per source, every document in = kept + removed (by stage and reason) +
+    quarantined, from the markers of every stage that decides."""
+    rows = mix_publish.mixed_per_source(stats[ctx.mix.write.name])
+    phases = bm.phase_selections(stats[ctx.mix.select.name][0])
+    selection = phases[0][1]["sources"]
+    chosen = mix_publish.chosen_docs(stats[ctx.mix.route.name]) if phases[0][0] is not None else None
+    entries = {}
+    for sname, spec in ctx.mixture.sources.items():
+        flt = ctx.filter.get(sname)
+        later = [(st.meta.get("stage") or f"dedup:{st.name.split('-', 1)[1]}", [m for m in stats[st.name].values() if m["source"] == sname])
+                 for st in ctx.layers]
+        if sname in ctx.quality:
+            later.append((f"quality:{spec.quality.classifier}", list(stats[ctx.quality[sname].name].values())))
+        if sname in ctx.topic:
+            later.append((f"topic:{spec.topic.classifier}", list(stats[ctx.topic[sname].name].values())))
+        sel = selection.get(sname)
+        r = rows.get(sname, {"docs": 0, "tokens": 0, "repeats": 0})
+        mix = {"rows": r["docs"], "tokens": r["tokens"], "repeats": r["repeats"]}
+        if sel is None:  # excluded from the mixture
+            mix.update({"kept": 0, "excluded": "excluded" if spec.role == "train" else f"role_{spec.role}"})
+        elif chosen is not None:  # phases: kept = chosen in at least one phase
+            mix.update({"kept": chosen.get(sname, 0), "not_selected": sel["available_docs"] - chosen.get(sname, 0)})
+        else:
+            ns: dict[str, int] = {}
+            for c in bm.source_cells(sel):
+                why = bm.not_selected_reason(c)
+                ns[why] = ns.get(why, 0) + c["available_docs"] - c["distinct_docs"]
+            mix.update({"kept": sel["distinct_docs"], "not_selected": ns})
+        entries[sname] = ledger.source_entry(
+            sname, stats[ctx.ingest[sname].name], stats[flt.name] if flt else None, ctx.chains[sname], mix, later
+        )
+    return ledger.build(entries)

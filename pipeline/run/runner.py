@@ -1,0 +1,99 @@
+"""`curate run`: a mixture YAML to a run directory.
+
+    plan      run/graph.py: every stage's steps, no Ray (the same plan `curate plan` prints)
+    run       engine/executor.py: the steps in dependency order, cached ones skipped, shared
+              ones waited for (leases), one Ray task per shard
+    assemble  run/outputs.py: ledger.json; each stage's publication (mixture/, quarantine/,
+              validation/, samples/) and manifest.json; run.json (run/record.py); report.html
+    publish   the `publish:` section: a dataset folder with its card (views/publish.py)
+
+Each step hashes only what changes its output, so an edit re-runs what it touches: a
+filter threshold re-runs that source's filter step and what reads it; `mixture.shard_rows`
+re-runs only the mix.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+from pipeline import __version__
+from pipeline.config import LoadedMixture
+from pipeline.engine.executor import Executor
+from pipeline.engine.lease import Leases
+from pipeline.engine.progress import Progress
+from pipeline.engine.step import step_status
+from pipeline.errors import RunError
+from pipeline.io import atomic, fs
+from pipeline.run import graph, outputs
+from pipeline.run import record as record_mod
+from pipeline.run.dryrun import previous_steps
+from pipeline.run.record import check_owner
+from pipeline.shards import ledger
+from pipeline.views import report
+
+__all__ = ["check_owner", "run"]
+
+
+def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None, log=print, quiet: bool = False,
+        overwrite: bool = False) -> Path:
+    """Plan, run every step (cached ones are skipped), assemble and publish; returns the run directory."""
+    run_dir = lm.output_dir(output)
+    store = lm.store_dir(output)
+    check_owner(lm, run_dir, overwrite)
+    leases = Leases(name=lm.mixture.name)
+    try:
+        return _run(lm, run_dir, store, leases, workers, log, quiet)
+    finally:
+        leases.release_all()
+
+
+def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, quiet) -> Path:
+    record_mod.claim_run_dir(leases, run_dir, store)
+    ctx = graph.build(lm, run_dir, store)
+    prev = previous_steps(run_dir)
+    fs.makedirs(run_dir)
+    record_mod.adopt_legacy_steps(ctx, run_dir)
+    t0 = time.time()
+    record = {
+        "name": lm.mixture.name, "status": "RUNNING", "mixture_file": str(lm.path.resolve()),
+        "config": lm.canonical(), "config_hash": lm.config_hash(), "workers": workers,
+        "ray_address": os.environ.get("RAY_ADDRESS"), "host": socket.gethostname(),
+        "git_commit": record_mod.git_commit(lm.base_dir), "curate_version": __version__, "started": t0,
+        "curate_commit": record_mod.curate_commit(),
+        "store": str(store), "run_id": leases.run_id,
+        "steps": {s.name: record_mod.step_record(s, run_dir, store, "PENDING") for s in ctx.steps},
+    }
+    record_mod.link_steps(ctx, run_dir)
+    for s in ctx.steps:
+        action, why = step_status(s, store, prev)
+        log(f"{s.name:<24} {action:<5} {why}")
+    atomic.write_json(run_dir / "run.json", record)
+    ex = Executor(store, workers=workers, progress=Progress(quiet=quiet), leases=leases)
+    try:
+        stats = ex.run(ctx.steps)
+    except BaseException as e:
+        record["status"] = "FAILED" if not isinstance(e, KeyboardInterrupt) else "INTERRUPTED"
+        record["error"] = str(e)
+        record_mod.finish_record(record, ctx, run_dir, ex, t0)
+        raise
+    led = outputs.ledger_of(ctx, stats)
+    atomic.write_json(run_dir / "ledger.json", led)
+    atomic.write_json(run_dir / "manifest.json", graph.publish(ctx, stats))
+    bad = ledger.imbalance(led)
+    record["status"] = "FAILED" if bad else "SUCCESS"
+    if bad:
+        record["error"] = "conservation check failed"
+    record_mod.finish_record(record, ctx, run_dir, ex, t0)
+    report.write(run_dir)
+    if bad:
+        raise RunError("conservation check failed, documents are unaccounted for:\n  " + "\n  ".join(bad)
+                       + f"\nsee {run_dir / 'ledger.json'}")
+    if lm.mixture.publish is not None:
+        from pipeline.views import publish
+
+        out = publish.publish(run_dir, lm.publish_dir())  # its license, name, tags: the run's publish section
+        log(f"published: {out} (dataset card: {out / 'README.md'})")
+    return run_dir

@@ -1,0 +1,1 @@
+"""The on-disk model every stage and view shares: document shards and their attribute layers (view), hash-partitioned shuffle files (shuffle), combining layers (combine), exact selection (apply, select), the ledger of counts and one document's fate (ledger, decisions). It imports only io, errors and mixing."""

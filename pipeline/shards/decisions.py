@@ -1,0 +1,252 @@
+"""Every document's fate, shard by shard, from the step outputs: the rows behind
+`curate samples`, `curate explain --all`, the published samples and the report.
+
+For one ingest shard of a source, `shard_decisions` joins the document shard with its
+layers (filter attributes, each dedup kind's, the quality attributes) and the mixture
+selection, and returns one row per document:
+
+    source, id, source_id, status (kept | removed), stage, reason, scores (JSON),
+    survivor_source, survivor_id, survivor_gid (dedup removals), n_tokens, text (optional)
+
+`stage` is the stage that removed the document (filter:<name>, dedup:<kind>,
+quality:<classifier>, mix), null when kept. Nothing here holds more than one shard.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from pipeline.mixing import cells
+from pipeline.io import atomic, fs
+from pipeline.mixing import budget
+from pipeline.shards.ledger import filter_stage
+from pipeline.shards import view
+
+DEDUP = ("exact", "fuzzy", "paragraph")
+
+
+class Run:
+    """A finished run directory: its record, config and where each stage's files are."""
+
+    def __init__(self, run_dir: Path):
+        self.dir = fs.path(run_dir)
+        self.record = atomic.read_json(self.dir / "run.json")
+        self.steps = self.record["steps"]
+        self.config = self.record["config"]
+        self.seed = self.config["seed"]
+        sel = self.steps.get("mix-select")
+        self.selection = atomic.read_json(fs.join(self.dir, sel["dir"]) / "_markers" / "part-00000.json") if sel else None
+        mix_step = atomic.read_json(fs.join(self.dir, sel["dir"]) / "step.json") if sel else None
+        self.sources = mix_step["config"]["sources"] if mix_step else list(self.config["sources"])
+        self.all_sources = [s for s in self._yaml_order()]
+
+    def _yaml_order(self) -> list[str]:
+        names = list(self.config["sources"])
+        known = [s for s in self.sources if s in names]
+        return known + [s for s in names if s not in known]
+
+    def step_dir(self, name: str) -> Path | None:
+        st = self.steps.get(name)
+        return fs.join(self.dir, st["dir"]) if st else None
+
+    def shards(self, source: str) -> list[Path]:
+        d = self.step_dir(f"ingest-{source}")
+        return sorted(d.glob("part-*.parquet")) if d else []
+
+    def layers(self, source: str, part: Path) -> list[tuple[str, Path]]:
+        """(stage label, attribute file) in stage order."""
+        out = []
+        f = self.step_dir(f"filter-{source}")
+        if f:
+            out.append(("filter", f / part.name))
+        for kind in DEDUP:
+            d = self.step_dir(f"dedup-{kind}")
+            if d:
+                out.append((f"dedup:{kind}", d / source / part.name))
+        for name in ("decontaminate", "validation"):
+            d = self.step_dir(name)
+            if d:
+                out.append((name, d / source / part.name))
+        q = self.step_dir(f"quality-{source}")
+        if q:
+            cls = (self.config["sources"][source].get("quality") or {}).get("classifier")
+            out.append((f"quality:{cls}", q / source / part.name))
+        t = self.step_dir(f"topic-{source}")
+        if t:
+            cls = (self.config["sources"][source].get("topic") or {}).get("classifier")
+            out.append((f"topic:{cls}", t / source / part.name))
+        return out
+
+
+def reason_group(reason: str | None) -> str | None:
+    """A reason without its per-document detail: exact_duplicate_of:<id> -> exact_duplicate_of,
+    quality_below:0.08 (score=0.01) -> quality_below:0.08."""
+    if reason is None:
+        return None
+    if reason.startswith(("exact_duplicate_of:", "near_duplicate_of:", "url_duplicate_of:")):
+        return reason.split(":", 1)[0]
+    if reason.startswith("contaminated:"):  # contaminated:<eval set>:<item> (overlap=..) -> contaminated:<eval set>
+        return ":".join(reason.split(":", 2)[:2])
+    return reason.split(" (", 1)[0]
+
+
+def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) -> pa.Table:
+    cols = ["id", "source_id", "n_tokens"] + (["text", "metadata"] if with_text else [])
+    docs = fs.read_table(part, columns=cols)
+    n = docs.num_rows
+    status = np.array(["kept"] * n, dtype=object)
+    stage = np.array([None] * n, dtype=object)
+    reason = np.array([None] * n, dtype=object)
+    surv_src = np.array([None] * n, dtype=object)
+    surv_id = np.array([None] * n, dtype=object)
+    surv_gid = np.array([None] * n, dtype=object)
+    scores: list[dict] = [{} for _ in range(n)]
+    buckets = topics = None  # quality buckets and topics, when the source has them
+    rewritten_by: list[list[str] | None] = [None] * n  # the stages (filters by name) that changed a row's text
+    layers = run.layers(source, part)
+    for label, path in layers:
+        t = fs.read_table(path)
+        names = t.schema.names
+        if "rewritten_by" in names or "n_chars" in names:
+            col = t.column("rewritten_by" if "rewritten_by" in names else "n_chars").to_pylist()
+            for i, v in enumerate(col):
+                if v is not None and v != "":
+                    rewritten_by[i] = (rewritten_by[i] or []) + (v.split(",") if isinstance(v, str) else [label])
+        keep = t.column("keep").to_pylist()
+        rs = t.column("reason").to_pylist()
+        if label == "filter":
+            stg = t.column("stage").to_pylist()
+            for c in names:
+                if "." in c:
+                    for i, v in enumerate(t.column(c).to_pylist()):
+                        if v is not None:
+                            scores[i][c] = v
+        for i, k in enumerate(keep):
+            if k is False and status[i] == "kept":
+                status[i] = "removed"
+                stage[i] = filter_stage(stg[i]) if label == "filter" else label
+                reason[i] = rs[i]
+        if "duplicate_of" in names:
+            for i, (s, d) in enumerate(zip(t.column("duplicate_of_source").to_pylist(), t.column("duplicate_of").to_pylist(), strict=True)):
+                if d is not None:
+                    surv_src[i], surv_id[i] = s, d
+            if "duplicate_of_gid" in names:  # where the survivor is (runs before this column: looked up by id)
+                for i, g in enumerate(t.column("duplicate_of_gid").to_pylist()):
+                    if g is not None:
+                        surv_gid[i] = g
+        if "jaccard" in names:
+            for i, v in enumerate(t.column("jaccard").to_pylist()):
+                if v is not None:
+                    scores[i]["jaccard"] = v
+        if label.startswith("quality:"):
+            for i, v in enumerate(t.column("score").to_pylist()):
+                if v is not None:
+                    scores[i]["quality_score"] = round(v, 6)
+            if "bucket" in names:
+                buckets = t.column("bucket").fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+                for i, v in enumerate(buckets):
+                    if v >= 1:
+                        scores[i]["quality_bucket"] = int(v)
+        if label.startswith("topic:"):
+            topics = np.array(t.column("topic").to_pylist(), dtype=object)
+            for i, (v, p) in enumerate(zip(topics, t.column("topic_score").to_pylist(), strict=True)):
+                if v is not None:
+                    scores[i]["topic"], scores[i]["topic_score"] = v, round(p, 6)
+        if with_text and "text" in names:  # rewritten text (c4 rewrite, paragraph cuts)
+            new = t.column("text").to_pylist()
+            docs = docs.set_column(docs.schema.get_field_index("text"), "text",
+                                   pa.array([x if x is not None else o for x, o in zip(new, docs.column("text").to_pylist(), strict=True)], pa.string()))
+    # the mixture's choice among the documents still kept
+    phases = budget.phase_selections(run.selection) if run.selection else []
+    sel = phases[0][1]["sources"].get(source) if phases else None
+    kept_idx = [i for i in range(n) if status[i] == "kept"]
+    if run.selection is not None and kept_idx:
+        ids = docs.column("id").to_pylist()
+        if sel is None:
+            chosen = np.zeros(len(kept_idx), bool)
+            role = run.config["sources"][source].get("role", "train")
+            why = "excluded" if role == "train" else f"role_{role}"
+        else:  # chosen in any phase; a reason per cell with one phase
+            chosen = np.zeros(len(kept_idx), bool)
+            why = np.array(["not_selected"] * len(kept_idx), dtype=object)
+            for name, ph, _ in phases:
+                cl = budget.source_cells(ph["sources"][source])
+                where = cells.index(cl, None if buckets is None else buckets[kept_idx], len(kept_idx),
+                                    None if topics is None else topics[kept_idx])
+                for pos, c in enumerate(cl):
+                    inside = np.flatnonzero(where == pos)
+                    why[inside] = budget.not_selected_reason(c, phased=name is not None)
+                    for _, mask in budget.cell_epochs(c, run.seed, source, [ids[kept_idx[j]] for j in inside]):
+                        chosen[inside if mask is None else inside[mask]] = True
+        for j, i in enumerate(kept_idx):
+            if not chosen[j]:
+                status[i], stage[i], reason[i] = "removed", "mix", why if isinstance(why, str) else why[j]
+    out = {
+        "source": pa.array([source] * n, pa.string()), "id": docs.column("id"), "source_id": docs.column("source_id"),
+        "status": pa.array(list(status), pa.string()), "stage": pa.array(list(stage), pa.string()),
+        "reason": pa.array(list(reason), pa.string()),
+        "scores": pa.array([orjson.dumps(s).decode() if s else None for s in scores], pa.string()),
+        "survivor_source": pa.array(list(surv_src), pa.string()), "survivor_id": pa.array(list(surv_id), pa.string()),
+        "survivor_gid": pa.array(list(surv_gid), pa.int64()), "n_tokens": docs.column("n_tokens"),
+        "rewritten_by": pa.array(rewritten_by, pa.list_(pa.string())),
+    }
+    if with_text:
+        out["text"] = docs.column("text")
+        out["url"] = pa.array([_url(m) for m in docs.column("metadata").to_pylist()], pa.string())
+    return pa.table(out)
+
+
+def _url(meta: str | None) -> str | None:
+    """A web document's URL (metadata `url`), shown beside its text in samples."""
+    if not meta or '"url"' not in meta:
+        return None
+    u = orjson.loads(meta).get("url")
+    return u if isinstance(u, str) else None
+
+
+def quarantined(run: Run, source: str) -> list[dict]:
+    """The source's quarantined records, read from its ingest step (the run publishes them
+    to <run>/quarantine only at its end, after the samples steps have read them)."""
+    ing = run.step_dir(f"ingest-{source}")
+    q = ing / "quarantine" if ing else None
+    files = sorted(q.glob("*.jsonl")) if q and q.is_dir() else []
+    return [row for f in files for row in _quarantine_rows(f, source)]
+
+
+def quarantined_shard(run: Run, source: str, shard: int) -> list[dict]:
+    """The quarantined records of one ingest shard."""
+    ing = run.step_dir(f"ingest-{source}")
+    f = ing / "quarantine" / f"part-{shard:05d}.jsonl" if ing else None
+    return _quarantine_rows(f, source) if f is not None and f.exists() else []
+
+
+def _quarantine_rows(f: Path, source: str) -> list[dict]:
+    out = []
+    for line in f.read_bytes().splitlines():
+        r = orjson.loads(line)
+        place = f"{r['file']}:{r['line']}" if r.get("line") is not None else f"{r['file']}#{r.get('row')}"
+        out.append({"source": source, "id": None, "source_id": place,
+                    "status": "quarantined", "stage": "ingest", "reason": r["reason"], "scores": None,
+                    "survivor_source": None, "survivor_id": None, "n_tokens": None, "error": r["error"],
+                    **({"url": r["url"]} if r.get("url") else {})})
+    return out
+
+
+def find_texts(run: Run, wanted: dict[str, set[str]]) -> dict[tuple[str, str], str]:
+    """Texts of some documents by (source, id), scanning id columns shard by shard."""
+    out = {}
+    for source, ids in wanted.items():
+        if not ids:
+            continue
+        for part in run.shards(source):
+            col = fs.read_table(part, columns=["id"]).column("id").to_pylist()
+            rows = [i for i, x in enumerate(col) if x in ids]
+            if rows:
+                t = view.read_rows(str(part), [], np.array(rows), ["id", "text"])
+                for i, x in zip(t.column("id").to_pylist(), t.column("text").to_pylist(), strict=True):
+                    out[(source, i)] = x
+    return out

@@ -1,0 +1,148 @@
+"""Shuffles through files, O(maps + reducers) of them: each map task writes one data file
+sorted by partition and one offset index; each reduce task reads its byte range from
+every map's data file.
+
+    <step>/buckets/part-00012.data    map shard 12's rows, partition 0's segment first
+    <step>/buckets/part-00012.index   P + 1 little-endian uint64 offsets into the .data file
+
+A segment is an Arrow IPC stream (zstd-compressed buffers), so a reducer decodes exactly
+the bytes of its partition: it reads 16 bytes of each index (offsets p and p + 1) and
+then that range of the data file, two small reads per (map, partition), on local disks
+and object stores alike (ranged GETs; no listing: a reducer derives the map files' names
+from their count). Empty partitions take no bytes. Per map task the index is 8 x (P + 1)
+bytes; at P = 100,000 that is 800 KB beside a data file of tens of MB.
+
+The same layout carries decisions back to the document shards they are about
+(`write_to_shards`): a reducer's output is partitioned by the global document-shard
+number k (sources in YAML order, then their ingest shards), and the per-shard step that
+applies them reads segment k of every reducer's file.
+
+Files are written to temporary names and renamed, the index last, so a retried task
+rewrites the same names with the same bytes. A reducer concatenates segments in map
+order; every reducer sorts its rows by a total key afterwards, so the result does not
+depend on which task finished first.
+
+Documents are named globally by `gid = source_index << 56 | shard << 32 | row`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.io import atomic, fs
+
+VERSION = "2"  # map outputs as .data + .index files: the version of every step that writes a shuffle
+
+_IPC = pa.ipc.IpcWriteOptions(compression="zstd")
+_U64 = np.dtype("<u8")
+
+
+def gid(src: int, part: int, rows: np.ndarray) -> np.ndarray:
+    return (np.int64(src) << np.int64(56)) | (np.int64(part) << np.int64(32)) | rows.astype(np.int64)
+
+
+def split_gid(g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    g = np.asarray(g, dtype=np.int64)
+    return g >> np.int64(56), (g >> np.int64(32)) & np.int64(0xFFFFFF), g & np.int64(0xFFFFFFFF)
+
+
+def partition_of(keys: np.ndarray, nparts: int) -> np.ndarray:
+    """A partition for well-mixed uint64 keys."""
+    return ((keys >> np.uint64(32)) % np.uint64(nparts)).astype(np.int64)
+
+
+def map_file(directory, index: int) -> Path:
+    """The base name of map (or reduce) task `index`'s shuffle output in `directory`."""
+    return fs.path(directory) / f"part-{index:05d}"
+
+
+def _with(base: Path, suffix: str) -> Path:
+    return base.with_name(base.name + suffix)
+
+
+def write_partitions(table: pa.Table, part: np.ndarray, nparts: int, base: Path) -> int:
+    """Rows of `table` to `base`.data, grouped by `part` (stable within a partition), with
+    the offset index `base`.index. Always written, empty or not, so readers can count on
+    it. Returns the number of non-empty partitions."""
+    part = np.asarray(part, dtype=np.int64)
+    if len(part) and (part.min() < 0 or part.max() >= nparts):
+        raise ValueError(f"partition numbers outside [0, {nparts}) for {base}")
+    order = np.argsort(part, kind="stable")
+    sp = part[order]
+    counts = np.bincount(sp, minlength=nparts)
+    starts = np.r_[0, np.cumsum(counts)]
+    offsets = np.zeros(nparts + 1, _U64)
+    data = _with(base, ".data")
+    fs.makedirs(data.parent)
+    tmp = fs.tmp_path(data)
+    sorted_t = table.take(pa.array(order)) if table.num_rows else table
+    pos = 0
+    with tmp.open("wb") as f:
+        for p in np.flatnonzero(counts):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema, options=_IPC) as w:
+                w.write_table(sorted_t.slice(int(starts[p]), int(counts[p])))
+            buf = sink.getvalue()
+            f.write(buf)
+            offsets[p] = pos
+            pos += buf.size
+            offsets[p + 1 :] = pos
+    fs.commit(tmp, data)
+    atomic.write_bytes(_with(base, ".index"), offsets.tobytes())
+    return int((counts > 0).sum())
+
+
+def write_empty(nparts: int, base: Path) -> int:
+    """A map output with no rows (readers count on every map's files)."""
+    return write_partitions(pa.table({}), np.zeros(0, np.int64), nparts, base)
+
+
+def _read_range(p: Path, start: int, end: int) -> bytes:
+    if fs.is_local(p):
+        with open(p, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
+    return p.fs.cat_file(p.path, start=start, end=end)
+
+
+def read_segment(base: Path, p: int) -> pa.Table | None:
+    """Partition `p`'s rows in one map output (None when it has none)."""
+    base = fs.path(base)
+    raw = _read_range(_with(base, ".index"), 8 * p, 8 * p + 16)
+    if len(raw) != 16:
+        raise ValueError(f"{_with(base, '.index')} has no partition {p}")
+    lo, hi = np.frombuffer(raw, _U64).tolist()
+    if hi == lo:
+        return None
+    buf = _read_range(_with(base, ".data"), lo, hi)
+    return pa.ipc.open_stream(pa.py_buffer(buf)).read_all()
+
+
+def read_partition(directory, nfiles: int, p: int, schema: pa.Schema | None = None) -> pa.Table | None:
+    """Partition `p` of the map outputs 0..nfiles-1 in `directory`, in map order (None if
+    none holds a row and no schema is given)."""
+    parts = [t for i in range(nfiles) if (t := read_segment(map_file(directory, i), p)) is not None]
+    if not parts:
+        return None if schema is None else schema.empty_table()
+    return pa.concat_tables(parts)
+
+
+def write_to_shards(table: pa.Table, g: np.ndarray, offsets: list[int], ndocs: int, base: Path) -> int:
+    """Decision rows to the document shard they are about, partitioned by its global
+    number k = offsets[source] + shard (see the module docstring). `table` gets a `row`
+    column (the row in that shard) in place of the gids, sorted by row."""
+    src, part, row = split_gid(g)
+    k = np.asarray(offsets, dtype=np.int64)[src] + part if len(g) else np.zeros(0, np.int64)
+    order = np.lexsort((row, k))
+    table = table.take(pa.array(order)).append_column("row", pa.array(row[order], pa.int64()))
+    return write_partitions(table, k[order], ndocs, base)
+
+
+def decisions(step_dir, k: int, nfiles: int) -> pa.Table | None:
+    """The decisions a reduce step wrote for document shard k: reducer by reducer, each
+    reducer's sorted by row."""
+    t = read_partition(fs.path(step_dir) / "to", nfiles, k)
+    return None if t is None or t.num_rows == 0 else t

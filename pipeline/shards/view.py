@@ -1,0 +1,122 @@
+"""The current state of a document shard: which rows are still kept, and their text.
+
+Documents are written once, by ingest; every later stage writes an attribute file with
+the same rows in the same order (`keep`, `reason`, ...). A shard's *layers* are those
+files in stage order. A row is still kept when no layer says `keep = false` (a null
+`keep` means the stage never saw the row). A stage that rewrites text (c4_quality with
+rewrite, paragraph dedup) adds `text`, `n_chars` and `n_tokens` columns, null where it
+left the row alone; the latest non-null value wins.
+
+Attribute files are read whole (one shard's `keep` and rewritten texts); documents are
+streamed in batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.io import fs
+
+OVERRIDES = ("text", "n_chars", "n_tokens")
+BATCH_ROWS = 4096
+
+
+def num_rows(documents: str) -> int:
+    return fs.parquet_file(documents).metadata.num_rows
+
+
+class Layers:
+    """The keep mask and text overrides of one document shard, from its attribute files.
+    Only the overrides of `columns` are read (default: all); `columns=()` reads `keep` alone,
+    which is what a pass that needs no text should ask for (a rewritten `text` column is
+    most of an attribute file's bytes)."""
+
+    def __init__(self, layers: list[str], n: int, columns=OVERRIDES):
+        self.keep = np.ones(n, dtype=bool)
+        self.overrides: dict[str, pa.Array] = {}
+        wanted = [c for c in OVERRIDES if c in columns]
+        for path in layers:
+            names = fs.parquet_file(path).schema_arrow.names if wanted else ()
+            cols = ["keep"] + [c for c in wanted if c in names]
+            t = fs.read_table(path, columns=cols)
+            if t.num_rows != n:
+                raise ValueError(f"{path} has {t.num_rows} rows, its document shard {n}")
+            self.keep &= t.column("keep").fill_null(True).to_numpy(zero_copy_only=False)
+            for c in cols[1:]:
+                new = t.column(c).combine_chunks()
+                old = self.overrides.get(c)
+                self.overrides[c] = new if old is None else pc.coalesce(new, old.cast(new.type))
+
+    def apply(self, batch: pa.RecordBatch, start: int) -> pa.RecordBatch:
+        """`batch` (rows [start, start + n) of the shard) with the overrides applied."""
+        for c, arr in self.overrides.items():
+            if c in batch.schema.names:
+                i = batch.schema.get_field_index(c)
+                new = arr.slice(start, batch.num_rows).cast(batch.schema.field(c).type)
+                batch = batch.set_column(i, c, pc.coalesce(new, batch.column(c)))
+        return batch
+
+
+def kept_batches(documents: str, layers: list[str], columns: list[str], batch_rows: int = BATCH_ROWS
+                 ) -> Iterator[tuple[np.ndarray, pa.RecordBatch]]:
+    """(row numbers in the shard, batch of those rows' current values), kept rows only."""
+    pf = fs.parquet_file(documents)
+    state = Layers(layers, pf.metadata.num_rows, columns)
+    start = 0
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+        n = batch.num_rows
+        mask = state.keep[start : start + n]
+        batch = state.apply(batch, start)
+        rows = np.flatnonzero(mask) + start
+        if len(rows) == n:
+            yield rows, batch
+        elif len(rows):
+            yield rows, batch.filter(pa.array(mask))
+        start += n
+
+
+def read_rows(documents: str, layers: list[str], rows: np.ndarray, columns: list[str]) -> pa.Table:
+    """The current values of some rows (sorted, unique), reading only their row groups."""
+    pf = fs.parquet_file(documents)
+    md = pf.metadata
+    bounds = np.cumsum([0] + [md.row_group(k).num_rows for k in range(md.num_row_groups)])
+    groups = np.unique(np.searchsorted(bounds, rows, side="right") - 1)
+    parts, offsets = [], []
+    for g in groups:
+        parts.append(pf.read_row_group(int(g), columns=columns))
+        offsets.append(bounds[g])
+    if not parts:
+        return pf.schema_arrow.empty_table().select(columns)
+    table = pa.concat_tables(parts)
+    local = np.concatenate([np.arange(t.num_rows) + o for t, o in zip(parts, offsets)])
+    table = table.take(pa.array(np.searchsorted(local, rows)))
+    state_cols = [c for c in OVERRIDES if c in columns]
+    if layers and state_cols:
+        for path in layers:
+            names = fs.parquet_file(path).schema_arrow.names
+            for c in state_cols:
+                if c in names:
+                    new = fs.read_table(path, columns=[c]).column(c).take(pa.array(rows))
+                    i = table.schema.get_field_index(c)
+                    table = table.set_column(i, c, pc.coalesce(new.cast(table.schema.field(c).type), table.column(c)))
+    return table
+
+
+def shard_topics(d: dict) -> np.ndarray | None:
+    """The topic of every row of a document shard (None where unset), or None."""
+    for path in d["layers"]:
+        if fs.path(path).parent.parent.name.startswith("topic-"):
+            return np.array(fs.read_table(path, columns=["topic"]).column("topic").to_pylist(), dtype=object)
+    return None
+
+
+def shard_buckets(d: dict) -> np.ndarray | None:
+    """The quality bucket of every row of a document shard (-1 where unset), or None."""
+    for path in d["layers"]:
+        if fs.path(path).parent.parent.name.startswith("quality-") and "bucket" in fs.parquet_file(path).schema_arrow.names:
+            return fs.read_table(path, columns=["bucket"]).column("bucket").combine_chunks().fill_null(-1).to_numpy().astype(np.int64)
+    return None

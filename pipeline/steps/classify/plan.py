@@ -1,0 +1,177 @@
+"""The classification steps of a plan (tasks.py says what each does).
+
+A classifier is trained once (`classify-<name>-train`) and scores only the sources whose
+`quality` names it (`classify-<name>-<source>`); each such source then gets its own
+threshold and attributes (`quality-<source>-threshold`, `quality-<source>`). The step
+hashes make iteration cheap: `min_score` and `keep_fraction` are in the threshold step
+only, so editing them skips training and scoring.
+"""
+
+from __future__ import annotations
+
+from pipeline.engine.step import Step, shard_name
+from pipeline.io import atomic, fs
+from pipeline.plan.context import Context
+from pipeline.steps.classify import tasks as classify
+
+MODEL = "model.bin"
+
+
+def plan(ctx: Context) -> list[Step]:
+    """The classifiers' steps; records each source's quality and topic steps and the topic
+    labels its cells may name (ctx.quality, ctx.topic, ctx.topic_labels)."""
+    m = ctx.mixture
+    used = {s: spec.quality for s, spec in m.sources.items() if spec.quality}
+    topics = {s: spec.topic for s, spec in m.sources.items() if spec.topic}
+    if not used and not topics:
+        return []
+    base = dict(zip(m.sources, ctx.base(), strict=True))
+    dedup = list(ctx.layers)
+    steps: list[Step] = []
+    everything = list(base.values()) + dedup
+    models: dict[str, tuple[Step | None, str, str]] = {}  # classifier -> (train step, model path, model id)
+    for cname in sorted({q.classifier for q in list(used.values()) + list(topics.values())}):
+        c = m.classifiers[cname]
+        if c.model:
+            models[cname] = (None, c.model, atomic.file_digest(fs.path(c.model))[1])
+            continue
+        params = c.model_dump(mode="json")
+        sides = {}
+        for side, entries in (c.labels or {"positive": c.positive, "negative": c.negative}).items():
+            names = [v for v in entries if v in m.sources]
+            files = [v for v in entries if v not in m.sources]
+            sides[side] = (names, files)
+        digests = {f: atomic.file_digest(fs.path(f))[1] for names, files in sides.values() for f in files}
+        if c.labels:  # per label: its sources and its files' digests (moving a file to another label retrains)
+            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model", "labels", "label")},
+                   "labels": {lab: names + [digests[f] for f in files] for lab, (names, files) in sides.items()}}
+        else:  # the keys a binary classifier always had (without files, its steps keep their hashes)
+            per_side = {side: {f: digests[f] for f in files} for side, (_, files) in sides.items()}  # which side a file is on
+            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model", "labels")},
+                   "positive": sides["positive"][0], "negative": sides["negative"][0], "files": per_side if digests else {}}
+
+        def side_docs(stats, sides=sides, cap=params["max_examples_per_class"]):
+            """(side, its document shards, its hash bound) for each class."""
+            docs = ctx.doc_shards(stats, dedup)
+            out = []
+            for side, (names, _) in sides.items():
+                mine = [d for d in docs if d["source"] in names]
+                out.append((side, mine, classify.tau(cap, sum(d["kept"] for d in mine))))
+            return out
+
+        def example_shards(st, stats, side_docs=side_docs, seed=params["seed"]):
+            return [{"doc": d, "seed": seed, "tau": bound, "describe": f"{side} examples {d['source']}/{shard_name(d['part'])}"}
+                    for side, mine, bound in side_docs(stats) for d in mine]
+
+        ex = Step(f"classify-{cname}-examples", "classify-examples", cfg, everything, classify.examples_shard,
+                  shards=example_shards)
+
+        def train_shards(st, stats, cname=cname, params=params, sides=sides, side_docs=side_docs, ex=ex, multi=bool(c.labels)):
+            spec = {"name": cname, "params": params, "describe": f"train classifier {cname}"}
+            into = spec.setdefault("classes", {}) if multi else spec  # labels in order; positive/negative
+            j = 0
+            for side, mine, bound in side_docs(stats):
+                shards = []
+                for d in mine:  # the examples step's shards are the sides' shards in this order
+                    shards.append({**d, "candidates": str(ex.dir(ctx.store) / f"{shard_name(j)}.parquet"),
+                                   "offered": stats[ex.name][j]["candidates"]})
+                    j += 1
+                into[side] = {"shards": shards, "files": sides[side][1], "tau": bound}
+            return [spec]
+
+        train = Step(f"classify-{cname}-train", "classify-train", cfg, [ex], classify.train_shard,
+                     shards=train_shards)
+        steps += [ex, train]
+        models[cname] = (train, str(train.dir(ctx.store) / MODEL), None)
+
+    for sname, q in used.items():
+        c = m.classifiers[q.classifier]
+        train, model_path, model_id = models[q.classifier]
+
+        def source_docs(stats, sname=sname):
+            return [d for d in ctx.doc_shards(stats, dedup) if d["source"] == sname]
+
+        score_cfg = {"model": model_id, "label": c.label, "lowercase": c.lowercase}
+        score = Step(
+            f"classify-{q.classifier}-{sname}", "classify-score", score_cfg,
+            ([train] if train else []) + [base[sname]] + dedup, classify.score_shard,
+            shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c: [
+                {"doc": d, "model": model_path, "label": c.label, "lowercase": c.lowercase,
+                 "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)],
+        )
+        steps.append(score)
+
+        def scores_of(stats, score=score, source_docs=source_docs):
+            return [(d, str(score.dir(ctx.store) / f"{shard_name(j)}.parquet")) for j, d in enumerate(source_docs(stats))]
+
+        thr_cfg = {"min_score": q.min_score, "keep_fraction": q.keep_fraction}
+        if q.n_buckets():  # only then: a mixture without buckets keeps its step hashes
+            thr_cfg.update({"buckets": q.buckets, "edges": q.edges})
+        if q.max_score is not None:
+            thr_cfg["max_score"] = q.max_score
+        thr = Step(
+            f"quality-{sname}-threshold", "quality-threshold", thr_cfg, [score], classify.threshold_shard,
+            shards=lambda st, stats, scores_of=scores_of, q=q, sname=sname, score=score: [
+                {"keys": str(score.dir(ctx.store) / "keys"), "shards": len(scores_of(stats)),
+                 "min_score": q.min_score, "keep_fraction": q.keep_fraction, "buckets": q.buckets, "max_score": q.max_score,
+                 "describe": f"threshold of {sname}"}],
+        )
+        steps.append(thr)
+        apply = Step(
+            f"quality-{sname}", "quality-apply", {}, [thr], classify.apply_shard,
+            shards=lambda st, stats, scores_of=scores_of, thr=thr, q=q: [
+                {"doc": d, "scores": p, "threshold": stats[thr.name][0]["threshold"], "key": stats[thr.name][0]["key"],
+                 "bucket_keys": stats[thr.name][0].get("bucket_keys"), "edges": q.edges, "n_buckets": q.n_buckets(),
+                 "max_score": stats[thr.name][0].get("max_score"),
+                 "describe": f"{d['source']}/{shard_name(d['part'])}"} for d, p in scores_of(stats)],
+        )
+        steps.append(apply)
+        ctx.quality[sname] = apply
+
+    for sname, tp in topics.items():
+        c = m.classifiers[tp.classifier]
+        train, model_path, model_id = models[tp.classifier]
+        ctx.topic_labels[sname] = list(c.labels) if c.labels else _model_labels(ctx, tp.classifier, c.model, model_id)
+        before = [ctx.quality[sname]] if sname in ctx.quality else []
+
+        def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c):
+            after = {sname: before} if before else None
+            return [{"doc": d, "model": model_path, "lowercase": c.lowercase,
+                     "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                    for d in ctx.doc_shards(stats, dedup, after) if d["source"] == sname]
+
+        step = Step(f"topic-{sname}", "topic", {"model": model_id, "lowercase": c.lowercase},
+                    ([train] if train else []) + [base[sname]] + dedup + before, classify.topic_shard,
+                    shards=topic_shards, meta={"stage": f"topic:{tp.classifier}"})
+        steps.append(step)
+        ctx.topic[sname] = step
+    return steps
+
+
+def _model_labels(ctx: Context, cname: str, path: str, digest: str) -> list[str]:
+    """A pretrained multi-class model's labels, without `__label__`: the topics cells name,
+    so each must be a name a cell key can hold. Planning needs only the labels: they are kept
+    by the model's sha256 (already computed for the step hash) in the user's cache, so the
+    driver loads a model (which may be gigabytes) once per model, not at every plan, and
+    does not keep it."""
+    import json
+    import re
+
+    from filters.models import cache_dir
+    from filters.quality import open_model
+    from pipeline.errors import UsageError
+
+    cache = cache_dir() / "model-labels" / f"{digest}.json"
+    try:
+        labels = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        labels = [lab.removeprefix("__label__") for lab in open_model(path).get_labels()]  # not kept in memory
+        try:
+            atomic.write_json(cache, labels)
+        except OSError:  # a cache that cannot be written is simply not kept
+            pass
+    bad = [lab for lab in labels if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lab) or re.fullmatch(r"q\d+", lab)]
+    if bad:
+        raise UsageError(f"{ctx.lm.where(('classifiers', cname, 'model'))}: the model's labels {bad} cannot name a "
+                         "topic cell (letters, digits, '_', '.', '-', not q<number>); retrain it with such labels")
+    return labels

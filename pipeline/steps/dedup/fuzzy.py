@@ -1,0 +1,222 @@
+"""Near-duplicate dedup: MinHash LSH candidates, verified by true Jaccard, then clusters.
+
+signatures (per document shard): each kept document's word n-gram shingles, MinHash
+    signature and LSH band buckets (pipeline/steps/dedup/text.py); one row per (document, band),
+    hash-partitioned by bucket.
+buckets (per bucket partition): documents sharing a bucket are candidate pairs. In a
+    bucket of up to ALL_PAIRS members every pair is a candidate; in a larger one each
+    member is paired with the first and with the one before it (members ordered by
+    source priority and id hash), which keeps templated pages from exploding into k^2
+    pairs while every member still meets the cluster. Each pair is sent to both members'
+    document shards.
+fetch (per document shard): the shard's documents in pairs are read (only their row
+    groups, from the shard itself) and sent, id and text, to the verify partitions of
+    their pairs, once per partition; each pair goes once, from its later member. A hub
+    in a million pairs is copied at most once per verify partition.
+verify (per pair partition, sized from the pair count and the average text): the
+    pairs, deduplicated, with both texts at hand; with `verify: true`, the true Jaccard
+    similarity of the two documents' shingle sets, recomputed from their current text,
+    and only pairs at or above `threshold` are edges. No task reads another shard's
+    files, so the work per task does not grow with the number of shards.
+clusters: connected components of the edges, partitioned by edge, so no task holds a hub
+    or a giant component (pipeline/steps/dedup/components.py);
+    the survivor of a component is its smallest (source priority, id); every other
+    member is removed with `near_duplicate_of:<survivor id> (jaccard=0.87)`, the Jaccard
+    being that of the member's closest verified neighbour.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from pipeline.steps.dedup import components, text
+from pipeline.shards import shuffle
+from pipeline.engine.step import task
+from pipeline.io import fs
+from pipeline.shards import view
+
+ALL_PAIRS = 32
+EDGES_PER_PARTITION = 5_000_000
+COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string", "jaccard": "float64",
+           "cluster": "string", "cluster_size": "int64", "duplicate_of_gid": "int64"}
+BATCH = 1024
+CHUNK_BYTES = 1 << 20  # text per numpy pass: the pass holds about 40 bytes per byte of text
+
+
+def _chunks(lengths, limit: int):
+    """[lo, hi) ranges of consecutive documents of at most `limit` bytes (at least one document)."""
+    lo, acc = 0, 0
+    for i, n in enumerate(lengths.tolist()):
+        if acc and acc + n > limit:
+            yield lo, i
+            lo, acc = i, 0
+        acc += n
+    if lo < len(lengths):
+        yield lo, len(lengths)
+
+
+def _okey(rank: int, ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """An order key that does not depend on sharding: source priority, then 120 bits of
+    hashes of the id (56 + an independent 64), so that two documents tie with a chance of
+    about 1e-16 among 25 billion; only then does the gid (a shard position) decide."""
+    h = np.array([xxhash.xxh3_64_intdigest(i) for i in ids], dtype=np.uint64) >> np.uint64(8)
+    h2 = np.array([xxhash.xxh3_64_intdigest(i, seed=0x5EED) for i in ids], dtype=np.uint64)
+    return (np.uint64(rank) << np.uint64(56)) | h, h2
+
+
+@task(version=shuffle.VERSION)
+def sig_shard(spec: dict, out) -> dict:
+    doc, p = spec["doc"], spec["params"]
+    a, b = text.permutations(p["num_perm"], p["seed"])
+    bands, rows_per = p["bands"], p["rows"]
+    keys, okeys, okeys2, gids = [], [], [], []
+    nbytes = ndocs = 0
+    for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"], batch_rows=BATCH):
+        lengths = pa.compute.binary_length(batch.column("text")).to_numpy(zero_copy_only=False)
+        nbytes += int(lengths.sum())
+        for lo, hi in _chunks(lengths, CHUNK_BYTES):
+            texts = batch.column("text").slice(lo, hi - lo).to_pylist()
+            h, d = text.shingles(texts, p["ngram"], p["normalize"])
+            sig, which = text.minhash(h, d, len(texts), a, b)
+            if not len(which):
+                continue
+            bk = text.band_buckets(sig, bands, rows_per)
+            ok, ok2 = _okey(doc["rank"], batch.column("id").slice(lo, hi - lo).take(pa.array(which)).to_pylist())
+            g = shuffle.gid(doc["src"], doc["part"], rows[lo:hi][which])
+            keys.append(bk.ravel())
+            okeys.append(np.repeat(ok, bands))
+            okeys2.append(np.repeat(ok2, bands))
+            gids.append(np.repeat(g, bands))
+            ndocs += len(which)
+    base = shuffle.map_file(fs.path(out.dir) / "buckets", out.index)
+    if keys:
+        k = np.concatenate(keys)
+        table = pa.table({"bucket": k, "okey": np.concatenate(okeys), "okey2": np.concatenate(okeys2),
+                          "gid": np.concatenate(gids)})
+        segments = shuffle.write_partitions(table, shuffle.partition_of(k, spec["partitions"]), spec["partitions"], base)
+    else:
+        segments = shuffle.write_empty(spec["partitions"], base)
+    return {"rows": ndocs, "docs": ndocs, "text_bytes": nbytes, "partitions": spec["partitions"], "segments": segments}
+
+
+@task(version="2")
+def buckets_shard(spec: dict, out) -> dict:
+    t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
+    target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
+    if t is None or t.num_rows == 0:
+        shuffle.write_empty(spec["ndocs"], target)
+        return {"rows": 0, "pairs": 0, "buckets": 0, "largest": 0}
+    bucket = t.column("bucket").to_numpy()
+    okey = t.column("okey").to_numpy()
+    okey2 = t.column("okey2").to_numpy()
+    g = t.column("gid").to_numpy()
+    order = np.lexsort((g, okey2, okey, bucket))
+    bucket, g = bucket[order], g[order]
+    cuts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
+    size = np.diff(cuts)
+    lo_parts, hi_parts = [], []
+    big = 0
+    for start, k in zip(cuts[:-1][size > 1], size[size > 1]):
+        members = g[start : start + k]
+        if k <= ALL_PAIRS:
+            i, j = np.triu_indices(k, 1)
+        else:
+            big += 1
+            j = np.arange(1, k)
+            i = np.concatenate([np.zeros(k - 1, np.int64), j[1:] - 1])
+            j = np.concatenate([j, j[1:]])
+        lo_parts.append(members[i])
+        hi_parts.append(members[j])
+    pairs = np.zeros((0, 2), np.int64)
+    if lo_parts:
+        lo, hi = np.concatenate(lo_parts), np.concatenate(hi_parts)
+        pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
+    npairs = len(pairs)
+    lo, hi = pairs[:, 0], pairs[:, 1]
+    shuffle.write_to_shards(pa.table({"lo": np.concatenate([lo, lo]), "hi": np.concatenate([hi, hi])}),
+                            np.concatenate([lo, hi]), spec["offsets"], spec["ndocs"], target)  # to both members
+    return {"rows": t.num_rows, "pairs": npairs, "buckets": int((size > 1).sum()), "largest": int(size.max()),
+            "large_buckets": big}
+
+
+def pair_partition(lo: np.ndarray, hi: np.ndarray, nparts: int) -> np.ndarray:
+    """The verify partition of each pair (lo, hi) of gids."""
+    x = (lo.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ hi.astype(np.uint64)
+    return shuffle.partition_of(text.fmix64(x), nparts)
+
+
+def fetch_shard(spec: dict, out) -> dict:
+    """A document shard's part in the candidate pairs -> the verify partitions: its
+    documents' ids and texts, once per partition that needs them, and the pairs whose
+    later member it holds."""
+    doc, p, nparts = spec["doc"], spec["params"], spec["partitions"]
+    t = shuffle.decisions(spec["pairs"], doc["k"], spec["pair_files"])
+    texts_base = shuffle.map_file(fs.path(out.dir) / "texts", out.index)
+    pairs_base = shuffle.map_file(fs.path(out.dir) / "pairs", out.index)
+    if t is None or t.num_rows == 0:
+        shuffle.write_empty(nparts, texts_base)
+        shuffle.write_empty(nparts, pairs_base)
+        return {"rows": 0, "pairs": 0, "texts": 0, "partitions": nparts}
+    row = t.column("row").to_numpy()
+    lo, hi = t.column("lo").to_numpy(), t.column("hi").to_numpy()
+    me = shuffle.gid(doc["src"], doc["part"], row)
+    v = pair_partition(lo, hi, nparts)
+    own = np.unique(np.stack([lo[me == hi], hi[me == hi]], axis=1), axis=0)  # each pair once, from its later member
+    shuffle.write_partitions(pa.table({"lo": own[:, 0], "hi": own[:, 1]}), pair_partition(own[:, 0], own[:, 1], nparts),
+                             nparts, pairs_base)
+    need = np.unique(np.stack([row, v], axis=1), axis=0)  # (row, partition): a text once per partition
+    rows = np.unique(need[:, 0])
+    cols = ["id", "text"] if p["verify"] else ["id"]
+    docs = view.read_rows(doc["documents"], doc["layers"], rows, cols)
+    at = pa.array(np.searchsorted(rows, need[:, 0]))
+    table = pa.table({"gid": shuffle.gid(doc["src"], doc["part"], need[:, 0]), **{c: docs.column(c).take(at) for c in cols}})
+    shuffle.write_partitions(table, need[:, 1], nparts, texts_base)
+    return {"rows": len(rows), "pairs": len(own), "texts": len(need), "partitions": nparts}
+
+
+def verify_shard(spec: dict, out) -> dict:
+    """One verify partition: its pairs, each with both documents' texts at hand."""
+    p = spec["params"]
+    final = out.path(".parquet")
+    schema = pa.schema([("lo", pa.int64()), ("hi", pa.int64()), ("lo_id", pa.string()), ("hi_id", pa.string()),
+                        ("jaccard", pa.float64()), ("edge", pa.bool_())])
+    pt = shuffle.read_partition(fs.path(spec["fetched"]) / "pairs", spec["maps"], spec["partition"])
+    if pt is None or pt.num_rows == 0:
+        fs.write_table(schema.empty_table(), final)
+        return {"rows": 0, "candidates": 0, "edges": 0}
+    pairs = np.unique(np.stack([pt.column("lo").to_numpy(), pt.column("hi").to_numpy()], axis=1), axis=0)
+    lo, hi = pairs[:, 0], pairs[:, 1]
+    tt = shuffle.read_partition(fs.path(spec["fetched"]) / "texts", spec["maps"], spec["partition"])
+    g = tt.column("gid").to_pylist()
+    ids = dict(zip(g, tt.column("id").to_pylist()))
+    if p["verify"]:
+        sets = {x: text.shingle_set(t, p["ngram"], p["normalize"]) for x, t in zip(g, tt.column("text").to_pylist())}
+        jac = np.array([text.jaccard(sets[a], sets[b]) for a, b in zip(lo.tolist(), hi.tolist())])
+        edge = jac >= p["threshold"]
+    else:
+        jac = np.full(len(lo), np.nan)
+        edge = np.ones(len(lo), bool)
+    table = pa.table({"lo": lo, "hi": hi, "lo_id": [ids[x] for x in lo.tolist()], "hi_id": [ids[x] for x in hi.tolist()],
+                      "jaccard": pa.array(jac, mask=np.isnan(jac)), "edge": edge}, schema=schema)
+    fs.write_table(table, final, compression="zstd")
+    return {"rows": len(lo), "candidates": len(lo), "texts": len(g), "edges": int(edge.sum())}
+
+
+def clusters_shard(spec: dict, out) -> dict:
+    """Connected components of all verified edges (pipeline/steps/dedup/components.py). A
+    coordinator: it holds counts and waits for its rounds' tasks (it takes no CPU slot)."""
+    import time
+
+    cpu0 = time.process_time()
+    files = [str(fs.path(spec["edges"]) / f"part-{i:05d}.parquet") for i in range(spec["verified"])]
+    edges = spec["edge_count"]  # from the verify markers: no task reads every edge file to count
+    nparts = spec["partitions"] or max(1, -(-edges // EDGES_PER_PARTITION))
+    work = fs.path(out.dir) / "_work"
+    fs.rmtree(work)  # a retried or resumed coordinator starts over
+    res = components.run(files, work, fs.path(out.dir), nparts, spec["sources"], spec["src_rank"],
+                         spec["offsets"], spec["ndocs"])
+    fs.rmtree(work)
+    return {"rows": edges, "edges": edges, "outputs": nparts, "coordinator_cpu_seconds": round(time.process_time() - cpu0, 3),
+            **res}

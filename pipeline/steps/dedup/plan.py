@@ -1,0 +1,147 @@
+"""The dedup stage's plan: exact, fuzzy and paragraph dedup over every document shard
+(plan/context.py: `doc_shards`), each kind a short chain of steps whose apply step is a
+global attribute layer.
+
+Partitions: `dedup.partitions`, or one per PARTITION_ROWS shuffle rows (documents for
+exact, documents x bands for fuzzy, paragraphs for paragraph dedup), so a reduce task
+holds at most about PARTITION_ROWS rows (~40 bytes each, plus the id strings).
+"""
+
+from __future__ import annotations
+
+import math
+
+from pipeline.engine.step import Step, shard_name
+from pipeline.plan.context import Context
+from pipeline.shards import apply, combine
+from pipeline.steps.dedup import exact, fuzzy, paragraph
+
+PARTITION_ROWS = 4_000_000
+PARAGRAPHS_PER_DOC = 8  # a planning guess: web pages have a few to a few dozen
+VERIFY_TEXT_BYTES = 64 << 20  # text per fuzzy verify partition (its shingle sets take about as much again)
+
+
+def outputs(stats: dict, step: Step) -> int:
+    """How many shuffle outputs a decision step wrote: one per shard, or what its marker says."""
+    ms = stats[step.name]
+    return ms[0].get("outputs", len(ms)) if 0 in ms else len(ms)
+
+
+def _partitions(cfg, rows: int) -> int:
+    return cfg.partitions or max(1, math.ceil(rows / PARTITION_ROWS))
+
+
+def _describe(d: dict) -> str:
+    return f"{d['source']}/{shard_name(d['part'])}"
+
+
+def plan(ctx: Context) -> list[Step]:
+    """The dedup steps, in order; each kind's apply step becomes a global layer (ctx.layers)."""
+    dd = ctx.mixture.dedup
+    if dd is None:
+        return []
+    m = ctx.mixture
+    names = list(m.sources)
+    rk = ctx.ranks()
+    rank_source = sorted(rk, key=rk.get)
+    common = {"ranks": rk, "partitions": dd.partitions}
+    base = ctx.base()
+    layers = ctx.layers
+    steps: list[Step] = []
+
+    def add(step: Step) -> Step:
+        steps.append(step)
+        return step
+
+    def per_doc(extra, prev):
+        def shards(st, stats):
+            docs = ctx.doc_shards(stats, prev)
+            kept = sum(x["kept"] for x in docs)  # once per step, not per shard
+            return [{"doc": d, **extra(kept, d, stats), "describe": _describe(d)} for d in docs]
+        return shards
+
+    def reduce_specs(map_step, extra):
+        def shards(st, stats):
+            ms = stats[map_step.name]
+            count = ms[0]["partitions"] if ms else 0
+            offsets, ndocs = ctx.shard_offsets(stats)
+            return [{"inputs": str(map_step.dir(ctx.store) / "buckets"), "maps": len(ms), "partition": p,
+                     "offsets": offsets, "ndocs": ndocs, "sources": names, "rank_source": rank_source, **extra,
+                     "describe": f"partition {p}"} for p in range(count)]
+        return shards
+
+    def apply_step(kind: str, decisions: Step, fn, columns: dict | None, prev, cfg=None, extra=None,
+                   combined: Step | None = None) -> Step:
+        def rest(d, stats):  # the map's rest file for this shard (pipeline/shards/combine.py)
+            if combined is None:
+                return {}
+            n = stats[combined.name][d["k"]].get("rest", 0)
+            return {"combined": True, "rest": str(combine.rest_path(combined.dir(ctx.store) / "rest", d["k"])) if n else None}
+
+        return add(Step(
+            f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn,
+            shards=per_doc(lambda kept, d, stats: {"decisions": str(decisions.dir(ctx.store)), "columns": columns,
+                                                   "reducers": outputs(stats, decisions), **(cfg or {}), **(extra or {}),
+                                                   **rest(d, stats)},
+                           prev),
+        ))
+
+    if dd.exact:
+        prev = list(layers)
+        by = {} if dd.exact.key == "text" else {"key": dd.exact.key, "url_field": dd.exact.url_field,
+                                                 "date_field": dd.exact.date_field}  # text keys keep their old hashes
+        cfg = {"normalize": dd.exact.normalize, **by, **common}
+        mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, exact.map_shard, shards=per_doc(lambda kept, d, stats: {"normalize": dd.exact.normalize, **by,
+                                                            "partitions": _partitions(dd, kept)}, prev)))
+        rd = add(Step("dedup-exact-reduce", "dedup-exact-reduce", {}, [mp], exact.reduce_shard,
+                      shards=reduce_specs(mp, {"reason": "url_duplicate_of"} if by else {})))
+        layers.append(apply_step("exact", rd, apply.run_shard, exact.COLUMNS, prev, combined=mp))
+
+    if dd.fuzzy:
+        prev = list(layers)
+        fz = dd.fuzzy
+        params = {**fz.model_dump(mode="json"), "rows": fz.rows or fz.num_perm // fz.bands}
+        cfg = {"params": params, **common}
+        sig = add(Step("dedup-fuzzy-signatures", "dedup-fuzzy-signatures", cfg, base + prev,
+                       fuzzy.sig_shard,
+                       shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
+                           dd, kept * fz.bands)}, prev)))
+        bk = add(Step("dedup-fuzzy-buckets", "dedup-fuzzy-buckets", {}, [sig], fuzzy.buckets_shard, shards=reduce_specs(sig, {})))
+
+        def fetch_shards(st, stats, prev=prev, params=params, sig=sig, bk=bk):
+            pairs = sum(m["pairs"] for m in stats[bk.name].values())
+            docs = sum(m["docs"] for m in stats[sig.name].values())
+            avg = sum(m["text_bytes"] for m in stats[sig.name].values()) / max(1, docs)
+            nparts = dd.partitions or max(1, math.ceil(2 * pairs * avg / VERIFY_TEXT_BYTES))
+            return [{"doc": d, "pairs": str(bk.dir(ctx.store)), "pair_files": len(stats[bk.name]), "params": params,
+                     "partitions": nparts, "describe": _describe(d)} for d in ctx.doc_shards(stats, prev)]
+
+        fe = add(Step("dedup-fuzzy-fetch", "dedup-fuzzy-fetch", {"params": params}, [bk],
+                      fuzzy.fetch_shard, shards=fetch_shards))
+        vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [fe],
+                      fuzzy.verify_shard,
+                      shards=lambda st, stats, fe=fe, params=params: [
+                          {"fetched": str(fe.dir(ctx.store)), "maps": len(stats[fe.name]), "partition": v,
+                           "params": params, "describe": f"pair partition {v}"}
+                          for v in range(stats[fe.name][0]["partitions"] if stats[fe.name] else 0)]))
+        src_rank = [rk[s] for s in names]
+        cl = add(Step("dedup-fuzzy-clusters", "dedup-fuzzy-clusters", {}, [vf], fuzzy.clusters_shard, cpus=0,
+                      shards=lambda st, stats, vf=vf: [{"edges": str(vf.dir(ctx.store)), "sources": names,
+                                                 "src_rank": src_rank, "partitions": dd.partitions,
+                                                 "verified": len(stats[vf.name]),
+                                                 "edge_count": sum(m["edges"] for m in stats[vf.name].values()),
+                                                 **dict(zip(("offsets", "ndocs"), ctx.shard_offsets(stats))),
+                                                 "describe": "connected components"}]))
+        layers.append(apply_step("fuzzy", cl, apply.run_shard, fuzzy.COLUMNS, prev))
+
+    if dd.paragraph:
+        prev = list(layers)
+        params = dd.paragraph.model_dump(mode="json")
+        cfg = {"params": params, **common}
+        mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, paragraph.map_shard, shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
+                          dd, kept * PARAGRAPHS_PER_DOC)}, prev)))
+        rd = add(Step("dedup-paragraph-reduce", "dedup-paragraph-reduce", {"params": params}, [mp],
+                      paragraph.reduce_shard, shards=reduce_specs(mp, {"params": params})))
+        layers.append(apply_step("paragraph", rd, paragraph.apply_shard, None, prev,
+                                 {"params": params, "tokenizer_id": ctx.tokenizer_id}, {"tokenizer": ctx.tokenizer}, combined=mp))
+    return steps

@@ -1,0 +1,116 @@
+"""The ingest stage: per source, its inputs to normalised document shards.
+
+    scan-<source>        line counts of large compressed inputs, so they can be split
+    ids-<source>, unique-ids-<source>
+                         with id_field: ids used twice in the source (ids.py)
+    ingest-<source>      inputs -> document shards (+ quarantine) (documents.py, web.py)
+    id-index-<source>    id -> (shard, row), for `curate explain --id` (idindex.py)
+
+Publishes `quarantine/<source>/part-XXXXX.jsonl`: the records set aside, with their place
+and error.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from pipeline.engine.step import Step, shard_name
+from pipeline.io import fs
+from pipeline.io.atomic import link_tree
+from pipeline.io.discover import InputFile
+from pipeline.plan.context import Context
+from pipeline.plan.sources import fingerprint
+from pipeline.steps.ingest import documents, idindex, ids
+
+
+def plan(ctx: Context) -> list[Step]:
+    steps: list[Step] = []
+    for sname, spec in ctx.mixture.sources.items():
+        steps += _source(ctx, sname, spec)
+    return steps
+
+
+def _source(ctx: Context, sname: str, spec) -> list[Step]:
+    steps = []
+    fdicts = [f.to_dict() for f in ctx.files[sname]]
+    web_formats = sorted({f["format"] for f in fdicts} & {"warc", "html"})
+    extract = spec.extractor(web_formats[0] if web_formats else None)
+    ctx.extracts[sname] = bool(extract)
+    to_scan = [f for f in fdicts if documents.needs_scan(f, spec.max_shard_bytes)]
+    scan = None
+    if to_scan:
+        scan = Step(
+            f"scan-{sname}", "scan", {"files": [fingerprint(InputFile(**f)) for f in to_scan]}, [], documents.scan_shard,
+            shards=lambda st, stats, fs=to_scan: [{**f, "describe": f"scan {f['path']}"} for f in fs],
+        )
+        steps.append(scan)
+    ing_cfg = {
+        "source": sname, "files": [fingerprint(f) for f in ctx.files[sname]],
+        "text_field": spec.text_field, "id_field": spec.id_field, "hf_split": spec.hf_split,
+        "hf_builder": spec.hf_builder, "on_bad_record": spec.on_bad_record, "max_shard_rows": spec.max_shard_rows,
+        "max_shard_bytes": spec.max_shard_bytes, "max_doc_bytes": spec.max_doc_bytes, "tokenizer": ctx.tokenizer_id,
+    }
+    if extract:  # only web sources carry these keys: other sources' hashes stay as they were
+        ing_cfg.update({"extract": extract, "html_field": spec.html_field})
+
+    def ingest_shards(st, stats, duplicates=None):
+        dups = {"duplicates": str(duplicates.dir(ctx.store)), "duplicate_files": len(stats[duplicates.name])} \
+            if duplicates else {"duplicates": None}
+        counts = {m["path"]: m["lines"] for m in stats.get(scan.name, {}).values()} if scan else {}
+        splits = documents.plan_splits(fdicts, spec.model_dump(), counts)
+        common = {"source": sname, "text_field": spec.text_field, "id_field": spec.id_field,
+                  "hf_split": spec.hf_split, "on_bad_record": spec.on_bad_record, "tokenizer": ctx.tokenizer,
+                  "max_doc_bytes": spec.max_doc_bytes, **dups,
+                  "extract": extract, "html_field": spec.html_field}
+        return [{**common, "split": sp, "describe": sp["describe"]} for sp in splits]
+
+    before = [scan] if scan else []
+    shards = ingest_shards
+    if spec.id_field:  # ids must be unique within the source: checked before ingest (ids.py)
+        def id_shards(st, stats):
+            specs = ingest_shards(st, stats)
+            n = ids.partitions(len(specs) * spec.max_shard_rows)
+            return [{**s, "partitions": n} for s in specs]
+
+        idm = Step(f"ids-{sname}", "ids-map", ing_cfg, before, ids.map_shard, shards=id_shards)
+
+        def unique_shards(st, stats):
+            ms = stats[idm.name]
+            n = ms[0]["partitions"] if ms else 0
+            return [{"source": sname, "partition": p, "maps_dir": str(idm.dir(ctx.store)), "maps": len(ms),
+                     "on_bad_record": spec.on_bad_record, "describe": f"{sname} ids, partition {p}"} for p in range(n)]
+
+        idr = Step(f"unique-ids-{sname}", "ids-reduce", {"on_bad_record": spec.on_bad_record}, [idm], ids.reduce_shard,
+                   shards=unique_shards)
+        steps += [idm, idr]
+        before = before + [idr]
+        shards = functools.partial(ingest_shards, duplicates=idr)
+
+    def indexed(st, stats):  # every shard writes its part of the id index
+        specs = shards(st, stats)
+        n = idindex.partitions(len(specs) * spec.max_shard_rows)
+        return [{**s, "index_partitions": n} for s in specs]
+
+    ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, documents.run_shard, shards=indexed)
+
+    def index_shards(st, stats):
+        ms = stats[ing.name]
+        n = ms[0]["index_partitions"] if ms else 0
+        return [{"maps_dir": str(ing.dir(ctx.store)), "maps": len(ms), "partition": p,
+                 "describe": f"{sname} id index, range {p}"} for p in range(n)]
+
+    idx = Step(f"id-index-{sname}", "id-index", {}, [ing], idindex.reduce_shard, shards=index_shards)
+    ctx.ingest[sname] = ing
+    return steps + [ing, idx]
+
+
+def publish(ctx: Context, stats: dict) -> dict:
+    """quarantine/<source>/part-XXXXX.jsonl: links to (or copies of) each ingest shard's quarantine file."""
+    pairs: list[tuple[Path, str]] = []
+    for sname, ing in ctx.ingest.items():
+        for i, m in sorted(stats[ing.name].items()):
+            if m.get("quarantine_file"):
+                pairs.append((fs.path(m["quarantine_file"]), f"{sname}/{shard_name(i)}.jsonl"))
+    link_tree(pairs, ctx.run_dir / "quarantine")
+    return {}

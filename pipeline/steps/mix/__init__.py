@@ -1,0 +1,1 @@
+"""The mix stage: priorities, the selection per cell, routing, and the mixture files."""

@@ -1,0 +1,210 @@
+"""The mix stage's plan: every kept document to the mixture's shards (tasks.py says how).
+
+    mix-priority   per document shard: priorities and tokens of the kept documents, per cell
+    mix-select     one task: each cell's budget and priority cutoff, exact
+    mix-route      per document shard: every chosen (document, epoch) to its output shard
+    mix            per output shard: its rows in order, part-XXXXX.parquet
+
+The budget is computed here from the markers (kept tokens per cell) with the pure maths
+of pipeline/mixing/budget.py; `expected` gives the dry run the mixture the current
+outputs would make. What the stage publishes (mixture/, manifest.json's body) is in
+publish.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pipeline.config import format_problems
+from pipeline.engine.step import SUCCESS, Step, read_markers, shard_name
+from pipeline.errors import RunError, UsageError
+from pipeline.mixing import budget as bm
+from pipeline.mixing import cells
+from pipeline.plan.context import Context, MixSteps
+from pipeline.steps.mix import tasks
+from pipeline.steps.mix.publish import publish  # noqa: F401 -- the stage's publication, with its plan
+
+
+def plan(ctx: Context) -> list[Step]:
+    """mix-priority, mix-select, mix-route and mix, after every step whose decisions the
+    mixture reads; records them (ctx.mix) and those decisions (ctx.decisions)."""
+    upstream = ctx.base() + ctx.layers + list(ctx.quality.values()) + list(ctx.topic.values())
+    m = ctx.mixture
+    mx = m.mixture
+    mixed = [s for s in m.sources if s not in m.excluded()]
+    ph_list = phases(ctx)
+    first = [sum(len(p["cells"]) for p in ph_list[:k]) for k in range(len(ph_list))]  # key folders c<index>
+    cell_dicts = [{c.name: {**c.to_dict(), "index": first[k] + i, "phase": ph["name"], "seed": ph["seed"]}
+                   for i, c in enumerate(ph["cells"])} for k, ph in enumerate(ph_list)]
+    cfg = {"seed": m.seed, "weights": mx.weights, "normalize": mx.normalize, "target_tokens": mx.target_tokens,
+           **({"sample_rates": mx.sample_rates} if mx.sample_rates is not None else {}),
+           **({"simulate_target_tokens": mx.simulate_target_tokens} if mx.simulate_target_tokens is not None else {}),
+           **({"phases": [p.model_dump() for p in mx.phases], "disjoint": mx.disjoint} if mx.phases else {}),
+           "max_epochs": {s: (m.sources[s].max_epochs or mx.max_epochs) for s in mixed}, "on_shortfall": mx.on_shortfall,
+           "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows, "sources": mixed}
+    if any(c.lo is not None or c.topic is not None for ph in ph_list for c in ph["cells"]):
+        cfg["cells"] = [[c.to_dict() for c in ph["cells"]] for ph in ph_list] if mx.phases else \
+            [c.to_dict() for c in ph_list[0]["cells"]]  # only then: a mixture without cells keeps its config
+
+    def cell_budgets(stats):
+        docs = ctx.mixed_docs(stats)
+        out = []
+        for ph in ph_list:
+            avail, avail_docs = cell_available(docs, ph["cells"])
+            out.append((avail, avail_docs, budget(ctx, avail, mx.on_shortfall, ph)))
+        if mx.disjoint:
+            bm.share_out([b for _, _, b in out], out[0][0], [ph["name"] for ph in ph_list])
+        epochs = [{c: bm.key_epoch(e, a[c]) for c, e in b.items()} for a, _, b in out]
+        if mx.disjoint:  # one order shared out: the first phase's key files serve every phase (mix._disjoint_cuts)
+            epochs = epochs[:1] + [dict.fromkeys(e) for e in epochs[1:]]
+        return docs, out, epochs
+
+    def of_source(source, epochs):
+        return [{**cell_dicts[k][c.name], "epoch": epochs[k].get(c.name)}
+                for k, ph in enumerate(ph_list) for c in ph["cells"] if c.source == source]
+
+    def priority_shards(st, stats):
+        docs, _, epochs = cell_budgets(stats)
+        return [{"doc": d, "seed": m.seed, "cells": of_source(d["source"], epochs),
+                 "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in docs]
+
+    priority = Step("mix-priority", "mix-priority", cfg, upstream, tasks.priority_shard, shards=priority_shards)
+
+    def select_shards(st, stats):
+        docs, out, epochs = cell_budgets(stats)
+        pdir = priority.dir(ctx.store)
+        phases = []
+        for k, (ph, (avail, avail_docs, b)) in enumerate(zip(ph_list, out, strict=True)):
+            keys = {c: [] for c in b}
+            for j, d in enumerate(docs):
+                for c in ph["cells"]:
+                    if c.source == d["source"] and epochs[k][c.name] is not None:
+                        keys[c.name].append(str(pdir / "keys" / f"c{cell_dicts[k][c.name]['index']}" / f"{shard_name(j)}.parquet"))
+            phases.append({"name": ph["name"], "keys": keys, "budget": b, "available": avail, "available_docs": avail_docs,
+                           "cells": cell_dicts[k], "target_tokens": ph["target"]})
+        return [{"phases": phases, "seed": m.seed, "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows,
+                 "describe": "mixture selection"}]
+
+    select = Step("mix-select", "mix-select", cfg, [priority], tasks.select_shard, shards=select_shards)
+
+    def route_shards(st, stats):
+        phases = bm.phase_selections(stats[select.name][0])
+        return [{"doc": d, "seed": m.seed, "phases": [
+                    {"name": name, "cells": bm.source_cells(sel["sources"][d["source"]]), "n_shards": sel["n_shards"],
+                     "offset": offset} for name, sel, offset in phases],
+                 "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                for d in ctx.mixed_docs(stats)]
+
+    route = Step("mix-route", "mix-route", {}, [select], tasks.route_shard, shards=route_shards)
+
+    def write_shards(st, stats):
+        root = str(route.dir(ctx.store) / "to")
+        maps = len(stats[route.name])
+        out = []
+        for name, sel, offset in bm.phase_selections(stats[select.name][0]):
+            for p in range(sel["n_shards"]):
+                out.append({"inputs": root, "maps": maps, "partition": offset + p, "phase": name,
+                            "file": f"{name}/{shard_name(p)}.parquet" if name else None,
+                            "describe": f"mixture shard {name + '/' if name else ''}{p}"})
+        return out
+
+    write = Step("mix", "mix", {}, [route], tasks.write_shard, shards=write_shards)
+    ctx.mix = MixSteps(priority, select, route, write, ph_list)
+    ctx.decisions = list(ctx.steps) + [priority, select]  # what the samples read: up to the selection, not its files
+    return [priority, select, route, write]
+
+
+def upstream_steps(step: Step) -> list[Step]:
+    """Every step `step` reads, directly or not, in dependency order."""
+    seen: dict[str, Step] = {}
+
+    def visit(s: Step):
+        for i in s.inputs:
+            if i.name not in seen:
+                visit(i)
+                seen[i.name] = i
+    visit(step)
+    return list(seen.values())
+
+
+def phases(ctx: Context) -> list[dict]:
+    """The mixture's phases (one, unnamed, without `mixture.phases`): weights or sample
+    rates, target, cells, and the seed of their priorities (a phase's own, unless the
+    phases are disjoint and share one order out)."""
+    m = ctx.mixture
+    mx = m.mixture
+    specs = [(None, mx.weights, mx.sample_rates, mx.target_tokens, mx.simulate_target_tokens)] if not mx.phases else \
+        [(p.name, p.weights, p.sample_rates, p.target_tokens, None) for p in mx.phases]
+    out = []
+    for k, (name, w, r, target, sim) in enumerate(specs):
+        keys, field = (w, "weights") if w is not None else (r, "sample_rates")
+        if keys:
+            view = m.model_copy(update={"mixture": mx.model_copy(update={"weights": None, "sample_rates": None, field: keys})})
+            wrong = cells.problems(view, field, ctx.topic_labels)
+            if wrong:  # a pretrained topic model's labels are known only now
+                loc = ("mixture",) if name is None else ("mixture", "phases", k)
+                raise UsageError(format_problems(ctx.lm.path, ctx.lm.lines, [((*loc, *x[1:]), msg) for x, msg in wrong]))
+        cl = cells.cells(m, ctx.topic_labels, keys or {})
+        seed = m.seed if name is None or mx.disjoint else f"{m.seed}:{name}"
+        out.append({"name": name, "cells": cl, "weights": cells.weights(m, cl, w) if w is not None else None,
+                    "rates": cells.rates(m, cl, r) if r is not None else None, "target": target, "simulate": sim,
+                    "seed": seed})
+    return out
+
+def budget(ctx: Context, avail: dict[str, int], on_shortfall: str, ph: dict) -> dict[str, dict]:
+    """Per cell of phase `ph`: its target tokens and epochs (pipeline/steps/mix/tasks.py: weights, sample_rates,
+    simulated epoching)."""
+    mx = ctx.mixture.mixture
+    max_epochs = {c.name: (ctx.mixture.sources[c.source].max_epochs or mx.max_epochs) for c in ph["cells"]}
+    return bm.cell_budget(avail, ph["weights"], ph["target"], max_epochs, on_shortfall, ph["rates"], ph["simulate"])
+
+def cell_available(docs: list[dict], cell_list: list) -> tuple[dict[str, int], dict[str, int]]:
+    """Kept tokens and documents per cell, from the document shards' markers (a
+    bucketed source's quality step counts them per bucket, a topic step per topic and bucket)."""
+    avail, avail_docs = {c.name: 0 for c in cell_list}, {c.name: 0 for c in cell_list}
+    by_source: dict[str, list] = {}
+    for c in cell_list:
+        by_source.setdefault(c.source, []).append(c)
+    for d in docs:
+        for name, (nd, nt) in cells.available(by_source.get(d["source"], []), d).items():
+            avail[name] += nt
+            avail_docs[name] += nd
+    return avail, avail_docs
+
+
+def expected(ctx: Context) -> list[str]:
+    """The mixture the current outputs would give: per source, kept tokens available, the
+    target and the epochs it needs; or which step must run first."""
+    upstream = upstream_steps(ctx.mix.priority)
+    reads = {s.name for s in upstream}
+    pending = [s.name for s in ctx.steps if s.name in reads and not (s.dir(ctx.store) / SUCCESS).exists()]
+    if pending:
+        return [f"expected mixture: unknown until {pending[0]} runs (and {len(pending) - 1} more steps)" if len(pending) > 1
+                else f"expected mixture: unknown until {pending[0]} runs"]
+    stats = {s.name: read_markers(s.dir(ctx.store)) for s in upstream}
+    mx = ctx.mixture.mixture
+    docs = ctx.mixed_docs(stats)
+    lines = []
+    for ph in ctx.mix.phases:
+        avail, _ = cell_available(docs, ph["cells"])
+        try:
+            b = budget(ctx, avail, "renormalize", ph)
+            strict = budget(ctx, avail, "error", ph) if mx.on_shortfall == "error" else None
+        except RunError:
+            strict = "short"
+        width = max([16] + [len(c) for c in avail])
+        title = "expected mixture (from the kept documents now):" if ph["name"] is None else \
+            f"expected phase {ph['name']} (from the kept documents now):"
+        lines += ([""] if lines else []) + [title, f"{'cell':<{width}} {'weight':>7} {'available':>13} {'target':>13} {'epochs':>7}  note"]
+        for c in ph["cells"]:
+            e = b[c.name]
+            w = f"{e['weight']:.3f}" if e["weight"] is not None else "-"
+            note = "capped at max_epochs" if e.get("capped") else ""
+            if e["epochs"] > 1:
+                note = note or f"repeated: {math.floor(e['epochs'])} whole epochs + part"
+            if not c.named and e["weight"] == 0:
+                note = note or "no weight names these documents: left out"
+            lines.append(f"{c.name:<{width}} {w:>7} {avail[c.name]:>13,} {e['target']:>13,} {e['epochs']:>7.2f}  {note}")
+        if strict == "short":
+            lines.append("shortfall: with on_shortfall: error the run will stop before writing (see the table it prints)")
+    return lines

@@ -1,0 +1,65 @@
+"""The samples stage: seeded samples of kept and removed documents (tasks.py says how).
+
+    samples-pick   per document shard: its candidates per source, stage and reason
+    samples        per source: the picks merged into kept.jsonl and removed.jsonl
+
+It reads every step whose decisions a document's fate depends on, up to the mixture's
+selection (ctx.decisions), and runs beside the mixture's files, not after them.
+Publishes `samples/<source>/{kept,removed}.jsonl` and `samples/index.html`.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from pipeline.engine.step import Step, shard_name
+from pipeline.io import atomic, html
+from pipeline.plan.context import Context
+from pipeline.steps.samples import tasks
+
+
+def plan(ctx: Context) -> list[Step]:
+    m = ctx.mixture
+    sm = m.samples
+    cfg = {"samples": sm.model_dump(), "seed": m.seed}
+    ingest_dirs = [str(ctx.ingest[s].dir(ctx.store)) for s in m.sources]
+
+    def pick_shards(st, stats):
+        return [{"run_dir": str(ctx.run_dir), "source": d["source"], "documents": d["documents"],
+                 "ingest_shard": d["part"], "ingest_dirs": ingest_dirs, "kept_per_source": sm.kept_per_source,
+                 "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {d['source']}/{shard_name(d['part'])}"}
+                for d in ctx.all_doc_shards(stats)]
+
+    pick = Step("samples-pick", "samples-pick", cfg, list(ctx.decisions), tasks.pick_shard, shards=pick_shards)
+
+    def sample_shards(st, stats):
+        offsets, _ = ctx.shard_offsets(stats)
+        return [{"source": s, "picks": str(pick.dir(ctx.store)), "first": offsets[i],
+                 "shards": len(stats[ctx.ingest[s].name]), "kept_per_source": sm.kept_per_source,
+                 "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {s}"}
+                for i, s in enumerate(m.sources)]
+
+    ctx.samples = Step("samples", "samples", cfg, [pick], tasks.sample_shard, shards=sample_shards)
+    return [pick, ctx.samples]
+
+
+def publish(ctx: Context, stats: dict) -> dict:
+    """samples/<source>/{kept,removed}.jsonl (links into the samples step) and samples/index.html."""
+    m = ctx.mixture
+    sdir = ctx.samples.dir(ctx.store)
+    pairs, listed, records = [], [], []
+    for source in m.sources:
+        for name in ("kept.jsonl", "removed.jsonl"):
+            f = sdir / source / name
+            if f.exists():
+                pairs.append((f, f"{source}/{name}"))
+                rows = [orjson.loads(x) for x in f.read_bytes().splitlines()]
+                records += rows
+                listed.append({"path": f"samples/{source}/{name}", "documents": len(rows)})
+    tmp_index = sdir / "index.html"
+    note = (f"{len(records):,} sample documents of run {m.name}: up to {m.samples.kept_per_source} kept "
+            f"per source and {m.samples.removed_per_reason} removed per stage and reason, chosen by a seeded hash")
+    atomic.write_bytes(tmp_index, html.viewer(f"Samples of {m.name}", records, note).encode("utf-8"))
+    pairs.append((tmp_index, "index.html"))
+    atomic.link_tree(pairs, ctx.run_dir / "samples")
+    return {"samples": listed + [{"path": "samples/index.html", "documents": len(records)}]}

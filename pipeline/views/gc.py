@@ -1,0 +1,104 @@
+"""`curate gc [OUTPUT] [--store S] [--dry-run]`: free the store steps no run directory uses.
+
+Variants share one step store (pipeline/run/runner.py), so deleting a run directory frees
+nothing by itself: its steps may be another run's too. A store step is in use when a run
+directory's run.json names it (a run writes its whole plan into run.json before any step
+starts, so a run in progress keeps its steps) or when a live run holds its lease
+(pipeline/engine/lease.py). The run directories are those in OUTPUT and those the store's registry
+(`<store>/_runs/`) names, so a store shared by several output folders is safe. Everything
+else under `<store>/steps/` is deleted, with its size printed; `--dry-run` only lists.
+"""
+
+from __future__ import annotations
+
+from pipeline.engine import lease
+from pipeline.errors import UsageError
+from pipeline.io import atomic, fs
+
+
+def _size(p) -> int:
+    p = fs.path(p)
+    if fs.is_local(p):
+        import os
+
+        total = 0
+        for root, _dirs, files in os.walk(p):
+            for f in files:
+                try:
+                    total += os.lstat(os.path.join(root, f)).st_size
+                except OSError:
+                    pass
+        return total
+    return int(p.fs.du(p.path, total=True))
+
+
+def _key(d) -> str:
+    """One name per directory: `out/demo` and the registry's `/abs/out/demo` are the same run."""
+    return str(d.resolve()) if fs.is_local(d) else str(d)
+
+
+def _run_dirs(output, store) -> tuple[list, list]:
+    """(run directories with a run.json, registry entries whose run directory is gone)."""
+    seen, gone = {}, []
+    root = fs.path(output)
+    if root.exists():
+        for d in root.iterdir():
+            if not d.name.startswith(("_", ".")) and (d / "run.json").exists():
+                seen[_key(d)] = d
+    reg = fs.path(store) / "_runs"
+    if reg.exists():
+        for f in sorted(reg.glob("*.json")):
+            d = fs.path(atomic.read_json(f)["run_dir"])
+            if (d / "run.json").exists():
+                seen.setdefault(_key(d), d)
+            else:
+                gone.append(f)
+    return list(seen.values()), gone
+
+
+def _runs(n: int) -> str:
+    return f"{n} run director{'y' if n == 1 else 'ies'}"
+
+
+def plan(output, store=None) -> dict:
+    store = fs.path(store) if store else fs.path(output) / "_store"
+    steps_root = store / "steps"
+    if not steps_root.exists():
+        raise UsageError(f"{steps_root}: no step store here; give the folder your runs are in (e.g. out), or --store")
+    runs, gone = _run_dirs(output, store)
+    used: dict[str, list[str]] = {}
+    for d in runs:
+        for st in atomic.read_json(d / "run.json").get("steps", {}).values():
+            used.setdefault(st["dir"].rstrip("/").rsplit("/", 1)[-1], []).append(d.name)
+    delete, kept, leased = [], [], []
+    for step in sorted(steps_root.iterdir(), key=lambda p: p.name):
+        if step.name in used:
+            kept.append(step)
+        elif lease.holder(store / "_leases" / step.name) is not None:
+            leased.append(step)  # a run is computing it right now
+        else:
+            delete.append((step, _size(step)))
+    return {"store": store, "runs": runs, "gone": gone, "delete": delete, "kept": kept, "leased": leased}
+
+
+def collect(output, store=None, dry_run: bool = False) -> tuple[dict, list[str]]:
+    p = plan(output, store)
+    verb = "would delete" if dry_run else "deleted"
+    lines = []
+    for step, size in p["delete"]:
+        if not dry_run:
+            fs.rmtree(step)
+            fs.rmtree(p["store"] / "_leases" / step.name)
+        lines.append(f"{verb}  {step.name:<44} {size / 1e6:>10.1f} MB")
+    for step in p["leased"]:
+        lines.append(f"kept          {step.name:<44} (a live run holds its lease)")
+    if not dry_run:
+        for f in p["gone"]:
+            fs.path(f).unlink()
+    freed = sum(s for _, s in p["delete"])
+    lines.append(f"{len(p['delete'])} steps, {freed / 1e6:,.1f} MB {'to free' if dry_run else 'freed'}; "
+                 f"{len(p['kept'])} steps kept for {_runs(len(p['runs']))}"
+                 + (f", {len(p['leased'])} in use by a live run" if p["leased"] else "")
+                 + (f"; forgot {_runs(len(p['gone']))} deleted since" if p["gone"] and not dry_run else ""))
+    p["freed"] = freed
+    return p, lines
