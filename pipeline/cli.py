@@ -30,7 +30,7 @@ a typical session:
   curate gc out --dry-run             store steps no run directory uses (after you delete one)
   curate publish out/demo hub/demo    an HF dataset folder (datasets.load_dataset) with a card made from the run
 
-on a cluster (token auth on; see README "Running on a cluster"):
+on a cluster (token auth on; see docs/clusters.md):
   RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=~/.ray/curate_token \
   ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
       curate run mixtures/x.yaml --output s3://bucket/runs

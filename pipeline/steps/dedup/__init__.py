@@ -1,7 +1,7 @@
 """Deduplication across every source: exact, near-duplicate (MinHash LSH, verified), paragraph.
 
 Each kind is a short chain of steps joined by hash-partitioned shuffles through files,
-so no task holds more than one partition or one document shard (see README, "Dedup"):
+so no task holds more than one partition or one document shard (see docs/dedup.md):
 
     exact      map (per document shard: 128-bit hash of normalised text)
                -> reduce (per hash partition: groups, survivor) -> apply (attributes)
