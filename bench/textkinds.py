@@ -32,13 +32,13 @@ KINDS = ["wiki pages", "technical docs", "code", "non-English prose", "short tex
 
 
 def _wheel_dir() -> Path:
-    from tests.conftest import WHEEL_DIR  # the wheel cache `make` fills
+    from bench.corpora import WHEEL_DIR
 
     return WHEEL_DIR
 
 
 def wiki_pages(n: int, seed: int = 1) -> list[str]:
-    from bench.filters import corpus
+    from bench.corpora import crawl_pages as corpus
 
     return corpus(n, seed=seed)
 
@@ -102,8 +102,8 @@ def non_english(n: int, seed: int = 4) -> list[str]:
     from pipeline import demo_data
 
     wheel_dir = _wheel_dir()
-    wiki = demo_data.wiki_records(demo_data._wheel(wheel_dir))
-    sphinx = demo_data._wheel(wheel_dir, SPHINX_WHEEL, "sphinx-8.1.3-*.whl", "the Sphinx wheel (translated messages)")
+    wiki = demo_data.wiki_records(demo_data.wheel(wheel_dir))
+    sphinx = demo_data.wheel(wheel_dir, SPHINX_WHEEL, "sphinx-8.1.3-*.whl", "the Sphinx wheel (translated messages)")
     rng = random.Random(seed)
     pools = [[r["text"] for r in wiki["fr"]], [r["text"] for r in wiki["es"]]]
     pools += [_po_messages(sphinx, lang) for lang in PO_LANGS]

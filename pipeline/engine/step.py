@@ -161,6 +161,12 @@ def read_markers(step_dir: Path) -> dict[int, dict]:
     return out
 
 
+def shard_marker(step_dir, index: int) -> dict:
+    """One finished shard's stats (its marker), for a task that needs a few of another
+    step's (where the ids of a source repeat, the unique-ids task names their files)."""
+    return atomic.read_json(fs.path(step_dir) / MARKERS / f"{shard_name(index)}.json")
+
+
 def step_status(step: Step, store: Path, previous: dict | None) -> tuple[str, str]:
     """('run' | 'skip', why) for the plan: done, resume, new, config or inputs changed."""
     d = step.dir(store)

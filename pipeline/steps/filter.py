@@ -73,7 +73,7 @@ def run_shard(spec: dict, out) -> dict:
               for name, _ in filters}
     tables = []
     for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["id", "text", "metadata", "n_chars", "n_tokens"]):
-        tables.append(_filter_batch(batch, filters, stages, spec.get("tokenizer")))
+        tables.append(filter_batch(batch, filters, stages, spec.get("tokenizer")))
     table = pa.concat_tables(tables, promote_options="default") if tables else pa.table(
         {"id": pa.array([], pa.string()), "keep": pa.array([], pa.bool_()), "stage": pa.array([], pa.string()), "reason": pa.array([], pa.string())}
     )
@@ -94,7 +94,7 @@ def languages(table: pa.Table) -> dict[str, int]:
     return {str(v["values"]): int(v["counts"]) for v in vc.to_pylist()}
 
 
-def _filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None = None) -> pa.Table:
+def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None = None) -> pa.Table:
     n = batch.num_rows
     keep = np.ones(n, dtype=bool)
     stage = [None] * n

@@ -59,7 +59,7 @@ def test_scores_stay_on_their_rows_and_are_null_where_a_filter_did_not_look():
     import pyarrow as pa
 
     from filters import base
-    from pipeline.steps.filter import _filter_batch
+    from pipeline.steps.filter import filter_batch
 
     texts = ["a b c d e f", "x", "one two three four", "", "p q r s t u v w"]
     batch = pa.RecordBatch.from_pydict({"id": list("abcde"), "text": texts, "metadata": [None] * 5,
@@ -68,7 +68,7 @@ def test_scores_stay_on_their_rows_and_are_null_where_a_filter_did_not_look():
              ("long", base.build(base.parse_params({"type": "length", "max_words": 5})))]
     stages = {k: {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": 0, "tokens_out": 0, "removed": {}}
               for k, _ in chain}
-    t = _filter_batch(batch, chain, stages)
+    t = filter_batch(batch, chain, stages)
     assert t.column("short.n_words").to_pylist() == [6, 1, 4, 0, 8]
     assert t.column("long.n_words").to_pylist() == [6, None, 4, None, 8]
     assert t.column("stage").to_pylist() == ["long", "short", None, "short", "long"]

@@ -12,7 +12,7 @@ import zstandard
 
 from pipeline.io import readers
 from pipeline.io.discover import InputFile, infer_format
-from pipeline.steps.ingest import documents as ingest
+from pipeline.steps.ingest import splits as ingest
 
 
 def _records(texts):

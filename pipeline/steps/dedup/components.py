@@ -311,12 +311,12 @@ def _timed(fn, *args):
     """(fn(*args), seconds, peak RSS MB of the task)."""
     import time
 
-    from pipeline.engine.task import peak_rss_mb as _peak_rss_mb, reset_peak_rss as _reset_peak_rss
+    from pipeline.engine.task import peak_rss_mb, reset_peak_rss
 
-    reset = _reset_peak_rss()
+    reset = reset_peak_rss()
     t0 = time.time()
     res = fn(*args)
-    return res, time.time() - t0, _peak_rss_mb(reset)
+    return res, time.time() - t0, peak_rss_mb(reset)
 
 
 def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: list[str], src_rank: list[int],

@@ -45,7 +45,7 @@ BATCH = 1024
 CHUNK_BYTES = 1 << 20  # text per numpy pass: the pass holds about 40 bytes per byte of text
 
 
-def _chunks(lengths, limit: int):
+def chunks(lengths, limit: int):
     """[lo, hi) ranges of consecutive documents of at most `limit` bytes (at least one document)."""
     lo, acc = 0, 0
     for i, n in enumerate(lengths.tolist()):
@@ -57,7 +57,7 @@ def _chunks(lengths, limit: int):
         yield lo, len(lengths)
 
 
-def _okey(rank: int, ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def okey(rank: int, ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """An order key that does not depend on sharding: source priority, then 120 bits of
     hashes of the id (56 + an independent 64), so that two documents tie with a chance of
     about 1e-16 among 25 billion; only then does the gid (a shard position) decide."""
@@ -76,14 +76,14 @@ def sig_shard(spec: dict, out) -> dict:
     for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"], batch_rows=BATCH):
         lengths = pa.compute.binary_length(batch.column("text")).to_numpy(zero_copy_only=False)
         nbytes += int(lengths.sum())
-        for lo, hi in _chunks(lengths, CHUNK_BYTES):
+        for lo, hi in chunks(lengths, CHUNK_BYTES):
             texts = batch.column("text").slice(lo, hi - lo).to_pylist()
             h, d = text.shingles(texts, p["ngram"], p["normalize"])
             sig, which = text.minhash(h, d, len(texts), a, b)
             if not len(which):
                 continue
             bk = text.band_buckets(sig, bands, rows_per)
-            ok, ok2 = _okey(doc["rank"], batch.column("id").slice(lo, hi - lo).take(pa.array(which)).to_pylist())
+            ok, ok2 = okey(doc["rank"], batch.column("id").slice(lo, hi - lo).take(pa.array(which)).to_pylist())
             g = shuffle.gid(doc["src"], doc["part"], rows[lo:hi][which])
             keys.append(bk.ravel())
             okeys.append(np.repeat(ok, bands))

@@ -28,7 +28,7 @@ import xxhash
 
 from pipeline.shards import shuffle
 from pipeline.errors import InputError
-from pipeline.engine.step import task
+from pipeline.engine.step import shard_marker, task
 from pipeline.io import fs
 from pipeline.steps.ingest import documents as ingest
 
@@ -57,10 +57,7 @@ def partitions(total_rows: int) -> int:
 
 def _places(spec: dict, splits: set[int]) -> dict[int, list]:
     """(path, "line" | "row") of some splits, from their map markers (only where ids repeat)."""
-    from pipeline.engine.step import MARKERS, shard_name
-    from pipeline.io import atomic
-
-    return {i: atomic.read_json(fs.path(spec["maps_dir"]) / MARKERS / f"{shard_name(i)}.json")["place"] for i in splits}
+    return {i: shard_marker(spec["maps_dir"], i)["place"] for i in splits}
 
 
 def _place(places: list, split: int, loc: int) -> str:

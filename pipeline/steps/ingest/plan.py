@@ -21,7 +21,7 @@ from pipeline.io.atomic import link_tree
 from pipeline.io.discover import InputFile
 from pipeline.plan.context import Context
 from pipeline.plan.sources import fingerprint
-from pipeline.steps.ingest import documents, idindex, ids
+from pipeline.steps.ingest import documents, idindex, ids, splits
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -37,11 +37,11 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
     web_formats = sorted({f["format"] for f in fdicts} & {"warc", "html"})
     extract = spec.extractor(web_formats[0] if web_formats else None)
     ctx.extracts[sname] = bool(extract)
-    to_scan = [f for f in fdicts if documents.needs_scan(f, spec.max_shard_bytes)]
+    to_scan = [f for f in fdicts if splits.needs_scan(f, spec.max_shard_bytes)]
     scan = None
     if to_scan:
         scan = Step(
-            f"scan-{sname}", "scan", {"files": [fingerprint(InputFile(**f)) for f in to_scan]}, [], documents.scan_shard,
+            f"scan-{sname}", "scan", {"files": [fingerprint(InputFile(**f)) for f in to_scan]}, [], splits.scan_shard,
             shards=lambda st, stats, fs=to_scan: [{**f, "describe": f"scan {f['path']}"} for f in fs],
         )
         steps.append(scan)
@@ -58,12 +58,12 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
         dups = {"duplicates": str(duplicates.dir(ctx.store)), "duplicate_files": len(stats[duplicates.name])} \
             if duplicates else {"duplicates": None}
         counts = {m["path"]: m["lines"] for m in stats.get(scan.name, {}).values()} if scan else {}
-        splits = documents.plan_splits(fdicts, spec.model_dump(), counts)
+        parts = splits.plan_splits(fdicts, spec.model_dump(), counts)
         common = {"source": sname, "text_field": spec.text_field, "id_field": spec.id_field,
                   "hf_split": spec.hf_split, "on_bad_record": spec.on_bad_record, "tokenizer": ctx.tokenizer,
                   "max_doc_bytes": spec.max_doc_bytes, **dups,
                   "extract": extract, "html_field": spec.html_field}
-        return [{**common, "split": sp, "describe": sp["describe"]} for sp in splits]
+        return [{**common, "split": sp, "describe": sp["describe"]} for sp in parts]
 
     before = [scan] if scan else []
     shards = ingest_shards

@@ -28,6 +28,7 @@ import orjson
 from pipeline.steps.ingest import extract
 from pipeline.io import readers, warc
 from pipeline.io.readers import StreamError
+from pipeline.shards.documents import content_id
 
 EXCERPT = 200
 
@@ -116,7 +117,6 @@ def _meta(d: dict) -> str:
 
 
 def _emit(shard, text: str, skip: str | None = None, *, meta: dict, place: str, source_id: str, loc: int):
-    from pipeline.steps.ingest.documents import content_id
 
     if skip is None and text is not None and not text.strip():
         skip, text = "no_text", ""
