@@ -38,21 +38,22 @@ __all__ = ["check_owner", "run"]
 
 
 def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None, log=print, quiet: bool = False,
-        overwrite: bool = False) -> Path:
-    """Plan, run every step (cached ones are skipped), assemble and publish; returns the run directory."""
+        overwrite: bool = False, stages: list | None = None) -> Path:
+    """Plan, run every step (cached ones are skipped), assemble and publish; returns the run
+    directory. `stages`: another stage list than graph.STAGES (a stage being written)."""
     run_dir = lm.output_dir(output)
     store = lm.store_dir(output)
     check_owner(lm, run_dir, overwrite)
     leases = Leases(name=lm.mixture.name)
     try:
-        return _run(lm, run_dir, store, leases, workers, log, quiet)
+        return _run(lm, run_dir, store, leases, workers, log, quiet, stages)
     finally:
         leases.release_all()
 
 
-def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, quiet) -> Path:
+def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, quiet, stages=None) -> Path:
     record_mod.claim_run_dir(leases, run_dir, store)
-    ctx = graph.build(lm, run_dir, store)
+    ctx = graph.build(lm, run_dir, store, stages)
     prev = previous_steps(run_dir)
     fs.makedirs(run_dir)
     record_mod.adopt_legacy_steps(ctx, run_dir)
@@ -81,7 +82,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         raise
     led = outputs.ledger_of(ctx, stats)
     atomic.write_json(run_dir / "ledger.json", led)
-    atomic.write_json(run_dir / "manifest.json", graph.publish(ctx, stats))
+    atomic.write_json(run_dir / "manifest.json", graph.publish(ctx, stats, stages))
     bad = ledger.imbalance(led)
     record["status"] = "FAILED" if bad else "SUCCESS"
     if bad:

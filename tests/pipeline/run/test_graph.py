@@ -1,0 +1,130 @@
+"""The run's graph planned without Ray: the demo's steps, names, hashes and inputs in a
+fraction of a second, and an edit changes the hashes of exactly the steps it touches."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipeline import config
+from pipeline.engine.step import Step
+from pipeline.run import graph
+from tests.conftest import ROOT, curate, demo_mixture, write_yaml
+
+DEMO_STEPS = [
+    "ids-wiki", "unique-ids-wiki", "ingest-wiki", "id-index-wiki", "ingest-web", "id-index-web",
+    "ids-code", "unique-ids-code", "ingest-code", "id-index-code",
+    "ids-humaneval", "unique-ids-humaneval", "ingest-humaneval", "id-index-humaneval",
+    "filter-wiki", "filter-web", "filter-code",
+    "dedup-exact-map", "dedup-exact-reduce", "dedup-exact",
+    "dedup-fuzzy-signatures", "dedup-fuzzy-buckets", "dedup-fuzzy-fetch", "dedup-fuzzy-verify", "dedup-fuzzy-clusters",
+    "dedup-fuzzy", "dedup-paragraph-map", "dedup-paragraph-reduce", "dedup-paragraph",
+    "decontaminate-index", "decontaminate", "validation-keys", "validation-select", "validation",
+    "classify-wiki_vs_web-examples", "classify-wiki_vs_web-train", "classify-wiki_vs_web-web",
+    "quality-web-threshold", "quality-web", "mix-priority", "mix-select", "mix-route", "mix",
+    "samples-pick", "samples",
+]
+
+PLAN_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+t0 = time.perf_counter()
+from pipeline import config
+from pipeline.run import graph
+ctx = graph.build(config.load(sys.argv[1]), Path(sys.argv[2]))
+print(json.dumps({"seconds": time.perf_counter() - t0, "ray": "ray" in sys.modules,
+                  "steps": [[s.name, s.hash, sorted(i.name for i in s.inputs), ctx.stage_of[s.name]] for s in ctx.steps]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def demo_yaml(demo_corpus, tmp_path_factory):
+    d = tmp_path_factory.mktemp("graph")
+    return write_yaml(d / "demo.yaml", demo_mixture(demo_corpus))
+
+
+def _plan(yaml_path) -> dict:
+    r = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, str(yaml_path), str(yaml_path.parent / "run")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+def test_the_demo_graph_is_planned_without_ray_in_under_two_seconds(demo_yaml):
+    """A fresh process plans the demo (imports included) without importing Ray, and twice
+    gives the same names, hashes and inputs."""
+    a, b = _plan(demo_yaml), _plan(demo_yaml)
+    assert not a["ray"], "planning imported Ray"
+    assert a["seconds"] < 2.0, a["seconds"]
+    assert [s[0] for s in a["steps"]] == DEMO_STEPS
+    assert a["steps"] == b["steps"]
+    steps = {name: (h, inputs, stage) for name, h, inputs, stage in a["steps"]}
+    assert len({h for h, _, _ in steps.values()}) == len(steps)  # every step its own hash
+    assert steps["filter-web"][1] == ["ingest-web"] and steps["ingest-web"][2] == "ingest"
+    assert steps["mix"][1] == ["mix-route"] and steps["mix"][2] == "mix"
+    assert steps["dedup-exact-map"][1] == ["filter-code", "filter-web", "filter-wiki", "ingest-humaneval"]
+    assert steps["quality-web"][1] == ["quality-web-threshold"]
+    # the samples read every decision up to the mixture's selection, not the mixture's files
+    assert "mix-select" in steps["samples-pick"][1] and "mix" not in steps["samples-pick"][1]
+    assert {s for s, (_, _, stage) in steps.items() if stage == "samples"} == {"samples-pick", "samples"}
+
+
+def _hashes(text: str, path) -> dict[str, str]:
+    ctx = graph.build(config.load(write_yaml(path, text)), path.parent / "run")
+    return {s.name: s.hash for s in ctx.steps}
+
+
+def test_an_edit_changes_the_hashes_of_exactly_the_steps_it_touches(demo_yaml, tmp_path):
+    """The experiment loop's promise, checked on the plan: a weight edit re-runs only the
+    mix and the samples; a filter threshold re-runs its source's filter and what reads it."""
+    text = demo_yaml.read_text()
+    base = _hashes(text, tmp_path / "a.yaml")
+    weights = _hashes(text.replace("web/q5: 0.25, web/q3-q4: 0.35", "web/q5: 0.2, web/q3-q4: 0.4"), tmp_path / "b.yaml")
+    changed = {s for s in base if base[s] != weights[s]}
+    assert changed == {"mix-priority", "mix-select", "mix-route", "mix", "samples-pick", "samples"}
+    threshold = _hashes(text.replace("not_huge: {type: length, max_chars: 20000}", "not_huge: {type: length, max_chars: 15000}"),
+                        tmp_path / "c.yaml")
+    changed = {s for s in base if base[s] != threshold[s]}
+    assert "filter-code" in changed and "dedup-exact-map" in changed and "mix" in changed
+    assert not {s for s in changed if s.startswith(("ingest-", "ids-", "unique-ids-", "id-index-", "filter-w"))}
+
+
+def _not_a_module_function():
+    def inner(spec, out):
+        return {}
+    return inner
+
+
+def test_a_task_must_be_a_module_level_function():
+    """A worker imports a task by module and qualified name: a closure is refused when the
+    plan is built, not in a worker."""
+    with pytest.raises(TypeError, match="not a module-level function"):
+        Step("x", "x", {}, [], _not_a_module_function(), shards=lambda st, stats: [])
+    with pytest.raises(TypeError, match="not a module-level function"):
+        Step("x", "x", {}, [], lambda spec, out: {}, shards=lambda st, stats: [])
+    s = Step("x", "x", {}, [], test_a_task_must_be_a_module_level_function, shards=lambda st, stats: [])
+    assert s.task == "tests.pipeline.run.test_graph:test_a_task_must_be_a_module_level_function" and s.version == "1"
+
+
+def test_validate_reports_a_missing_classifier_model_or_eval_file(tmp_path):
+    """`curate validate` makes the checks `curate run` makes: a model file or an eval file
+    that is not there is a config error naming the key, before anything runs."""
+    (tmp_path / "a.jsonl").write_text('{"text": "hello there world"}\n')
+    y = write_yaml(tmp_path / "x.yaml", """
+        name: t
+        sources:
+          web:
+            paths: ["a.jsonl"]
+            quality: {classifier: clf, keep_fraction: 0.5}
+        classifiers:
+          clf: {type: fasttext, model: missing.bin}
+        decontaminate:
+          against: [{name: bench, paths: ["evals/*.jsonl"]}]
+        """)
+    r = curate("validate", str(y))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{y}:7: classifiers.clf.model: no such model file: {tmp_path / 'missing.bin'}" in r.stderr
+    assert f"{y}:9: decontaminate.against[0].paths[0]: no file matches evals/*.jsonl" in r.stderr
