@@ -83,6 +83,23 @@ class Context:
         """Per source, its steps after dedup (quality, then topic)."""
         return {s: [st for st in (self.quality.get(s), self.topic.get(s)) if st] for s in self.mixture.sources}
 
+    def layer_stages(self) -> dict[str, list[list[str]]]:
+        """Per source, its attribute layers in the order they decide: [ledger stage, step
+        name], its filter step first (one file per ingest shard, `<step>/part-XXXXX.parquet`),
+        then the global layers and its quality and topic steps (`<step>/<source>/part-...`).
+        run.json records it, so whatever reads a finished run (explain, the samples, diff)
+        follows the layers the run had without a list of step names of its own."""
+        out = {}
+        for s, spec in self.mixture.sources.items():
+            rows = [["filter", self.filter[s].name]] if s in self.filter else []
+            rows += [[st.meta["stage"], st.name] for st in self.layers]
+            if s in self.quality:
+                rows.append([f"quality:{spec.quality.classifier}", self.quality[s].name])
+            if s in self.topic:
+                rows.append([f"topic:{spec.topic.classifier}", self.topic[s].name])
+            out[s] = rows
+        return out
+
     def ranks(self) -> dict[str, int]:
         """Source priority for survivors: eval and reference sources before every train source
         (a train copy of an eval item goes, never the item), then `dedup.priority`, then YAML order."""

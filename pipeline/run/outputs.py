@@ -1,5 +1,6 @@
-"""A finished run's outputs, assembled from its markers: the ledger (every document
-accounted for) and the manifest, with each stage's publication into the run directory."""
+"""The ledger of a finished run, assembled from its markers: per source, every document in
+is kept, removed by a stage with a reason, or quarantined (pipeline/shards/ledger.py does
+the arithmetic). Every global layer names its ledger stage in `step.meta["stage"]`."""
 
 from __future__ import annotations
 
@@ -19,8 +20,7 @@ def ledger_of(ctx: Context, stats: dict) -> dict:
     entries = {}
     for sname, spec in ctx.mixture.sources.items():
         flt = ctx.filter.get(sname)
-        later = [(st.meta.get("stage") or f"dedup:{st.name.split('-', 1)[1]}", [m for m in stats[st.name].values() if m["source"] == sname])
-                 for st in ctx.layers]
+        later = [(st.meta["stage"], [m for m in stats[st.name].values() if m["source"] == sname]) for st in ctx.layers]
         if sname in ctx.quality:
             later.append((f"quality:{spec.quality.classifier}", list(stats[ctx.quality[sname].name].values())))
         if sname in ctx.topic:

@@ -66,6 +66,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         "curate_commit": record_mod.curate_commit(),
         "store": str(store), "run_id": leases.run_id,
         "steps": {s.name: record_mod.step_record(s, run_dir, store, "PENDING") for s in ctx.steps},
+        "layers": ctx.layer_stages(),
     }
     record_mod.link_steps(ctx, run_dir)
     for s in ctx.steps:

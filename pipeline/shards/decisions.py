@@ -58,7 +58,11 @@ class Run:
         return sorted(d.glob("part-*.parquet")) if d else []
 
     def layers(self, source: str, part: Path) -> list[tuple[str, Path]]:
-        """(stage label, attribute file) in stage order."""
+        """(stage label, attribute file) in stage order, as run.json records them (a run
+        from before that record: the stages there were then, by their step names)."""
+        if "layers" in self.record:
+            return [(stage, self.step_dir(name) / part.name if stage == "filter" else self.step_dir(name) / source / part.name)
+                    for stage, name in self.record["layers"].get(source, [])]
         out = []
         f = self.step_dir(f"filter-{source}")
         if f:

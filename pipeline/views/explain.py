@@ -126,7 +126,10 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
 
 
 def _later_steps(rj: dict, source: str) -> list[tuple[str, str]]:
-    """(step, stage) of the stages after a source's filters: dedup kinds, then quality."""
+    """(step, stage) of the stages after a source's filters, as run.json records them (a run
+    from before that record: dedup kinds, decontamination, validation, quality, topic)."""
+    if "layers" in rj:
+        return [(name, stage) for stage, name in rj["layers"].get(source, []) if stage != "filter"]
     out = [(n, "dedup:" + n.split("-", 1)[1]) for n in ("dedup-exact", "dedup-fuzzy", "dedup-paragraph") if n in rj["steps"]]
     out += [(n, n) for n in ("decontaminate", "validation") if n in rj["steps"]]
     classifier = ((rj["config"]["sources"][source].get("quality")) or {}).get("classifier")

@@ -79,7 +79,7 @@ def plan(ctx: Context) -> list[Step]:
             return {"combined": True, "rest": str(combine.rest_path(combined.dir(ctx.store) / "rest", d["k"])) if n else None}
 
         return add(Step(
-            f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn,
+            f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn, meta={"stage": f"dedup:{kind}"},
             shards=per_doc(lambda kept, d, stats: {"decisions": str(decisions.dir(ctx.store)), "columns": columns,
                                                    "reducers": outputs(stats, decisions), **(cfg or {}), **(extra or {}),
                                                    **rest(d, stats)},
