@@ -10,7 +10,7 @@
  * digit, currency and units after a digit, a final `.` after given characters or two
  * capitals, `'s`, the infix hyphens, commas, dots and operators between given classes).
  * What it is told: every character set and list (read off the regexes by probing them
- * in filters/words.py), the special cases (a dict and the set of their beginnings), and
+ * in filters/spacy_rules.py), the special cases (a dict and the set of their beginnings), and
  * the URL regex's `match` (called only where a URL can match: see url_possible).
  * filters/words.py uses it only for the rules it checked it
  * against, and for any chunk with a non-ASCII character falls back to the Python loop;

@@ -117,7 +117,9 @@ def test_rules_it_was_not_tested_against_need_the_self_check():
     """Another spaCy's rules: the compiled loop is used only if it gives the Python loop's
     words on the check's chunks. An infix rule its structure does not know ("@" between
     letters) fails the check, and the splitter keeps to the Python loop (spaCy's words)."""
-    from filters.words import _self_check, analyse, ascii_tables, load_rules
+    from filters.regex_shortcuts import analyse
+    from filters.spacy_rules import ascii_tables
+    from filters.words import _self_check, load_rules
 
     rules = dict(load_rules("en"))
     assert _self_check("en", rules)  # the rules it knows pass too
