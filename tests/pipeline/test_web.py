@@ -297,7 +297,7 @@ def test_config_errors_for_web_sources(tmp_path):
             paths: ["{tmp_path}/p.html"]
             extract: {{type: python, callable: "no_such_module_here:extract"}}
         """)
-    assert config.check_extractors(config.load(y)) == [
+    assert config.checks.check_extractors(config.load(y)) == [
         f"{y}:5: sources.s.extract.callable: the module 'no_such_module_here' cannot be imported here; install the "
         "package that provides it (on every node of a cluster), or fix the module:function name"]
 
