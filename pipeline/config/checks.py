@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from filters import base as filter_base
+from filters import classifiers as classifier_registry
 from pipeline.config.models import LoadedMixture, Mixture
 from pipeline.mixing import cells
 from pipeline.io import fs
@@ -104,8 +105,10 @@ def check_classifier_files(lm: "LoadedMixture") -> list[str]:
         if name not in used:
             continue
         if c.model and not fs.path(c.model).is_file():
+            fam = classifier_registry.family(c.type)
             out.append(f"{lm.where(('classifiers', name, 'model'))}: no such model file: {c.model}; point it at a "
-                       "fastText .bin, or remove `model` to train the classifier from `positive` and `negative`")
+                       f"{fam.title} {Path(fam.model_file).suffix}, or remove `model` to train the classifier from "
+                       "`positive` and `negative`")
         if c.model:
             continue
         sides = [((side,), getattr(c, side)) for side in ("positive", "negative")]

@@ -3,7 +3,8 @@
 Loading has three passes, each reporting every problem it finds, not only the first:
 1. YAML is parsed with its node marks, so any key path maps back to a line.
 2. pydantic validates shapes and types (`extra="forbid"`: a typo is an error); each
-   `filters.<name>` mapping is validated by the registered type's own Params model.
+   `filters.<name>` mapping is validated by the registered type's own Params model, each
+   `classifiers.<name>` by its family's (an unknown `type` lists the registered ones).
 3. References between sections are checked (filters, classifiers, sources, weights:
    config/checks.py).
 
@@ -20,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from filters import base as filter_base
+from filters import classifiers as classifier_registry
 from pipeline.config.checks import check_references
 from pipeline.config.lines import dotted, line_of, walk
 from pipeline.config.models import LoadedMixture, Mixture
@@ -34,21 +36,55 @@ def _allowed_keys(loc: tuple, raw: dict) -> list[str]:
             return sorted(f.alias or n for n, f in filter_base.filter_class(spec["type"]).Params.model_fields.items())
         except (KeyError, TypeError):
             return []
-    model: Any = Mixture
-    for part in loc:
-        if isinstance(model, tuple):  # ("dict", value model): `part` is a name the user chose
-            model = model[1]
-        elif isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
-            model = _unwrap(model.model_fields[part].annotation)
-        else:
-            return []
+    model, _ = _walk(loc, raw)
     if isinstance(model, type) and issubclass(model, BaseModel):
         return sorted(model.model_fields)
     return []
 
 
+class _Union:
+    """A discriminated union (`extract`, `classifiers.<name>`): its models by tag, and how
+    the file's value picks one."""
+
+    def __init__(self, variants: dict[str, type[BaseModel]], pick):
+        self.variants = variants
+        self.pick = pick
+
+    def model(self, value: Any) -> Any:
+        try:
+            return self.variants.get(self.pick(value))
+        except TypeError:  # an unhashable `type:` value
+            return None
+
+
+def _walk(loc: tuple, raw: dict) -> tuple[Any, tuple]:
+    """(the model at `loc`, `loc` without the tags pydantic puts after a discriminated
+    union: `classifiers.c.fasttext.epochs` is `classifiers.c.epochs` in the file)."""
+    model: Any = Mixture
+    value: Any = raw  # the file's value at the same place
+    out = []
+    for part in loc:
+        if isinstance(model, _Union):
+            if part in model.variants:  # pydantic's tag, not a key of the file
+                model = model.variants[part]
+                continue
+            model = model.model(value)
+        out.append(part)
+        if isinstance(model, tuple):  # ("dict", value model): `part` is a name the user chose
+            model = model[1]
+        elif isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
+            model = _unwrap(model.model_fields[part].annotation)
+        else:
+            model = None
+        value = value.get(part) if isinstance(value, dict) else None
+    if isinstance(model, _Union):
+        model = model.model(value)
+    return model, tuple(out)
+
+
 def _unwrap(ann: Any) -> Any:
-    """The model behind an annotation: `X | None` -> X, `dict[str, X]` -> ("dict", X)."""
+    """The model behind an annotation: `X | None` -> X, `dict[str, X]` -> ("dict", X), a
+    discriminated union -> _Union."""
     import types
     import typing
 
@@ -57,7 +93,39 @@ def _unwrap(ann: Any) -> Any:
         return next(_unwrap(a) for a in typing.get_args(ann) if a is not type(None))
     if origin is dict:
         return ("dict", _unwrap(typing.get_args(ann)[1]))
-    return ann
+    return union_of(ann) or ann
+
+
+def union_of(ann: Any) -> _Union | None:
+    """A discriminated union's models by their `type` and how a value picks one (`X | None`
+    looked through), or None: `extract` (a `type` key) and `classifiers.<name>` (a `type`
+    key with a default, pipeline/config/models.py)."""
+    import types
+    import typing
+
+    from pydantic import Discriminator
+    from pydantic.fields import FieldInfo
+
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(ann) if a is not type(None)]
+        ann = inner[0] if len(inner) == 1 else ann
+    if typing.get_origin(ann) is not typing.Annotated:
+        return None
+    inner, *meta = typing.get_args(ann)  # one variant flattens to Annotated[X, Tag, Discriminator]
+    union = typing.get_origin(inner) in (typing.Union, types.UnionType)
+    variants = [typing.get_args(v)[0] if typing.get_origin(v) is typing.Annotated else v
+                for v in (typing.get_args(inner) if union else (inner,))]
+    if not all(isinstance(v, type) and issubclass(v, BaseModel) and "type" in v.model_fields for v in variants):
+        return None
+    for m in meta:
+        if isinstance(m, Discriminator) and callable(m.discriminator):
+            pick = m.discriminator
+        elif isinstance(m, FieldInfo) and isinstance(m.discriminator, str):
+            pick = lambda v, key=m.discriminator: v.get(key) if isinstance(v, dict) else None
+        else:
+            continue
+        return _Union({typing.get_args(v.model_fields["type"].annotation)[0]: v for v in variants}, pick)
+    return None
 
 
 def _format_pydantic(err: dict, loc: tuple, raw: dict) -> str:
@@ -72,6 +140,14 @@ def _format_pydantic(err: dict, loc: tuple, raw: dict) -> str:
         return f"unknown key {loc[-1]!r}{guess}{hint}"
     if kind == "missing":
         return "required key is missing"
+    if kind == "union_tag_invalid":  # a `type:` no variant has
+        tag = err["ctx"]["tag"]
+        if loc[:1] == ("classifiers",):
+            try:
+                classifier_registry.family(tag)
+            except KeyError as e:  # the registry's own words: the known types
+                return e.args[0]
+        return f"unknown type {tag!r}; known types: {err['ctx']['expected_tags'].replace(chr(39), '')}"
     msg = err["msg"]
     if kind == "value_error":  # our validators' own words say what is wrong and what to do
         return msg.removeprefix("Value error, ")
@@ -88,6 +164,9 @@ def _errors_from_pydantic(exc: ValidationError, prefix: tuple, raw: dict) -> lis
     out = []
     for err in exc.errors():
         loc = prefix + tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+        loc = _walk(loc, raw)[1]
+        if err["type"] == "union_tag_invalid":
+            loc = (*loc, "type")
         out.append((loc, _format_pydantic(err, loc, raw)))
     return out
 

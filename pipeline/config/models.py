@@ -1,7 +1,8 @@
 """The mixture YAML's shape: frozen pydantic models, one per section.
 
 `extra="forbid"` makes a typo an error; each `filters.<name>` mapping is validated by the
-registered filter type's own Params model (filters/base.py). Loading (config/load.py)
+registered filter type's own Params model (filters/base.py), each `classifiers.<name>` by
+its family's (filters/classifiers.py), picked by `type`. Loading (config/load.py)
 turns a file into these models with errors that point at the line; checks between
 sections and against the machine are in config/checks.py.
 """
@@ -10,11 +11,20 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from filters import base as filter_base
+from filters import classifiers as classifier_registry
 from pipeline.config.lines import dotted, line_of
 from pipeline.engine.step import hash_json
 from pipeline.io import fs
@@ -219,25 +229,24 @@ class DecontaminateSpec(Model):
                                              "units (a document left empty is removed)")
 
 
-class ClassifierSpec(Model):
-    type: Literal["fasttext"] = Field("fasttext", description="the classifier kind")
-    positive: list[str] = Field(default_factory=list, description="sources (after their filters and dedup) or files "
-                                "(.txt a line each, .jsonl with `text`, .parquet; relative to the YAML file) of positive examples")
-    negative: list[str] = Field(default_factory=list, description="sources or files of negative examples")
-    labels: dict[str, list[str]] | None = Field(None, description="a multi-class (topic) classifier instead of positive/"
-                                                "negative: label -> the sources or files of its examples")
-    model: str | None = Field(None, description="a pretrained fastText model file (relative to the YAML file) instead of training")
-    label: str = Field("__label__hq", description="the positive label")
-    max_examples_per_class: int = Field(20_000, ge=1, description="cap on training examples per class")
-    epochs: int = Field(5, ge=1, description="fastText epochs")
-    lr: float = Field(0.1, gt=0, description="fastText learning rate")
-    word_ngrams: int = Field(2, ge=1, description="fastText word n-grams")
-    dim: int = Field(100, ge=1, description="fastText vector size")
-    min_count: int = Field(1, ge=1, description="fastText minimum word count")
-    loss: Literal["softmax", "hs", "ns", "ova"] = Field("softmax", description="fastText loss")
-    bucket: int = Field(200_000, ge=1, description="fastText hash buckets for word n-grams (model size: bucket x dim x 4 bytes)")
-    lowercase: bool = Field(False, description="lowercase text before training and scoring")
-    seed: int = Field(0, description="sampling seed")
+DEFAULT_CLASSIFIER = "fasttext"  # the family of a classifier without `type:` (as before the registry)
+
+
+def _classifier_type(v) -> str | None:
+    """The family a `classifiers.<name>` value names: its `type`, else the default."""
+    if isinstance(v, dict):
+        return v.get("type", DEFAULT_CLASSIFIER)
+    return getattr(v, "type", DEFAULT_CLASSIFIER)
+
+
+def _classifier_union():
+    """`classifiers.<name>`: the registered families' parameter models, picked by `type`
+    (filters/classifiers.py; an unknown type is reported by config/load.py with the known ones)."""
+    variants = tuple(Annotated[cls.Params, Tag(name)] for name, cls in classifier_registry.registry().items())
+    return Annotated[Union[variants], Discriminator(_classifier_type)]  # noqa: UP007 (a tuple of variants)
+
+
+ClassifierSpec = _classifier_union()
 
 
 class ValidationSpec(Model):
@@ -337,7 +346,8 @@ class Mixture(Model):
         default_factory=dict, description="named filter instances; `type` picks a registered filter (`curate filters`)")
     dedup: DedupSpec | None = Field(None, description="deduplication across all sources")
     decontaminate: DecontaminateSpec | None = Field(None, description="remove documents that contain eval items (after dedup, before quality)")
-    classifiers: dict[str, ClassifierSpec] = Field(default_factory=dict, description="named quality classifiers")
+    classifiers: dict[str, ClassifierSpec] = Field(default_factory=dict, description="named quality and topic classifiers; "
+                                                   "`type` picks a registered family (`curate classifiers`; default fasttext)")
     mixture: MixtureSpec = Field(default_factory=MixtureSpec, description="how kept documents become the mixture")
     samples: SamplesSpec = Field(default_factory=SamplesSpec, description="published samples of kept and removed documents")
     publish: PublishSpec | None = Field(None, description="write the run as a Hugging Face dataset folder with a "

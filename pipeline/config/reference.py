@@ -30,13 +30,20 @@ def reference_markdown() -> str:
             if variants:  # a union picked by `type`: each variant's own keys under extract.<type>
                 rows[-1] = rows[-1].replace(_type_name(f.annotation), "mapping or null", 1)
                 for m in variants:
-                    t = m.model_fields["type"].default
+                    t = typing.get_args(m.model_fields["type"].annotation)[0]
                     doc = " ".join((m.__doc__ or "").split()).replace("|", "/")
                     rows.append(f"| `{key}` with `type: {t}` | | | {doc} |")
                     walk(m, f"{key}.", skip=("type",))
                 continue
             if typing.get_origin(f.annotation) is dict:
-                if isinstance(args[1], type) and issubclass(args[1], BaseModel) and args[1] is not filter_base.FilterParams:
+                if _variants(args[1]):  # `classifiers`: each family's keys under classifiers.<name>.<key>
+                    rows[-1] = rows[-1].replace(_type_name(f.annotation), "map of mapping", 1)
+                    for m in _variants(args[1]):
+                        t = typing.get_args(m.model_fields["type"].annotation)[0]
+                        doc = " ".join((m.__doc__ or "").split()).replace("|", "/")
+                        rows.append(f"| `{key}.<name>` with `type: {t}` | | | {doc} |")
+                        walk(m, f"{key}.<name>.", skip=("type",))
+                elif isinstance(args[1], type) and issubclass(args[1], BaseModel) and args[1] is not filter_base.FilterParams:
                     walk(args[1], f"{key}.<name>.")
                 continue
             for m in args or (f.annotation,):
@@ -48,13 +55,8 @@ def reference_markdown() -> str:
 
 
 def _variants(ann) -> list[type[BaseModel]]:
-    """The models of a discriminated union (`X | Y` under Annotated), optional or not."""
-    import typing
+    """The models of a discriminated union picked by `type` (`X | None` or not), else []."""
+    from pipeline.config.load import union_of
 
-    if typing.get_origin(ann) is typing.Union or type(ann).__name__ == "UnionType":
-        inner = [a for a in typing.get_args(ann) if a is not type(None)]
-        ann = inner[0] if len(inner) == 1 else ann
-    if typing.get_origin(ann) is typing.Annotated:
-        ms = [m for m in typing.get_args(typing.get_args(ann)[0]) if isinstance(m, type) and issubclass(m, BaseModel)]
-        return ms if len(ms) > 1 else []
-    return []
+    u = union_of(ann)
+    return list(u.variants.values()) if u else []

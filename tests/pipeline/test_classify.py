@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from filters import quality
+from filters.classifiers import binary_metrics
 from pipeline import config
 from pipeline.run import graph, runner
 from pipeline.shards import select
@@ -26,7 +26,7 @@ def test_roc_auc_equals_pair_counting():
     s = np.round(np.where(y, rng.random(300) + 0.3, rng.random(300)), 2)  # rounded: many ties
     pos, neg = s[y], s[~y]
     want = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
-    assert quality.evaluate(y, s)["roc_auc"] == pytest.approx(want, abs=1e-6)
+    assert binary_metrics(y, s)["roc_auc"] == pytest.approx(want, abs=1e-6)
 
 
 def test_kth_largest_is_exact_across_shards(tmp_path):

@@ -124,6 +124,26 @@ samples: {kept_per_source: 5}
     assert {"dedup", "classifiers", "mixture", "samples"} <= set(lm.canonical())  # every section parses
 
 
+def test_unknown_classifier_type_names_the_key_and_lists_the_registered_types(tmp_path):
+    msg = _err(tmp_path, GOOD + "classifiers:\n  q: {type: xgboost, positive: [web], negative: [web]}\n")
+    assert msg == ("x.yaml:10: classifiers.q.type: unknown classifier type 'xgboost'; known types: fasttext "
+                   "(`curate classifiers` lists them with their parameters)")
+
+
+def test_a_classifier_without_type_is_fasttext_with_every_key_of_before(tmp_path):
+    lm = config.load(write_yaml(tmp_path / "x.yaml", GOOD + "classifiers:\n  q: {positive: [web], negative: [web]}\n"))
+    # the classify steps hash this dump: its keys, names and defaults are those of before the registry
+    assert lm.canonical()["classifiers"]["q"] == {
+        "type": "fasttext", "positive": ["web"], "negative": ["web"], "labels": None, "model": None, "label": "__label__hq",
+        "max_examples_per_class": 20000, "epochs": 5, "lr": 0.1, "word_ngrams": 2, "dim": 100, "min_count": 1,
+        "loss": "softmax", "bucket": 200000, "lowercase": False, "seed": 0}
+    msg = _err(tmp_path, GOOD + "classifiers:\n  q: {positive: [web], negative: [web], epoch: 3, dim: x}\n")
+    assert msg.startswith("x.yaml:10: classifiers.q.dim: Input should be a valid integer")  # no pydantic tag in the path
+    assert ("x.yaml:10: classifiers.q.epoch: unknown key 'epoch'; did you mean 'epochs'?; allowed keys: bucket, dim, "
+            "epochs, label, labels, loss, lowercase, lr, max_examples_per_class, min_count, model, negative, positive, "
+            "seed, type, word_ngrams") in msg
+
+
 def test_dedup_errors_name_the_key(tmp_path):
     refs = GOOD + """
 dedup:

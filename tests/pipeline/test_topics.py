@@ -169,7 +169,7 @@ def test_a_pretrained_topic_model_gives_the_same_topics_and_its_labels_name_the_
 
     # the plans read the model's labels once and keep them by its sha256 (tests/conftest.py
     # points CURATE_CACHE_DIR at a folder of the session): a later plan does not open the model
-    from filters import quality
+    from filters import fasttext_family
     from filters.models import cache_dir
     from pipeline.io.atomic import file_digest
     from pipeline.steps.classify import plan as classify_plan
@@ -182,7 +182,7 @@ def test_a_pretrained_topic_model_gives_the_same_topics_and_its_labels_name_the_
         raise AssertionError("the model was opened although its labels are kept")
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(quality, "open_model", no_model)
+    mp.setattr(fasttext_family, "open_model", no_model)
     try:
         assert classify_plan._model_labels(None, "pool", str(model), digest) == atomic.read_json(kept)
     finally:

@@ -4,17 +4,18 @@ A classifier is trained once (`classify-<name>-train`) and scores only the sourc
 `quality` names it (`classify-<name>-<source>`); each such source then gets its own
 threshold and attributes (`quality-<source>-threshold`, `quality-<source>`). The step
 hashes make iteration cheap: `min_score` and `keep_fraction` are in the threshold step
-only, so editing them skips training and scoring.
+only, so editing them skips training and scoring. What the model is (fastText ...) is the
+classifier family's (`classifiers.<name>.type`, filters/classifiers.py): the plan asks it
+for its model file's name, the options that change a score, and a pretrained model's labels.
 """
 
 from __future__ import annotations
 
+from filters.classifiers import family
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
 from pipeline.plan.context import Context
 from pipeline.steps.classify import tasks as classify
-
-MODEL = "model.bin"
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -82,21 +83,22 @@ def plan(ctx: Context) -> list[Step]:
         train = Step(f"classify-{cname}-train", "classify-train", cfg, [ex], classify.train_shard,
                      shards=train_shards)
         steps += [ex, train]
-        models[cname] = (train, str(train.dir(ctx.store) / MODEL), None)
+        models[cname] = (train, str(train.dir(ctx.store) / family(c.type).model_file), None)
 
     for sname, q in used.items():
         c = m.classifiers[q.classifier]
         train, model_path, model_id = models[q.classifier]
+        options = family(c.type).options(c.model_dump(mode="json"))  # fastText: lowercase
 
         def source_docs(stats, sname=sname):
             return [d for d in ctx.doc_shards(stats, dedup) if d["source"] == sname]
 
-        score_cfg = {"model": model_id, "label": c.label, "lowercase": c.lowercase}
+        score_cfg = {"model": model_id, "label": c.label, **options}
         score = Step(
             f"classify-{q.classifier}-{sname}", "classify-score", score_cfg,
             ([train] if train else []) + [base[sname]] + dedup, classify.score_shard,
-            shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c: [
-                {"doc": d, "model": model_path, "label": c.label, "lowercase": c.lowercase,
+            shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c, options=options: [
+                {"doc": d, "model": model_path, "type": c.type, "label": c.label, **options,
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)],
         )
         steps.append(score)
@@ -133,14 +135,15 @@ def plan(ctx: Context) -> list[Step]:
         train, model_path, model_id = models[tp.classifier]
         ctx.topic_labels[sname] = list(c.labels) if c.labels else _model_labels(ctx, tp.classifier, c.model, model_id)
         before = [ctx.quality[sname]] if sname in ctx.quality else []
+        options = family(c.type).options(c.model_dump(mode="json"))
 
-        def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c):
+        def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c, options=options):
             after = {sname: before} if before else None
-            return [{"doc": d, "model": model_path, "lowercase": c.lowercase,
+            return [{"doc": d, "model": model_path, "type": c.type, **options,
                      "describe": f"{d['source']}/{shard_name(d['part'])}"}
                     for d in ctx.doc_shards(stats, dedup, after) if d["source"] == sname]
 
-        step = Step(f"topic-{sname}", "topic", {"model": model_id, "lowercase": c.lowercase},
+        step = Step(f"topic-{sname}", "topic", {"model": model_id, **options},
                     ([train] if train else []) + [base[sname]] + dedup + before, classify.topic_shard,
                     shards=topic_shards, meta={"stage": f"topic:{tp.classifier}"})
         steps.append(step)
@@ -158,14 +161,13 @@ def _model_labels(ctx: Context, cname: str, path: str, digest: str) -> list[str]
     import re
 
     from filters.models import cache_dir
-    from filters.quality import open_model
     from pipeline.errors import UsageError
 
     cache = cache_dir() / "model-labels" / f"{digest}.json"
     try:
         labels = json.loads(cache.read_text())
     except (OSError, ValueError):
-        labels = [lab.removeprefix("__label__") for lab in open_model(path).get_labels()]  # not kept in memory
+        labels = family(ctx.mixture.classifiers[cname].type).labels(path)  # not kept in memory
         try:
             atomic.write_json(cache, labels)
         except OSError:  # a cache that cannot be written is simply not kept

@@ -1,4 +1,4 @@
-"""Quality classification: train a fastText classifier, score documents, threshold, apply.
+"""Quality classification: train a classifier, score documents, threshold, apply.
 
     classify-<name>-train       one task: a balanced, seeded sample of the positive and negative
                                 sources (after their filters and dedup) or files; 90/10 split;
@@ -12,18 +12,17 @@
 
 The sample is the k documents of each class with the smallest hash(seed, source, id):
 the same for any sharding. Thresholds and keep fractions touch only the last two steps.
+The model itself (training, scoring, labels, metrics) is the classifier family's, looked
+up by the classifier's `type` (filters/classifiers.py); nothing here knows fastText.
 """
 
 from __future__ import annotations
-
-import os
-import tempfile
 
 import numpy as np
 import pyarrow as pa
 import xxhash
 
-from filters import quality
+from filters.classifiers import family
 from pipeline.shards import select
 from pipeline.shards.apply import scatter, sizes, stage_stats, write_attributes
 from pipeline.errors import InputError
@@ -168,6 +167,7 @@ def train_shard(spec: dict, out) -> dict:
     if "classes" in spec:
         return _train_topics(spec, out)
     p, seed = spec["params"], spec["params"]["seed"]
+    fam = family(p["type"])
     cap = p["max_examples_per_class"]
     pos = _sample(spec["positive"], cap, seed)
     neg = _sample(spec["negative"], cap, seed)
@@ -175,21 +175,20 @@ def train_shard(spec: dict, out) -> dict:
     if k < 20:
         raise InputError(
             f"classifier {spec['name']}: only {len(pos)} positive and {len(neg)} negative examples reach training "
-            f"(after their sources' filters and dedup); fastText needs thousands of documents per class: check "
+            f"(after their sources' filters and dedup); {fam.title} needs thousands of documents per class: check "
             f"classifiers.{spec['name']}.positive and .negative, and what the run's ledger.json says those sources' "
             "filters removed, or add example files")
     label = p["label"]
     d = fs.path(out.dir)
-    rows = _labelled([(label, pos[:k]), (quality.NEGATIVE_LABEL, neg[:k])])
-    model = _fit(rows, p, seed, d)
+    rows = _labelled([(label, pos[:k]), (fam.negative_label, neg[:k])])
+    model = _fit(fam, rows, p, seed, d)
     val = [r for r in rows if r[4] == "validation"]
-    s = quality.scores(model, [r[3] for r in val], label, p["lowercase"])
-    ev = quality.evaluate(np.array([r[1] == label for r in val]), s)
+    ev = fam.evaluate(model, [r[3] for r in val], np.array([r[1] == label for r in val]), label, fam.options(p))
     ev["examples"] = {"train": {"positive": sum(1 for r in rows if r[4] == "train" and r[1] == label),
                                 "negative": sum(1 for r in rows if r[4] == "train" and r[1] != label)},
                       "validation": {"positive": ev["positives"], "negative": ev["negatives"]},
                       "available_capped": {"positive": len(pos), "negative": len(neg)}}
-    return _finish(rows, ev, d)
+    return _finish(fam, rows, ev, d)
 
 
 def _labelled(sides: list[tuple[str, list]]) -> list[tuple]:
@@ -203,42 +202,19 @@ def _labelled(sides: list[tuple[str, list]]) -> list[tuple]:
     return rows
 
 
-def _fit(rows: list, p: dict, seed: int, d):
-    """fastText trained on the rows' train split (a local file it reads), saved as d/model.bin."""
-    path = _train_file(rows, p["lowercase"])
-    try:
-        model = quality.train(path, p, seed)
-    finally:
-        os.unlink(path)
-    _save(model, d / "model.bin")
-    return model
+def _fit(fam, rows: list, p: dict, seed: int, d):
+    """The family's model trained on the rows' train split, in their order, saved in d."""
+    return fam.train([(r[1], r[3]) for r in rows if r[4] == "train"], p, seed, d / fam.model_file)
 
 
-def _finish(rows: list, ev: dict, d) -> dict:
+def _finish(fam, rows: list, ev: dict, d) -> dict:
     """eval.json, sample.parquet (every example's origin, label and split), and the marker."""
     atomic.write_json(d / "eval.json", ev)
     fs.write_table(pa.table({"origin": [r[2] for r in rows], "label": [r[1] for r in rows], "split": [r[4] for r in rows],
                              "hash": pa.array([r[0] for r in rows], pa.uint64())}), d / "sample.parquet")
-    final = d / "model.bin"
+    final = d / fam.model_file
     size, sha = atomic.file_digest(final)
     return {"rows": len(rows), "eval": ev, "model": str(final), "model_bytes": size, "model_sha256": sha}
-
-
-def _save(model, final) -> None:
-    tmp = atomic.tmp_path(final)
-    with tempfile.TemporaryDirectory(prefix="curate-model-") as local:  # fastText writes a local file
-        model.save_model(f"{local}/model.bin")
-        fs.copy(f"{local}/model.bin", tmp)
-    atomic.commit(tmp, final)
-
-
-def _train_file(rows: list, lowercase: bool) -> str:
-    fd, path = tempfile.mkstemp(prefix="curate-train-", suffix=".txt")  # fastText reads a local file
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        for _, lab, _, text, split in rows:
-            if split == "train":
-                f.write(f"{lab} {quality.preprocess(text, lowercase)}\n")
-    return path
 
 
 def _train_topics(spec: dict, out) -> dict:
@@ -247,23 +223,23 @@ def _train_topics(spec: dict, out) -> dict:
     the others' data); eval.json gives per-label precision and recall of the top label on
     the held-out tenth of each label."""
     p, seed = spec["params"], spec["params"]["seed"]
+    fam = family(p["type"])
     cap = p["max_examples_per_class"]
     got = {lab: _sample(side, cap, seed) for lab, side in spec["classes"].items()}
     if min(len(v) for v in got.values()) < 20:
         raise InputError(
             f"classifier {spec['name']}: only " + ", ".join(f"{len(v)} {lab}" for lab, v in got.items()) + " examples reach "
-            f"training (after their sources' filters and dedup); fastText needs hundreds per label: check "
+            f"training (after their sources' filters and dedup); {fam.title} needs hundreds per label: check "
             f"classifiers.{spec['name']}.labels and what ledger.json says those sources' filters removed, or add example files")
     d = fs.path(out.dir)
-    rows = _labelled([(f"__label__{lab}", side) for lab, side in got.items()])
-    model = _fit(rows, p, seed, d)
+    topic_of = {fam.class_label(lab): lab for lab in got}
+    rows = _labelled([(fam.class_label(lab), side) for lab, side in got.items()])
+    model = _fit(fam, rows, p, seed, d)
     val = [r for r in rows if r[4] == "validation"]
-    pred, _ = quality.top_labels(model, [r[3] for r in val], p["lowercase"])
-    truth = [r[1].removeprefix("__label__") for r in val]
-    ev = quality.evaluate_labels(truth, pred, list(got))
-    ev["examples"] = {"train": {lab: sum(1 for r in rows if r[1] == f"__label__{lab}" and r[4] == "train") for lab in got},
-                      "validation": {lab: sum(1 for r in rows if r[1] == f"__label__{lab}" and r[4] == "validation") for lab in got}}
-    return _finish(rows, ev, d)
+    ev = fam.evaluate_topics(model, [r[3] for r in val], [topic_of[r[1]] for r in val], list(got), fam.options(p))
+    ev["examples"] = {split: {lab: sum(1 for r in rows if r[1] == tag and r[4] == split) for tag, lab in topic_of.items()}
+                      for split in ("train", "validation")}
+    return _finish(fam, rows, ev, d)
 
 
 def topic_shard(spec: dict, out) -> dict:
@@ -272,12 +248,13 @@ def topic_shard(spec: dict, out) -> dict:
     (topic, quality bucket) for the mixture's cells."""
 
     doc = spec["doc"]
-    model = quality.load(spec["model"])
+    fam = family(spec["type"])
+    model, options = fam.load(spec["model"]), fam.options(spec)  # the spec carries the options' keys
     n = view.num_rows(doc["documents"])
     buckets = view.shard_buckets(doc)
     rows, labels, probs, toks, chars = [], [], [], [], []
     for r, b in view.kept_batches(doc["documents"], doc["layers"], ["text", "n_tokens", "n_chars"]):
-        lab, pr = quality.top_labels(model, b.column("text").to_pylist(), spec["lowercase"])
+        lab, pr = fam.predict(model, b.column("text").to_pylist(), options)
         rows.append(r)
         labels += lab
         probs.append(pr)
@@ -314,7 +291,8 @@ def _tie(ids: list[str]) -> np.ndarray:
 
 @task(version="2")  # 2: also writes keys/, the kept rows' keys for the threshold's merge
 def score_shard(spec: dict, out) -> dict:
-    model = quality.load(spec["model"])
+    fam = family(spec["type"])
+    model, options = fam.load(spec["model"]), fam.options(spec)  # the spec carries the options' keys
     doc = spec["doc"]
     pf = fs.parquet_file(doc["documents"])
     state = view.Layers(doc["layers"], pf.metadata.num_rows, ["text"])
@@ -323,7 +301,7 @@ def score_shard(spec: dict, out) -> dict:
     for batch in pf.iter_batches(batch_size=view.BATCH_ROWS, columns=["id", "text"]):
         batch = state.apply(batch, start)
         start += batch.num_rows
-        parts_s.append(quality.scores(model, batch.column("text").to_pylist(), spec["label"], spec["lowercase"]))
+        parts_s.append(fam.score(model, batch.column("text").to_pylist(), spec["label"], options))
         i = batch.column("id").to_pylist()
         parts_t.append(_tie(i))
         ids += i

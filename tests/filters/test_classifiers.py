@@ -1,0 +1,89 @@
+"""The classifier registry (filters/classifiers.py) and the fastText family behind its interface."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pytest
+
+from filters import classifiers
+from filters.fasttext_family import FastText, FastTextParams
+from tests.conftest import curate
+
+
+def test_the_registry_lists_fasttext_and_a_miss_lists_the_known_types():
+    assert next(iter(classifiers.registry())) == "fasttext"  # the first is the default `type`
+    assert classifiers.registry()["fasttext"] is FastText
+    assert isinstance(classifiers.family("fasttext"), FastText)
+    with pytest.raises(KeyError, match=r"unknown classifier type 'xgboost'; known types: fasttext \(`curate classifiers`"):
+        classifiers.family("xgboost")
+
+
+def test_a_family_is_registered_once_under_the_name_its_params_type_says():
+    with pytest.raises(ValueError, match="registered twice: filters.fasttext_family.FastText and .*Other"):
+        @classifiers.register_classifier("fasttext")
+        class Other(classifiers.ClassifierFamily):
+            Params = FastTextParams
+
+    class Wrong(classifiers.ClassifierParams):
+        type: Literal["wrong"] = "wrong"
+
+    with pytest.raises(ValueError, match=r"Wrong.type must be Literal\['other'\]"):
+        @classifiers.register_classifier("other")
+        class Mismatched(classifiers.ClassifierFamily):
+            Params = Wrong
+    assert "other" not in classifiers.registry()
+
+
+def test_builtin_modules_name_every_registering_module():
+    assert {n: c.__module__ for n, c in classifiers.registry().items() if c.__module__.startswith("filters.")} \
+        == classifiers.BUILTIN_MODULES
+    registering = {f"filters.{f.stem}" for f in Path(classifiers.__file__).parent.glob("*.py")
+                   if re.search(r"^@register_classifier\(", f.read_text(), re.MULTILINE)}
+    assert registering == set(classifiers.BUILTIN_MODULES.values())
+
+
+def test_curate_classifiers_lists_the_families_with_their_parameters():
+    text = classifiers.describe_registry()
+    assert text.startswith("fasttext (v1): fastText supervised classifiers")
+    assert "    epochs: int, default 5. fastText epochs" in text
+    assert "    loss: one of softmax, hs, ns, ova, default 'softmax'. fastText loss" in text
+    r = curate("classifiers")
+    assert r.returncode == 0 and r.stdout.strip() == text
+
+
+def test_the_registry_and_its_families_stay_below_the_pipeline():
+    """filters/ may use pipeline.io and pipeline.errors, never the config, engine, stages or CLI
+    (function-level imports count)."""
+    root = Path(classifiers.__file__).parent
+    for name in ("classifiers.py", "fasttext_family.py"):
+        tree = ast.parse((root / name).read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        bad = {m for m in imported if m.startswith("pipeline") and m.split(".")[1] not in ("io", "errors")}
+        assert not bad, f"filters/{name} imports {bad}"
+
+
+def test_fasttext_family_trains_scores_predicts_and_names_its_labels(tmp_path):
+    fam = classifiers.family("fasttext")
+    params = FastTextParams(labels={"a": [], "b": []}, epochs=20).model_dump(mode="json")
+    rng = np.random.default_rng(0)
+    words = {"a": ["alpha", "apple", "atom"], "b": ["beta", "banana", "boat"]}
+    examples = [(fam.class_label(lab), " ".join(rng.choice(words[lab], 6))) for _ in range(40) for lab in "ab"]
+    model = fam.train(examples, params, 0, tmp_path / fam.model_file)
+    assert (tmp_path / "model.bin").is_file() and sorted(fam.labels(str(tmp_path / "model.bin"))) == ["a", "b"]
+    texts = ["alpha apple atom", "beta\nbanana boat"]
+    opts = fam.options(params)
+    assert opts == {"lowercase": False}
+    top, prob = fam.predict(model, texts, opts)
+    assert top == ["a", "b"] and prob.dtype == np.float32 and (prob > 0.5).all()
+    s = fam.score(fam.load(str(tmp_path / "model.bin")), texts, "__label__a", opts)
+    assert s.dtype == np.float32 and s[0] > 0.5 > s[1]
+    ev = fam.evaluate(model, texts, np.array([True, False]), "__label__a", opts)
+    assert ev["roc_auc"] == 1.0 and ev["positives"] == 1
+    assert fam.evaluate_topics(model, texts, ["a", "b"], ["a", "b"], opts)["accuracy"] == 1.0
+    assert fam.score(model, [], "__label__a", opts).shape == (0,) and fam.predict(model, [], opts)[0] == []
