@@ -8,15 +8,8 @@
                  order % n_shards, where order = hash(seed, source, id, epoch)
     mix          per output shard: its rows sorted by order, written as part-XXXXX.parquet
 
-Budget: a source's target is weight x target_tokens. With more kept tokens than that, the
-documents are taken in priority order, priority = hash(seed, source, id, 0), until the
-target is met (the last one overshoots by less than one document). With fewer, every
-document is repeated for each whole epoch and the partial epoch takes documents in
-priority order hash(seed, source, id, epoch). A source may not need more than its
-`max_epochs`; then `on_shortfall: error` stops before anything is written, with a table,
-and `renormalize` caps that source and gives the rest of target_tokens to the others in
-proportion to their weights. Without weights, every kept document is taken once; with
-weights and no target_tokens, the largest target that needs no repetition.
+Budget (pipeline/mixing/budget.py): per cell a token target and the epochs it needs, the
+documents taken in priority order hash(seed, source, id, epoch) until the target is met.
 
 Cells: all of the above is per cell (pipeline/mixing/cells.py): a source, or a range of its
 quality buckets; a source that is one cell is mixed exactly as before cells existed.
