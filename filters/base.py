@@ -234,7 +234,7 @@ def describe_registry() -> str:
 
 
 def reference_markdown() -> str:
-    """The README's filter table, generated from the registry."""
+    """docs/filters.md's filter table, generated from the registry."""
 
     rows = ["| type | parameter | type | default | meaning |", "| --- | --- | --- | --- | --- |"]
     for name, cls in registry().items():

@@ -1,10 +1,10 @@
 """Checks a schema cannot make: references between sections, and the machine.
 
 `check_references` (names used are defined, weights and phases make sense) runs when a
-file loads. `environment(lm)` is the one check against the machine (filter files and
-their packages, extractors, classifier model and example files, eval files) that both
-`curate validate` and `curate run` call, so a file that validates does not fail at run
-for a missing file.
+file loads. `environment(lm)` checks the file against the machine (filter files and their
+packages, extractors, classifier model and example files, eval files); it is part of
+`plan.sources.check`, which `curate validate` and `curate run` both call, so a file that
+validates does not fail at run for a missing file.
 """
 
 from __future__ import annotations
@@ -89,7 +89,6 @@ def check_eval_files(lm: "LoadedMixture") -> list[str]:
 
 
 def eval_files(lm: "LoadedMixture", pattern: str) -> list[str]:
-
     p = pattern if fs.is_url(pattern) or Path(pattern).is_absolute() else str(lm.base_dir / pattern)
     if fs.is_url(p):
         return [p] if fs.path(p).exists() else []
@@ -192,8 +191,6 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
                         "{name, paths, text_fields} for eval files"))
     w = m.mixture.weights
     if w is not None:
-        from pipeline.mixing import cells
-
         out += cells.problems(m)
         total = sum(w.values())
         if not m.mixture.normalize and abs(total - 1.0) > 1e-6:
@@ -203,8 +200,6 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
     mx = m.mixture
     out += _phase_problems(m)
     if mx.sample_rates is not None:
-        from pipeline.mixing import cells
-
         out += cells.problems(m, "sample_rates")
         if w is not None:
             out.append((("mixture", "sample_rates"), "give weights (token shares) or sample_rates (multiples of each cell's "
@@ -225,7 +220,6 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
 
 
 def _phase_problems(m: Mixture) -> list[tuple[tuple, str]]:
-
     mx = m.mixture
     out: list[tuple[tuple, str]] = []
     if mx.phases is None:

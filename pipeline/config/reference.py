@@ -11,7 +11,7 @@ from pipeline.config.models import Mixture
 
 
 def reference_markdown() -> str:
-    """The README's YAML key table, generated from the models' fields and descriptions."""
+    """docs/yaml.md's key table, generated from the models' fields and descriptions."""
     import typing
 
     rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]

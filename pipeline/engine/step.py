@@ -108,7 +108,7 @@ class Step:
     shards: Callable[[Step, dict], list[dict]]  # (step, stats of finished steps), called once inputs are done
     version: str | None = None  # the task's code version (engine.step.task); None: the task's own
     cpus: float = 1  # CPU slots a task takes (0 for a coordinator that waits on tasks of its own)
-    meta: dict = field(default_factory=dict)  # not hashed: the shard specs once listed, for error messages
+    meta: dict = field(default_factory=dict)  # not hashed: "stage" (a layer's ledger stage), "specs" once listed
 
     def __post_init__(self):
         self.task = task_name(self.fn)  # what a worker imports; the hash never includes it
