@@ -68,7 +68,7 @@ def _timed(fn, docs: list[str]) -> dict:
 def curate(items, kinds, n: int) -> dict:
     import pyarrow as pa
 
-    from pipeline.steps.dedup import text
+    from pipeline.shards import text
     from pipeline.steps import decontam
 
     r0 = _rss_mb()

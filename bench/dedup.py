@@ -39,7 +39,7 @@ from bench.corpora import crawl_pages as corpus
 def curate_signatures(texts: list[str]) -> float:
     import numpy as np
 
-    from pipeline.steps.dedup import text as T
+    from pipeline.shards import text as T
     from pipeline.steps.dedup.fuzzy import CHUNK_BYTES, chunks, okey
 
     a, b = T.permutations(112, 0)
@@ -188,7 +188,7 @@ def main(argv=None):
 def explain_differences(texts: list[str], only_dt: set, only_cu: set):
     """Why the removed sets differ: the best true Jaccard each datatrove-only removal has
     with any other document, and how many Curate-only removals are shorter than 5 words."""
-    from pipeline.steps.dedup import text as T
+    from pipeline.shards import text as T
 
     sets = [set(T.shingle_set(t, 5).tolist()) for t in texts]
     best = []

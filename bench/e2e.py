@@ -316,7 +316,7 @@ def datatrove_decisions(work: Path) -> tuple[set, set]:
 def recall(corpus: Path, kept_by_filters: set, removed: set, texts: dict) -> tuple[float, int]:
     """Planted copies (origin, copy) with true word-5-gram Jaccard >= 0.85 that both passed
     the filters: the share of them where dedup removed the copy or the origin."""
-    from pipeline.steps.dedup import text as T
+    from pipeline.shards import text as T
 
     truth = json.loads((corpus / "truth.json").read_text())
     pairs = [(c, o) for c, o in truth.items() if c in kept_by_filters and o in kept_by_filters]

@@ -26,7 +26,7 @@ from bench.e2e import ROOT, build_corpus, curate_yaml
 
 STEP_FNS = {  # entry function in a worker's stack -> what the step does
     "pipeline/steps/ingest/documents.py:run_shard": "ingest", "pipeline/steps/ingest/ids.py:map_shard": "ids",
-    "pipeline/steps/ingest/ids.py:reduce_shard": "ids", "pipeline/steps/ingest/documents.py:scan_shard": "ingest",
+    "pipeline/steps/ingest/ids.py:reduce_shard": "ids", "pipeline/steps/ingest/splits.py:scan_shard": "ingest",
     "pipeline/steps/filter.py:run_shard": "filters", "pipeline/steps/dedup/exact.py": "exact dedup",
     "pipeline/steps/dedup/fuzzy.py": "fuzzy dedup", "pipeline/steps/dedup/components.py": "fuzzy dedup",
     "pipeline/shards/apply.py": "dedup apply", "pipeline/steps/classify/tasks.py": "quality",

@@ -3,7 +3,7 @@
 Ingest (pipeline/steps/ingest/web.py) writes every WARC response, HTML file or HTML field as a
 document, so `in` counts it; a record that is not an HTML page, answered with an HTTP
 error, or whose page has no text gets empty text and `extraction: <reason>` in its
-metadata. The runner puts this filter first in such a source's filter step, under the stage
+metadata. The filter stage (pipeline/steps/filter.py) puts this filter first in such a source's filter step, under the stage
 name `extract`, so the removals carry their reason (not_html, http_status, no_text) into
 the ledger, the funnel, the samples and `curate explain`.
 """
@@ -17,6 +17,10 @@ import orjson
 import pyarrow as pa
 
 from filters.base import Filter, FilterParams, FilterResult, register_filter
+
+
+EXTRACT_STAGE = "extract"  # the stage name of this filter, first in a web source's filter step
+EXTRACT_FILTER = {"type": "extracted"}  # its parameters
 
 
 class ExtractedParams(FilterParams):

@@ -82,7 +82,6 @@ def test_relative_links_point_at_files_and_headings():
                 continue
             file, _, anchor = target.partition("#")
             dest = (path.parent / file).resolve() if file else path
-            rel = dest.relative_to(ROOT).as_posix() if dest.is_relative_to(ROOT) else str(dest)
             assert dest.exists(), f"{path.relative_to(ROOT)}: link to {target}: no such file"
             if anchor and dest.suffix == ".md":
                 assert anchor in _anchors(dest), f"{path.relative_to(ROOT)}: link to {target}: no such heading"

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +55,8 @@ def task(version: str) -> Callable[[Callable], Callable]:
         @task(version="2")  # 2: one key file per cell
         def priority_shard(spec: dict, out: ShardOutput) -> dict: ...
 
-    A task without it takes its module's `VERSION`, else "1"."""
+    Bump it too when the shard specs its plan builds change meaning. A task without it is
+    version "1"."""
     def mark(fn: Callable) -> Callable:
         fn.version = version
         return fn
@@ -88,7 +88,7 @@ def resolve(name: str) -> Callable:
 
 
 def task_version(fn: Callable) -> str:
-    return getattr(fn, "version", None) or getattr(sys.modules.get(fn.__module__), "VERSION", None) or "1"
+    return getattr(fn, "version", "1")
 
 
 @dataclass
@@ -106,14 +106,12 @@ class Step:
     inputs: list[Step]
     fn: Callable[..., dict]  # the shard task
     shards: Callable[[Step, dict], list[dict]]  # (step, stats of finished steps), called once inputs are done
-    version: str | None = None  # the task's code version (engine.step.task); None: the task's own
     cpus: float = 1  # CPU slots a task takes (0 for a coordinator that waits on tasks of its own)
-    meta: dict = field(default_factory=dict)  # not hashed: "stage" (a layer's ledger stage), "specs" once listed
+    meta: dict = field(default_factory=dict)  # not hashed: the shard specs once listed, for error messages
 
     def __post_init__(self):
         self.task = task_name(self.fn)  # what a worker imports; the hash never includes it
-        if self.version is None:
-            self.version = task_version(self.fn)
+        self.version = task_version(self.fn)  # the task's code version, in the hash
 
     # computed once: a step's config and inputs do not change after the plan builds it
     @functools.cached_property

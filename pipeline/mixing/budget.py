@@ -134,7 +134,7 @@ def _rates_budget(avail: dict[str, int], sample_rates: dict[str, float], max_epo
 # ---------------------------------------------------------------- token-weighted cutoff
 
 
-def _by_phase(cl: list[dict]) -> list[list[dict]]:
+def by_phase(cl: list[dict]) -> list[list[dict]]:
     """A source's cells of every phase, grouped by phase, in order."""
     out: dict = {}
     for c in cl:

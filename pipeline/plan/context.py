@@ -14,13 +14,16 @@ index k is the same (source, shard) in every step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.config import LoadedMixture, Mixture
 from pipeline.engine.step import Step, shard_name
+from pipeline.errors import UsageError
 from pipeline.io import fs
 from pipeline.io.discover import InputFile
+from pipeline.plan.stage import Stage
 from pipeline.shards.apply import attribute_path
 
 
@@ -33,6 +36,7 @@ class MixSteps:
     route: Step
     write: Step
     phases: list[dict]  # each phase's name, cells, weights or rates, target and seed (mix stage)
+    docs: Callable[[dict], list[dict]]  # stats -> the mixed sources' document shards, with every layer it reads
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Context:
     files: dict[str, list[InputFile]]  # per source, its input files
     tokenizer: str | None  # what tasks count tokens with (plan/tokens.py)
     tokenizer_id: str | None  # what identifies the counts in step hashes
+    stages: list[Stage] = field(default_factory=list)  # the stages being planned, in order (run/graph.py)
     steps: list[Step] = field(default_factory=list)  # every step planned so far, in order
     stage_of: dict[str, str] = field(default_factory=dict)  # step name -> the stage that planned it
     # ingest stage
@@ -51,15 +56,17 @@ class Context:
     # filter stage
     filter: dict[str, Step] = field(default_factory=dict)  # source -> filter-<source> (sources with a chain)
     chains: dict[str, list[str]] = field(default_factory=dict)  # source -> its filter step's stages, in order
-    # global attribute layers, in order (dedup kinds, decontaminate, validation): one file per document shard
+    # global attribute layers, in order (dedup kinds, decontaminate, validation): one file per document
+    # shard; `add_layer` appends one with its ledger stage (layer_stage)
     layers: list[Step] = field(default_factory=list)
+    layer_stage: dict[str, str] = field(default_factory=dict)  # layer step name -> its ledger stage
     # classify stage: per source, its quality and topic steps (after dedup), and the topic labels cells name
     quality: dict[str, Step] = field(default_factory=dict)
     topic: dict[str, Step] = field(default_factory=dict)
     topic_labels: dict[str, list[str]] = field(default_factory=dict)
     # mix stage
     mix: MixSteps | None = None
-    decisions: list[Step] = field(default_factory=list)  # every step whose decisions the mixture's selection reads
+    fate: list[Step] = field(default_factory=list)  # what a document's fate depends on: every step up to the selection
     samples: Step | None = None
 
     @property
@@ -70,10 +77,17 @@ class Context:
         """The loop's part: record a stage's steps (names must be unique in a run)."""
         for s in steps:
             if s.name in self.stage_of:
-                raise ValueError(f"stage {stage} plans a step named {s.name}, which stage {self.stage_of[s.name]} "
-                                 "already planned: step names are unique in a run")
+                raise UsageError(f"{self.lm.path}: two steps would be named {s.name} (stages {self.stage_of[s.name]} and "
+                                 f"{stage}): a source or classifier name makes another's step name; rename one of them")
             self.stage_of[s.name] = stage
             self.steps.append(s)
+
+    def add_layer(self, step: Step, stage: str) -> None:
+        """A global attribute layer (a file per document shard, same rows as the documents,
+        `id, keep, reason`; markers per document shard with `source`, `docs_out`,
+        `tokens_out`) and the ledger stage it removes documents under."""
+        self.layers.append(step)
+        self.layer_stage[step.name] = stage
 
     def base(self) -> list[Step]:
         """Per source (YAML order), the step its document shards come from: its filter step, else its ingest."""
@@ -92,7 +106,7 @@ class Context:
         out = {}
         for s, spec in self.mixture.sources.items():
             rows = [["filter", self.filter[s].name]] if s in self.filter else []
-            rows += [[st.meta["stage"], st.name] for st in self.layers]
+            rows += [[self.layer_stage[st.name], st.name] for st in self.layers]
             if s in self.quality:
                 rows.append([f"quality:{spec.quality.classifier}", self.quality[s].name])
             if s in self.topic:
@@ -143,14 +157,12 @@ class Context:
                             "layers": paths, "kept": kept, "tokens": tokens, **extra})
         return out
 
-    def all_doc_shards(self, stats: dict) -> list[dict]:
-        """Every document shard with every layer: filters, the global layers, quality and topic."""
-        return self.doc_shards(stats, self.layers, self.after())
-
-    def mixed_docs(self, stats: dict) -> list[dict]:
-        """The document shards of the sources in the mixture, with all their layers."""
-        exclude = self.mixture.excluded()
-        return [d for d in self.all_doc_shards(stats) if d["source"] not in exclude]
+    def all_doc_shards(self) -> Callable[[dict], list[dict]]:
+        """stats -> every document shard with every layer planned so far (filters, the
+        global layers, quality and topic): the layers are taken now, when a stage plans, so
+        a layer a later stage adds never changes this stage's shards behind its hash."""
+        layers, after = list(self.layers), self.after()
+        return lambda stats: self.doc_shards(stats, layers, after)
 
     def shard_offsets(self, stats: dict) -> tuple[list[int], int]:
         """Per source (YAML order), the global number of its first document shard; and the

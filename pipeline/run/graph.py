@@ -1,6 +1,6 @@
 """The run's graph: the stage list and the loop that plans it.
 
-A stage is a module under pipeline/steps/ with
+A stage is a module under pipeline/steps/ that declares its `STAGE` (plan/stage.py):
 
     plan(ctx: Context) -> list[Step]     its steps, reading only the planning context
                                          (and recording there what later stages need)
@@ -17,11 +17,11 @@ Adding a stage is its module and one line here (docs/extending.md).
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
 
 from pipeline.config import LoadedMixture
 from pipeline.plan import sources
 from pipeline.plan.context import Context
+from pipeline.plan.stage import Stage
 from pipeline.plan.tokens import identity
 from pipeline.steps import decontam, validation
 from pipeline.steps import filter as filter_stage
@@ -31,48 +31,44 @@ from pipeline.steps.ingest import plan as ingest
 from pipeline.steps.mix import plan as mix
 from pipeline.steps.samples import plan as samples
 
-STAGES: list[ModuleType] = [
-    ingest,      # inputs -> document shards, quarantine/
-    filter_stage,  # each source's filter chain -> keep/stage/reason attributes
-    dedup,       # exact, fuzzy, paragraph -> global layers
-    decontam,    # eval items -> a global layer
-    validation,  # held-out documents -> a global layer, validation/
-    classify,    # quality and topic classifiers -> per-source steps after dedup
-    mix,         # weights, epochs, phases -> mixture/, manifest.json
-    samples,     # kept and removed samples -> samples/
+STAGES: list[Stage] = [
+    ingest.STAGE,        # inputs -> document shards, quarantine/
+    filter_stage.STAGE,  # each source's filter chain -> keep/stage/reason attributes
+    dedup.STAGE,         # exact, fuzzy, paragraph -> global layers
+    decontam.STAGE,      # eval items -> a global layer
+    validation.STAGE,    # held-out documents -> a global layer, validation/
+    classify.STAGE,      # quality and topic classifiers -> per-source steps after dedup
+    mix.STAGE,           # weights, epochs, phases -> mixture/, manifest.json
+    samples.STAGE,       # kept and removed samples -> samples/
 ]
 
 
-def stage_name(stage: ModuleType) -> str:
-    """`ingest`, `mix` ...: the module's name, or its package's for a package's plan module."""
-    parts = stage.__name__.split(".")
-    return parts[-2] if parts[-1] == "plan" else parts[-1]
-
-
-def build(lm: LoadedMixture, run_dir: Path, store: Path | None = None, stages: list[ModuleType] | None = None) -> Context:
+def build(lm: LoadedMixture, run_dir: Path, store: Path | None = None, stages: list[Stage] | None = None) -> Context:
     """Plan every stage, in order, into one context: `ctx.steps` is the run's graph. No Ray,
     no task: what planning reads is the YAML, the inputs' fingerprints and the files the
-    steps hash (filter word lists, classifier models, eval sets)."""
+    steps hash (filter word lists, classifier models, eval sets). `stages`: another list
+    than STAGES (a stage being written: tests/pipeline/run/test_stages.py)."""
     files, tokenizer = sources.check(lm)
-    ctx = Context(lm, run_dir, store if store is not None else run_dir, files, tokenizer, identity(tokenizer))
-    for stage in STAGES if stages is None else stages:
-        ctx.add(stage_name(stage), stage.plan(ctx))
+    ctx = Context(lm, run_dir, store if store is not None else run_dir, files, tokenizer, identity(tokenizer),
+                  stages=list(STAGES if stages is None else stages))
+    for stage in ctx.stages:
+        ctx.add(stage.name, stage.plan(ctx))
     return ctx
 
 
-def publish(ctx: Context, stats: dict, stages: list[ModuleType] | None = None) -> dict:
-    """Each stage's publication into the run directory; returns the manifest's keys."""
+def publish(ctx: Context, stats: dict) -> dict:
+    """Each stage's publication into the run directory, in stage order; returns the
+    manifest, whose keys each stage owns (two stages may not write the same key)."""
     manifest: dict = {}
-    for stage in STAGES if stages is None else stages:
-        if hasattr(stage, "publish"):
-            manifest.update(stage.publish(ctx, stats))
+    for stage in ctx.stages:
+        if stage.publish is not None:
+            keys = stage.publish(ctx, stats)
+            if clash := set(keys) & set(manifest):
+                raise ValueError(f"stage {stage.name} publishes manifest keys another stage wrote: {sorted(clash)}")
+            manifest.update(keys)
     return manifest
 
 
-def expected(ctx: Context, stages: list[ModuleType] | None = None) -> list[str]:
+def expected(ctx: Context) -> list[str]:
     """What the stages expect of the current outputs, for the dry run."""
-    lines: list[str] = []
-    for stage in STAGES if stages is None else stages:
-        if hasattr(stage, "expected"):
-            lines += stage.expected(ctx)
-    return lines
+    return [line for stage in ctx.stages if stage.expected is not None for line in stage.expected(ctx)]

@@ -1,6 +1,7 @@
 """The ledger of a finished run, assembled from its markers: per source, every document in
 is kept, removed by a stage with a reason, or quarantined (pipeline/shards/ledger.py does
-the arithmetic). Every global layer names its ledger stage in `step.meta["stage"]`."""
+the arithmetic). The stages after the filters are the run's layers, as the planning
+context lists them per source (`Context.layer_stages`)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,11 @@ def ledger_of(ctx: Context, stats: dict) -> dict:
     selection = phases[0][1]["sources"]
     chosen = mix_publish.chosen_docs(stats[ctx.mix.route.name]) if phases[0][0] is not None else None
     entries = {}
+    layers = ctx.layer_stages()
     for sname, spec in ctx.mixture.sources.items():
         flt = ctx.filter.get(sname)
-        later = [(st.meta["stage"], [m for m in stats[st.name].values() if m["source"] == sname]) for st in ctx.layers]
-        if sname in ctx.quality:
-            later.append((f"quality:{spec.quality.classifier}", list(stats[ctx.quality[sname].name].values())))
-        if sname in ctx.topic:
-            later.append((f"topic:{spec.topic.classifier}", list(stats[ctx.topic[sname].name].values())))
+        later = [(stage, [m for m in stats[name].values() if m.get("source", sname) == sname])
+                 for stage, name in layers[sname] if stage != "filter"]
         sel = selection.get(sname)
         r = rows.get(sname, {"docs": 0, "tokens": 0, "repeats": 0})
         mix = {"rows": r["docs"], "tokens": r["tokens"], "repeats": r["repeats"]}

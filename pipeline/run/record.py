@@ -81,12 +81,10 @@ def claim_run_dir(leases: Leases, run_dir: Path, store) -> None:
         atomic.write_json(reg, {"run_dir": str(run_dir)})
 
 
-def step_record(s: Step, run_dir: Path, store, status: str) -> dict:
-    """`dir`: `steps/<name>-<hash>` where the run directory links its store steps (local
-    disks), else the store step's own path or URL."""
-    d = s.dir(store)
-    rel = f"steps/{d.name}" if fs.is_local(run_dir) and fs.is_local(d) else str(d)
-    return {"hash": s.hash, "config_hash": s.config_hash, "inputs_hash": s.inputs_hash, "dir": rel, "status": status}
+def step_record(ctx: Context, s: Step, status: str) -> dict:
+    """A step's entry in run.json; `dir` as the run directory names it (Context.step_ref)."""
+    return {"hash": s.hash, "config_hash": s.config_hash, "inputs_hash": s.inputs_hash, "dir": ctx.step_ref(s),
+            "status": status}
 
 
 def link_steps(ctx: Context, run_dir: Path) -> None:

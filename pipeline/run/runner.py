@@ -65,7 +65,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         "git_commit": record_mod.git_commit(lm.base_dir), "curate_version": __version__, "started": t0,
         "curate_commit": record_mod.curate_commit(),
         "store": str(store), "run_id": leases.run_id,
-        "steps": {s.name: record_mod.step_record(s, run_dir, store, "PENDING") for s in ctx.steps},
+        "steps": {s.name: record_mod.step_record(ctx, s, "PENDING") for s in ctx.steps},
         "layers": ctx.layer_stages(),
     }
     record_mod.link_steps(ctx, run_dir)
@@ -83,7 +83,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         raise
     led = outputs.ledger_of(ctx, stats)
     atomic.write_json(run_dir / "ledger.json", led)
-    atomic.write_json(run_dir / "manifest.json", graph.publish(ctx, stats, stages))
+    atomic.write_json(run_dir / "manifest.json", graph.publish(ctx, stats))
     bad = ledger.imbalance(led)
     record["status"] = "FAILED" if bad else "SUCCESS"
     if bad:

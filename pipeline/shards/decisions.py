@@ -58,32 +58,25 @@ class Run:
         return sorted(d.glob("part-*.parquet")) if d else []
 
     def layers(self, source: str, part: Path) -> list[tuple[str, Path]]:
-        """(stage label, attribute file) in stage order, as run.json records them (a run
-        from before that record: the stages there were then, by their step names)."""
-        if "layers" in self.record:
-            return [(stage, self.step_dir(name) / part.name if stage == "filter" else self.step_dir(name) / source / part.name)
-                    for stage, name in self.record["layers"].get(source, [])]
-        out = []
-        f = self.step_dir(f"filter-{source}")
-        if f:
-            out.append(("filter", f / part.name))
-        for kind in DEDUP:
-            d = self.step_dir(f"dedup-{kind}")
-            if d:
-                out.append((f"dedup:{kind}", d / source / part.name))
-        for name in ("decontaminate", "validation"):
-            d = self.step_dir(name)
-            if d:
-                out.append((name, d / source / part.name))
-        q = self.step_dir(f"quality-{source}")
-        if q:
-            cls = (self.config["sources"][source].get("quality") or {}).get("classifier")
-            out.append((f"quality:{cls}", q / source / part.name))
-        t = self.step_dir(f"topic-{source}")
-        if t:
-            cls = (self.config["sources"][source].get("topic") or {}).get("classifier")
-            out.append((f"topic:{cls}", t / source / part.name))
-        return out
+        """(stage label, attribute file) in stage order: the filter step's file is the
+        document shard's name, every later layer's is under the source's folder."""
+        return [(stage, self.step_dir(name) / part.name if stage == "filter" else self.step_dir(name) / source / part.name)
+                for stage, name in layer_names(self.record, source)]
+
+
+def layer_names(record: dict, source: str) -> list[tuple[str, str]]:
+    """(ledger stage, step name) of a source's layers in deciding order, as run.json records
+    them; for a run from before that record, the stages there were then, by step name."""
+    if "layers" in record:
+        return [(stage, name) for stage, name in record["layers"].get(source, [])]
+    steps, cfg = record["steps"], record["config"]["sources"][source]
+    out = [("filter", f"filter-{source}")] if f"filter-{source}" in steps else []
+    out += [(f"dedup:{kind}", f"dedup-{kind}") for kind in DEDUP if f"dedup-{kind}" in steps]
+    out += [(name, name) for name in ("decontaminate", "validation") if name in steps]
+    for kind in ("quality", "topic"):
+        if f"{kind}-{source}" in steps:
+            out.append((f"{kind}:{(cfg.get(kind) or {}).get('classifier')}", f"{kind}-{source}"))
+    return out
 
 
 def reason_group(reason: str | None) -> str | None:

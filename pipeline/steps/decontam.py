@@ -14,7 +14,7 @@ highest overlap. A 64-bit hash match is taken as a match: with a million eval n-
 false match has a chance of ~5e-14 per unit n-gram, and a unit needs half its n-grams to
 match one item.
 
-Words are those of fuzzy dedup (pipeline/steps/dedup/text.py `shingles`, without its digit
+Words are those of fuzzy dedup (pipeline/shards/text.py `shingles`, without its digit
 folding): the text lowercased, punctuation (datatrove's set) and whitespace turned into
 spaces, split on spaces; so case, punctuation and spacing do not hide a copy, and numbers
 still count. An n-gram is n consecutive words; hashing is vectorised over a batch of units.
@@ -30,11 +30,12 @@ import pyarrow as pa
 
 from pipeline.plan import tokens
 from pipeline.shards import apply
-from pipeline.steps.dedup import text
+from pipeline.shards import text
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
 from pipeline.shards import view
+from pipeline.plan.stage import Stage
 
 if TYPE_CHECKING:  # a worker does not load the config models
     from pipeline.plan.context import Context
@@ -317,6 +318,9 @@ def plan(ctx: Context) -> list[Step]:
 
     cfg = {**params, "action": dc.action, **({"tokenizer_id": ctx.tokenizer_id} if dc.action == "cut" else {})}
     layer = Step("decontaminate", "decontaminate", cfg, base + prev + [index],
-                 apply_shard, shards=shards, meta={"stage": "decontaminate"})
-    ctx.layers.append(layer)
+                 apply_shard, shards=shards)
+    ctx.add_layer(layer, "decontaminate")
     return [index, layer]
+
+
+STAGE = Stage("decontam", plan)

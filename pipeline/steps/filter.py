@@ -24,10 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from filters import base as filter_base
+from filters.web import EXTRACT_FILTER, EXTRACT_STAGE
 from pipeline.plan import tokens
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
-from pipeline.steps.ingest.extract import EXTRACT_FILTER, EXTRACT_STAGE
+from pipeline.plan.stage import Stage
 
 if TYPE_CHECKING:  # a worker running the filter task does not load the config models
     from pipeline.plan.context import Context
@@ -64,6 +65,9 @@ def filter_chain(spec, extracts: bool) -> list[str]:
     """The stages of a source's filter step: `extract` first for web sources (it removes
     the records extraction gave no text: filters/web.py), then the YAML's filters."""
     return ([EXTRACT_STAGE] if extracts else []) + list(spec.filters)
+
+
+STAGE = Stage("filter", plan)
 
 
 def run_shard(spec: dict, out) -> dict:

@@ -24,6 +24,7 @@ from pipeline.shards import apply
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
 from pipeline.shards import view
+from pipeline.plan.stage import Stage
 
 if TYPE_CHECKING:  # a worker does not load the config models
     from pipeline.plan.context import Context
@@ -138,8 +139,8 @@ def plan(ctx: Context) -> list[Step]:
                 for d in ctx.doc_shards(stats, prev)]  # a layer has a file for every document shard
 
     ap = Step("validation", "validation", cfg, base + prev + [sel], apply_shard,
-              shards=apply_shards, meta={"stage": "validation"})
-    ctx.layers.append(ap)
+              shards=apply_shards)
+    ctx.add_layer(ap, "validation")
     return [ks, sel, ap]
 
 
@@ -164,3 +165,6 @@ def publish(ctx: Context, stats: dict) -> dict:
         out.setdefault(s_, {"role": "train", "docs": 0, "tokens": 0, "files": []})["available"] = v["available"]
     atomic.link_tree(pairs, ctx.run_dir / "validation")
     return {"validation": {s_: e for s_, e in out.items() if e["role"] == "eval" or s_ in sel}}  # what validation/ holds
+
+
+STAGE = Stage("validation", plan, publish=publish)

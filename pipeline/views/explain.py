@@ -20,6 +20,7 @@ from pipeline.errors import UsageError
 from pipeline.engine.step import shard_name
 from pipeline.io import atomic, fs
 from pipeline.mixing import budget
+from pipeline.shards import decisions
 from pipeline.shards.ledger import filter_stage
 from pipeline.steps.ingest import idindex
 
@@ -80,7 +81,9 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["stages"].append({"stage": "text rewritten", "result": f"{doc['n_chars']:,} -> {rec['n_chars']:,} chars"})
             info["excerpt"] = rec["text"][:200]
             info["rewrite"] = _first_change(doc["text"], rec["text"])
-    for name, stage in _later_steps(rj, source):
+    for stage, name in decisions.layer_names(rj, source):
+        if stage == "filter":
+            continue
         path = fs.join(run_dir, rj["steps"][name]["dir"]) / source / part.name
         if info["status"] != "kept":
             continue
@@ -123,21 +126,6 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["removed_by"] = {"stage": "mix", "reason": f"{why} (no weight names this cell)" if why != "not_selected"
                                   else "not_selected (down-sampled to meet the cell's token target)"}
     return info
-
-
-def _later_steps(rj: dict, source: str) -> list[tuple[str, str]]:
-    """(step, stage) of the stages after a source's filters, as run.json records them (a run
-    from before that record: dedup kinds, decontamination, validation, quality, topic)."""
-    if "layers" in rj:
-        return [(name, stage) for stage, name in rj["layers"].get(source, []) if stage != "filter"]
-    out = [(n, "dedup:" + n.split("-", 1)[1]) for n in ("dedup-exact", "dedup-fuzzy", "dedup-paragraph") if n in rj["steps"]]
-    out += [(n, n) for n in ("decontaminate", "validation") if n in rj["steps"]]
-    classifier = ((rj["config"]["sources"][source].get("quality")) or {}).get("classifier")
-    if f"quality-{source}" in rj["steps"]:
-        out.append((f"quality-{source}", f"quality:{classifier}"))
-    if f"topic-{source}" in rj["steps"]:
-        out.append((f"topic-{source}", f"topic:{((rj['config']['sources'][source].get('topic')) or {}).get('classifier')}"))
-    return out
 
 
 def _contamination(run_dir: Path, rj: dict, part: Path, row: int, rec: dict) -> dict:
@@ -255,7 +243,7 @@ def _fmt(v) -> str:
 def _source_tables(run, source: str):
     import pyarrow as pa
 
-    from pipeline.shards import decisions
+
 
     schema = None
     for p in run.shards(source):
@@ -270,7 +258,7 @@ def _source_tables(run, source: str):
 def write_all(run_dir: Path, out: Path) -> int:
     """`curate explain --all`: one row per input document (quarantined records included),
     streamed shard by shard into one Parquet file."""
-    from pipeline.shards import decisions
+
 
     run = decisions.Run(run_dir)
     n = 0

@@ -16,6 +16,7 @@ from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
 from pipeline.plan.context import Context
 from pipeline.steps.classify import tasks as classify
+from pipeline.plan.stage import Stage
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -145,10 +146,13 @@ def plan(ctx: Context) -> list[Step]:
 
         step = Step(f"topic-{sname}", "topic", {"model": model_id, **options},
                     ([train] if train else []) + [base[sname]] + dedup + before, classify.topic_shard,
-                    shards=topic_shards, meta={"stage": f"topic:{tp.classifier}"})
+                    shards=topic_shards)
         steps.append(step)
         ctx.topic[sname] = step
     return steps
+
+
+STAGE = Stage("classify", plan)
 
 
 def _model_labels(ctx: Context, cname: str, path: str, digest: str) -> list[str]:

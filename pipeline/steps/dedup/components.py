@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.shards import shuffle
-from pipeline.steps.dedup.text import fmix64
+from pipeline.shards.text import fmix64
 from pipeline.io import fs
 
 MAX_ROUNDS = 64

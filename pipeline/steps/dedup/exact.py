@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from pipeline.shards import combine, shuffle
-from pipeline.steps.dedup import text
+from pipeline.shards import text
 from pipeline.engine.step import task
 from pipeline.io import fs
 from pipeline.shards import view

@@ -1,7 +1,7 @@
 """Near-duplicate dedup: MinHash LSH candidates, verified by true Jaccard, then clusters.
 
 signatures (per document shard): each kept document's word n-gram shingles, MinHash
-    signature and LSH band buckets (pipeline/steps/dedup/text.py); one row per (document, band),
+    signature and LSH band buckets (pipeline/shards/text.py); one row per (document, band),
     hash-partitioned by bucket.
 buckets (per bucket partition): documents sharing a bucket are candidate pairs. In a
     bucket of up to ALL_PAIRS members every pair is a candidate; in a larger one each
@@ -31,7 +31,8 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from pipeline.steps.dedup import components, text
+from pipeline.shards import text
+from pipeline.steps.dedup import components
 from pipeline.shards import shuffle
 from pipeline.engine.step import task
 from pipeline.io import fs

@@ -23,7 +23,7 @@ import xxhash
 
 from pipeline.plan import tokens
 from pipeline.shards import combine, shuffle
-from pipeline.steps.dedup import text
+from pipeline.shards import text
 from pipeline.shards.apply import write_attributes
 from pipeline.engine.step import task
 from pipeline.io import fs

@@ -15,6 +15,7 @@ from pipeline.engine.step import Step, shard_name
 from pipeline.plan.context import Context
 from pipeline.shards import apply, combine
 from pipeline.steps.dedup import exact, fuzzy, paragraph
+from pipeline.plan.stage import Stage
 
 PARTITION_ROWS = 4_000_000
 PARAGRAPHS_PER_DOC = 8  # a planning guess: web pages have a few to a few dozen
@@ -46,7 +47,6 @@ def plan(ctx: Context) -> list[Step]:
     rank_source = sorted(rk, key=rk.get)
     common = {"ranks": rk, "partitions": dd.partitions}
     base = ctx.base()
-    layers = ctx.layers
     steps: list[Step] = []
 
     def add(step: Step) -> Step:
@@ -79,7 +79,7 @@ def plan(ctx: Context) -> list[Step]:
             return {"combined": True, "rest": str(combine.rest_path(combined.dir(ctx.store) / "rest", d["k"])) if n else None}
 
         return add(Step(
-            f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn, meta={"stage": f"dedup:{kind}"},
+            f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn,
             shards=per_doc(lambda kept, d, stats: {"decisions": str(decisions.dir(ctx.store)), "columns": columns,
                                                    "reducers": outputs(stats, decisions), **(cfg or {}), **(extra or {}),
                                                    **rest(d, stats)},
@@ -87,7 +87,7 @@ def plan(ctx: Context) -> list[Step]:
         ))
 
     if dd.exact:
-        prev = list(layers)
+        prev = list(ctx.layers)
         by = {} if dd.exact.key == "text" else {"key": dd.exact.key, "url_field": dd.exact.url_field,
                                                  "date_field": dd.exact.date_field}  # text keys keep their old hashes
         cfg = {"normalize": dd.exact.normalize, **by, **common}
@@ -95,10 +95,10 @@ def plan(ctx: Context) -> list[Step]:
                                                             "partitions": _partitions(dd, kept)}, prev)))
         rd = add(Step("dedup-exact-reduce", "dedup-exact-reduce", {}, [mp], exact.reduce_shard,
                       shards=reduce_specs(mp, {"reason": "url_duplicate_of"} if by else {})))
-        layers.append(apply_step("exact", rd, apply.run_shard, exact.COLUMNS, prev, combined=mp))
+        ctx.add_layer(apply_step("exact", rd, apply.run_shard, exact.COLUMNS, prev, combined=mp), "dedup:exact")
 
     if dd.fuzzy:
-        prev = list(layers)
+        prev = list(ctx.layers)
         fz = dd.fuzzy
         params = {**fz.model_dump(mode="json"), "rows": fz.rows or fz.num_perm // fz.bands}
         cfg = {"params": params, **common}
@@ -132,16 +132,20 @@ def plan(ctx: Context) -> list[Step]:
                                                  "edge_count": sum(m["edges"] for m in stats[vf.name].values()),
                                                  **dict(zip(("offsets", "ndocs"), ctx.shard_offsets(stats))),
                                                  "describe": "connected components"}]))
-        layers.append(apply_step("fuzzy", cl, apply.run_shard, fuzzy.COLUMNS, prev))
+        ctx.add_layer(apply_step("fuzzy", cl, apply.run_shard, fuzzy.COLUMNS, prev), "dedup:fuzzy")
 
     if dd.paragraph:
-        prev = list(layers)
+        prev = list(ctx.layers)
         params = dd.paragraph.model_dump(mode="json")
         cfg = {"params": params, **common}
         mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, paragraph.map_shard, shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
                           dd, kept * PARAGRAPHS_PER_DOC)}, prev)))
         rd = add(Step("dedup-paragraph-reduce", "dedup-paragraph-reduce", {"params": params}, [mp],
                       paragraph.reduce_shard, shards=reduce_specs(mp, {"params": params})))
-        layers.append(apply_step("paragraph", rd, paragraph.apply_shard, None, prev,
-                                 {"params": params, "tokenizer_id": ctx.tokenizer_id}, {"tokenizer": ctx.tokenizer}, combined=mp))
+        ctx.add_layer(apply_step("paragraph", rd, paragraph.apply_shard, None, prev,
+                                 {"params": params, "tokenizer_id": ctx.tokenizer_id}, {"tokenizer": ctx.tokenizer}, combined=mp),
+                      "dedup:paragraph")
     return steps
+
+
+STAGE = Stage("dedup", plan)

@@ -30,8 +30,6 @@ import codecs
 import signal
 import time
 
-EXTRACT_STAGE = "extract"  # the first stage of a web source's filter step (filters/web.py)
-EXTRACT_FILTER = {"type": "extracted"}
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 WALL_FACTOR, WALL_EXTRA = 4.0, 10.0  # the wall-clock guard: 4x the CPU limit plus 10 s
 START_TIMEOUT = 120.0  # seconds for a child to start and import its extractor

@@ -22,6 +22,7 @@ from pipeline.io.discover import InputFile
 from pipeline.plan.context import Context
 from pipeline.plan.sources import fingerprint
 from pipeline.steps.ingest import documents, idindex, ids, splits
+from pipeline.plan.stage import Stage
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -42,7 +43,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
     if to_scan:
         scan = Step(
             f"scan-{sname}", "scan", {"files": [fingerprint(InputFile(**f)) for f in to_scan]}, [], splits.scan_shard,
-            shards=lambda st, stats, fs=to_scan: [{**f, "describe": f"scan {f['path']}"} for f in fs],
+            shards=lambda st, stats: [{**f, "describe": f"scan {f['path']}"} for f in to_scan],
         )
         steps.append(scan)
     ing_cfg = {
@@ -114,3 +115,6 @@ def publish(ctx: Context, stats: dict) -> dict:
                 pairs.append((fs.path(m["quarantine_file"]), f"{sname}/{shard_name(i)}.jsonl"))
     link_tree(pairs, ctx.run_dir / "quarantine")
     return {}
+
+
+STAGE = Stage("ingest", plan, publish=publish)

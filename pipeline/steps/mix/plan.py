@@ -22,16 +22,21 @@ from pipeline.mixing import budget as bm
 from pipeline.mixing import cells
 from pipeline.plan.context import Context, MixSteps
 from pipeline.steps.mix import tasks
-from pipeline.steps.mix.publish import publish  # noqa: F401 -- the stage's publication, with its plan
+from pipeline.steps.mix.publish import publish
+from pipeline.plan.stage import Stage
 
 
 def plan(ctx: Context) -> list[Step]:
     """mix-priority, mix-select, mix-route and mix, after every step whose decisions the
-    mixture reads; records them (ctx.mix) and those decisions (ctx.decisions)."""
+    mixture reads; records them (ctx.mix) and what a document's fate depends on (ctx.fate)."""
     upstream = ctx.base() + ctx.layers + list(ctx.quality.values()) + list(ctx.topic.values())
     m = ctx.mixture
     mx = m.mixture
     mixed = [s for s in m.sources if s not in m.excluded()]
+    every_shard = ctx.all_doc_shards()
+
+    def mixed_docs(stats):  # the document shards of the sources in the mixture, with all their layers
+        return [d for d in every_shard(stats) if d["source"] in mixed]
     ph_list = phases(ctx)
     first = [sum(len(p["cells"]) for p in ph_list[:k]) for k in range(len(ph_list))]  # key folders c<index>
     cell_dicts = [{c.name: {**c.to_dict(), "index": first[k] + i, "phase": ph["name"], "seed": ph["seed"]}
@@ -47,7 +52,7 @@ def plan(ctx: Context) -> list[Step]:
             [c.to_dict() for c in ph_list[0]["cells"]]  # only then: a mixture without cells keeps its config
 
     def cell_budgets(stats):
-        docs = ctx.mixed_docs(stats)
+        docs = mixed_docs(stats)
         out = []
         for ph in ph_list:
             avail, avail_docs = cell_available(docs, ph["cells"])
@@ -55,7 +60,7 @@ def plan(ctx: Context) -> list[Step]:
         if mx.disjoint:
             bm.share_out([b for _, _, b in out], out[0][0], [ph["name"] for ph in ph_list])
         epochs = [{c: bm.key_epoch(e, a[c]) for c, e in b.items()} for a, _, b in out]
-        if mx.disjoint:  # one order shared out: the first phase's key files serve every phase (mix._disjoint_cuts)
+        if mx.disjoint:  # one order shared out: the first phase's key files serve every phase (tasks._disjoint_cuts)
             epochs = epochs[:1] + [dict.fromkeys(e) for e in epochs[1:]]
         return docs, out, epochs
 
@@ -93,7 +98,7 @@ def plan(ctx: Context) -> list[Step]:
                     {"name": name, "cells": bm.source_cells(sel["sources"][d["source"]]), "n_shards": sel["n_shards"],
                      "offset": offset} for name, sel, offset in phases],
                  "describe": f"{d['source']}/{shard_name(d['part'])}"}
-                for d in ctx.mixed_docs(stats)]
+                for d in mixed_docs(stats)]
 
     route = Step("mix-route", "mix-route", {}, [select], tasks.route_shard, shards=route_shards)
 
@@ -109,8 +114,8 @@ def plan(ctx: Context) -> list[Step]:
         return out
 
     write = Step("mix", "mix", {}, [route], tasks.write_shard, shards=write_shards)
-    ctx.mix = MixSteps(priority, select, route, write, ph_list)
-    ctx.decisions = list(ctx.steps) + [priority, select]  # what the samples read: up to the selection, not its files
+    ctx.mix = MixSteps(priority, select, route, write, ph_list, mixed_docs)
+    ctx.fate = list(ctx.steps) + [priority, select]  # up to the mixture's selection, not its files
     return [priority, select, route, write]
 
 
@@ -152,7 +157,7 @@ def phases(ctx: Context) -> list[dict]:
     return out
 
 def budget(ctx: Context, avail: dict[str, int], on_shortfall: str, ph: dict) -> dict[str, dict]:
-    """Per cell of phase `ph`: its target tokens and epochs (pipeline/steps/mix/tasks.py: weights, sample_rates,
+    """Per cell of phase `ph`: its target tokens and epochs (pipeline/mixing/budget.py: weights, sample_rates,
     simulated epoching)."""
     mx = ctx.mixture.mixture
     max_epochs = {c.name: (ctx.mixture.sources[c.source].max_epochs or mx.max_epochs) for c in ph["cells"]}
@@ -183,7 +188,7 @@ def expected(ctx: Context) -> list[str]:
                 else f"expected mixture: unknown until {pending[0]} runs"]
     stats = {s.name: read_markers(s.dir(ctx.store)) for s in upstream}
     mx = ctx.mixture.mixture
-    docs = ctx.mixed_docs(stats)
+    docs = ctx.mix.docs(stats)
     lines = []
     for ph in ctx.mix.phases:
         avail, _ = cell_available(docs, ph["cells"])
@@ -208,3 +213,6 @@ def expected(ctx: Context) -> list[str]:
         if strict == "short":
             lines.append("shortfall: with on_shortfall: error the run will stop before writing (see the table it prints)")
     return lines
+
+
+STAGE = Stage("mix", plan, publish=publish, expected=expected)

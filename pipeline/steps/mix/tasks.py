@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.shards import shuffle
-from pipeline.mixing.budget import _by_phase, cell_epochs, order_key, priority, split_epochs
+from pipeline.mixing.budget import by_phase, cell_epochs, order_key, priority, split_epochs
 from pipeline.mixing import cells
 from pipeline.shards import select
 from pipeline.engine.step import task
@@ -66,7 +66,7 @@ def priority_shard(spec: dict, out) -> dict:
             ids = b.column("id").to_pylist()
             rows += len(ids)
             tok = b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-            for group in _by_phase(spec["cells"]):  # each phase partitions the documents into its own cells
+            for group in by_phase(spec["cells"]):  # each phase partitions the documents into its own cells
                 where = cells.index(group, None if buckets is None else buckets[r], len(ids), None if topics is None else topics[r])
                 for pos, c in enumerate(group):
                     if c["epoch"] is None:

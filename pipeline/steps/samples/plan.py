@@ -4,7 +4,7 @@
     samples        per source: the picks merged into kept.jsonl and removed.jsonl
 
 It reads every step whose decisions a document's fate depends on, up to the mixture's
-selection (ctx.decisions), and runs beside the mixture's files, not after them.
+selection (ctx.fate), and runs beside the mixture's files, not after them.
 Publishes `samples/<source>/{kept,removed}.jsonl` and `samples/index.html`.
 """
 
@@ -16,6 +16,7 @@ from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, html
 from pipeline.plan.context import Context
 from pipeline.steps.samples import tasks
+from pipeline.plan.stage import Stage
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -23,14 +24,15 @@ def plan(ctx: Context) -> list[Step]:
     sm = m.samples
     cfg = {"samples": sm.model_dump(), "seed": m.seed}
     ingest_dirs = [str(ctx.ingest[s].dir(ctx.store)) for s in m.sources]
+    every_shard = ctx.all_doc_shards()
 
     def pick_shards(st, stats):
         return [{"run_dir": str(ctx.run_dir), "source": d["source"], "documents": d["documents"],
                  "ingest_shard": d["part"], "ingest_dirs": ingest_dirs, "kept_per_source": sm.kept_per_source,
                  "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {d['source']}/{shard_name(d['part'])}"}
-                for d in ctx.all_doc_shards(stats)]
+                for d in every_shard(stats)]
 
-    pick = Step("samples-pick", "samples-pick", cfg, list(ctx.decisions), tasks.pick_shard, shards=pick_shards)
+    pick = Step("samples-pick", "samples-pick", cfg, list(ctx.fate), tasks.pick_shard, shards=pick_shards)
 
     def sample_shards(st, stats):
         offsets, _ = ctx.shard_offsets(stats)
@@ -63,3 +65,6 @@ def publish(ctx: Context, stats: dict) -> dict:
     pairs.append((tmp_index, "index.html"))
     atomic.link_tree(pairs, ctx.run_dir / "samples")
     return {"samples": listed + [{"path": "samples/index.html", "documents": len(records)}]}
+
+
+STAGE = Stage("samples", plan, publish=publish)

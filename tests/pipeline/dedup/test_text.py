@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.steps.dedup import text as T
+from pipeline.shards import text as T
 
 OPTION_SETS = [["whitespace", "case"], ["whitespace", "case", "punctuation", "digits"], ["punctuation"], ["digits", "whitespace"]]
 

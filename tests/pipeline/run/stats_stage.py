@@ -9,6 +9,7 @@ import pyarrow.compute as pc
 from pipeline.engine.step import Step, shard_name, task
 from pipeline.io import atomic, fs
 from pipeline.plan.context import Context
+from pipeline.plan.stage import Stage
 
 
 @task(version="1")  # bump when the task's output changes for the same inputs
@@ -39,3 +40,6 @@ def publish(ctx: Context, stats: dict) -> dict:
         out[source] = {k: sum(m[k] for m in markers) for k in ("rows", "chars", "tokens")}
         atomic.write_json(ctx.run_dir / "stats" / f"{source}.json", out[source])
     return {"stats": out}
+
+
+STAGE = Stage("stats", plan, publish=publish)

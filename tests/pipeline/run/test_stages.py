@@ -21,7 +21,7 @@ def test_the_extending_doc_shows_the_stage_that_runs():
     doc = (ROOT / "docs" / "extending.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
     assert (ROOT / "tests" / "pipeline" / "run" / "stats_stage.py").read_text() in blocks
-    assert "    stats_stage,  # per-source statistics -> stats/" in doc  # the one line of STAGES
+    assert "    stats_stage.STAGE,   # per-source statistics -> stats/" in doc  # the one line of STAGES
 
 
 def test_a_toy_stage_plans_runs_and_publishes(ray_local, tmp_path):
@@ -33,10 +33,10 @@ def test_a_toy_stage_plans_runs_and_publishes(ray_local, tmp_path):
           a: {paths: ["a.jsonl"], max_shard_bytes: 4096}
           b: {paths: ["b.jsonl"]}
         """)
-    stages = [*graph.STAGES, stats_stage]
+    stages = [*graph.STAGES, stats_stage.STAGE]
     lm = config.load(y)
     ctx = graph.build(lm, lm.output_dir(), lm.store_dir(), stages)
-    assert [s.name for s in ctx.steps if ctx.stage_of[s.name] == "stats_stage"] == ["stats-a", "stats-b"]
+    assert [s.name for s in ctx.steps if ctx.stage_of[s.name] == "stats"] == ["stats-a", "stats-b"]
     assert ctx.step("stats-a").inputs == [ctx.ingest["a"]] and ctx.step("stats-a").task.endswith("stats_stage:count_shard")
     run_dir = runner.run(lm, workers=2, log=lambda m: None, quiet=True, stages=stages)
     manifest = atomic.read_json(run_dir / "manifest.json")
