@@ -90,6 +90,34 @@ def demo_run(demo_run_yaml) -> Path:
     return out / "demo"
 
 
+def small_mixture(inputs: str, output: str) -> str:
+    """A small mixture of the demo corpus (Spanish summaries, two crawl files, one filter,
+    exact dedup): `inputs` the corpus folder or URL, `output` the output folder or URL."""
+    return f"""
+        name: remote
+        output: {output}
+        tokenizer: gpt2
+        sources:
+          wiki: {{paths: ["{inputs}/wiki/summaries_es.parquet"], id_field: id, max_shard_rows: 2500}}
+          web: {{paths: ["{inputs}/web/crawl-0000[01].jsonl.zst"], filters: [rep]}}
+        filters:
+          rep: {{type: gopher_repetition}}
+        dedup: {{exact: {{}}}}
+        mixture: {{target_tokens: 150000, weights: {{web: 0.5, wiki: 0.5}}, shard_tokens: 50000}}
+    """
+
+
+@pytest.fixture(scope="session")
+def small_run(demo_corpus, tmp_path_factory) -> Path:
+    """One real local run of `small_mixture` with 2 workers: the bytes that the same mixture
+    must give elsewhere (on S3, through `ray job submit`, on a cluster of three nodes)."""
+    d = tmp_path_factory.mktemp("small_run")
+    y = write_yaml(d / "r.yaml", small_mixture(str(demo_corpus), "out"))
+    r = curate("run", str(y), "--workers", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return d / "out" / "remote"
+
+
 def mixture_shas(run_dir) -> dict[str, str]:
     """Each mixture file's sha256 as the run's manifest.json records it (run_dir: a path or URL)."""
     from pipeline.io import atomic, fs
