@@ -36,11 +36,27 @@ def wiki_texts(demo_corpus) -> list[str]:
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """One real local Ray for the in-process runs of a test session."""
+    """One real local Ray for the in-process runs of a test session. Its dashboard agent
+    listens on a port of its own, not Ray's default 52365: beside a Ray holding that port,
+    every embedded Ray a `curate run` starts retries it for 3.4 s before it gives up on it
+    (its dashboard_agent.log), and this Ray lives as long as the session. ray.init has no
+    argument for that port: the parameters it builds get one (0: any free port)."""
     import ray
+    from ray._private import parameter
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    params = parameter.RayParams
+
+    class OwnAgentPort(params):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("dashboard_agent_listen_port", 0)
+            super().__init__(*args, **kwargs)
+
+    parameter.RayParams = OwnAgentPort
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
+                 runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    finally:
+        parameter.RayParams = params
     yield ray
     ray.shutdown()
 
