@@ -36,11 +36,27 @@ def wiki_texts(demo_corpus) -> list[str]:
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """One real local Ray for the in-process runs of a test session."""
+    """One real local Ray for the in-process runs of a test session. Its dashboard agent
+    listens on a port of its own, not Ray's default 52365: beside a Ray holding that port,
+    every embedded Ray a `curate run` starts retries it for 3.4 s before it gives up on it
+    (its dashboard_agent.log), and this Ray lives as long as the session. ray.init has no
+    argument for that port: the parameters it builds get one (0: any free port)."""
     import ray
+    from ray._private import parameter
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    params = parameter.RayParams
+
+    class OwnAgentPort(params):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("dashboard_agent_listen_port", 0)
+            super().__init__(*args, **kwargs)
+
+    parameter.RayParams = OwnAgentPort
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
+                 runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    finally:
+        parameter.RayParams = params
     yield ray
     ray.shutdown()
 
@@ -88,6 +104,34 @@ def demo_run(demo_run_yaml) -> Path:
     r = curate("run", str(demo_run_yaml), "--workers", "2", "--output", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     return out / "demo"
+
+
+def small_mixture(inputs: str, output: str) -> str:
+    """A small mixture of the demo corpus (Spanish summaries, two crawl files, one filter,
+    exact dedup): `inputs` the corpus folder or URL, `output` the output folder or URL."""
+    return f"""
+        name: remote
+        output: {output}
+        tokenizer: gpt2
+        sources:
+          wiki: {{paths: ["{inputs}/wiki/summaries_es.parquet"], id_field: id, max_shard_rows: 2500}}
+          web: {{paths: ["{inputs}/web/crawl-0000[01].jsonl.zst"], filters: [rep]}}
+        filters:
+          rep: {{type: gopher_repetition}}
+        dedup: {{exact: {{}}}}
+        mixture: {{target_tokens: 150000, weights: {{web: 0.5, wiki: 0.5}}, shard_tokens: 50000}}
+    """
+
+
+@pytest.fixture(scope="session")
+def small_run(demo_corpus, tmp_path_factory) -> Path:
+    """One real local run of `small_mixture` with 2 workers: the bytes that the same mixture
+    must give elsewhere (on S3, through `ray job submit`, on a cluster of three nodes)."""
+    d = tmp_path_factory.mktemp("small_run")
+    y = write_yaml(d / "r.yaml", small_mixture(str(demo_corpus), "out"))
+    r = curate("run", str(y), "--workers", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return d / "out" / "remote"
 
 
 def mixture_shas(run_dir) -> dict[str, str]:

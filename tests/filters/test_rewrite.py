@@ -164,7 +164,8 @@ def test_line_rules_against_dclms_published_definitions(demo_corpus):
                     assert m.group(0) not in ours, (s, ours)
         kept = lr.rewrite(page)[0].split("\n")
         only_repeats = repeats_only.rewrite(page)
-        want = [x for i, x in enumerate(page.split("\n")) if i not in set(_dclm_repeats(page))]
+        repeats = set(_dclm_repeats(page))  # once a page, not once a line (quadratic on the long modules)
+        want = [x for i, x in enumerate(page.split("\n")) if i not in repeats]
         assert only_repeats[0].split("\n") == want
         # line_remover only drops lines and cuts citations: it writes nothing new
         assert len(kept) <= len(page.split("\n")) and set(kept) - {""} <= {CITATION.sub("", x) for x in page.split("\n")}
@@ -197,27 +198,55 @@ def test_flagged_words_ratio_phrases_and_drop(tmp_path):
     assert np.allclose(res.scores["ratio"].to_numpy(), [5 / 6, 0.0])
 
 
-def test_rewriters_in_a_run_reach_the_mixture_and_the_ledger(tmp_path):
-    rows = [
-        {"id": "moji", "text": "CafÃ© society met every week in the old town hall for many years."},
-        {"id": "counters", "text": "12 likes\n3 comments\n1.2k views"},  # every line removed: emptied
-        {"id": "mixed", "text": "NEWS FROM THE VALLEY\nThe valley had a long and quiet winter this year.[2]\n5 shares"},
-        {"id": "clean", "text": "A clean document about rivers, hills and the weather in spring."},
-    ]
-    write_jsonl(tmp_path / "docs.jsonl", rows)
-    y = write_yaml(tmp_path / "rw.yaml", """
-        name: rw
+# hand-made documents for the rewriters in a run: a second source of the crawl runs below
+HAND_MADE = [
+    {"id": "moji", "text": "CafÃ© society met every week in the old town hall for many years."},
+    {"id": "counters", "text": "12 likes\n3 comments\n1.2k views"},  # every line removed: emptied
+    {"id": "mixed", "text": "NEWS FROM THE VALLEY\nThe valley had a long and quiet winter this year.[2]\n5 shares"},
+    {"id": "clean", "text": "A clean document about rivers, hills and the weather in spring."},
+]
+
+
+def _crawl_run(d, demo_corpus, name: str, workers: int, shard_rows: int):
+    y = write_yaml(d / f"{name}.yaml", f"""
+        name: {name}
         tokenizer: null
         sources:
-          docs: {paths: [docs.jsonl], id_field: id, filters: [fix_unicode, lines]}
+          web:
+            paths: ["{demo_corpus}/web/crawl-*.jsonl.zst"]
+            max_shard_rows: {shard_rows}
+            filters: [fix_text, web_lines, redact]
+          docs: {{paths: [docs.jsonl], id_field: id, filters: [fix_unicode, lines]}}
         filters:
-          fix_unicode: {type: ftfy}
-          lines: {type: line_remover}
+          fix_text: {{type: ftfy}}
+          web_lines: {{type: line_remover, remove_repeated_lines: true}}
+          redact: {{type: pii}}
+          fix_unicode: {{type: ftfy}}
+          lines: {{type: line_remover}}
+        samples: {{kept_per_source: 400}}
     """)
-    r = curate("run", str(y), "--output", str(tmp_path / "out"))
+    r = curate("run", str(y), "--workers", str(workers), "--output", str(d / "out"))
     assert r.returncode == 0, r.stderr[-3000:]
-    run = tmp_path / "out" / "rw"
-    mixed = {x["id"]: x["text"] for x in pq.read_table(sorted((run / "mixture").glob("*.parquet"))).to_pylist()}
+    return d / "out" / name
+
+
+@pytest.fixture(scope="module")
+def crawl_runs(demo_corpus, tmp_path_factory):
+    """Two real runs of the demo crawl through ftfy, line_remover and pii, one with 1 worker
+    and 2,000-row shards, one with 2 workers and 400-row shards; beside the crawl, a source
+    `docs` of the hand-made documents through ftfy and a default line_remover. Each source has
+    its own filters and every kept document is mixed once (no weights), so the two tests
+    below read their own source of the same two runs instead of a run each."""
+    d = tmp_path_factory.mktemp("rewrite_runs")
+    write_jsonl(d / "docs.jsonl", HAND_MADE)
+    return _crawl_run(d, demo_corpus, "w1", 1, 2000), _crawl_run(d, demo_corpus, "w2", 2, 400)
+
+
+def test_rewriters_in_a_run_reach_the_mixture_and_the_ledger(crawl_runs):
+    rows = HAND_MADE
+    run = crawl_runs[1]  # 2 workers, as the machine's default
+    mixed = {x["id"]: x["text"] for x in pq.read_table(sorted((run / "mixture").glob("*.parquet")), columns=["id", "text", "source"]).to_pylist()
+             if x["source"] == "docs"}
     assert mixed == {"moji": "Café society met every week in the old town hall for many years.",
                      "mixed": "The valley had a long and quiet winter this year.", "clean": rows[3]["text"]}
     led = atomic.read_json(run / "ledger.json")["sources"]["docs"]
@@ -232,35 +261,14 @@ def test_rewriters_in_a_run_reach_the_mixture_and_the_ledger(tmp_path):
                                                "chars_removed": len(rows[2]["text"]) - len(mixed["mixed"])}
 
 
-def _crawl_run(tmp_path, demo_corpus, name: str, workers: int, shard_rows: int):
-    y = write_yaml(tmp_path / f"{name}.yaml", f"""
-        name: {name}
-        tokenizer: null
-        sources:
-          web:
-            paths: ["{demo_corpus}/web/crawl-*.jsonl.zst"]
-            max_shard_rows: {shard_rows}
-            filters: [fix_text, lines, redact]
-        filters:
-          fix_text: {{type: ftfy}}
-          lines: {{type: line_remover, remove_repeated_lines: true}}
-          redact: {{type: pii}}
-        samples: {{kept_per_source: 400}}
-    """)
-    r = curate("run", str(y), "--workers", str(workers), "--output", str(tmp_path / "out"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    return tmp_path / "out" / name
-
-
-def test_the_demo_crawls_planted_mojibake_and_contacts_are_repaired_the_same_with_any_workers(tmp_path, demo_corpus):
+def test_the_demo_crawls_planted_mojibake_and_contacts_are_repaired_the_same_with_any_workers(crawl_runs, demo_corpus):
     """The demo crawl's planted pages (`planted`: mojibake, contact lines) through ftfy,
     line_remover and pii: the mixture's bytes and the ledger's counts do not depend on the
     workers or the shards; every planted page that is kept is repaired and redacted; the
     published samples carry the ingested text and the rewriters' names, the report the counts."""
     from tests.conftest import mixture_shas
 
-    one = _crawl_run(tmp_path, demo_corpus, "w1", 1, 2000)
-    two = _crawl_run(tmp_path, demo_corpus, "w2", 2, 400)
+    one, two = crawl_runs
     assert mixture_shas(one) == mixture_shas(two)
     led1, led2 = (atomic.read_json(r / "ledger.json")["sources"]["web"] for r in (one, two))
     rw = {s["stage"]: s.get("rewritten") for s in led1["stages"]}

@@ -2,8 +2,10 @@
 `ray job submit` against a head started with `ray start --head` and token auth.
 
 Every run here is the demo mixture of tests/conftest.py (`demo_run_yaml`) and must give the
-bytes of the session's clean 2-worker run (`demo_run`), with the ledger balanced. The
-tests print what they killed and when."""
+bytes of the session's clean 2-worker run (`demo_run`), with the ledger balanced; but for
+the job submitted to a head and the fault-free three-node run, whose point is where the run
+runs, not how long: they run tests/conftest.py's small mixture and must give the bytes of its
+clean run (`small_run`). The tests print what they killed and when."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.io import atomic
-from tests.conftest import ROOT, curate, free_port, mixture_shas
+from tests.conftest import ROOT, curate, free_port, mixture_shas, small_mixture, write_yaml
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -115,13 +117,21 @@ def _short_tmp(prefix: str) -> Path:
 # ---------------------------------------------------------------- an embedded Ray, one process at a time
 
 
-def test_killing_a_worker_in_the_middle_of_a_shard_is_retried(demo_run_yaml, demo_run, tmp_path):
+@pytest.fixture(scope="module")
+def faulted(demo_run_yaml, tmp_path_factory):
+    """One run of the demo from scratch with two faults in turn, then its resume: a worker
+    SIGKILLed inside a shard once the filters run (Ray retries the shard), then the driver
+    SIGKILLed once dedup is under way (resumed with 1 worker). Both tests below read it: their
+    faults come one after the other in one run instead of one run each."""
+    tmp_path = tmp_path_factory.mktemp("faults")
     run_dir = tmp_path / "demo"
-    log = tmp_path / "run"
+    log = tmp_path / "first"
     t0 = time.time()
     proc = _start(["run", str(demo_run_yaml), "--workers", "2", "--output", str(tmp_path)], log)
+    out = {"run_dir": run_dir}
 
-    def victim() -> int | None:  # a worker of this run inside a filter shard (the slowest per-document step)
+    # fault 1: a worker of this run inside a shard, once the filters run (the slowest per-document step)
+    def victim() -> int | None:
         if not list((run_dir / "steps").glob("filter-web-*/step.json")):
             return None
         procs = _procs()
@@ -140,20 +150,13 @@ def test_killing_a_worker_in_the_middle_of_a_shard_is_retried(demo_run_yaml, dem
             pid = found[-1]
         except ProcessLookupError:
             continue
-    print(f"\nSIGKILLed worker pid {pid} (ray::run_shard) at {time.time() - t0:.1f}s; unfinished steps then: {', '.join(running)}")
-    _finish(proc, log)
-    _assert_same_as_clean(run_dir, demo_run)
-    print(f"run finished at {time.time() - t0:.1f}s; mixture identical to the clean run; conservation holds")
+    out["worker"] = (pid, time.time() - t0, running)
 
-
-def test_a_killed_driver_resumes_without_redoing_finished_shards(demo_run_yaml, demo_run, tmp_path):
-    run_dir = tmp_path / "demo"
-    log = tmp_path / "first"
-    t0 = time.time()
-    proc = _start(["run", str(demo_run_yaml), "--workers", "2", "--output", str(tmp_path)], log)
-    # mid-run: dedup under way, with some of its shards done and others not
+    # fault 2: the driver, mid-run: dedup under way, with some of its shards done and others not
+    # (_wait_for fails if the run ends first: a shard lost with the worker and not retried fails the run)
     _wait_for(lambda: list((run_dir / "steps").glob("dedup-fuzzy-signatures-*/_markers/*.json")), 300,
               "the first fuzzy-dedup shard", proc)
+    out["filters_done"] = {p.name: (p / "_SUCCESS").exists() for p in (run_dir / "steps").glob("filter-*")}
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     killed_at = time.time() - t0
@@ -163,16 +166,35 @@ def test_a_killed_driver_resumes_without_redoing_finished_shards(demo_run_yaml, 
         orphans = "its orphaned Ray processes stopped"
     except ProcessLookupError:
         orphans = "no Ray process outlived it"
-    before = _markers(run_dir)
-    done_steps = sorted(p.parent.name for p in (run_dir / "steps").glob("*/_SUCCESS"))
-    partial = sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
-    print(f"\nSIGKILLed the driver (pid {proc.pid}) at {killed_at:.1f}s ({orphans}): {len(done_steps)} steps finished, "
-          f"unfinished {partial}, {len(before)} shard markers on disk")
-    assert before and partial
+    out["driver"] = (proc.pid, killed_at, orphans)
+    out["before"] = _markers(run_dir)
+    out["done_steps"] = sorted(p.parent.name for p in (run_dir / "steps").glob("*/_SUCCESS"))
+    out["partial"] = sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
     # resumed with a different worker count: the split into shards never depends on it
     r = curate("run", str(demo_run_yaml), "--workers", "1", "--output", str(tmp_path), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    after = _markers(run_dir)
+    out["after"] = _markers(run_dir)
+    out["finished_at"] = time.time() - t0
+    return out
+
+
+def test_killing_a_worker_in_the_middle_of_a_shard_is_retried(faulted, demo_run):
+    pid, at, running = faulted["worker"]
+    print(f"\nSIGKILLed worker pid {pid} (ray::run_shard) at {at:.1f}s; unfinished steps then: {', '.join(running)}")
+    # the same driver went on past the killed shard: every filter step finished (dedup reads them all)
+    assert faulted["filters_done"] and all(faulted["filters_done"].values()), faulted["filters_done"]
+    _assert_same_as_clean(faulted["run_dir"], demo_run)
+    print(f"run finished at {faulted['finished_at']:.1f}s (after a resume: the next test); mixture identical to the clean run; "
+          "conservation holds")
+
+
+def test_a_killed_driver_resumes_without_redoing_finished_shards(faulted, demo_run):
+    run_dir, before, after = faulted["run_dir"], faulted["before"], faulted["after"]
+    done_steps, partial = faulted["done_steps"], faulted["partial"]
+    pid, killed_at, orphans = faulted["driver"]
+    print(f"\nSIGKILLed the driver (pid {pid}) at {killed_at:.1f}s ({orphans}): {len(done_steps)} steps finished, "
+          f"unfinished {partial}, {len(before)} shard markers on disk")
+    assert before and partial
     redone = [m for m, t in before.items() if after.get(m) != t]
     assert not redone, f"finished shards were computed again: {redone[:5]}"
     steps = atomic.read_json(run_dir / "run.json")["steps"]
@@ -186,8 +208,9 @@ def test_a_killed_driver_resumes_without_redoing_finished_shards(demo_run_yaml, 
 # ---------------------------------------------------------------- ray job submit
 
 
-def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_run_yaml, demo_run, tmp_path):
+def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_corpus, small_run, tmp_path):
     ray_bin = Path(sys.executable).parent / "ray"
+    yaml = write_yaml(tmp_path / "r.yaml", small_mixture(str(demo_corpus), "out"))
     tmp = _short_tmp("crj-")
     token = tmp / "token"
     token.write_text(os.urandom(32).hex())
@@ -225,7 +248,7 @@ def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_run_
         t0 = time.time()
         for attempt in range(10):  # the job server answers a few seconds before its agent can take jobs
             r = subprocess.run([str(ray_bin), "job", "submit", "--address", api, "--working-dir", str(ROOT), "--",
-                                "python", "-m", "pipeline", "run", str(demo_run_yaml), "--output", str(tmp_path)],
+                                "python", "-m", "pipeline", "run", str(yaml), "--output", str(tmp_path)],
                                env=env, capture_output=True, text=True, timeout=600)
             if "No available agent to submit job" not in r.stdout + r.stderr:
                 break
@@ -237,8 +260,8 @@ def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_run_
         assert "succeeded" in out
         # the job's log is plain progress lines, and ends with the run's summary
         assert "[ingest-web] " in out and " shards, " in out and "docs/s" in out and "\x1b[" not in out.split("[ingest-web]")[1][:200]
-        assert f"run directory: {tmp_path / 'demo'}" in out
-        _assert_same_as_clean(tmp_path / "demo", demo_run)
+        assert f"run directory: {tmp_path / 'remote'}" in out
+        _assert_same_as_clean(tmp_path / "remote", small_run)
         print(f"\nray job submit (token auth, working dir uploaded): {took:.1f}s end to end; mixture identical to the local run")
     finally:
         t1 = time.time()
@@ -274,12 +297,13 @@ def cluster():
     assert not left, f"Ray processes left behind: {left}"
 
 
-def test_a_three_node_cluster_gives_the_bytes_of_a_single_node_run(cluster, demo_run_yaml, demo_run, tmp_path):
+def test_a_three_node_cluster_gives_the_bytes_of_a_single_node_run(cluster, demo_corpus, small_run, tmp_path):
     t0 = time.time()
-    r = curate("run", str(demo_run_yaml), "--output", str(tmp_path), env={"RAY_ADDRESS": cluster.address}, timeout=600)
+    yaml = write_yaml(tmp_path / "r.yaml", small_mixture(str(demo_corpus), "out"))
+    r = curate("run", str(yaml), "--output", str(tmp_path), env={"RAY_ADDRESS": cluster.address}, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    run_dir = tmp_path / "demo"
-    _assert_same_as_clean(run_dir, demo_run)
+    run_dir = tmp_path / "remote"
+    _assert_same_as_clean(run_dir, small_run)
     nodes = {atomic.read_json(p)["node"] for p in (run_dir / "steps").glob("*/_markers/*.json")}
     print(f"\n3-node cluster run: {time.time() - t0:.1f}s; shards ran on {len(nodes)} nodes; mixture identical to the single-node run")
     assert len(nodes) == 3
@@ -316,8 +340,6 @@ def test_removing_a_node_in_the_middle_of_a_step_loses_nothing(cluster, demo_run
 def test_a_relative_path_that_is_missing_inside_a_job_says_why(tmp_path):
     """Inside `ray job submit`, the YAML sits in Ray's copy of the working directory
     (.../runtime_resources/working_dir_files/_ray_pkg_*/), without git-ignored data."""
-    from tests.conftest import write_yaml
-
     job_dir = tmp_path / "runtime_resources" / "working_dir_files" / "_ray_pkg_0123" / "mixtures"
     job_dir.mkdir(parents=True)
     y = write_yaml(job_dir / "m.yaml", """

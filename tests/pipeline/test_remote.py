@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from pipeline.io import atomic, fs
-from tests.conftest import curate, free_port, mixture_shas, write_yaml
+from tests.conftest import curate, free_port, mixture_shas, small_mixture, write_yaml
 
 
 def test_the_filesystem_layer_commits_atomically_on_memory_urls():
@@ -47,21 +47,6 @@ def test_the_filesystem_layer_commits_atomically_on_memory_urls():
         fs.copy(local, root / "model.bin")  # and how a trained one is written
     assert (root / "model.bin").read_bytes() == b"new"
     assert atomic.file_digest(root / "pub" / "x" / "1.txt")[0] == 3
-
-
-def _small_mixture(inputs: str, output: str) -> str:
-    return f"""
-        name: remote
-        output: {output}
-        tokenizer: gpt2
-        sources:
-          wiki: {{paths: ["{inputs}/wiki/summaries_es.parquet"], id_field: id, max_shard_rows: 2500}}
-          web: {{paths: ["{inputs}/web/crawl-0000[01].jsonl.zst"], filters: [rep]}}
-        filters:
-          rep: {{type: gopher_repetition}}
-        dedup: {{exact: {{}}}}
-        mixture: {{target_tokens: 150000, weights: {{web: 0.5, wiki: 0.5}}, shard_tokens: 50000}}
-    """
 
 
 @pytest.fixture(scope="module")
@@ -99,27 +84,18 @@ def s3_server(tmp_path_factory):
     proc.wait()
 
 
-@pytest.fixture(scope="module")
-def local_remote_run(demo_corpus, tmp_path_factory):
-    d = tmp_path_factory.mktemp("remote_local")
-    y = write_yaml(d / "r.yaml", _small_mixture(str(demo_corpus), "out"))
-    r = curate("run", str(y), "--workers", "2")
-    assert r.returncode == 0, r.stderr[-3000:]
-    return d / "out" / "remote"
-
-
-def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, local_remote_run, tmp_path):
+def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, small_run, tmp_path):
     env, s3, log = s3_server
     for sub in ("wiki/summaries_es.parquet", "web/crawl-00000.jsonl.zst", "web/crawl-00001.jsonl.zst"):
         s3.put(str(demo_corpus / sub), f"curate-test/in/{sub}")
-    y = write_yaml(tmp_path / "r.yaml", _small_mixture("s3://curate-test/in", "s3://curate-test/runs"))
+    y = write_yaml(tmp_path / "r.yaml", small_mixture("s3://curate-test/in", "s3://curate-test/runs"))
     t0 = time.time()
     r = curate("run", str(y), "--workers", "2", env=env)
     took = time.time() - t0
     assert r.returncode == 0, r.stderr[-3000:]
     run = "s3://curate-test/runs/remote"
     assert f"run directory: {run}" in r.stdout
-    remote, local = mixture_shas(run), mixture_shas(local_remote_run)
+    remote, local = mixture_shas(run), mixture_shas(small_run)
     print(f"\nS3 run (moto on loopback): {took:.1f}s; {len(remote)} mixture files, same sha256 as the local run: {remote == local}")
     assert remote == local and len(remote) >= 3
     # the files themselves, not only the manifest's word for them
@@ -127,7 +103,7 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, loca
 
     for p, sha in remote.items():
         assert hashlib.sha256(s3.cat(f"curate-test/runs/remote/{p}")).hexdigest() == sha
-    led_r, led_l = (atomic.read_json(fs.path(x) / "ledger.json")["sources"] for x in (run, local_remote_run))
+    led_r, led_l = (atomic.read_json(fs.path(x) / "ledger.json")["sources"] for x in (run, small_run))
     assert led_r == led_l and all(v["conservation"] for v in led_r.values())
     # publication copies on the server: once the mix step is done, no GET of its shards reaches the store
     # (a GET would be the driver streaming the bytes); the log colours some lines with ANSI codes
