@@ -42,9 +42,9 @@ def _yaml(d, name, corpus, shard_rows, weights=WEIGHTS, quality="buckets: 4"):
     """)
 
 
-def _run(d, name, corpus, workers, shard_rows):
+def _run(d, name, corpus, workers, shard_rows, env=None):
     y = _yaml(d, name, corpus, shard_rows)
-    r = curate("run", str(y), "--workers", str(workers))
+    r = curate("run", str(y), "--workers", str(workers), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return y, d / "out" / name
 
@@ -57,9 +57,9 @@ def _buckets(run) -> dict[str, tuple[int, float]]:
 
 
 @pytest.fixture(scope="module")
-def two_runs(demo_corpus, tmp_path_factory):
+def two_runs(demo_corpus, tmp_path_factory, joined):
     d = tmp_path_factory.mktemp("cells")
-    return d, _run(d, "one", demo_corpus, 1, 2500), _run(d, "two", demo_corpus, 2, 900)
+    return d, _run(d, "one", demo_corpus, 1, 2500), _run(d, "two", demo_corpus, 2, 900, env=joined)  # one: a Ray of its own, 1 worker
 
 
 def test_buckets_are_exact_quantiles_whatever_the_sharding(two_runs):
