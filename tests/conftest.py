@@ -68,10 +68,27 @@ def joined(ray_local) -> dict:
     an embedded Ray of its own (the CLI joins RAY_ADDRESS when it is set: engine/cluster.py).
     That saves ~5 s a run (starting and stopping a Ray) and leaves the command as it was: its
     arguments, exit status, output and files. The session's Ray has 2 CPUs, so it is for runs
-    with 2 workers whose point is not the embedded Ray, the worker count (the 1-worker runs
-    they are compared with keep their own), a fault, or an environment of their own (their
-    workers would not see it): those start their own Ray."""
+    with 2 workers (1 worker: `joined_1cpu`) whose point is not the embedded Ray, a fault, or
+    an environment of their own (their workers would not see it): those start their own Ray."""
     return {"RAY_ADDRESS": ray_local.get_runtime_context().gcs_address}
+
+
+@pytest.fixture(scope="session")
+def joined_1cpu() -> dict:
+    """As `joined`, for runs with 1 worker: a second Ray of the session with 1 CPU (one task
+    at a time, as an embedded Ray of `--workers 1`), its dashboard agent on a port of its own
+    (see ray_local)."""
+    import shutil
+    import tempfile
+
+    from ray.cluster_utils import Cluster
+
+    tmp = tempfile.mkdtemp(prefix="r1-", dir="/tmp")  # Ray's socket paths must stay short
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "temp_dir": tmp, "include_dashboard": False,
+                                                      "dashboard_agent_listen_port": 0})
+    yield {"RAY_ADDRESS": c.address}
+    c.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def demo_mixture(demo_corpus: Path) -> str:

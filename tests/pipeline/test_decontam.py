@@ -86,7 +86,7 @@ def _run(d, name: str, workers: str, shard_rows: int, ngram: int = 13, action: s
                                                  t.column("reason").to_pylist(), strict=True)}
 
 
-def test_planted_eval_items_are_found_and_a_clean_corpus_loses_nothing(planted, joined):
+def test_planted_eval_items_are_found_and_a_clean_corpus_loses_nothing(planted, joined, joined_1cpu):
     d, n_clean = planted
     run, dec = _run(d, "dc2", "2", 4000, env=joined)
     removed = {i: r for i, (k, r) in dec.items() if k is False}
@@ -123,8 +123,8 @@ def test_planted_eval_items_are_found_and_a_clean_corpus_loses_nothing(planted, 
                         for r in recs)
     questions = {x["qid"]: x["question"] for x in map(json.loads, (d / "eval.jsonl").read_text().splitlines())}
     assert all(r["eval_item"]["text"].startswith(questions[r["eval_item"]["id"]]) for r in recs)  # question, then answer
-    # one worker and other shards, on a Ray of its own: the same decisions
-    _, again = _run(d, "dc1", "1", 9000)
+    # one worker and other shards: the same decisions
+    _, again = _run(d, "dc1", "1", 9000, env=joined_1cpu)
     assert again == dec
 
 

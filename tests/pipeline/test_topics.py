@@ -70,10 +70,10 @@ def _run(d, name, workers, shard_rows, env=None):
 
 
 @pytest.fixture(scope="module")
-def runs(demo_corpus, tmp_path_factory, joined):
+def runs(demo_corpus, tmp_path_factory, joined, joined_1cpu):
     d = tmp_path_factory.mktemp("topics")
     _corpus(demo_corpus, d)
-    return d, _run(d, "t1", 1, 5000), _run(d, "t2", 2, 700, env=joined)  # t1 on a Ray of its own: 1 worker
+    return d, _run(d, "t1", 1, 5000, env=joined_1cpu), _run(d, "t2", 2, 700, env=joined)
 
 
 def test_a_topic_classifier_is_trained_from_labelled_files_and_evaluated_per_label(runs):

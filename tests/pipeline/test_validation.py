@@ -31,7 +31,7 @@ def _run(d, name, workers, shard_rows, env=None):
     return d / "out" / name
 
 
-def test_a_held_out_share_is_exact_never_mixed_and_after_dedup(demo_corpus, tmp_path, joined):
+def test_a_held_out_share_is_exact_never_mixed_and_after_dedup(demo_corpus, tmp_path, joined, joined_1cpu):
     rng = random.Random(5)
     wiki = [r for r in pq.read_table(demo_corpus / "wiki" / "summaries_en.parquet", columns=["id", "text"]).to_pylist()
             if len(r["text"].split()) >= 30]
@@ -66,8 +66,8 @@ def test_a_held_out_share_is_exact_never_mixed_and_after_dedup(demo_corpus, tmp_
     # dedup came first: of each near-duplicate pair at most one side is anywhere, validation or mixture
     everywhere = mixed | set(held["web"]) | set(held["wiki"])
     assert sum(f"w-{r['id']}" in everywhere and f"k-{r['id']}" in everywhere for r in pairs) == 0
-    # the same held-out documents with one worker and other shards (on a Ray of its own)
-    again = _run(tmp_path, "v1", "1", 700)
+    # the same held-out documents with one worker and other shards
+    again = _run(tmp_path, "v1", "1", 700, env=joined_1cpu)
     man1 = atomic.read_json(again / "manifest.json")["validation"]
     for s in ("web", "wiki"):
         ids = pq.read_table([str(again / f["path"]) for f in man1[s]["files"]], columns=["id"]).column("id").to_pylist()
