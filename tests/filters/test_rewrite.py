@@ -207,7 +207,7 @@ HAND_MADE = [
 ]
 
 
-def _crawl_run(d, demo_corpus, name: str, workers: int, shard_rows: int):
+def _crawl_run(d, demo_corpus, name: str, workers: int, shard_rows: int, env: dict | None = None):
     y = write_yaml(d / f"{name}.yaml", f"""
         name: {name}
         tokenizer: null
@@ -225,13 +225,13 @@ def _crawl_run(d, demo_corpus, name: str, workers: int, shard_rows: int):
           lines: {{type: line_remover}}
         samples: {{kept_per_source: 400}}
     """)
-    r = curate("run", str(y), "--workers", str(workers), "--output", str(d / "out"))
+    r = curate("run", str(y), "--workers", str(workers), "--output", str(d / "out"), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return d / "out" / name
 
 
 @pytest.fixture(scope="module")
-def crawl_runs(demo_corpus, tmp_path_factory):
+def crawl_runs(demo_corpus, tmp_path_factory, joined, joined_1cpu):
     """Two real runs of the demo crawl through ftfy, line_remover and pii, one with 1 worker
     and 2,000-row shards, one with 2 workers and 400-row shards; beside the crawl, a source
     `docs` of the hand-made documents through ftfy and a default line_remover. Each source has
@@ -239,7 +239,8 @@ def crawl_runs(demo_corpus, tmp_path_factory):
     below read their own source of the same two runs instead of a run each."""
     d = tmp_path_factory.mktemp("rewrite_runs")
     write_jsonl(d / "docs.jsonl", HAND_MADE)
-    return _crawl_run(d, demo_corpus, "w1", 1, 2000), _crawl_run(d, demo_corpus, "w2", 2, 400)
+    # each joins a Ray of the session with as many CPUs as it has workers: tests/conftest.py `joined`
+    return _crawl_run(d, demo_corpus, "w1", 1, 2000, env=joined_1cpu), _crawl_run(d, demo_corpus, "w2", 2, 400, env=joined)
 
 
 def test_rewriters_in_a_run_reach_the_mixture_and_the_ledger(crawl_runs):

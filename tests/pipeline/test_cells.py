@@ -42,9 +42,9 @@ def _yaml(d, name, corpus, shard_rows, weights=WEIGHTS, quality="buckets: 4"):
     """)
 
 
-def _run(d, name, corpus, workers, shard_rows):
+def _run(d, name, corpus, workers, shard_rows, env=None):
     y = _yaml(d, name, corpus, shard_rows)
-    r = curate("run", str(y), "--workers", str(workers))
+    r = curate("run", str(y), "--workers", str(workers), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return y, d / "out" / name
 
@@ -57,9 +57,9 @@ def _buckets(run) -> dict[str, tuple[int, float]]:
 
 
 @pytest.fixture(scope="module")
-def two_runs(demo_corpus, tmp_path_factory):
+def two_runs(demo_corpus, tmp_path_factory, joined, joined_1cpu):
     d = tmp_path_factory.mktemp("cells")
-    return d, _run(d, "one", demo_corpus, 1, 2500), _run(d, "two", demo_corpus, 2, 900)
+    return d, _run(d, "one", demo_corpus, 1, 2500, env=joined_1cpu), _run(d, "two", demo_corpus, 2, 900, env=joined)
 
 
 def test_buckets_are_exact_quantiles_whatever_the_sharding(two_runs):
@@ -119,10 +119,10 @@ def test_plan_explain_and_samples_name_the_cell(two_runs):
     assert any(x["stage"] == "mix" and x["reason"] == "cell_weight_0:web/q1" for x in removed)
 
 
-def test_editing_a_cell_weight_reruns_only_the_mixture(two_runs, demo_corpus):
+def test_editing_a_cell_weight_reruns_only_the_mixture(two_runs, demo_corpus, joined_1cpu):
     d, (y, a), _ = two_runs
     y2 = _yaml(d, "one", demo_corpus, 2500, weights={"web/q4": 0.2, "web/q2-q3": 0.4, "wiki": 0.4})
-    r = curate("run", str(y2), "--workers", "1")
+    r = curate("run", str(y2), "--workers", "1", env=joined_1cpu)
     assert r.returncode == 0, r.stderr[-3000:]
     steps = atomic.read_json(a / "run.json")["steps"]
     ran = {k for k, v in steps.items() if v["status"] == "SUCCESS"}

@@ -73,10 +73,10 @@ def _attrs(run, source):
 
 
 @pytest.fixture(scope="module")
-def trained(demo_corpus, tmp_path_factory):
+def trained(demo_corpus, tmp_path_factory, joined):
     d = tmp_path_factory.mktemp("cls")
     y = _yaml(d / "a.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, keep_fraction: 0.3}")
-    r = curate("run", str(y), "--workers", "2", "--output", str(d / "one"))
+    r = curate("run", str(y), "--workers", "2", "--output", str(d / "one"), env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
     return d, y, r
 
@@ -112,7 +112,7 @@ def test_same_model_bytes_on_a_second_run(ray_local, trained):
     assert _attrs(d / "one" / "cls", "wiki") == _attrs(d / "two" / "cls", "wiki")
 
 
-def test_editing_the_threshold_skips_training_and_scoring(trained, demo_corpus):
+def test_editing_the_threshold_skips_training_and_scoring(trained, demo_corpus, joined):
     d, y, _ = trained
     (d / "edited").mkdir(exist_ok=True)  # the same file name: the same mixture, edited
     edited = _yaml(d / "edited" / "a.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, min_score: 0.9}")
@@ -120,7 +120,7 @@ def test_editing_the_threshold_skips_training_and_scoring(trained, demo_corpus):
     lines = {ln.split()[0]: ln for ln in plan.splitlines() if ln.startswith(("classify-", "quality-", "mix"))}
     assert " skip " in lines["classify-wiki_vs_web-train"] and " skip " in lines["classify-wiki_vs_web-wiki"]
     assert "config changed" in lines["quality-wiki-threshold"]
-    r = curate("run", str(edited), "--output", str(d / "one"))
+    r = curate("run", str(edited), "--output", str(d / "one"), env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
     st = atomic.read_json(d / "one" / "cls" / "run.json")["steps"]
     assert st["classify-wiki_vs_web-train"]["status"] == st["classify-wiki_vs_web-wiki"]["status"] == "SKIPPED"

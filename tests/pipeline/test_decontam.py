@@ -64,7 +64,7 @@ def planted(demo_corpus, tmp_path_factory):
     return d, len(clean)
 
 
-def _run(d, name: str, workers: str, shard_rows: int, ngram: int = 13, action: str = "remove"):
+def _run(d, name: str, workers: str, shard_rows: int, ngram: int = 13, action: str = "remove", env: dict | None = None):
     y = write_yaml(d / f"{name}.yaml", f"""
         name: {name}
         output: out
@@ -77,7 +77,7 @@ def _run(d, name: str, workers: str, shard_rows: int, ngram: int = 13, action: s
           action: {action}
         mixture: {{weights: {{corpus: 1.0}}}}
     """)
-    r = curate("run", str(y), "--workers", workers)
+    r = curate("run", str(y), "--workers", workers, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     run = d / "out" / name
     rj = atomic.read_json(run / "run.json")
@@ -86,9 +86,9 @@ def _run(d, name: str, workers: str, shard_rows: int, ngram: int = 13, action: s
                                                  t.column("reason").to_pylist(), strict=True)}
 
 
-def test_planted_eval_items_are_found_and_a_clean_corpus_loses_nothing(planted):
+def test_planted_eval_items_are_found_and_a_clean_corpus_loses_nothing(planted, joined, joined_1cpu):
     d, n_clean = planted
-    run, dec = _run(d, "dc2", "2", 4000)
+    run, dec = _run(d, "dc2", "2", 4000, env=joined)
     removed = {i: r for i, (k, r) in dec.items() if k is False}
     recall = {}
     for kind in KINDS:
@@ -124,14 +124,14 @@ def test_planted_eval_items_are_found_and_a_clean_corpus_loses_nothing(planted):
     questions = {x["qid"]: x["question"] for x in map(json.loads, (d / "eval.jsonl").read_text().splitlines())}
     assert all(r["eval_item"]["text"].startswith(questions[r["eval_item"]["id"]]) for r in recs)  # question, then answer
     # one worker and other shards: the same decisions
-    _, again = _run(d, "dc1", "1", 9000)
+    _, again = _run(d, "dc1", "1", 9000, env=joined_1cpu)
     assert again == dec
 
 
-def test_shorter_ngrams_are_stated_not_assumed(planted):
+def test_shorter_ngrams_are_stated_not_assumed(planted, joined):
     """The same corpus with 8-grams: what it adds on the changed items and costs in false positives."""
     d, n_clean = planted
-    _, dec = _run(d, "dc8", "2", 4000, ngram=8)
+    _, dec = _run(d, "dc8", "2", 4000, ngram=8, env=joined)
     removed = {i for i, (k, _) in dec.items() if k is False}
     changed = [i for i in dec if i.startswith("changed-")]
     false = [i for i in removed if i.startswith("clean-")]
@@ -140,7 +140,7 @@ def test_shorter_ngrams_are_stated_not_assumed(planted):
     assert all(i in removed for i in dec if i.startswith(("verbatim-", "split-", "question-")))
 
 
-def test_reference_and_eval_sources_are_references_and_emit_nothing(demo_corpus, tmp_path):
+def test_reference_and_eval_sources_are_references_and_emit_nothing(demo_corpus, tmp_path, joined):
     """A train source and a reference source share 300 documents (150 exact, 150 near copies);
     an eval source's items are planted in 20 more train documents. The reference is listed
     after the train source, so only its role makes it the survivor."""
@@ -184,7 +184,7 @@ def test_reference_and_eval_sources_are_references_and_emit_nothing(demo_corpus,
           against: [evalset]
         mixture: {weights: {train: 1.0}}
     """)
-    r = curate("run", str(y), "--workers", "2")
+    r = curate("run", str(y), "--workers", "2", env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
     run = tmp_path / "out" / "roles"
     out = tmp_path / "all.parquet"
@@ -217,9 +217,9 @@ def test_reference_and_eval_sources_are_references_and_emit_nothing(demo_corpus,
     assert bad.returncode == 2 and "ref has role: reference, which is never mixed" in bad.stderr
 
 
-def test_action_cut_removes_the_contaminated_paragraphs_and_keeps_the_rest(planted):
+def test_action_cut_removes_the_contaminated_paragraphs_and_keeps_the_rest(planted, joined):
     d, _ = planted
-    run, dec = _run(d, "dccut", "2", 4000, action="cut")
+    run, dec = _run(d, "dccut", "2", 4000, action="cut", env=joined)
     items = {json.loads(x)["qid"]: json.loads(x) for x in (d / "eval.jsonl").read_text().splitlines()}
     mixed = {r["id"]: r["text"] for r in pq.read_table(sorted((run / "mixture").glob("*.parquet")), columns=["id", "text"]).to_pylist()}
     cut = [i for i in dec if i.startswith(("verbatim-", "split-", "question-"))]

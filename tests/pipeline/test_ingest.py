@@ -76,13 +76,13 @@ def test_quarantine_records_file_line_and_error(ray_local, tmp_path, broken_json
     assert [r["source_id"] for r in rows] == ["a.jsonl.gz:1", "a.jsonl.gz:3", "a.jsonl.gz:8"]
 
 
-def test_fail_policy_stops_with_file_and_line(tmp_path, broken_jsonl):
+def test_fail_policy_stops_with_file_and_line(tmp_path, broken_jsonl, joined_1cpu):
     y = write_yaml(tmp_path / "m.yaml", """
         name: f
         sources:
           web: {paths: ["data/*.jsonl.gz"], on_bad_record: fail}
     """)
-    r = curate("run", str(y), "--workers", "1")
+    r = curate("run", str(y), "--workers", "1", env=joined_1cpu)
     assert r.returncode == 1, r.stderr
     assert (f"{broken_jsonl}:2: invalid JSON: unexpected end of data: line 1 column 23 (char 22); fix the record, "
             "or set sources.web.on_bad_record: quarantine to set it aside") in r.stderr

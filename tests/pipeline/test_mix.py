@@ -151,13 +151,13 @@ def test_upsampling_epochs_determinism_and_seed(ray_local, corpus, tmp_path):
     assert big(t3) != big(t)
 
 
-def test_shortfall_stops_before_writing_or_renormalizes(ray_local, corpus, tmp_path):
+def test_shortfall_stops_before_writing_or_renormalizes(ray_local, corpus, tmp_path, joined):
     from pipeline import config
     from pipeline.run import runner
 
     spec = "target_tokens: 166000\n          weights: {big: 0.7, small: 0.3}\n          max_epochs: 2"
     y = _yaml(tmp_path / "e.yaml", corpus, spec + "\n          on_shortfall: error")
-    r = curate("run", str(y), "--output", str(tmp_path / "e"))
+    r = curate("run", str(y), "--output", str(tmp_path / "e"), env=joined)
     assert r.returncode == 1
     assert "not enough tokens for the weights within max_epochs; nothing was written" in r.stderr
     assert "small" in r.stderr and "<- short" in r.stderr and "Traceback" not in r.stderr
@@ -307,10 +307,10 @@ def test_phases_meet_their_targets_and_disjoint_phases_share_no_document(ray_loc
     assert "<h2>Phase anneal</h2>" in (run / "report.html").read_text()
 
 
-def test_disjoint_phases_that_would_repeat_a_document_stop_before_writing(corpus, tmp_path):
+def test_disjoint_phases_that_would_repeat_a_document_stop_before_writing(corpus, tmp_path, joined):
     y = _yaml(tmp_path / "d.yaml", corpus, PHASES.replace("20000, weights: {big: 0.6, small: 0.4}",
                                                           "20000, weights: {big: 0.1, small: 0.9}") + "\n          disjoint: true")
-    r = curate("run", str(y), "--output", str(tmp_path / "d"))
+    r = curate("run", str(y), "--output", str(tmp_path / "d"), env=joined)
     assert r.returncode == 1 and "disjoint phases would repeat documents; nothing was written" in r.stderr, r.stderr[-2000:]
     assert "small: the phases need" in r.stderr
     assert not (tmp_path / "d" / "m" / "mixture").exists()

@@ -233,7 +233,7 @@ def test_a_bad_publish_section_names_the_key(tmp_path):
     assert r.returncode == 2 and "publish" in r.stderr and "licence" in r.stderr, r.stderr
 
 
-def test_phases_publish_one_config_each_with_the_held_out_validation(wiki_texts, tmp_path):
+def test_phases_publish_one_config_each_with_the_held_out_validation(wiki_texts, tmp_path, joined):
     from tests.conftest import write_jsonl, write_yaml
 
     write_jsonl(tmp_path / "big.jsonl", [{"id": f"b{i}", "text": t} for i, t in enumerate(wiki_texts[:400])])
@@ -251,7 +251,7 @@ def test_phases_publish_one_config_each_with_the_held_out_validation(wiki_texts,
           validation: {fraction: 0.05}
         publish: {dir: hub, license: cc-by-sa-4.0, tags: [wikipedia]}
     """)
-    r = curate("run", str(y), "--output", str(tmp_path / "out"))
+    r = curate("run", str(y), "--output", str(tmp_path / "out"), env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
     man = atomic.read_json(tmp_path / "out" / "p" / "manifest.json")
     out = tmp_path / "hub"

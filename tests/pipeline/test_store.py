@@ -18,21 +18,21 @@ from tests.conftest import curate, mixture_shas, write_yaml
 MIX_AND_SAMPLES = {"mix-priority", "mix-select", "mix-route", "mix", "samples-pick", "samples"}
 
 
-def _variant(demo_run, demo_run_yaml, name: str, old: str, new: str):
+def _variant(demo_run, demo_run_yaml, name: str, old: str, new: str, env: dict | None = None):
     text = demo_run_yaml.read_text()
     assert old in text
     y = write_yaml(demo_run_yaml.parent / f"{name}.yaml", text.replace("name: demo\n", f"name: {name}\n").replace(old, new))
-    r = curate("run", str(y), "--workers", "2", "--output", str(demo_run.parent))
+    r = curate("run", str(y), "--workers", "2", "--output", str(demo_run.parent), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     run = demo_run.parent / name
     steps = atomic.read_json(run / "run.json")["steps"]
     return run, {k for k, v in steps.items() if v["status"] == "SUCCESS"}, r
 
 
-def test_a_weights_only_variant_runs_only_the_mixture_and_keeps_its_own_run_directory(demo_run, demo_run_yaml):
+def test_a_weights_only_variant_runs_only_the_mixture_and_keeps_its_own_run_directory(demo_run, demo_run_yaml, joined):
     before = mixture_shas(demo_run)
     run, ran, r = _variant(demo_run, demo_run_yaml, "demo-b", "weights: {web/q5: 0.25, web/q3-q4: 0.35, wiki: 0.3, code: 0.1}",
-                           "weights: {web/q5: 0.2, web/q3-q4: 0.3, wiki: 0.4, code: 0.1}")
+                           "weights: {web/q5: 0.2, web/q3-q4: 0.3, wiki: 0.4, code: 0.1}", env=joined)
     assert ran == MIX_AND_SAMPLES, sorted(ran)
     # both run directories keep their own mixture, each file with the sha256 its manifest records
     after, mine = mixture_shas(demo_run), mixture_shas(run)
@@ -239,13 +239,13 @@ def test_gc_frees_exactly_the_steps_no_other_run_uses_and_never_a_leased_one(tog
     assert {x.split()[2] for x in plan[head + 1: plan.index("", head)]} == {"skip"}
 
 
-def test_diff_of_a_one_threshold_variant_names_exactly_the_documents_the_threshold_moves(demo_run, demo_run_yaml, tmp_path):
+def test_diff_of_a_one_threshold_variant_names_exactly_the_documents_the_threshold_moves(demo_run, demo_run_yaml, tmp_path, joined):
     import pyarrow.parquet as pq
 
     from filters import base
 
     run, _, _ = _variant(demo_run, demo_run_yaml, "demo-t", "not_huge: {type: length, max_chars: 20000}",
-                         "not_huge: {type: length, max_chars: 12000}")
+                         "not_huge: {type: length, max_chars: 12000}", env=joined)
     out = tmp_path / "fate.parquet"
     r = curate("diff", str(demo_run), str(run), "--out", str(out), "--samples", "2")
     assert r.returncode == 0, r.stderr[-3000:]

@@ -40,7 +40,7 @@ def _corpus(demo_corpus, d):
     write_jsonl(d / "pool.jsonl", pool)
 
 
-def _run(d, name, workers, shard_rows):
+def _run(d, name, workers, shard_rows, env=None):
     w = ", ".join(f"{k}: {v}" for k, v in WEIGHTS.items())
     y = write_yaml(d / f"{name}.yaml", f"""
         name: {name}
@@ -64,16 +64,16 @@ def _run(d, name, workers, shard_rows):
           target_tokens: 1500000
           max_epochs: 6
     """)
-    r = curate("run", str(y), "--workers", str(workers))
+    r = curate("run", str(y), "--workers", str(workers), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return d / "out" / name
 
 
 @pytest.fixture(scope="module")
-def runs(demo_corpus, tmp_path_factory):
+def runs(demo_corpus, tmp_path_factory, joined, joined_1cpu):
     d = tmp_path_factory.mktemp("topics")
     _corpus(demo_corpus, d)
-    return d, _run(d, "t1", 1, 5000), _run(d, "t2", 2, 700)
+    return d, _run(d, "t1", 1, 5000, env=joined_1cpu), _run(d, "t2", 2, 700, env=joined)
 
 
 def test_a_topic_classifier_is_trained_from_labelled_files_and_evaluated_per_label(runs):
@@ -142,7 +142,7 @@ def test_unknown_topics_and_wrong_classifier_kinds_are_refused(runs):
         assert want in str(e.value), (want, str(e.value))
 
 
-def test_a_pretrained_topic_model_gives_the_same_topics_and_its_labels_name_the_cells(runs):
+def test_a_pretrained_topic_model_gives_the_same_topics_and_its_labels_name_the_cells(runs, joined):
     """`model:` instead of labels: the topics are the model's labels (read at plan time), so
     a cell naming another topic is refused with them; the documents get the same topics."""
     d, a, _ = runs
@@ -155,7 +155,7 @@ def test_a_pretrained_topic_model_gives_the_same_topics_and_its_labels_name_the_
     assert r.returncode != 0 and "'news' is not a topic of pool's classifier; its labels: " in r.stderr, r.stderr[-1500:]
     assert "Traceback" not in r.stderr
     good = write_yaml(d / "pre.yaml", y)
-    r = curate("run", str(good), "--workers", "2")
+    r = curate("run", str(good), "--workers", "2", env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
     pre = d / "out" / "pre"
     topics = {}

@@ -13,7 +13,7 @@ from pipeline.io import atomic
 from tests.conftest import curate, write_yaml
 
 
-def _run(d, name, workers, shard_rows):
+def _run(d, name, workers, shard_rows, env=None):
     y = write_yaml(d / f"{name}.yaml", f"""
         name: {name}
         output: out
@@ -26,12 +26,12 @@ def _run(d, name, workers, shard_rows):
           weights: {{web: 0.5, wiki: 0.5}}
           validation: {{fraction: 0.1}}
     """)
-    r = curate("run", str(y), "--workers", workers)
+    r = curate("run", str(y), "--workers", workers, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return d / "out" / name
 
 
-def test_a_held_out_share_is_exact_never_mixed_and_after_dedup(demo_corpus, tmp_path):
+def test_a_held_out_share_is_exact_never_mixed_and_after_dedup(demo_corpus, tmp_path, joined, joined_1cpu):
     rng = random.Random(5)
     wiki = [r for r in pq.read_table(demo_corpus / "wiki" / "summaries_en.parquet", columns=["id", "text"]).to_pylist()
             if len(r["text"].split()) >= 30]
@@ -49,7 +49,7 @@ def test_a_held_out_share_is_exact_never_mixed_and_after_dedup(demo_corpus, tmp_
         with open(tmp_path / f"{name}.jsonl", "w") as f:
             for x in rows:
                 f.write(json.dumps(x) + "\n")
-    run = _run(tmp_path, "v2", "2", 400)
+    run = _run(tmp_path, "v2", "2", 400, env=joined)
     man = atomic.read_json(run / "manifest.json")
     mixed = set(pq.read_table(sorted((run / "mixture").glob("*.parquet")), columns=["id"]).column("id").to_pylist())
     held = {}
@@ -67,7 +67,7 @@ def test_a_held_out_share_is_exact_never_mixed_and_after_dedup(demo_corpus, tmp_
     everywhere = mixed | set(held["web"]) | set(held["wiki"])
     assert sum(f"w-{r['id']}" in everywhere and f"k-{r['id']}" in everywhere for r in pairs) == 0
     # the same held-out documents with one worker and other shards
-    again = _run(tmp_path, "v1", "1", 700)
+    again = _run(tmp_path, "v1", "1", 700, env=joined_1cpu)
     man1 = atomic.read_json(again / "manifest.json")["validation"]
     for s in ("web", "wiki"):
         ids = pq.read_table([str(again / f["path"]) for f in man1[s]["files"]], columns=["id"]).column("id").to_pylist()
