@@ -40,26 +40,22 @@ def ray_local():
     that join it: `joined`). Its dashboard agent listens on a port of its own, not Ray's
     default 52365: beside a Ray holding that port, every embedded Ray a `curate run` starts
     retries it for 3.4 s before it gives up on it (its dashboard_agent.log), and this Ray
-    lives as long as the session. ray.init has no argument for that port: the parameters it
-    builds get one (0: any free port)."""
+    lives as long as the session. ray.init has no argument for that port; a head node
+    started through ray.cluster_utils takes it."""
+    import shutil
+    import tempfile
+
     import ray
-    from ray._private import parameter
+    from ray.cluster_utils import Cluster
 
-    params = parameter.RayParams
-
-    class OwnAgentPort(params):
-        def __init__(self, *args, **kwargs):
-            kwargs.setdefault("dashboard_agent_listen_port", 0)
-            super().__init__(*args, **kwargs)
-
-    parameter.RayParams = OwnAgentPort
-    try:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR",
-                 runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
-    finally:
-        parameter.RayParams = params
+    tmp = tempfile.mkdtemp(prefix="r2-", dir="/tmp")  # Ray's socket paths must stay short
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "temp_dir": tmp, "include_dashboard": False,
+                                                      "dashboard_agent_listen_port": 0})
+    ray.init(address=c.address, logging_level="ERROR", runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
     yield ray
     ray.shutdown()
+    c.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
