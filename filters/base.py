@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
+from filters.registry import Registry
+
 
 def _compiles(v: str) -> str:
     import re
@@ -109,38 +111,6 @@ class PerDocFilter(Filter):
         return FilterResult(np.array([r is None for r in reasons], dtype=bool), reasons)
 
 
-_REGISTRY: dict[str, type[Filter]] = {}
-
-
-def register_filter(name: str, version: str = "1"):
-    """Class decorator: register a filter type under `name` (the YAML `type:`)."""
-
-    def wrap(cls: type[Filter]) -> type[Filter]:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            other = _REGISTRY[name]
-            raise ValueError(
-                f"filter type {name!r} is registered twice: {other.__module__}.{other.__qualname__} "
-                f"and {cls.__module__}.{cls.__qualname__}; rename one"
-            )
-        cls.name = name
-        cls.version = version
-        if not cls.description and cls.__doc__:
-            cls.description = cls.__doc__.strip().splitlines()[0]
-        _REGISTRY[name] = cls
-        return cls
-
-    return wrap
-
-
-def registry() -> dict[str, type[Filter]]:
-    """Every registered filter type, importing the built-in families first."""
-    import importlib
-
-    for module in sorted(set(BUILTIN_MODULES.values())):
-        importlib.import_module(module)  # registers its types
-    return dict(sorted(_REGISTRY.items()))
-
-
 # The module that registers each built-in type (the one list of the built-in families), so
 # that a worker imports only the families its chain uses (importing all of them is ~20 ms of
 # every worker's first task, most of a small shard's time). tests/filters/test_length.py
@@ -154,20 +124,22 @@ BUILTIN_MODULES = {
     "regex_replace": "filters.rewrite", "url": "filters.patterns",
 }
 
+FILTERS = Registry("filter", BUILTIN_MODULES)
+_REGISTRY = FILTERS.types  # name -> class, as registered so far
+
+
+def register_filter(name: str, version: str = "1"):
+    """Class decorator: register a filter type under `name` (the YAML `type:`)."""
+    return FILTERS.register(name, version)
+
+
+def registry() -> dict[str, type[Filter]]:
+    """Every registered filter type, importing the built-in families first."""
+    return FILTERS.all()
+
 
 def filter_class(type_name: str) -> type[Filter]:
-    cls = _REGISTRY.get(type_name)
-    if cls is None and type_name in BUILTIN_MODULES:
-        import importlib
-
-        importlib.import_module(BUILTIN_MODULES[type_name])
-        cls = _REGISTRY.get(type_name)
-    if cls is None:
-        reg = registry()
-        if type_name not in reg:
-            raise KeyError(f"unknown filter type {type_name!r}; known types: {', '.join(reg)}")
-        cls = reg[type_name]
-    return cls
+    return FILTERS.get(type_name)
 
 
 def parse_params(spec: dict) -> FilterParams:

@@ -38,6 +38,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from filters.registry import Registry
+
 
 class ClassifierParams(BaseModel):
     """What every family's `classifiers.<name>` has: the stage's part (examples, sample, a
@@ -76,10 +78,9 @@ class ClassifierFamily:
         return name
 
     def options(self, params: dict) -> dict:
-        """What of the parameters changes a score or a prediction: it enters the scoring and
-        topic steps' configs and shard specs beside `model`, `label` and `type` (so no option
-        takes those names) and reaches score and predict. `params` is any dict holding the
-        parameters' keys: the classifier's, or a shard spec."""
+        """What of the classifier's parameters changes a score or a prediction: it enters the
+        scoring and topic steps' configs beside `model` and `label` (so no option takes those
+        names) and reaches score and predict through the shard spec's `options`."""
         return {}
 
     def train(self, examples: list[tuple[str, str]], params: dict, seed: int, path) -> Any:
@@ -113,62 +114,44 @@ class ClassifierFamily:
         return label_metrics(truth, pred, labels)
 
 
-_REGISTRY: dict[str, type[ClassifierFamily]] = {}
-
 # The module that registers each built-in family (registry() imports them all; a worker only
-# the one it uses). tests/filters/test_classifiers.py checks it against the registrations.
+# the one it uses); the first is the default `type`. tests/filters/test_classifiers.py checks
+# it against the registrations.
 BUILTIN_MODULES = {"fasttext": "filters.fasttext_family"}
+DEFAULT_TYPE = next(iter(BUILTIN_MODULES))
+FAMILIES = Registry("classifier", BUILTIN_MODULES, hint=" (`curate classifiers` lists them with their parameters)",
+                    builtin_first=True)
+_REGISTRY = FAMILIES.types  # name -> class, as registered so far
+
+
+def _params_type_is(name: str, cls: type[ClassifierFamily]) -> None:
+    if typing.get_args(cls.Params.model_fields["type"].annotation) != (name,):
+        raise ValueError(f"classifier type {name!r}: {cls.Params.__qualname__}.type must be Literal[{name!r}] "
+                         "(the YAML `type:` picks the family by it)")
 
 
 def register_classifier(name: str, version: str = "1"):
     """Class decorator: register a classifier family under `name` (the YAML `type:`)."""
+    register = FAMILIES.register(name, version, check=_params_type_is)
 
     def wrap(cls: type[ClassifierFamily]) -> type[ClassifierFamily]:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            other = _REGISTRY[name]
-            raise ValueError(f"classifier type {name!r} is registered twice: {other.__module__}.{other.__qualname__} "
-                             f"and {cls.__module__}.{cls.__qualname__}; rename one")
-        if typing.get_args(cls.Params.model_fields["type"].annotation) != (name,):
-            raise ValueError(f"classifier type {name!r}: {cls.Params.__qualname__}.type must be Literal[{name!r}] "
-                             "(the YAML `type:` picks the family by it)")
-        cls.name = name
-        cls.version = version
+        cls = register(cls)
         cls.title = cls.title or name
-        if not cls.description and cls.__doc__:
-            cls.description = cls.__doc__.strip().splitlines()[0]
-        _REGISTRY[name] = cls
         return cls
 
     return wrap
 
 
 def registry() -> dict[str, type[ClassifierFamily]]:
-    """Every registered family, importing the built-in ones first; the built-in ones in
-    BUILTIN_MODULES' order (the first is the default `type`), then the others by name."""
-    import importlib
-
-    for module in dict.fromkeys(BUILTIN_MODULES.values()):
-        importlib.import_module(module)  # registers its families
-    builtin = [n for n in BUILTIN_MODULES if n in _REGISTRY]
-    return {n: _REGISTRY[n] for n in builtin + sorted(set(_REGISTRY) - set(builtin))}
+    """Every registered family, the built-in ones first in BUILTIN_MODULES' order (the first
+    is the default `type`), then the others by name."""
+    return FAMILIES.all()
 
 
 @functools.cache
 def family(name: str) -> ClassifierFamily:
     """The family registered as `name`; an unknown name is a KeyError listing the known ones."""
-    cls = _REGISTRY.get(name)
-    if cls is None and name in BUILTIN_MODULES:
-        import importlib
-
-        importlib.import_module(BUILTIN_MODULES[name])
-        cls = _REGISTRY.get(name)
-    if cls is None:
-        reg = registry()
-        if name not in reg:
-            raise KeyError(f"unknown classifier type {name!r}; known types: {', '.join(reg)} "
-                           "(`curate classifiers` lists them with their parameters)")
-        cls = reg[name]
-    return cls()
+    return FAMILIES.get(name)()
 
 
 def describe_registry() -> str:

@@ -229,14 +229,11 @@ class DecontaminateSpec(Model):
                                              "units (a document left empty is removed)")
 
 
-DEFAULT_CLASSIFIER = "fasttext"  # the family of a classifier without `type:` (as before the registry)
-
-
 def _classifier_type(v) -> str | None:
     """The family a `classifiers.<name>` value names: its `type`, else the default."""
     if isinstance(v, dict):
-        return v.get("type", DEFAULT_CLASSIFIER)
-    return getattr(v, "type", DEFAULT_CLASSIFIER)
+        return v.get("type", classifier_registry.DEFAULT_TYPE)
+    return getattr(v, "type", classifier_registry.DEFAULT_TYPE)
 
 
 def _classifier_union():

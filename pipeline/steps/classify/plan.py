@@ -99,7 +99,7 @@ def plan(ctx: Context) -> list[Step]:
             f"classify-{q.classifier}-{sname}", "classify-score", score_cfg,
             ([train] if train else []) + [base[sname]] + dedup, classify.score_shard,
             shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c, options=options: [
-                {"doc": d, "model": model_path, "type": c.type, "label": c.label, **options,
+                {"doc": d, "model": model_path, "type": c.type, "label": c.label, "options": options,
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)],
         )
         steps.append(score)
@@ -140,7 +140,7 @@ def plan(ctx: Context) -> list[Step]:
 
         def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c, options=options):
             after = {sname: before} if before else None
-            return [{"doc": d, "model": model_path, "type": c.type, **options,
+            return [{"doc": d, "model": model_path, "type": c.type, "options": options,
                      "describe": f"{d['source']}/{shard_name(d['part'])}"}
                     for d in ctx.doc_shards(stats, dedup, after) if d["source"] == sname]
 

@@ -249,7 +249,7 @@ def topic_shard(spec: dict, out) -> dict:
 
     doc = spec["doc"]
     fam = family(spec["type"])
-    model, options = fam.load(spec["model"]), fam.options(spec)  # the spec carries the options' keys
+    model, options = fam.load(spec["model"]), spec["options"]  # what changes a score (the plan's fam.options)
     n = view.num_rows(doc["documents"])
     buckets = view.shard_buckets(doc)
     rows, labels, probs, toks, chars = [], [], [], [], []
@@ -292,7 +292,7 @@ def _tie(ids: list[str]) -> np.ndarray:
 @task(version="2")  # 2: also writes keys/, the kept rows' keys for the threshold's merge
 def score_shard(spec: dict, out) -> dict:
     fam = family(spec["type"])
-    model, options = fam.load(spec["model"]), fam.options(spec)  # the spec carries the options' keys
+    model, options = fam.load(spec["model"]), spec["options"]  # what changes a score (the plan's fam.options)
     doc = spec["doc"]
     pf = fs.parquet_file(doc["documents"])
     state = view.Layers(doc["layers"], pf.metadata.num_rows, ["text"])
