@@ -152,11 +152,14 @@ def faulted(demo_run_yaml, tmp_path_factory):
             continue
     out["worker"] = (pid, time.time() - t0, running)
 
-    # fault 2: the driver, mid-run: dedup under way, with some of its shards done and others not
-    # (_wait_for fails if the run ends first: a shard lost with the worker and not retried fails the run)
-    _wait_for(lambda: list((run_dir / "steps").glob("dedup-fuzzy-signatures-*/_markers/*.json")), 300,
-              "the first fuzzy-dedup shard", proc)
+    # fault 2: the driver, mid-run: dedup under way, with some of its shards done and others not, and
+    # every step that was unfinished when the worker died finished by this driver (so the killed
+    # shard, whichever step it was in, was retried: _wait_for fails if the run ends first)
+    _wait_for(lambda: list((run_dir / "steps").glob("dedup-fuzzy-signatures-*/_markers/*.json"))
+              and all((run_dir / "steps" / s / "_SUCCESS").exists() for s in running), 300,
+              "the first fuzzy-dedup shard, every step unfinished at the worker's death done", proc)
     out["filters_done"] = {p.name: (p / "_SUCCESS").exists() for p in (run_dir / "steps").glob("filter-*")}
+    out["running_done"] = {s: (run_dir / "steps" / s / "_SUCCESS").exists() for s in running}
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     killed_at = time.time() - t0
@@ -181,8 +184,10 @@ def faulted(demo_run_yaml, tmp_path_factory):
 def test_killing_a_worker_in_the_middle_of_a_shard_is_retried(faulted, demo_run):
     pid, at, running = faulted["worker"]
     print(f"\nSIGKILLed worker pid {pid} (ray::run_shard) at {at:.1f}s; unfinished steps then: {', '.join(running)}")
-    # the same driver went on past the killed shard: every filter step finished (dedup reads them all)
+    # the same driver went on past the killed shard: every filter step finished (dedup reads them all),
+    # and so did every step unfinished when the worker died, the killed shard's among them
     assert faulted["filters_done"] and all(faulted["filters_done"].values()), faulted["filters_done"]
+    assert running and all(faulted["running_done"].values()), faulted["running_done"]
     _assert_same_as_clean(faulted["run_dir"], demo_run)
     print(f"run finished at {faulted['finished_at']:.1f}s (after a resume: the next test); mixture identical to the clean run; "
           "conservation holds")

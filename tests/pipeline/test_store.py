@@ -67,27 +67,28 @@ def test_a_weights_only_variant_runs_only_the_mixture_and_keeps_its_own_run_dire
     assert f"step store:    {demo_run.parent / '_store'}" in out
 
 
-def test_a_threshold_only_variant_runs_the_threshold_the_quality_step_and_what_follows(demo_run, demo_run_yaml):
-    """Which steps a variant runs is its plan's answer: a run computes exactly the steps whose
-    store directory (name and hash) has no _SUCCESS (engine/executor.py, the `run` of `curate
-    plan`). So the variant is planned against the session's store, without Ray, and its hashes
-    are compared with the demo run's: the variant's own run and its bytes are the weights-only
-    test's and the diff test's business."""
+def test_a_threshold_only_variant_runs_the_threshold_the_quality_step_and_what_follows(demo_run, demo_run_yaml, joined):
+    """The plan says which steps the variant runs (the steps whose store directory, name and
+    hash, has no _SUCCESS), and the run computes exactly those: run.json counts the shards
+    this run computed per step."""
     from pipeline import config
     from pipeline.engine.step import step_status
     from pipeline.run import graph
 
+    want = {"quality-web-threshold", "quality-web"} | MIX_AND_SAMPLES
     text = demo_run_yaml.read_text()
     old, new = "buckets: 5}", "buckets: 5, keep_fraction: 0.9}"
     assert old in text
-    y = write_yaml(demo_run_yaml.parent / "demo-q.yaml", text.replace("name: demo\n", "name: demo-q\n").replace(old, new))
+    y = write_yaml(demo_run_yaml.parent / "demo-q-plan.yaml", text.replace("name: demo\n", "name: demo-q\n").replace(old, new))
     store = demo_run.parent / "_store"
     ctx = graph.build(config.load(y), demo_run.parent / "demo-q", store)
-    ran = {s.name for s in ctx.steps if step_status(s, store, None)[0] == "run"}
-    assert ran == {"quality-web-threshold", "quality-web"} | MIX_AND_SAMPLES, sorted(ran)
+    planned = {s.name for s in ctx.steps if step_status(s, store, None)[0] == "run"}
+    assert planned == want, sorted(planned)
     # the same answer from the hashes: exactly those steps differ from the demo run's (steps/<name>-<hash8>)
     demo = {k: v["dir"] for k, v in atomic.read_json(demo_run / "run.json")["steps"].items()}
-    assert {s.name for s in ctx.steps if demo[s.name] != f"steps/{s.dir(store).name}"} == ran
+    assert {s.name for s in ctx.steps if demo[s.name] != f"steps/{s.dir(store).name}"} == want
+    run, ran, _ = _variant(demo_run, demo_run_yaml, "demo-q", old, new, env=joined)
+    assert ran == want, sorted(ran)
 
 
 # ---------------------------------------------------------------- two runs at once (leases)

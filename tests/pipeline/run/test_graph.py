@@ -77,6 +77,16 @@ def _hashes(text: str, path) -> dict[str, str]:
     return {s.name: s.hash for s in ctx.steps}
 
 
+def _downstream(text: str, path, name: str) -> set[str]:
+    """`name` and every step that reads it, directly or not, by the plan's inputs."""
+    ctx = graph.build(config.load(write_yaml(path, text)), path.parent / "run")
+    out = {name}
+    for s in ctx.steps:  # in plan order: a step's inputs come before it
+        if any(i.name in out for i in s.inputs):
+            out.add(s.name)
+    return out
+
+
 def test_an_edit_changes_the_hashes_of_exactly_the_steps_it_touches(demo_yaml, tmp_path):
     """The experiment loop's promise, checked on the plan: a weight edit re-runs only the
     mix and the samples; a filter threshold re-runs its source's filter and what reads it."""
@@ -88,7 +98,8 @@ def test_an_edit_changes_the_hashes_of_exactly_the_steps_it_touches(demo_yaml, t
     threshold = _hashes(text.replace("not_huge: {type: length, max_chars: 20000}", "not_huge: {type: length, max_chars: 15000}"),
                         tmp_path / "c.yaml")
     changed = {s for s in base if base[s] != threshold[s]}
-    assert "filter-code" in changed and "dedup-exact-map" in changed and "mix" in changed
+    assert changed == _downstream(text, tmp_path / "d.yaml", "filter-code"), sorted(changed)
+    assert {"dedup-exact-map", "classify-wiki_vs_web-train", "mix", "samples"} <= changed
     assert not {s for s in changed if s.startswith(("ingest-", "ids-", "unique-ids-", "id-index-", "filter-w"))}
 
 
