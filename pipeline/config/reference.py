@@ -29,26 +29,25 @@ def reference_markdown() -> str:
             variants = _variants(f.annotation)
             if variants:  # a union picked by `type`: each variant's own keys under extract.<type>
                 rows[-1] = rows[-1].replace(_type_name(f.annotation), "mapping or null", 1)
-                for m in variants:
-                    t = typing.get_args(m.model_fields["type"].annotation)[0]
-                    doc = " ".join((m.__doc__ or "").split()).replace("|", "/")
-                    rows.append(f"| `{key}` with `type: {t}` | | | {doc} |")
-                    walk(m, f"{key}.", skip=("type",))
+                each_variant(variants, key)
                 continue
             if typing.get_origin(f.annotation) is dict:
                 if _variants(args[1]):  # `classifiers`: each family's keys under classifiers.<name>.<key>
                     rows[-1] = rows[-1].replace(_type_name(f.annotation), "map of mapping", 1)
-                    for m in _variants(args[1]):
-                        t = typing.get_args(m.model_fields["type"].annotation)[0]
-                        doc = " ".join((m.__doc__ or "").split()).replace("|", "/")
-                        rows.append(f"| `{key}.<name>` with `type: {t}` | | | {doc} |")
-                        walk(m, f"{key}.<name>.", skip=("type",))
+                    each_variant(_variants(args[1]), f"{key}.<name>")
                 elif isinstance(args[1], type) and issubclass(args[1], BaseModel) and args[1] is not filter_base.FilterParams:
                     walk(args[1], f"{key}.<name>.")
                 continue
             for m in args or (f.annotation,):
                 if isinstance(m, type) and issubclass(m, BaseModel):
                     walk(m, f"{key}.")
+
+    def each_variant(variants: list[type[BaseModel]], key: str):
+        for m in variants:
+            t = typing.get_args(m.model_fields["type"].annotation)[0]
+            doc = " ".join((m.__doc__ or "").split()).replace("|", "/")
+            rows.append(f"| `{key}` with `type: {t}` | | | {doc} |")
+            walk(m, f"{key}.", skip=("type",))
 
     walk(Mixture, "")
     return "\n".join(rows)
