@@ -185,10 +185,9 @@ def run_one(corpus: Path, out: Path, workers: int, partitions: int) -> dict:
 
 
 def _markers(d: Path) -> dict:
-    one = d / "_markers.json"
-    if one.exists():
-        return json.loads(one.read_text())
-    return {p.stem: json.loads(p.read_text()) for p in (d / "_markers").glob("*.json")}
+    from pipeline.engine.step import read_markers
+
+    return {str(k): v for k, v in read_markers(d).items()}
 
 
 def _step_group(name: str) -> str:

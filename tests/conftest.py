@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -198,3 +200,38 @@ def curate(*args: str, cwd: Path | None = None, env: dict | None = None, timeout
     e.update(env or {})
     return subprocess.run([*prefix, sys.executable, "-m", "pipeline", *args], cwd=cwd, env=e, capture_output=True,
                           text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 API on loopback: moto's server (no network beyond 127.0.0.1)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    deadline = time.time() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if time.time() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail(f"moto server did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import s3fs
+
+    s3 = s3fs.S3FileSystem(skip_instance_cache=True)
+    s3.mkdir("curate-test")
+    yield env, s3, log
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    proc.kill()
+    proc.wait()

@@ -5,7 +5,9 @@ Shard specs and stats are small; documents never pass through the driver. In-fli
 tasks are bounded (`ray.wait` backpressure); Ray retries a shard lost with its worker or
 node (`max_retries`), and since names are deterministic and writes atomic, a retry
 produces the same bytes. Steps shared with other runs are claimed through leases
-(engine/lease.py): a step another live run computes is waited for, then reused.
+(engine/lease.py): a step another live run computes is waited for, then reused. A step is
+committed by creating its `_SUCCESS` exclusively, after checking the lease is still ours; a
+run's temporary files carry its lease generation's fence and its cleanup removes only those.
 
 Example:
 
@@ -15,13 +17,16 @@ Example:
 from __future__ import annotations
 
 import time
+import uuid
 from collections import deque
 from pathlib import Path
 
+import orjson
+
 from pipeline.engine.cluster import check_shared_output, start_ray
-from pipeline.engine.lease import Leases, describe
+from pipeline.engine.lease import LeaseLost, Leases, create_exclusive, describe
 from pipeline.engine.progress import Progress
-from pipeline.engine.step import MARKERS_ALL, SUCCESS, Step, read_markers, shard_name
+from pipeline.engine.step import SUCCESS, Step, committed, read_markers, shard_name, success
 from pipeline.engine.task import run_shard, versions
 from pipeline.errors import CurateError, RunError
 from pipeline.io import atomic, fs
@@ -41,6 +46,7 @@ class Executor:
         self.timings: dict[str, float] = {}
         self.status: dict[str, str] = {}
         self.computed: dict[str, int] = {}  # step name -> shards this run computed (the rest were cached or another run's)
+        self._fence = uuid.uuid4().hex[:12] + "g0"  # temporary files' fence where no lease guards a step
 
     def _ensure_ray(self):
         import ray
@@ -53,6 +59,12 @@ class Executor:
     def lease_dir(self, s: Step):
         return self.store / "_leases" / s.dir(self.store).name
 
+    def fence(self, s: Step) -> str:
+        """The fence of this run's claim on `s`: its temporary files carry it (fs.set_fence)."""
+        if self.leases is None or str(self.lease_dir(s)) not in self.leases.held:
+            return self._fence
+        return self.leases.fence(self.lease_dir(s))
+
     def run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
         try:
             return self._run(steps)
@@ -64,9 +76,9 @@ class Executor:
 
     def _run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
         for s in steps:
-            d = s.dir(self.store)
-            if (d / SUCCESS).exists():
-                self.stats[s.name] = read_markers(d)
+            markers = committed(s, self.store)
+            if markers is not None:
+                self.stats[s.name] = markers
                 self.status[s.name] = "SKIPPED"
         todo = [s for s in steps if s.name not in self.stats]
         if not todo:
@@ -74,7 +86,6 @@ class Executor:
         ray = self._ensure_ray()
         remote = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)(run_shard)
         cap = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers or 1)))
-        writer = self.leases.run_id if self.leases else None
         queue: deque = deque()
         in_flight: dict = {}
         remaining: dict[str, int] = {}
@@ -87,14 +98,14 @@ class Executor:
             """True when this run computes `s`; False when `s` is another run's (now done, or blocked)."""
             d = s.dir(self.store)
             fs.refresh(d)
-            if (d / SUCCESS).exists():  # another run finished it meanwhile
+            if committed(s, self.store) is not None:  # another run finished it meanwhile
                 self._reuse(s)
                 return False
             if self.leases is None:
                 return True
             rec = self.leases.acquire(self.lease_dir(s))
             if rec is None:
-                if (d / SUCCESS).exists():  # finished between the look and the lease
+                if committed(s, self.store) is not None:  # finished between the look and the lease
                     self.leases.release(self.lease_dir(s))
                     self._reuse(s)
                     return False
@@ -129,7 +140,7 @@ class Executor:
             while queue and len(in_flight) < cap:
                 s, idx, spec = queue.popleft()
                 r = remote if s.cpus == 1 else remote.options(num_cpus=s.cpus)
-                ref = r.remote(s.task, spec, str(s.dir(self.store)), idx, writer)
+                ref = r.remote(s.task, spec, str(s.dir(self.store)), idx, self.fence(s))
                 in_flight[ref] = (s, idx)
             refs = list(in_flight)
             if refs:
@@ -169,20 +180,25 @@ class Executor:
 
     def _reuse(self, s: Step) -> None:
         """A step another run computed while this one waited: its markers, as if cached."""
-        self.stats[s.name] = read_markers(s.dir(self.store))
+        self.stats[s.name] = committed(s, self.store) or read_markers(s.dir(self.store))
         self.status[s.name] = "REUSED"
         self.progress.note(f"[{s.name}] done by another run: reused")
 
     def _check_lost(self) -> None:
         if self.leases is not None and self.leases.lost:
             d, rec = next(iter(self.leases.lost.items()))
-            raise RunError(f"lost the lease on {fs.path(d).name} to {describe(rec)}: this run stopped renewing it for "
-                           f"longer than {self.leases.ttl:.0f}s (CURATE_LEASE_SECONDS) and the other took the step over; "
-                           "run again to reuse its work")
+            raise self._lost(LeaseLost(d, rec))
+
+    def _lost(self, e: LeaseLost) -> RunError:
+        return RunError(f"lost the lease on {fs.path(e.dir).name} to {describe(e.rec)}: this run stopped renewing it "
+                        f"for longer than {self.leases.ttl:.0f}s (CURATE_LEASE_SECONDS) and the other took the step "
+                        "over; this run stopped without deleting or committing anything; run again to reuse its work")
 
     def _activate(self, s: Step, queue: deque, remaining: dict, started: dict):
         d = s.dir(self.store)
         fs.makedirs(d)
+        if success(d) is not None:  # a commit whose marker index is gone (a gc stopped halfway): not done
+            (d / SUCCESS).unlink()
         specs = s.shards(s, self.stats)
         atomic.write_json(
             d / "step.json",
@@ -209,15 +225,36 @@ class Executor:
 
     def _finish(self, s: Step, remaining: dict, started: dict):
         d = s.dir(self.store)
-        atomic.clean_tmp(d)
-        atomic.write_json(d / MARKERS_ALL, {str(i): m for i, m in sorted(self.stats.get(s.name, {}).items())})
-        atomic.write_json(d / SUCCESS, {"shards": len(self.stats.get(s.name, {})), "finished": time.time()})
+        fence = self.fence(s)
+        if self.leases is not None and str(self.lease_dir(s)) in self.leases.held:
+            try:  # read now: a run resumed after a pause must not commit on a lease it lost
+                self.leases.check(self.lease_dir(s))
+            except LeaseLost as e:
+                raise self._lost(e) from None
+        markers = self.stats.get(s.name, {})
+        mine = commit(d, s.hash, fence, markers)
+        if not mine:  # another holder of an earlier or later generation committed the same step
+            self.stats[s.name] = committed(s, self.store) or markers
+        atomic.clean_tmp(d, fence)
         if self.leases is not None:
             self.leases.release(self.lease_dir(s))
         remaining.pop(s.name, None)
         self.timings[s.name] = time.time() - started.get(s.name, time.time())
         self.status[s.name] = "SUCCESS"
         self.progress.finish(s.name, self.timings[s.name])
+
+
+def commit(d, step_hash: str, fence: str, markers: dict[int, dict]) -> bool:
+    """Commit a finished step: its marker index under the fence's own name, then `_SUCCESS`
+    created exclusively and naming it. False when `_SUCCESS` already exists (another holder
+    committed first: same hash, same bytes; the index we wrote is removed)."""
+    name = f"_markers-{fence}.json"
+    atomic.write_json(d / name, {str(i): m for i, m in sorted(markers.items())})
+    rec = {"hash": step_hash, "fence": fence, "markers": name, "shards": len(markers), "finished": time.time()}
+    if create_exclusive(d / SUCCESS, orjson.dumps(rec, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"):
+        return True
+    (d / name).unlink(missing_ok=True)
+    return False
 
 
 def _describe(s: Step, idx: int) -> str:

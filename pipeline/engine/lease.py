@@ -4,26 +4,33 @@ Mixture files that share a store (pipeline/run/runner.py) can run at the same mo
 the same new step. Without coordination both would compute it, and one run's cleanup of
 temporary files could remove the other's. A lease says who is computing it:
 
-    <store>/_leases/<step>-<hash8>/gen-000001.json   {"run", "host", "pid", "renewed", "ttl", ...}
-    <run dir>/_lease/gen-000001.json                 the run directory's own lease
+    <store>/_leases/<step>-<hash16>/gen-000001.json   {"run", "host", "pid", "boot", "pidns", "start", "renewed", "ttl"}
+    <run dir>/_lease/gen-000001.json                  the run directory's own lease
 
 The holder renews its file every `ttl / 4` seconds from a thread. A lease is live while it
-was renewed within `ttl` seconds (`CURATE_LEASE_SECONDS`, default 60) and, on this host,
-while its process exists (a run killed with SIGKILL frees its leases at once on the same
-machine, after `ttl` elsewhere). Taking over an expired lease creates the next generation
-file; creation is exclusive (a hard link, which fails if the name exists), so of two runs
-taking over the same lease exactly one wins, with no compare-and-swap needed. A holder that
-finds a later generation than its own has lost the lease (it paused longer than `ttl`) and
-stops. Expiry compares the holder's clock with the reader's: the machines of a cluster must
-agree to well under `ttl` (NTP does). On object stores the creation is a conditional write
-(S3's `If-None-Match: *`, through fsspec's `mode="create"`); a filesystem without one falls
-back to a check then a write, where two runs starting the same step in the same instant may
-both compute it (the bytes are the same: writes are atomic and deterministic).
+was renewed within `ttl` seconds (`CURATE_LEASE_SECONDS`, default 60). A holder that died is
+seen at once only where that is certain: on the same machine (same kernel boot id), in the
+same PID namespace, when its pid is gone or now belongs to a process started at another time;
+a holder in another container that shares the hostname is live until its renewals stop.
+Taking over an expired lease creates the next generation file; creation is exclusive (a hard
+link, which fails if the name exists; on object stores a conditional write, S3's
+`If-None-Match: *` through fsspec's `mode="create"`), so of two runs taking over the same
+lease exactly one wins. A release leaves a tombstone in its generation file, so a generation
+number is never used twice.
+
+Fencing, by place: a holder's temporary files carry its fence (`<run id>g<generation>`,
+unique for ever), its cleanup removes only those, and its commit is the exclusive creation of
+the step's `_SUCCESS`, naming the fence whose marker index it commits (executor.py). A holder
+that paused past `ttl` (Ctrl-Z, a long GC pause) finds a later generation when it renews or
+commits: it stops with an error and deletes nothing. Expiry compares the holder's clock with
+the reader's: the machines of a cluster must agree to well under `ttl` (NTP does). A
+filesystem without exclusive creation falls back to a check then a write.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
@@ -34,6 +41,14 @@ import orjson
 from pipeline.io import atomic, fs
 
 DEFAULT_TTL = 60.0
+
+
+class LeaseLost(Exception):
+    """This run's generation of a lease was replaced by another run's (it paused past the ttl)."""
+
+    def __init__(self, d, rec: dict):
+        self.dir, self.rec = str(d), rec
+        super().__init__(f"lost the lease {fs.path(d).name} to {describe(rec)}")
 
 
 def ttl_seconds() -> float:
@@ -64,14 +79,47 @@ def _name(gen: int) -> str:
     return f"gen-{gen:06d}.json"
 
 
-def _pid_alive(pid: int) -> bool:
+def _read(path: str) -> str | None:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot), or None when there is no such process."""
+    stat = _read(f"/proc/{pid}/stat")
+    if stat is None:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]  # field 22; the name in parentheses may hold spaces
+
+
+def _pidns() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def identity() -> dict:
+    """This process, as a lease record names it: a pid alone is ambiguous across containers
+    (PID namespaces) and reboots, and is reused."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "boot": _read("/proc/sys/kernel/random/boot_id"),
+            "pidns": _pidns(), "start": _start_time(pid)}
+
+
+def _gone(rec: dict) -> bool:
+    """True only when the holder's process certainly no longer exists: same machine, same boot,
+    same PID namespace, and its pid gone or taken by a later process."""
+    me = identity()
+    if not rec.get("pid") or rec.get("host") != me["host"] or me["boot"] is None:
         return False
-    except PermissionError:  # another user's process: it exists
-        return True
-    return True
+    if rec.get("boot") != me["boot"] or rec.get("pidns") != me["pidns"]:
+        return False
+    start = _start_time(int(rec["pid"]))
+    return start is None or (rec.get("start") is not None and start != rec["start"])
 
 
 def holder(d) -> dict | None:
@@ -87,14 +135,14 @@ def holder(d) -> dict | None:
 
 
 def live(rec: dict) -> bool:
+    if rec.get("released"):
+        return False
     if time.time() - rec.get("renewed", 0) > rec.get("ttl", DEFAULT_TTL):
         return False
-    if rec.get("host") == socket.gethostname() and rec.get("pid") and not _pid_alive(int(rec["pid"])):
-        return False  # the holder died on this machine: no need to wait for the expiry
-    return True
+    return not _gone(rec)  # the holder died here: no need to wait for the expiry
 
 
-def _create_exclusive(path, data: bytes) -> bool:
+def create_exclusive(path, data: bytes) -> bool:
     """Write `path` only if it does not exist; True if this call created it."""
     path = fs.path(path)
     fs.makedirs(path.parent)
@@ -140,11 +188,33 @@ class Leases:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._me = identity()
 
-    def _record(self) -> bytes:
-        now = time.time()
-        return orjson.dumps({"run": self.run_id, "name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
-                             "renewed": now, "ttl": self.ttl})
+    def _record(self, **extra) -> bytes:
+        return orjson.dumps({"run": self.run_id, "name": self.name, **self._me, "renewed": time.time(), "ttl": self.ttl,
+                             **extra})
+
+    def fence(self, d) -> str:
+        """The fence token of the generation this run holds in `d`: unique for ever (the run id
+        is random, the generation never reused), letters and digits (it names temporary files)."""
+        return f"{re.sub(r'[^A-Za-z0-9]', '', self.run_id)}g{self.held[str(d)]}"
+
+    def check(self, d) -> None:
+        """Raise LeaseLost when a later generation replaced ours in `d` (read now, not at the
+        next renewal: a holder resumed after a pause must not commit on a stale belief)."""
+        d = str(d)
+        gen = self.held.get(d)
+        gens = _gens(d)
+        if gen is None or (gens and gens[-1] > gen):
+            rec = self.lost.get(d)
+            if rec is None and gens:
+                try:
+                    rec = atomic.read_json(fs.path(d) / _name(gens[-1]))
+                except (FileNotFoundError, ValueError):
+                    rec = None
+            with self._lock:
+                self.held.pop(d, None)
+            raise LeaseLost(d, rec or {"run": "?"})
 
     def acquire(self, d) -> dict | None:
         """Take the lease in `d`. Returns None when this run holds it, else the live holder's record."""
@@ -162,21 +232,26 @@ class Leases:
                 if rec is not None and live(rec):
                     return rec
             gen = (gens[-1] if gens else 0) + 1
-            if _create_exclusive(fs.path(d) / _name(gen), self._record()):
+            if create_exclusive(fs.path(d) / _name(gen), self._record()):
                 with self._lock:
                     self.held[d] = gen
-                if rec is not None:
+                if rec is not None and not rec.get("released"):
                     self.took_over[d] = rec
                 self._start()
                 return None
         return holder(d) or {"run": "?", "host": "?", "pid": None, "renewed": time.time()}
 
-    def release(self, d) -> None:
+    def release(self, d, forget: bool = False) -> None:
+        """Free the lease: a tombstone in our generation file (the next holder takes the next
+        generation), or, with `forget`, the whole lease directory (one no other run names)."""
         d = str(d)
         with self._lock:
             gen = self.held.pop(d, None)
         if gen is not None and _gens(d) and _gens(d)[-1] == gen:
-            fs.rmtree(d)  # free: the next run creates generation 1 again
+            if forget:
+                fs.rmtree(d)
+            else:
+                atomic.write_bytes(fs.path(d) / _name(gen), self._record(released=True))
 
     def release_all(self) -> None:
         for d in list(self.held):

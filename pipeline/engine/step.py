@@ -1,17 +1,19 @@
 """Steps and their on-disk state: the content hash, shard names, markers, status.
 
 A `Step` is a pure function of (its config, its inputs). Its output directory is
-`steps/<name>-<hash8>/`, where the hash covers the step's kind, code version, config and
+`steps/<name>-<hash16>/`, where the hash covers the step's kind, code version, config and
 the hashes of the steps it reads (never the task's module path: moving code re-runs
 nothing). The directory holds:
 
     step.json              resolved config, input hashes, shard specs, versions
     part-00000.parquet     data, written to a temporary name and renamed into place
     _markers/part-00000.json   the shard's stats, written last: "this shard is done"
-    _SUCCESS               written when every marker exists
+    _markers-<fence>.json  every shard's marker in one file, written by the run that commits
+    _SUCCESS               the commit, created exclusively: {"hash", "fence", "markers", "shards"}
 
-A rerun skips a step with `_SUCCESS` and, inside an unfinished step, every shard with a
-marker; a config edit changes the hash, so only the steps it touches (and those
+A rerun skips a step whose `_SUCCESS` names this step's full hash and whose marker index
+holds every shard (a folder of another step, or one a gc left half deleted, is never read as
+done, let alone as empty) and, inside an unfinished step, every shard with a marker; a config edit changes the hash, so only the steps it touches (and those
 downstream) run again.
 
 Example:
@@ -32,11 +34,13 @@ from typing import Any
 
 import orjson
 
+from pipeline.errors import RunError
 from pipeline.io import atomic, fs
 
 MARKERS = "_markers"
-MARKERS_ALL = "_markers.json"  # every shard's marker in one file, written before _SUCCESS
+MARKERS_ALL = "_markers.json"  # every shard's marker in one file (steps committed before fencing)
 SUCCESS = "_SUCCESS"
+HASH_CHARS = 16  # of the sha256 in a step folder's name: see Step.dir for the collision bound
 
 
 def shard_name(index: int) -> str:
@@ -127,8 +131,12 @@ class Step:
         return hash_json([self.config_hash, self.inputs_hash])
 
     def dir(self, store: Path) -> Path:
-        """`<store>/steps/<name>-<hash8>`: where this step's output is in a step store."""
-        return store / "steps" / f"{self.name}-{self.hash[:8]}"
+        """`<store>/steps/<name>-<hash16>`: where this step's output is in a step store.
+
+        16 hex digits are 64 bits: among n variants of one step the chance that two share a
+        folder is below n^2 / 2^65 (5e-10 for a sweep of 10^5 variants), and even then the
+        full hash in `_SUCCESS` is compared before a folder is reused (committed())."""
+        return store / "steps" / f"{self.name}-{self.hash[:HASH_CHARS]}"
 
 
 class ShardOutput:
@@ -145,12 +153,61 @@ class ShardOutput:
         return d / f"{self.name}{suffix}"
 
 
+class StoreError(RunError):
+    """A store folder that holds something other than the step that names it."""
+
+
+def success(step_dir: Path) -> dict | None:
+    """The commit record of a step folder (`_SUCCESS`), or None when it has none."""
+    try:
+        rec = atomic.read_json(step_dir / SUCCESS)
+    except FileNotFoundError:
+        return None
+    except ValueError:  # an empty or cut file: not a commit
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def committed(step: Step, store: Path) -> dict[int, dict] | None:
+    """The markers of `step` when its folder holds it finished, else None (not finished, or
+    partly deleted: then it runs again, resuming from the shard markers that remain).
+
+    The full hash is compared, not only the folder's prefix: a folder holding another
+    step is an error, never reused."""
+    d = step.dir(store)
+    rec = success(d)
+    if rec is None:
+        return None
+    found = rec.get("hash")
+    if found is None:  # committed before _SUCCESS named its hash
+        try:
+            found = atomic.read_json(d / "step.json").get("hash")
+        except (FileNotFoundError, ValueError):
+            return None
+    if found != step.hash:
+        raise StoreError(f"{d} holds another step (hash {found[:16]}..., this plan's is {step.hash[:16]}...): two "
+                         "hashes share the folder's prefix, or the folder was copied in by hand; move it away (or run "
+                         "`curate gc`) and run again")
+    try:
+        markers = _marker_index(d, rec)
+    except (FileNotFoundError, ValueError):
+        return None  # the index is gone (a gc stopped halfway): not done
+    return markers if len(markers) == rec.get("shards", len(markers)) else None
+
+
+def _marker_index(d: Path, rec: dict) -> dict[int, dict]:
+    return {int(k): v for k, v in atomic.read_json(d / rec.get("markers", MARKERS_ALL)).items()}
+
+
 def read_markers(step_dir: Path) -> dict[int, dict]:
-    """Every shard's marker: from the consolidated file a finished step keeps (one read),
-    else one file per shard (a step in progress)."""
-    done = step_dir / MARKERS_ALL
-    if done.exists():
-        return {int(k): v for k, v in atomic.read_json(done).items()}
+    """Every shard's marker: from the index a committed step keeps (one read after the
+    commit's), else one file per shard (a step in progress)."""
+    rec = success(step_dir)
+    if rec is not None:
+        try:
+            return _marker_index(step_dir, rec)
+        except (FileNotFoundError, ValueError):
+            pass
     out = {}
     mdir = step_dir / MARKERS
     if mdir.is_dir():
@@ -168,7 +225,7 @@ def shard_marker(step_dir, index: int) -> dict:
 def step_status(step: Step, store: Path, previous: dict | None) -> tuple[str, str]:
     """('run' | 'skip', why) for the plan: done, resume, new, config or inputs changed."""
     d = step.dir(store)
-    if (d / SUCCESS).exists():
+    if committed(step, store) is not None:
         return "skip", "done"
     if (d / "step.json").exists():
         n = len(list((d / MARKERS).glob("*.json"))) if (d / MARKERS).is_dir() else 0

@@ -16,7 +16,7 @@ import traceback
 from pipeline import __version__
 from pipeline.engine.step import MARKERS, ShardOutput, resolve
 from pipeline.errors import CurateError, RunError
-from pipeline.io import atomic
+from pipeline.io import atomic, fs
 
 
 def reset_peak_rss() -> bool:
@@ -71,6 +71,7 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
     started = time.time()
     reset = reset_peak_rss()
     out = ShardOutput(step_dir, index)
+    prev = fs.set_fence(writer) if writer else None  # temporary names carry the writer's lease generation
     try:
         stats = resolve(fn)(spec, out)
     except CurateError:
@@ -79,12 +80,20 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
         tb = out.path(".txt", "_errors")
         tb.write_text(traceback.format_exc())
         raise RunError(f"{type(e).__name__}: {e} (traceback: {tb})") from None
+    finally:
+        if prev is not None:
+            fs.set_fence(prev)
     stats["seconds"] = round(time.time() - started, 3)
     stats["peak_rss_mb"] = peak_rss_mb(reset)
     stats["node"] = _node()
     if writer:
-        stats["writer"] = writer  # the run that computed this shard (steps are shared between runs)
-    atomic.write_json(out.path(".json", MARKERS), stats)
+        stats["writer"] = writer  # the run and lease generation that computed this shard (steps are shared)
+        prev = fs.set_fence(writer)
+    try:
+        atomic.write_json(out.path(".json", MARKERS), stats)
+    finally:
+        if writer:
+            fs.set_fence(prev)
     return stats
 
 

@@ -1,7 +1,8 @@
 """Atomic file writes: write a temporary name, rename into place, markers last.
 
 A reader never sees a file that looks finished and is not: a killed task leaves only
-`*.tmp-<token>` files, which the next attempt ignores and a finished step removes. Works on
+`*.tmp-<fence>-<token>` files, which the next attempt ignores and a finished step removes
+(its own fence's only: engine/lease.py). Works on
 local paths and on fsspec URLs alike (see `pipeline.io.fs`).
 """
 
@@ -43,9 +44,16 @@ def file_digest(path) -> tuple[int, str]:
     return n, h.hexdigest()
 
 
-def clean_tmp(directory) -> int:
+def clean_tmp(directory, fence: str | None = None) -> int:
+    """Remove the temporary files a writer left under `directory`: only those of `fence` (a
+    lease generation's, see fs.set_fence) when given, so a writer never deletes another's;
+    every one when None (nothing else writes there: a step no lease guards). Directories are
+    never touched, whatever their name."""
     n = 0
     for p in fs.path(directory).rglob("*.tmp-*"):
+        m = fs.TMP.search(p.name)
+        if m is None or (fence is not None and m.group(1) != fence) or not p.is_file():
+            continue
         p.unlink(missing_ok=True)
         n += 1
     return n

@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import uuid
 from contextlib import contextmanager
@@ -139,9 +140,23 @@ def parquet_writer(p, schema, **kw) -> pq.ParquetWriter:
     return pq.ParquetWriter(s, schema, filesystem=fsys, **kw)
 
 
+_FENCE = ["x"]  # the current writer's fence token (engine/lease.py): set per shard task
+TMP = re.compile(r"\.tmp-(?:([A-Za-z0-9]+)-)?[0-9a-f]{8}$")  # <name>.tmp-<fence>-<token>; old names had no fence
+
+
+def set_fence(token: str) -> str:
+    """Name this process's temporary files after `token` (a lease generation's fence), so a
+    cleanup removes only the files of its own writer; returns the previous token."""
+    if not re.fullmatch(r"[A-Za-z0-9]+", token):
+        raise ValueError(f"fence token {token!r}: letters and digits only")
+    prev, _FENCE[0] = _FENCE[0], token
+    return prev
+
+
 def tmp_path(final) -> Path:
+    """`<final>.tmp-<fence>-<random>`: where a file is written before `commit` renames it."""
     final = path(final)
-    return final.with_name(f"{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    return final.with_name(f"{final.name}.tmp-{_FENCE[0]}-{uuid.uuid4().hex[:8]}")
 
 
 def commit(tmp, final) -> None:

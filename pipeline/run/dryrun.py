@@ -9,7 +9,7 @@ from pathlib import Path
 from pipeline.config import LoadedMixture
 from pipeline.engine.lease import describe
 from pipeline.engine.lease import holder as lease_holder
-from pipeline.engine.step import SUCCESS, read_markers, step_status
+from pipeline.engine.step import committed, step_status
 from pipeline.io import atomic, fs
 from pipeline.run import graph
 
@@ -36,10 +36,8 @@ def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
     for sname in lm.mixture.sources:
         files = ctx.files[sname]
         ing = ctx.ingest[sname]
-        d = ing.dir(store)
         docs = toks = "?"
-        if (d / SUCCESS).exists():
-            mk = read_markers(d)
+        if (mk := committed(ing, store)) is not None:
             docs = f"{sum(m['docs_out'] for m in mk.values()):,}"
             toks = f"{sum(m['tokens'] for m in mk.values()):,}"
         lines.append(f"{sname:<16} {len(files):>6} {sum(f.size for f in files) / 1e6:>10.1f} {docs:>10} {toks:>12}")

@@ -22,6 +22,7 @@ from pathlib import Path
 from pipeline import __version__
 from pipeline.config import LoadedMixture
 from pipeline.engine.executor import Executor
+from pipeline.engine import storelock
 from pipeline.engine.lease import Leases
 from pipeline.engine.progress import Progress
 from pipeline.engine.step import step_status
@@ -48,11 +49,13 @@ def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None
     try:
         return _run(lm, run_dir, store, leases, workers, log, quiet, stages)
     finally:
+        storelock.release_shared(leases, store)
         leases.release_all()
 
 
 def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, quiet, stages=None) -> Path:
     record_mod.claim_run_dir(leases, run_dir, store)
+    storelock.hold_shared(leases, store, log)  # until the last read: gc deletes nothing this run plans to read
     ctx = graph.build(lm, run_dir, store, stages)
     prev = previous_steps(run_dir)
     fs.makedirs(run_dir)

@@ -2,16 +2,23 @@
 
 Variants share one step store (pipeline/run/runner.py), so deleting a run directory frees
 nothing by itself: its steps may be another run's too. A store step is in use when a run
-directory's run.json names it (a run writes its whole plan into run.json before any step
-starts, so a run in progress keeps its steps) or when a live run holds its lease
-(pipeline/engine/lease.py). The run directories are those in OUTPUT and those the store's registry
+directory's run.json names it or when a live run holds its lease (pipeline/engine/lease.py).
+gc holds the store's lock exclusively from its plan to its last deletion, and every run
+holds it shared from its plan to its last read (pipeline/engine/storelock.py): gc refuses
+while a run is in progress, and a run that starts while gc deletes waits for it.
+
+A step is deleted commit first: `_SUCCESS`, then its marker index, then its shard markers,
+then its data. A gc stopped at any point leaves a step that is not done, whose remaining
+markers each still have their data: the next run that needs it resumes it. The run directories are those in OUTPUT and those the store's registry
 (`<store>/_runs/`) names, so a store shared by several output folders is safe. Everything
 else under `<store>/steps/` is deleted, with its size printed; `--dry-run` only lists.
 """
 
 from __future__ import annotations
 
-from pipeline.engine import lease
+from pipeline.engine import lease, storelock
+from pipeline.engine.lease import Leases
+from pipeline.engine.step import MARKERS, SUCCESS
 from pipeline.errors import UsageError
 from pipeline.io import atomic, fs
 
@@ -81,13 +88,43 @@ def plan(output, store=None) -> dict:
     return {"store": store, "runs": runs, "gone": gone, "delete": delete, "kept": kept, "leased": leased}
 
 
+def delete_step(step) -> None:
+    """Delete a store step so that every prefix of the deletion leaves it incomplete, never
+    done and empty: the commit, the marker index, the shard markers, then the data."""
+    step = fs.path(step)
+    (step / SUCCESS).unlink(missing_ok=True)
+    for p in step.glob("_markers*.json"):
+        p.unlink(missing_ok=True)
+    fs.rmtree(step / MARKERS)
+    fs.rmtree(step)
+
+
 def collect(output, store=None, dry_run: bool = False) -> tuple[dict, list[str]]:
+    store_dir = fs.path(store) if store else fs.path(output) / "_store"
+    leases = None
+    if not dry_run and (store_dir / "steps").exists():
+        leases = Leases(name="gc")
+        busy = storelock.hold_exclusive(leases, store_dir)
+        if busy:
+            leases.release_all()
+            raise UsageError("curate gc: the store " + str(store_dir) + " is in use by "
+                             + "; ".join(lease.describe(r) for r in busy)
+                             + ". Run gc again when that finishes (a run killed without cleanup frees the store after "
+                             + f"{leases.ttl:.0f}s, CURATE_LEASE_SECONDS)")
+    try:
+        return _collect(output, store, dry_run)
+    finally:
+        if leases is not None:
+            leases.release_all()
+
+
+def _collect(output, store, dry_run: bool) -> tuple[dict, list[str]]:
     p = plan(output, store)
     verb = "would delete" if dry_run else "deleted"
     lines = []
     for step, size in p["delete"]:
         if not dry_run:
-            fs.rmtree(step)
+            delete_step(step)
             fs.rmtree(p["store"] / "_leases" / step.name)
         lines.append(f"{verb}  {step.name:<44} {size / 1e6:>10.1f} MB")
     for step in p["leased"]:

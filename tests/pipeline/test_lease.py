@@ -10,7 +10,7 @@ import time
 
 import orjson
 
-from pipeline.engine.lease import Leases, holder
+from pipeline.engine.lease import Leases, holder, identity
 
 
 def _plant(d, gen: int, **rec) -> None:
@@ -51,12 +51,44 @@ def test_a_holder_that_died_on_this_machine_is_taken_over_at_once(tmp_path):
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()  # a pid that no longer exists
     d = tmp_path / "step"
-    import socket
-
-    _plant(d, 1, host=socket.gethostname(), pid=p.pid, ttl=600)
+    here = identity()
+    _plant(d, 1, **{**here, "pid": p.pid, "start": "1"}, ttl=600)
     me = Leases(name="me")
     assert me.acquire(d) is None  # no 600 s wait: the holder's process is gone
     me.release_all()
+
+
+def test_a_holder_is_dead_only_when_certain_not_by_pid_alone(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    here = identity()
+    me = Leases(name="me")
+    # another container with host networking: same hostname and kernel, another PID namespace,
+    # where the pid means nothing here: live until its renewals stop
+    _plant(tmp_path / "a", 1, **{**here, "pid": p.pid, "pidns": "pid:[4026599999]"}, ttl=600)
+    assert me.acquire(tmp_path / "a")["run"] == "elsewhere-run"
+    # a record without the process identity (written by an older version): renewal time only
+    _plant(tmp_path / "b", 1, host=here["host"], pid=p.pid, ttl=600)
+    assert me.acquire(tmp_path / "b")["run"] == "elsewhere-run"
+    # the pid exists again but belongs to a process started at another time (a reused pid): dead
+    _plant(tmp_path / "c", 1, **{**here, "start": "1"}, ttl=600)
+    assert me.acquire(tmp_path / "c") is None
+    # this very process, same start time: live
+    _plant(tmp_path / "d", 1, **here, ttl=600)
+    assert me.acquire(tmp_path / "d")["run"] == "elsewhere-run"
+    me.release_all()
+
+
+def test_a_generation_is_never_used_twice(tmp_path):
+    d = tmp_path / "step"
+    a, b = Leases(name="a"), Leases(name="b")
+    assert a.acquire(d) is None
+    fa = a.fence(d)
+    a.release(d)  # a tombstone, not a deletion: the next holder takes generation 2
+    assert b.acquire(d) is None and b.fence(d) != fa and b.fence(d).endswith("g2")
+    assert sorted(p.name for p in d.iterdir()) == ["gen-000001.json", "gen-000002.json"]
+    assert orjson.loads((d / "gen-000001.json").read_bytes())["released"] is True
+    b.release_all()
 
 
 def test_the_holder_renews_its_lease_while_it_works(tmp_path):

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
-import sys
 import time
 
 import pyarrow as pa
-import pytest
 
 from pipeline.io import atomic, fs
-from tests.conftest import curate, free_port, mixture_shas, small_mixture, write_yaml
+from tests.conftest import curate, mixture_shas, small_mixture, write_yaml
 
 
 def test_the_filesystem_layer_commits_atomically_on_memory_urls():
@@ -32,7 +28,7 @@ def test_the_filesystem_layer_commits_atomically_on_memory_urls():
         w.write_table(t)
     assert fs.read_table(root / "w.parquet", columns=["n"]).column("n").to_pylist() == [1, 2, 3]
     # a killed writer leaves only a temporary name, which clean_tmp removes
-    (root / "steps" / "a" / "part-00001.parquet.tmp-dead").write_bytes(b"half")
+    (root / "steps" / "a" / "part-00001.parquet.tmp-dead0001").write_bytes(b"half")
     assert atomic.clean_tmp(root / "steps") == 1
     names = sorted(p.name for p in (root / "steps" / "a").iterdir())
     assert names == ["_markers", "part-00000.parquet"]
@@ -47,41 +43,6 @@ def test_the_filesystem_layer_commits_atomically_on_memory_urls():
         fs.copy(local, root / "model.bin")  # and how a trained one is written
     assert (root / "model.bin").read_bytes() == b"new"
     assert atomic.file_digest(root / "pub" / "x" / "1.txt")[0] == 3
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory):
-    """A real S3 API on loopback: moto's server (no network beyond 127.0.0.1)."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    deadline = time.time() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail(f"moto server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.2)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    import s3fs
-
-    s3 = s3fs.S3FileSystem(skip_instance_cache=True)
-    s3.mkdir("curate-test")
-    yield env, s3, log
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    proc.kill()
-    proc.wait()
 
 
 def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, small_run, tmp_path):

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from pipeline.engine.step import read_markers
 from pipeline.io import atomic
 from tests.conftest import curate, mixture_shas, write_yaml
 
@@ -117,7 +118,8 @@ def _leases(out) -> list:
 
 
 def _writers(store_step) -> dict[int, str]:
-    return {int(k): v.get("writer") for k, v in atomic.read_json(store_step / "_markers.json").items()}
+    """The run id that computed each shard (a marker's writer is `<run id>g<lease generation>`)."""
+    return {k: v.get("writer", "").rsplit("g", 1)[0] for k, v in read_markers(store_step).items()}
 
 
 @pytest.fixture(scope="module")

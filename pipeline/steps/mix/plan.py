@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from pipeline.config import format_problems
-from pipeline.engine.step import SUCCESS, Step, read_markers, shard_name
+from pipeline.engine.step import Step, committed, read_markers, shard_name
 from pipeline.errors import RunError, UsageError
 from pipeline.mixing import budget as bm
 from pipeline.mixing import cells
@@ -182,7 +182,7 @@ def expected(ctx: Context) -> list[str]:
     target and the epochs it needs; or which step must run first."""
     upstream = upstream_steps(ctx.mix.priority)
     reads = {s.name for s in upstream}
-    pending = [s.name for s in ctx.steps if s.name in reads and not (s.dir(ctx.store) / SUCCESS).exists()]
+    pending = [s.name for s in ctx.steps if s.name in reads and committed(s, ctx.store) is None]
     if pending:
         return [f"expected mixture: unknown until {pending[0]} runs (and {len(pending) - 1} more steps)" if len(pending) > 1
                 else f"expected mixture: unknown until {pending[0]} runs"]
