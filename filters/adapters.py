@@ -5,7 +5,9 @@ under the same rules as the built-ins: a reason for every drop, counted in the l
     mine:     {type: python, callable: mypkg.rules:keep_doc, mode: document}
 
 A document-mode callable gets the text and returns True (keep), False, or (False, reason);
-a batch-mode callable gets the Arrow record batch and returns (keep mask, reasons).
+a batch-mode callable gets the Arrow record batch and returns (keep mask, reasons). The
+source file of a named callable or class enters the filter step's hash (`user_code`): an
+edit to it re-runs the step.
 """
 
 from __future__ import annotations
@@ -46,13 +48,21 @@ def _module_of(path: str, default_module: str | None = None) -> str:
     return path.rpartition(".")[0] if "." in path else default_module
 
 
+def _reference(path: str, default_module: str | None = None) -> str:
+    """`module:name` of a `module:name`, dotted or bare path (what the step hash names)."""
+    if ":" in path:
+        return path
+    mod, _, name = path.rpartition(".") if "." in path else (default_module, "", path)
+    return f"{mod}:{name}"
+
+
 def _normalise(res) -> tuple[bool, str | None]:
     if isinstance(res, tuple):
         return bool(res[0]), (None if res[0] else (res[1] if len(res) > 1 and res[1] else "removed"))
     return bool(res), (None if res else "removed")
 
 
-@register_filter("datatrove")
+@register_filter("datatrove", libraries=("datatrove",))
 class DatatroveFilter(Filter):
     """Any datatrove filter class, run per document; its reason strings are kept."""
 
@@ -71,6 +81,13 @@ class DatatroveFilter(Filter):
                 module, pip = d if isinstance(d, tuple) else (d, d)
                 out.append((module, pip))
         return out
+
+    @classmethod
+    def user_code(cls, params: DatatroveParams) -> list[str]:
+        """A class outside datatrove (a dotted path to the user's own): its source enters the
+        hash (datatrove's own classes are covered by datatrove's version)."""
+        ref = _reference(params.class_, "datatrove.pipeline.filters")
+        return [] if ref.split(":")[0].split(".")[0] == "datatrove" else [ref]
 
     def __init__(self, params: DatatroveParams):
         super().__init__(params)
@@ -100,6 +117,10 @@ class PythonFilter(Filter):
     @classmethod
     def dependencies(cls, params: PythonParams) -> list[tuple[str, str | None]]:
         return [(_module_of(params.callable), None)]
+
+    @classmethod
+    def user_code(cls, params: PythonParams) -> list[str]:
+        return [_reference(params.callable)]
 
     def __init__(self, params: PythonParams):
         super().__init__(params)

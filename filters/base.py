@@ -14,7 +14,9 @@ Parameters are pydantic models: thresholds are `min_*` / `max_*` with their unit
         Params = LengthParams
         def apply(self, batch): ...
 
-and a mixture YAML picks it with `type: length`. `curate filters` lists the registry.
+and a mixture YAML picks it with `type: length`. `curate filters` lists the registry. The
+registration's `version=` and `libraries=` enter the hash of the filter steps that run
+the type (pipeline/plan/code.py), as its parameters do.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ class Filter:
     """Subclass, set `Params`, implement `apply`. One instance serves many batches."""
 
     name: ClassVar[str]
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "1"  # register_filter(version=...): bumped when the output changes for the same parameters
+    libraries: ClassVar[tuple[str, ...]] = ()  # register_filter(libraries=...): the packages whose output it stores
     Params: ClassVar[type[FilterParams]]
     description: ClassVar[str] = ""
     # (module, pip requirement) the type imports when built; `curate validate` checks them,
@@ -90,6 +93,18 @@ class Filter:
 
     def __init__(self, params: FilterParams):
         self.params = params
+
+    @classmethod
+    def used_libraries(cls, params: FilterParams) -> tuple[str, ...]:
+        """The packages (import names) whose output this instance stores: their installed
+        versions enter the filter step's hash. Default: the registration's `libraries`."""
+        return cls.libraries
+
+    @classmethod
+    def user_code(cls, params: FilterParams) -> list[str]:
+        """The user's functions or classes the parameters name (`module:name`): the digest of
+        each one's source file enters the filter step's hash, so editing it re-runs the step."""
+        return []
 
     @classmethod
     def dependencies(cls, params: FilterParams) -> list[tuple[str, str | None]]:
@@ -128,9 +143,10 @@ FILTERS = Registry("filter", BUILTIN_MODULES)
 _REGISTRY = FILTERS.types  # name -> class, as registered so far
 
 
-def register_filter(name: str, version: str = "1"):
-    """Class decorator: register a filter type under `name` (the YAML `type:`)."""
-    return FILTERS.register(name, version)
+def register_filter(name: str, version: str = "1", libraries: tuple[str, ...] = ()):
+    """Class decorator: register a filter type under `name` (the YAML `type:`). `version`
+    and the installed versions of `libraries` (import names) enter the filter step's hash."""
+    return FILTERS.register(name, version, libraries)
 
 
 def registry() -> dict[str, type[Filter]]:

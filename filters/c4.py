@@ -44,7 +44,7 @@ class C4QualityParams(FilterParams):
     rewrite: bool = Field(False, description="also replace a kept document's text by its kept lines, as C4 does")
 
 
-@register_filter("c4_quality")
+@register_filter("c4_quality", libraries=("spacy",))
 class C4Quality(PerDocFilter):
     """C4 line rules: terminal punctuation, short lines, javascript, policy lines, lorem ipsum, curly brackets, sentences."""
 

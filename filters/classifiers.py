@@ -66,7 +66,8 @@ class ClassifierFamily:
     what `options(params)` picked from them)."""
 
     name: ClassVar[str]
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "1"  # register_classifier(version=...): bumped when a model or a score changes
+    libraries: ClassVar[tuple[str, ...]] = ()  # register_classifier(libraries=...): the packages it trains and scores with
     Params: ClassVar[type[ClassifierParams]]
     description: ClassVar[str] = ""
     title: ClassVar[str] = ""  # the family's name in messages ("fastText"); default: its registered name
@@ -130,9 +131,11 @@ def _params_type_is(name: str, cls: type[ClassifierFamily]) -> None:
                          "(the YAML `type:` picks the family by it)")
 
 
-def register_classifier(name: str, version: str = "1"):
-    """Class decorator: register a classifier family under `name` (the YAML `type:`)."""
-    register = FAMILIES.register(name, version, check=_params_type_is)
+def register_classifier(name: str, version: str = "1", libraries: tuple[str, ...] = ()):
+    """Class decorator: register a classifier family under `name` (the YAML `type:`).
+    `version` and the installed versions of `libraries` (import names) enter the hashes of
+    the steps that train, score and predict with it."""
+    register = FAMILIES.register(name, version, libraries, check=_params_type_is)
 
     def wrap(cls: type[ClassifierFamily]) -> type[ClassifierFamily]:
         cls = register(cls)

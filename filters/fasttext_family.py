@@ -119,7 +119,7 @@ def save(model, final) -> None:
     atomic.commit(tmp, final)
 
 
-@register_classifier("fasttext")
+@register_classifier("fasttext", libraries=("fasttext",))
 class FastText(ClassifierFamily):
     """fastText supervised classifiers (as DCLM's quality filter): binary quality or multi-class topics."""
 

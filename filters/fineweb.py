@@ -38,7 +38,7 @@ class FineWebQualityParams(FilterParams):
     language: str = Field("en", description="word splitting language (spaCy rules)")
 
 
-@register_filter("fineweb_quality")
+@register_filter("fineweb_quality", libraries=("spacy", "datatrove"))
 class FineWebQuality(Filter):
     """FineWeb quality rules: punctuated lines, short lines, repeated lines, list-like pages."""
 

@@ -43,7 +43,7 @@ class GopherQualityParams(FilterParams):
     language: str = Field("en", description="word splitting language (spaCy rules)")
 
 
-@register_filter("gopher_quality", version="2")
+@register_filter("gopher_quality", version="2", libraries=("spacy", "datatrove"))
 class GopherQuality(Filter):
     """Gopher quality rules: word counts and lengths, symbols, bullets, ellipses, alphabetic words, stop words."""
 
@@ -147,7 +147,7 @@ def find_duplicates(items: list[str]) -> tuple[int, int]:
     return n, chars
 
 
-@register_filter("gopher_repetition", version="2")
+@register_filter("gopher_repetition", version="2", libraries=("spacy", "datatrove"))
 class GopherRepetition(Filter):
     """Gopher repetition rules: repeated paragraphs, lines and n-grams."""
 

@@ -49,7 +49,7 @@ def model_path(params: LanguageParams) -> Path:
     return p
 
 
-@register_filter("language")
+@register_filter("language", libraries=("fasttext",))
 class LanguageFilter(Filter):
     """fastText lid.176 language ID: keep wanted languages above a score; adds lang and lang_score."""
 

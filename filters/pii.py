@@ -82,6 +82,11 @@ class Pii(Filter):
         """engine presidio needs Presidio's analyzer: `curate validate` names the pip line when it is missing."""
         return [("presidio_analyzer", "presidio-analyzer>=2.2,<3")] if params.engine == "presidio" else []
 
+    @classmethod
+    def used_libraries(cls, params: PiiParams) -> tuple[str, ...]:
+        """engine presidio finds the spans with these (filters/pii_presidio.py): their versions enter the step hash."""
+        return ("presidio_analyzer", "phonenumbers", "tldextract") if params.engine == "presidio" else ()
+
     def __init__(self, params: PiiParams):
         super().__init__(params)
         p = params

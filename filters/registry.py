@@ -1,7 +1,9 @@
 """A registry of named extension types (the Dolma idea): filter types and classifier
 families each have one. A type registers itself with a class decorator under the name the
-YAML's `type:` uses; a lookup imports the built-in module that registers a name (so a
-worker imports only the families its chain uses), and a miss lists the known names."""
+YAML's `type:` uses, with its version and the libraries whose output it stores (both
+enter the step hash: pipeline/plan/code.py); a lookup imports the built-in module that
+registers a name (so a worker imports only the families its chain uses), and a miss lists
+the known names."""
 
 from __future__ import annotations
 
@@ -17,9 +19,13 @@ class Registry:
         self.builtin_first = builtin_first  # list the built-in ones in their map's order (the first is a default)
         self.types: dict[str, type] = {}
 
-    def register(self, name: str, version: str = "1", check: Callable[[str, type], None] | None = None):
-        """Class decorator: register `cls` under `name`; sets its name, version and a
-        description from its docstring's first line."""
+    def register(self, name: str, version: str = "1", libraries: tuple[str, ...] = (),
+                 check: Callable[[str, type], None] | None = None):
+        """Class decorator: register `cls` under `name`; sets its name, version, libraries
+        and a description from its docstring's first line. `version` (bump it when the
+        type's output changes for the same parameters) and the installed versions of
+        `libraries` (import names of the packages whose output the type stores) enter the
+        hash of every step that runs it."""
 
         def wrap(cls: type) -> type:
             other = self.types.get(name)
@@ -30,6 +36,7 @@ class Registry:
                 check(name, cls)
             cls.name = name
             cls.version = version
+            cls.libraries = tuple(libraries)
             if not cls.description and cls.__doc__:
                 cls.description = cls.__doc__.strip().splitlines()[0]
             self.types[name] = cls

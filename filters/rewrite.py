@@ -58,7 +58,7 @@ class FtfyParams(FilterParams):
     max_decode_length: int = Field(1_000_000, ge=1, description="longest text segment ftfy tries to re-decode")
 
 
-@register_filter("ftfy")
+@register_filter("ftfy", libraries=("ftfy",))
 class Ftfy(Filter):
     """Unicode repair with ftfy.fix_text (mojibake, HTML entities, control characters, quotes, normalisation)."""
 

@@ -204,7 +204,7 @@ class Executor:
             d / "step.json",
             {
                 "name": s.name, "kind": s.kind, "version": s.version, "hash": s.hash,
-                "config_hash": s.config_hash, "inputs_hash": s.inputs_hash,
+                "config_hash": s.config_hash, "inputs_hash": s.inputs_hash, "code_hash": s.code_hash, "code": s.code,
                 "config": s.config, "inputs": {i.name: i.hash for i in s.inputs},
                 "shards": specs, "versions": versions(),
             },

@@ -1,11 +1,13 @@
 """Steps and their on-disk state: the content hash, shard names, markers, status.
 
-A `Step` is a pure function of (its config, its inputs). Its output directory is
-`steps/<name>-<hash16>/`, where the hash covers the step's kind, code version, config and
-the hashes of the steps it reads (never the task's module path: moving code re-runs
-nothing). The directory holds:
+A `Step` is a pure function of (its config, its code, its inputs). Its output directory
+is `steps/<name>-<hash16>/`, where the hash covers the step's kind and config, its code
+(the task's version and what the plan puts in `code`: the filter types' and classifier
+families' versions, the versions of the libraries whose output it stores, the digests of
+the user's functions it calls: pipeline/plan/code.py) and the hashes of the steps it reads
+(never the task's module path: moving code re-runs nothing). The directory holds:
 
-    step.json              resolved config, input hashes, shard specs, versions
+    step.json              resolved config, code, input hashes, shard specs, versions
     part-00000.parquet     data, written to a temporary name and renamed into place
     _markers/part-00000.json   the shard's stats, written last: "this shard is done"
     _markers-<fence>.json  every shard's marker in one file, written by the run that commits
@@ -13,7 +15,8 @@ nothing). The directory holds:
 
 A rerun skips a step whose `_SUCCESS` names this step's full hash and whose marker index
 holds every shard (a folder of another step, or one a gc left half deleted, is never read as
-done, let alone as empty) and, inside an unfinished step, every shard with a marker; a config edit changes the hash, so only the steps it touches (and those
+done, let alone as empty) and, inside an unfinished step, every shard with a marker; a config
+or code edit changes the hash, so only the steps it touches (and those
 downstream) run again.
 
 Example:
@@ -111,16 +114,22 @@ class Step:
     fn: Callable[..., dict]  # the shard task
     shards: Callable[[Step, dict], list[dict]]  # (step, stats of finished steps), called once inputs are done
     cpus: float = 1  # CPU slots a task takes (0 for a coordinator that waits on tasks of its own)
+    code: dict = field(default_factory=dict)  # what of the code decides the output beside the task (plan/code.py)
     meta: dict = field(default_factory=dict)  # not hashed: the shard specs once listed, for error messages
 
     def __post_init__(self):
         self.task = task_name(self.fn)  # what a worker imports; the hash never includes it
         self.version = task_version(self.fn)  # the task's code version, in the hash
+        self.code = {"task": self.version, **self.code}  # what code_hash covers (step.json and run.json record it)
 
-    # computed once: a step's config and inputs do not change after the plan builds it
+    # computed once: a step's config, code and inputs do not change after the plan builds it
     @functools.cached_property
     def config_hash(self) -> str:
-        return hash_json({"kind": self.kind, "version": self.version, "config": self.config})
+        return hash_json({"kind": self.kind, "config": self.config})
+
+    @functools.cached_property
+    def code_hash(self) -> str:
+        return hash_json(self.code)
 
     @functools.cached_property
     def inputs_hash(self) -> str:
@@ -128,7 +137,7 @@ class Step:
 
     @functools.cached_property
     def hash(self) -> str:
-        return hash_json([self.config_hash, self.inputs_hash])
+        return hash_json([self.config_hash, self.inputs_hash, self.code_hash])
 
     def dir(self, store: Path) -> Path:
         """`<store>/steps/<name>-<hash16>`: where this step's output is in a step store.
@@ -223,7 +232,8 @@ def shard_marker(step_dir, index: int) -> dict:
 
 
 def step_status(step: Step, store: Path, previous: dict | None) -> tuple[str, str]:
-    """('run' | 'skip', why) for the plan: done, resume, new, config or inputs changed."""
+    """('run' | 'skip', why) for the plan: done, resume, new, config, code or inputs changed
+    (`previous`: the last run's run.json steps)."""
     d = step.dir(store)
     if committed(step, store) is not None:
         return "skip", "done"
@@ -233,8 +243,29 @@ def step_status(step: Step, store: Path, previous: dict | None) -> tuple[str, st
     prev = (previous or {}).get(step.name)
     if prev is None:
         return "run", "new"
+    if "code_hash" not in prev:  # hashed without code (config_hash held the task's version)
+        return "run", "code changed (the last run was planned by an older Curate)"
     if prev.get("config_hash") != step.config_hash:
         return "run", "config changed"
+    if prev["code_hash"] != step.code_hash:
+        return "run", "code changed" + code_changes(prev.get("code") or {}, step.code)
     if prev.get("inputs_hash") != step.inputs_hash:
         return "run", "inputs changed"
     return "run", "output missing"
+
+
+def code_changes(old: dict, new: dict, most: int = 3) -> str:
+    """What differs between two steps' `code` records, for the plan: ": filters.gopher_quality
+    2 -> 3, libraries.ftfy 6.2.0 -> 6.3.1" (a user function: "edited")."""
+    def flat(code: dict) -> dict:
+        return {f"{k}.{n}" if isinstance(v, dict) else k: w for k, v in code.items()
+                for n, w in (v.items() if isinstance(v, dict) else [(None, v)])}
+
+    def shown(code: dict, k: str) -> str:
+        return "-" if k not in code else "none" if code[k] is None else str(code[k])  # none: a library not installed
+
+    a, b = flat(old), flat(new)
+    diffs = [f"{k} edited" if k.startswith("callables.") and k in a and k in b else f"{k} {shown(a, k)} -> {shown(b, k)}"
+             for k in sorted(a.keys() | b.keys()) if a.get(k, ...) != b.get(k, ...)]
+    more = f", {len(diffs) - most} more" if len(diffs) > most else ""
+    return f": {', '.join(diffs[:most])}{more}" if diffs else ""

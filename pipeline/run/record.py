@@ -82,9 +82,10 @@ def claim_run_dir(leases: Leases, run_dir: Path, store) -> None:
 
 
 def step_record(ctx: Context, s: Step, status: str) -> dict:
-    """A step's entry in run.json; `dir` as the run directory names it (Context.step_ref)."""
-    return {"hash": s.hash, "config_hash": s.config_hash, "inputs_hash": s.inputs_hash, "dir": ctx.step_ref(s),
-            "status": status}
+    """A step's entry in run.json; `dir` as the run directory names it (Context.step_ref).
+    The next plan compares its hashes, and its `code`, to say why a step runs again."""
+    return {"hash": s.hash, "config_hash": s.config_hash, "inputs_hash": s.inputs_hash, "code_hash": s.code_hash,
+            "code": s.code, "dir": ctx.step_ref(s), "status": status}
 
 
 def link_steps(ctx: Context, run_dir: Path) -> None:

@@ -12,7 +12,8 @@ unchanged, which the mix step prefers to the document's own, and `rewritten_by` 
 names of the filters that changed it, comma-separated) for the sample browser. The marker carries per-stage
 counts (docs, chars, tokens in and out; removals by reason; what a rewriter changed:
 `rewritten`, and `emptied_by_rewrite` for a document it emptied) for the ledger. Changing a
-filter's parameters changes this step's hash, not ingest's.
+filter's parameters changes this step's hash, not ingest's; so do a filter type's
+registered version, the libraries it calls and the user functions it names (plan/code.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pyarrow.compute as pc
 
 from filters import base as filter_base
 from filters.web import EXTRACT_FILTER, EXTRACT_STAGE
-from pipeline.plan import tokens
+from pipeline.plan import code, tokens
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
 from pipeline.plan.stage import Stage
@@ -55,7 +56,8 @@ def plan(ctx: Context) -> list[Step]:
         files = {f"{n}.{k}": atomic.file_digest(fs.path(v))[1] for n, _ in fl if n != EXTRACT_STAGE
                  for k, v in filter_base.path_fields(ctx.mixture.filters[n]).items()}
         cfg = {"filters": fl, "files": files, "tokenizer": ctx.tokenizer_id}
-        flt = Step(f"filter-{sname}", "filter", cfg, [ing], run_shard, shards=filter_shards)
+        used = code.filter_code(filter_base.parse_params(p) for _, p in fl)  # versions, libraries, user functions
+        flt = Step(f"filter-{sname}", "filter", cfg, [ing], run_shard, shards=filter_shards, code=used)
         steps.append(flt)
         ctx.filter[sname] = flt
     return steps

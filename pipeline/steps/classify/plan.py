@@ -6,7 +6,8 @@ threshold and attributes (`quality-<source>-threshold`, `quality-<source>`). The
 hashes make iteration cheap: `min_score` and `keep_fraction` are in the threshold step
 only, so editing them skips training and scoring. What the model is (fastText ...) is the
 classifier family's (`classifiers.<name>.type`, filters/classifiers.py): the plan asks it
-for its model file's name, the options that change a score, and a pretrained model's labels.
+for its model file's name, the options that change a score, and a pretrained model's labels;
+its registered version and libraries enter the training, scoring and topic steps' hashes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from filters.classifiers import family
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
+from pipeline.plan import code
 from pipeline.plan.context import Context
 from pipeline.steps.classify import tasks as classify
 from pipeline.plan.stage import Stage
@@ -82,7 +84,7 @@ def plan(ctx: Context) -> list[Step]:
             return [spec]
 
         train = Step(f"classify-{cname}-train", "classify-train", cfg, [ex], classify.train_shard,
-                     shards=train_shards)
+                     shards=train_shards, code=code.family_code(c.type))
         steps += [ex, train]
         models[cname] = (train, str(train.dir(ctx.store) / family(c.type).model_file), None)
 
@@ -101,6 +103,7 @@ def plan(ctx: Context) -> list[Step]:
             shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c, options=options: [
                 {"doc": d, "model": model_path, "type": c.type, "label": c.label, "options": options,
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)],
+            code=code.family_code(c.type),
         )
         steps.append(score)
 
@@ -146,7 +149,7 @@ def plan(ctx: Context) -> list[Step]:
 
         step = Step(f"topic-{sname}", "topic", {"model": model_id, **options},
                     ([train] if train else []) + [base[sname]] + dedup + before, classify.topic_shard,
-                    shards=topic_shards)
+                    shards=topic_shards, code=code.family_code(c.type))
         steps.append(step)
         ctx.topic[sname] = step
     return steps

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from pipeline.engine.step import Step, shard_name
+from pipeline.plan import code
 from pipeline.plan.context import Context
 from pipeline.shards import apply, combine
 from pipeline.steps.dedup import exact, fuzzy, paragraph
@@ -92,7 +93,8 @@ def plan(ctx: Context) -> list[Step]:
                                                  "date_field": dd.exact.date_field}  # text keys keep their old hashes
         cfg = {"normalize": dd.exact.normalize, **by, **common}
         mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, exact.map_shard, shards=per_doc(lambda kept, d, stats: {"normalize": dd.exact.normalize, **by,
-                                                            "partitions": _partitions(dd, kept)}, prev)))
+                                                            "partitions": _partitions(dd, kept)}, prev),
+                      code=code.code(None, ["python"] if by else [])))  # crawl dates: Python's datetime.fromisoformat
         rd = add(Step("dedup-exact-reduce", "dedup-exact-reduce", {}, [mp], exact.reduce_shard,
                       shards=reduce_specs(mp, {"reason": "url_duplicate_of"} if by else {})))
         ctx.add_layer(apply_step("exact", rd, apply.run_shard, exact.COLUMNS, prev, combined=mp), "dedup:exact")

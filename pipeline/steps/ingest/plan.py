@@ -19,6 +19,7 @@ from pipeline.engine.step import Step, shard_name
 from pipeline.io import fs
 from pipeline.io.atomic import link_tree
 from pipeline.io.discover import InputFile
+from pipeline.plan import code
 from pipeline.plan.context import Context
 from pipeline.plan.sources import fingerprint
 from pipeline.steps.ingest import documents, idindex, ids, splits
@@ -93,7 +94,8 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
         n = idindex.partitions(len(specs) * spec.max_shard_rows)
         return [{**s, "index_partitions": n} for s in specs]
 
-    ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, documents.run_shard, shards=indexed)
+    ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, documents.run_shard, shards=indexed,
+               code=code.extract_code(extract) if extract else {})  # the extractor's libraries or function
 
     def index_shards(st, stats):
         ms = stats[ing.name]
