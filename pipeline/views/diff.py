@@ -55,7 +55,7 @@ def config_changes(a: dict, b: dict) -> list[tuple[str, object, object]]:
 
 
 def _step_names(rec: dict) -> dict[str, str]:
-    """step name -> store directory name (name-hash8)."""
+    """step name -> store directory name (name-hash16)."""
     return {k: v["dir"].rstrip("/").rsplit("/", 1)[-1] for k, v in rec["steps"].items()}
 
 
