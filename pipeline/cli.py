@@ -143,6 +143,9 @@ def _parser() -> argparse.ArgumentParser:
                     "default: the YAML's publish.license, else `other` with a note in the card")
     pb.add_argument("--pretty-name", help="the card's title (default: publish.pretty_name, else the run's name)")
     pb.add_argument("--copy", action="store_true", help="copy the mixture files instead of hard-linking them")
+    pb.add_argument("--allow-unknown-loss", action="store_true",
+                    help="publish a run whose input files were cut or unreadable (ledger conservation: unknown; their records "
+                    "after the damage were neither read nor counted); refused without it. The card says so in its first lines")
 
     rp = sub.add_parser("report", help="(re)write report.html and report.json of a run and print the path")
     rp.add_argument("run_dir")
@@ -207,7 +210,8 @@ def _dispatch(args) -> int:
     if args.cmd == "publish":
         from pipeline.views import publish
 
-        out = publish.publish(args.run_dir, args.out_dir, license=args.license, pretty_name=args.pretty_name, copy=args.copy)
+        out = publish.publish(args.run_dir, args.out_dir, license=args.license, pretty_name=args.pretty_name, copy=args.copy,
+                              allow_unknown_loss=args.allow_unknown_loss)
         print(out / "README.md")
         return 0
     if args.cmd == "demo-data":
@@ -235,7 +239,7 @@ def _dispatch(args) -> int:
 
             print(orjson.dumps(infos, option=orjson.OPT_INDENT_2).decode())
         else:
-            print(explain.render(infos, args.id))
+            print(explain.render(infos, args.id, fs.path(args.run_dir)))
         return 0 if infos else 1
     if args.cmd == "report":
         from pipeline.views import report
@@ -352,6 +356,7 @@ def _classifier_lines(run_dir: Path) -> list[str]:
 
 def _summary(run_dir: Path, published: Path | None = None):
     from pipeline.io import atomic
+    from pipeline.shards import ledger
 
     led = atomic.read_json(run_dir / "ledger.json")
     man = atomic.read_json(run_dir / "manifest.json")
@@ -359,6 +364,12 @@ def _summary(run_dir: Path, published: Path | None = None):
     for s, e in led["sources"].items():
         toks = man["sources"].get(s, {}).get("realized_tokens", 0)
         print(f"{s:<16} {e['in']:>9,} {e['kept']:>9,} {e['removed_total']:>9,} {e['quarantined']:>9,} {toks:>12,}  {e['conservation']}")
+    lost = ledger.unread_files(led)
+    if lost:
+        print(f"unknown loss: {len(lost)} input file{'s were' if len(lost) > 1 else ' was'} cut or could not be read; the "
+              "records after the damage were neither read nor counted (ledger conservation: unknown; re-fetch or repair them):")
+        for f in lost:
+            print(f"  {f['file'] or '(path not recorded)'} (source {f['source']}): {f['error']}")
     for line in _classifier_lines(run_dir):
         print(line)
     print(f"run directory: {run_dir}")
@@ -368,7 +379,9 @@ def _summary(run_dir: Path, published: Path | None = None):
     if (run_dir / "report.html").exists():
         print(f"  samples:  {run_dir / 'samples' / 'index.html'}")
         print(f"  report:   {run_dir / 'report.html'}")
-    if published is not None:
+    if published is not None and lost:
+        print(f"  not published (unknown loss): `curate publish {run_dir} {published} --allow-unknown-loss` publishes it as it is")
+    elif published is not None:
         print(f"  published: {published / 'README.md'}")
     if any(e["quarantined"] for e in led["sources"].values()):
         print(f"  quarantine: {run_dir / 'quarantine'}")

@@ -316,7 +316,8 @@ class SamplesSpec(Model):
 class PublishSpec(Model):
     dir: str = Field(description="the folder to write (relative to the YAML file; a local folder; `{name}` becomes the "
                      "mixture's name, so a copied variant publishes beside it): an HF-loadable dataset with a generated "
-                     "card, as `curate publish RUN_DIR DIR` writes it, after every successful run")
+                     "card, as `curate publish RUN_DIR DIR` writes it, after every successful run (not after one whose input files "
+                     "were cut: ledger conservation `unknown`; `curate publish --allow-unknown-loss` publishes it)")
     license: str | None = Field(None, description="the dataset's license as the hub spells it (odc-by, cc-by-4.0 ...); "
                                 "null: `other`, and the card says the configuration gives none")
     pretty_name: str | None = Field(None, description="the card's title (default: the mixture's name)")

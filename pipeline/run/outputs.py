@@ -5,6 +5,8 @@ context lists them per source (`Context.layer_stages`)."""
 
 from __future__ import annotations
 
+from pipeline.engine.step import Step
+from pipeline.io import atomic
 from pipeline.mixing import budget as bm
 from pipeline.plan.context import Context
 from pipeline.shards import ledger
@@ -37,7 +39,23 @@ def ledger_of(ctx: Context, stats: dict) -> dict:
                 why = bm.not_selected_reason(c)
                 ns[why] = ns.get(why, 0) + c["available_docs"] - c["distinct_docs"]
             mix.update({"kept": sel["distinct_docs"], "not_selected": ns})
+        ing = ctx.ingest[sname]
         entries[sname] = ledger.source_entry(
-            sname, stats[ctx.ingest[sname].name], stats[flt.name] if flt else None, ctx.chains[sname], mix, later
+            sname, stats[ing.name], stats[flt.name] if flt else None, ctx.chains[sname], mix, later,
+            unread_files=_unread_files(ctx, ing, stats[ing.name]),
         )
     return ledger.build(entries)
+
+
+def _unread_files(ctx: Context, ingest: Step, markers: dict[int, dict]) -> list[dict]:
+    """The input files of the ingest shards that stopped at a cut, a damaged part or a file that
+    could not be opened ({"file", "error"}, once per file): the shard specs name them (the
+    step's own, or its step.json when the step was cached)."""
+    bad = {i: m["stream_error"] for i, m in sorted(markers.items()) if m.get("stream_error")}
+    if not bad:
+        return []
+    specs = ingest.meta.get("specs") or atomic.read_json(ingest.dir(ctx.store) / "step.json")["shards"]
+    out: dict[str, str] = {}
+    for i, err in bad.items():
+        out.setdefault(specs[i]["split"]["file"]["path"], err)
+    return [{"file": f, "error": e} for f, e in out.items()]

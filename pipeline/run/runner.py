@@ -5,7 +5,9 @@
               ones waited for (leases), one Ray task per shard
     assemble  run/outputs.py: ledger.json; each stage's publication (mixture/, quarantine/,
               validation/, samples/) and manifest.json; run.json (run/record.py); report.html
-    publish   the `publish:` section: a dataset folder with its card (views/publish.py)
+    publish   the `publish:` section: a dataset folder with its card (views/publish.py); not
+              when an input file was cut (ledger conservation "unknown": the run finishes,
+              its summary says which files, `curate publish --allow-unknown-loss` publishes it)
 
 Each step hashes only what changes its output, so an edit re-runs what it touches: a
 filter threshold re-runs that source's filter step and what reads it; `mixture.shard_rows`
@@ -99,6 +101,9 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
     if lm.mixture.publish is not None:
         from pipeline.views import publish
 
+        if ledger.unread_files(led):  # the run is kept; `curate publish --allow-unknown-loss` publishes it
+            log(f"not published: {publish.unknown_loss_refusal(run_dir, led)}")
+            return run_dir
         out = publish.publish(run_dir, lm.publish_dir())  # its license, name, tags: the run's publish section
         log(f"published: {out} (dataset card: {out / 'README.md'})")
     return run_dir

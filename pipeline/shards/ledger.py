@@ -7,12 +7,18 @@ Built from the shard markers (small JSON), never from the documents. Per source:
     removed      by stage and reason, e.g. {"filter:len": {"too_few_chars": 12}, "mix": {"not_selected": 9},
                  "dedup:exact": {"exact_duplicate": 40}} (attributes hold each survivor's id)
     quarantined  by reason, e.g. {"invalid_json": 1}
-    conservation in == kept + removed + quarantined
+    conservation true when in == kept + removed + quarantined; "unknown" when that holds but a file
+                 was cut or unreadable (`unread_files`), so the records after the damage were
+                 neither read nor counted; false when the counted records do not balance
+    unread_files the files whose records could not all be read: [{"file", "error"}]
     stages       docs, chars and tokens in and out of each stage, in order; for web sources
                  the ingest stage's `skipped_records` counts WARC records that are not
                  documents (request, warcinfo, ...), and `extraction` sums the extractor's work
 
-A run whose ledger does not balance for any source fails (exit 1).
+A run whose ledger does not balance for any source fails (exit 1); one whose only gap is
+"unknown" finishes (the good records are kept) and says which files were cut, in its
+summary, report, `curate runs` and card, and `curate publish` refuses it unless
+--allow-unknown-loss.
 """
 
 from __future__ import annotations
@@ -34,10 +40,11 @@ def _merge_counts(into: dict, counts: dict) -> None:
 
 
 def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | None, filter_names: list[str],
-                 mix: dict, global_stages: list[tuple[str, list[dict]]] = ()) -> dict:
+                 mix: dict, global_stages: list[tuple[str, list[dict]]] = (), unread_files: list[dict] = ()) -> dict:
     """`global_stages`: (stage, this source's shard markers) after the filters (dedup kinds,
     quality), in order; `mix`: kept (distinct documents in the mixture), rows, tokens,
-    repeats, and not_selected (down-sampled out) or excluded."""
+    repeats, and not_selected (down-sampled out) or excluded; `unread_files`: the files of the
+    ingest shards with a `stream_error` ({"file", "error"}, run/outputs.py finds their paths)."""
     records_in = _sum(ingest, "records_in")
     quarantined: dict[str, int] = {}
     for m in ingest.values():
@@ -102,7 +109,8 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
         "unreadable_streams": stream_errors,
         # records after a break in a compressed stream cannot be counted: never reported as 0
         "unread_after_corruption": "unknown" if stream_errors else 0,
-        "conservation": records_in == kept + removed_total + q_total,
+        "unread_files": list(unread_files) or [{"file": None, "error": e} for e in stream_errors],
+        "conservation": conservation(records_in == kept + removed_total + q_total, bool(stream_errors)),
         "stages": stages,
         **({"extraction": extraction} if extraction else {}),
     }
@@ -120,17 +128,54 @@ def _extraction(ingest: dict[int, dict]) -> dict | None:
     return out
 
 
+def conservation(balanced: bool, uncounted: bool) -> bool | str:
+    """A source's (or the run's) conservation: False when the counted records do not balance
+    (whatever else is true), "unknown" when they do but some records could not be counted,
+    else True. Never test it for truth: "unknown" is a non-empty string."""
+    if not balanced:
+        return False
+    return "unknown" if uncounted else True
+
+
 def build(entries: dict[str, dict]) -> dict:
+    values = [e["conservation"] for e in entries.values()]
     return {
         "sources": entries,
-        "conservation": all(e["conservation"] for e in entries.values()),
+        "conservation": conservation(False not in values, "unknown" in values),
         "totals": {k: sum(e[k] for e in entries.values()) for k in ("in", "kept", "removed_total", "quarantined")},
     }
 
 
 def imbalance(ledger: dict) -> list[str]:
+    """The sources whose counted records do not balance (conservation false; "unknown" is not)."""
     return [
         f"source {s}: in={e['in']} but kept+removed+quarantined={e['kept'] + e['removed_total'] + e['quarantined']} "
         f"(kept={e['kept']}, removed={e['removed_total']}, quarantined={e['quarantined']})"
-        for s, e in ledger["sources"].items() if not e["conservation"]
+        for s, e in ledger["sources"].items() if e["conservation"] is False
     ]
+
+
+def unread_files(ledger: dict) -> list[dict]:
+    """Every file whose records after a cut or an unreadable start were neither read nor
+    counted: [{"source", "file", "error"}] ("file" None in a ledger written before the
+    paths were recorded). Also read from such ledgers, whose conservation still said true
+    beside `unread_after_corruption: "unknown"`."""
+    out = []
+    for s, e in ledger["sources"].items():
+        files = e.get("unread_files")
+        if files is None and e.get("unread_after_corruption") == "unknown":
+            files = [{"file": None, "error": x} for x in e.get("unreadable_streams") or [None]]
+        out += [{"source": s, **f} for f in files or []]
+    return out
+
+
+def describe_unread(files: list[dict], limit: int = 10) -> str:
+    """'2 input files were cut or could not be read (...): <file> (source s); ...' for
+    messages, the summary and the report; '' when there are none."""
+    if not files:
+        return ""
+    named = [f"{f['file'] or '(a file whose path this ledger does not record)'} (source {f['source']})" for f in files[:limit]]
+    more = f"; and {len(files) - limit} more (ledger.json: unread_files)" if len(files) > limit else ""
+    n = len(files)
+    return (f"{n} input file{'s were' if n > 1 else ' was'} cut or could not be read, so the records after the damage were "
+            f"neither read nor counted (ledger conservation: unknown): " + "; ".join(named) + more)

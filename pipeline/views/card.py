@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from pipeline.shards import ledger
 from pipeline.views import report
 from pipeline.io import atomic, fs
 
@@ -121,6 +122,25 @@ def _intro(c: Context) -> str:
             "report; `curate/` holds those files.")
 
 
+def _unknown_loss(c: Context) -> list[str]:
+    """The card's first lines when input files were cut (published with --allow-unknown-loss)."""
+    files = ledger.unread_files(c.ledger)
+    if not files:
+        return []
+    n = len(files)
+    return [f"**Unknown loss: {n} input file{'s were' if n > 1 else ' was'} cut or could not be read, so the records after the "
+            "damage were neither read nor counted (ledger conservation: unknown): this dataset may lack documents that the "
+            "counts below do not show. Published with `--allow-unknown-loss`.** Files: "
+            + "; ".join(f"`{f['file'] or '(path not recorded)'}` (source `{f['source']}`)" for f in files) + ".", ""]
+
+
+def _accounted(led: dict) -> str:
+    if not ledger.unread_files(led):
+        return "Every document is accounted for: in = kept + removed + quarantined for every source"
+    return ("Every document read is accounted for: in = kept + removed + quarantined for every source; the records after the "
+            "damage in the input files named at the top were neither read nor counted")
+
+
 def render(c: Context) -> str:
     rec, led, man, cfg = c.record, c.ledger, c.manifest, c.record["config"]
     name = c.pretty_name or rec["name"]
@@ -128,6 +148,7 @@ def render(c: Context) -> str:
     mixed = {s: v for s, v in man["sources"].items() if v}
     L = ["---", yaml.safe_dump(front_matter(c), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
          f"# {name}", "",
+         *_unknown_loss(c),
          _intro(c), "",
          "## Loading", "", "```python", "from datasets import load_dataset", "",
          "ds = load_dataset(\"path/to/this/folder\")  # or the hub repository it is uploaded to",
@@ -145,9 +166,8 @@ def render(c: Context) -> str:
                 [[s, cfg["sources"][s].get("role", "train"), e["in"], e["kept"], e["removed_total"], e["quarantined"],
                   e["stages"][0].get("tokens_out"), (man["sources"].get(s) or {}).get("realized_tokens", 0)]
                  for s, e in led["sources"].items()])
-    L += [f"Every document is accounted for: in = kept + removed + quarantined for every source (ledger conservation: "
-          f"{_n(led['conservation'])}). Inputs: " + "; ".join(f"`{s}` {', '.join(f'`{p}`' for p in v['paths'])}"
-                                                          for s, v in cfg["sources"].items()) + ".", ""]
+    L += [f"{_accounted(led)} (ledger conservation: {_n(led['conservation'])}). Inputs: " + "; ".join(
+        f"`{s}` {', '.join(f'`{p}`' for p in v['paths'])}" for s, v in cfg["sources"].items()) + ".", ""]
 
     L += ["## Filters and removals", ""]
     for s, v in cfg["sources"].items():

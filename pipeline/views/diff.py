@@ -6,7 +6,9 @@ compares two run directories: the config (YAML keys changed, old -> new), the st
 the mixture and the realised weights side by side (manifest.json), the removals per stage
 and reason with their delta (ledger.json), and the documents that changed fate: kept in A
 and removed in B, the reverse, and removed by another stage, each with the stage
-responsible (B's stage for a removal, A's for a rescue).
+responsible (B's stage for a removal, A's for a rescue). A run whose input files were cut
+(ledger conservation "unknown") is named first with those files: its counts leave out
+records nobody read.
 
 Documents are compared shard by shard: for a source whose ingest step both runs share, each
 ingest shard's decisions (pipeline.shards.decisions.shard_decisions) are computed for A and for
@@ -24,7 +26,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from pipeline.shards import decisions
+from pipeline.shards import decisions, ledger
 from pipeline.errors import UsageError
 from pipeline.io import atomic, fs
 
@@ -164,6 +166,10 @@ def diff(run_a, run_b, out=None, samples: int = 0, seed: int = 0) -> tuple[dict,
     a, b = _open(run_a), _open(run_b)
     lines = [f"A: {run_a}  ({a.record['name']}, {a.record.get('mixture_file')})",
              f"B: {run_b}  ({b.record['name']}, {b.record.get('mixture_file')})", ""]
+    la, lb = (atomic.read_json(r.dir / "ledger.json") for r in (a, b))
+    unread = {"a": ledger.unread_files(la), "b": ledger.unread_files(lb)}  # conservation "unknown": files cut
+    lines += [f"{k.upper()}: unknown loss: {ledger.describe_unread(v)}" for k, v in unread.items() if v]
+    lines += [""] if any(unread.values()) else []
     changes = config_changes(_config(a), _config(b))
     lines.append(f"config: {len(changes)} keys differ")
     for k, va, vb in changes:
@@ -194,7 +200,7 @@ def diff(run_a, run_b, out=None, samples: int = 0, seed: int = 0) -> tuple[dict,
             lines.append(f"  {c:<{width}} {_n(xa.get('documents')):>9} {_n(xb.get('documents')):>11} {_n(xa.get('tokens')):>13} "
                          f"{_n(xb.get('tokens')):>13} {_w(xa.get('realized_weight')):>9} {_w(xb.get('realized_weight')):>9} "
                          f"{_w(xa.get('target_weight')):>9} {_w(xb.get('target_weight')):>9}")
-    removals = _removals(atomic.read_json(a.dir / "ledger.json"), atomic.read_json(b.dir / "ledger.json"))
+    removals = _removals(la, lb)
     moved = [r for r in removals if r[3] != r[4]]
     lines += ["", f"removals by stage and reason (ledger.json: {len(moved)} of {len(removals)} rows differ)",
               f"  {'source':<10} {'stage':<26} {'reason':<30} {'A':>8} {'B':>8} {'delta':>8}"]
@@ -223,7 +229,7 @@ def diff(run_a, run_b, out=None, samples: int = 0, seed: int = 0) -> tuple[dict,
                 lines.append("    " + " ".join((text or "").split())[:300])
     return {"config": changes, "shared": shared, "only_a": only_a, "only_b": only_b, "removals": moved,
             "fates": {f"{src}|{k}|{st}": n for (src, k, st), n in f["counts"].items()}, "skipped": f["skipped"],
-            "compared": f["compared"]}, "\n".join(lines)
+            "compared": f["compared"], "unread_files": unread}, "\n".join(lines)
 
 
 def _fate(d) -> str:

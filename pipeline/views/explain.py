@@ -20,7 +20,7 @@ from pipeline.errors import UsageError
 from pipeline.engine.step import shard_name
 from pipeline.io import atomic, fs
 from pipeline.mixing import budget
-from pipeline.shards import decisions
+from pipeline.shards import decisions, ledger
 from pipeline.shards.ledger import filter_stage
 from pipeline.steps.ingest import idindex
 
@@ -200,9 +200,12 @@ def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int
     return (", ".join(places) or None), cell, phases[0][0] is not None
 
 
-def render(infos: list[dict], doc_id: str) -> str:
+def render(infos: list[dict], doc_id: str, run_dir: Path | None = None) -> str:
     if not infos:
-        return f"no document with id {doc_id!r} in this run (ids are in mixture/*.parquet and the ingest steps' shards)"
+        led = fs.path(run_dir) / "ledger.json" if run_dir is not None else None
+        unread = ledger.unread_files(atomic.read_json(led)) if led is not None and led.exists() else []
+        return (f"no document with id {doc_id!r} in this run (ids are in mixture/*.parquet and the ingest steps' shards)"
+                + (f"; it may be among the records never read: {ledger.describe_unread(unread)}" if unread else ""))
     lines = []
     for info in infos:
         lines.append(f"{info['id']}  source {info['source']}  ({info['source_id']}, {info['n_chars']:,} chars, "

@@ -17,7 +17,9 @@ and `datasets.load_dataset(OUT_DIR)` read as it is, with a dataset card written 
 
 The folder is built beside OUT_DIR and renamed into place: an earlier publish is replaced
 whole; any other non-empty folder is refused. Only a run that finished (SUCCESS, ledger
-balanced) is published.
+balanced) is published; one whose ledger conservation is "unknown" (input files cut, their
+later records neither read nor counted) only with --allow-unknown-loss, and its card says so
+in its first lines.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from pipeline.shards import ledger
 from pipeline.views import card
 from pipeline.errors import UsageError
 from pipeline.io import atomic, fs
@@ -109,9 +112,28 @@ def _check_out(out: Path, run_dir) -> None:
                          "(an earlier publish there is replaced whole)")
 
 
-def publish(run_dir, out, license: str | None = None, pretty_name: str | None = None, copy: bool = False) -> Path:
+def unknown_loss_refusal(run_dir, led: dict, out=None) -> str:
+    """Why a run whose input files were cut is not published, and the two ways on; '' for any other run."""
+    files = ledger.unread_files(led)
+    if not files:
+        return ""
+    return (f"{run_dir}: {ledger.describe_unread(files)}. Re-fetch or repair the file{'s' if len(files) > 1 else ''} and run "
+            f"again, or publish the run as it is with `curate publish {run_dir} {out or 'OUT_DIR'} --allow-unknown-loss` "
+            "(the dataset card then says so in its first lines)")
+
+
+def check_unknown_loss(run_dir, led: dict, out, allow: bool) -> None:
+    """Refuse a run with uncounted unread records (ledger conservation "unknown") unless allowed."""
+    why = unknown_loss_refusal(run_dir, led, out)
+    if why and not allow:
+        raise UsageError(f"publish: {why}")
+
+
+def publish(run_dir, out, license: str | None = None, pretty_name: str | None = None, copy: bool = False,
+            allow_unknown_loss: bool = False) -> Path:
     """Write the folder; returns its path. What is not given comes from the run's own `publish:`
-    section (license, pretty_name, tags, copy_files)."""
+    section (license, pretty_name, tags, copy_files). A run whose input files were cut is
+    refused unless `allow_unknown_loss` (check_unknown_loss)."""
     if fs.is_url(str(out)):
         raise UsageError(f"publish: {out} must be a local folder (upload it with `huggingface-cli upload` or your tool)")
     run_dir = fs.path(run_dir)
@@ -133,6 +155,7 @@ def publish(run_dir, out, license: str | None = None, pretty_name: str | None = 
     man = atomic.read_json(run_dir / "manifest.json")
     if not led.get("conservation"):
         raise UsageError(f"publish: {run_dir}/ledger.json does not balance; a run that loses documents is not published")
+    check_unknown_loss(run_dir, led, out, allow_unknown_loss)
     _check_out(out, run_dir)
     tmp = out.with_name(f".{out.name}.publish-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -3,7 +3,8 @@
 report.json holds the numbers: per source the funnel (documents and tokens after ingest
 and after every stage, from the ledger), removals by stage and reason, the quality score
 histogram with its threshold, the language distribution, the target and realised mixture
-weights (from the manifest), and the run time of every step. report.html shows the same
+weights (from the manifest), the run time of every step, and the input files that were cut
+or unreadable (ledger conservation "unknown"; first on the page). report.html shows the same
 numbers as tables and bar charts inlined as SVG (pipeline/views/plots.py), in one self-contained page.
 Score histograms and language counts are summed from the shard markers (the quality and
 filter tasks count them), so the driver reads one file per step, never a column per document.
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.shards import decisions as dec
+from pipeline.shards import ledger
 from pipeline.io import html as pages
 from pipeline.views import plots
 from pipeline.engine.step import read_markers
@@ -110,6 +112,7 @@ def build(run_dir: Path) -> dict:
     steps = {k: {"status": v["status"], "seconds": v.get("seconds"), "shards": v.get("shards")} for k, v in run.steps.items()}
     return {"name": run.record["name"], "status": run.record["status"], "seconds": run.record.get("seconds"),
             "config_hash": run.record["config_hash"], "sources": sources, "totals": led["totals"],
+            "conservation": led["conservation"], "unread_files": ledger.unread_files(led),
             "mixture": {"total_tokens": man["total_tokens"], "total_docs": man["total_docs"], "files": len(man["files"]),
                         "target_tokens": man.get("target_tokens")},
             "steps": steps, "contamination": _contamination(run), "cells": _cells(man, sources),
@@ -195,11 +198,25 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _unknown_loss(rep: dict) -> list[str]:
+    """The files cut or unreadable, first on the page: the run finished, but not every record was counted."""
+    files = rep.get("unread_files")
+    if not files:
+        return []
+    n = len(files)
+    return [f"<p class='warn'>Unknown loss: {n} input file{'s were' if n > 1 else ' was'} cut or could not be read; the records "
+            "after the damage were neither read nor counted (ledger conservation: unknown). Re-fetch or repair "
+            f"{'them' if n > 1 else 'it'} and run again; <code>curate publish</code> refuses this run without "
+            "<code>--allow-unknown-loss</code>.</p>",
+            _table(["source", "file", "error"], [[f["source"], f["file"] or "(path not recorded)", f["error"]] for f in files])]
+
+
 def render(rep: dict) -> str:
     plots = _plots(rep)
     parts = [f"<h1>Run {html.escape(rep['name'])}: {html.escape(rep['status'])}</h1>",
              f"<p class='meta'>config {rep['config_hash'][:12]}, {rep['seconds'] or 0:.0f} s; mixture: "
              f"{rep['mixture']['total_docs']:,} rows, {rep['mixture']['total_tokens']:,} tokens in {rep['mixture']['files']} files</p>",
+             *_unknown_loss(rep),
              "<h2>Sources</h2>",
              _table(["source", "in", "kept", "removed", "quarantined", "balanced"],
                     [[s, e["in"], e["kept"], e["removed"], e["quarantined"], e["conservation"]] for s, e in rep["sources"].items()])]
@@ -268,7 +285,8 @@ def render(rep: dict) -> str:
                          [[s, es, v["documents"], v["units"], v["ngrams"]] for s, sets in c["by_source"].items() for es, v in sets.items()])]
     parts += ["<h2>Steps</h2>", _table(["step", "status", "shards", "seconds"],
                                        [[k, v["status"], v["shards"], v["seconds"]] for k, v in rep["steps"].items()])]
-    return pages.page(f"Curate run {rep['name']}", "\n".join(parts), style="svg { max-width: 100%; height: auto; }")
+    return pages.page(f"Curate run {rep['name']}", "\n".join(parts),
+                      style="svg { max-width: 100%; height: auto; } .warn { color: #a40; font-weight: 600; }")
 
 
 def write(run_dir: Path) -> Path:

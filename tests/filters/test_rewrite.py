@@ -251,7 +251,7 @@ def test_rewriters_in_a_run_reach_the_mixture_and_the_ledger(crawl_runs):
     assert mixed == {"moji": "Café society met every week in the old town hall for many years.",
                      "mixed": "The valley had a long and quiet winter this year.", "clean": rows[3]["text"]}
     led = atomic.read_json(run / "ledger.json")["sources"]["docs"]
-    assert led["removed"]["filter:lines"] == {"emptied_by_rewrite": 1} and led["conservation"]
+    assert led["removed"]["filter:lines"] == {"emptied_by_rewrite": 1} and led["conservation"] is True
     st = {s["stage"]: s for s in led["stages"]}
     assert st["filter:fix_unicode"]["rewritten"]["docs"] == 1 and st["filter:fix_unicode"]["rewritten"]["docs_changed"] == 1
     r = curate("explain", str(run), "--id", "moji")  # before and after, where the text first changed
@@ -273,7 +273,7 @@ def test_the_demo_crawls_planted_mojibake_and_contacts_are_repaired_the_same_wit
     assert mixture_shas(one) == mixture_shas(two)
     led1, led2 = (atomic.read_json(r / "ledger.json")["sources"]["web"] for r in (one, two))
     rw = {s["stage"]: s.get("rewritten") for s in led1["stages"]}
-    assert rw == {s["stage"]: s.get("rewritten") for s in led2["stages"]} and led1["conservation"]
+    assert rw == {s["stage"]: s.get("rewritten") for s in led2["stages"]} and led1["conservation"] is True
 
     import json
 

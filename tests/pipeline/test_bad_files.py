@@ -52,7 +52,9 @@ def test_an_unreadable_file_stops_validate_under_fail_and_is_set_aside_under_qua
         (f"{tmp_path}/in/b.jsonl", "unreadable_file", "unknown")]
     e = atomic.read_json(run_dir / "ledger.json")["sources"]["s"]
     assert (e["kept"], e["quarantined_by_reason"], e["unread_after_corruption"], e["conservation"]) == (
-        1, {"unreadable_file": 1}, "unknown", True)
+        1, {"unreadable_file": 1}, "unknown", "unknown")
+    assert e["unread_files"] == [{"file": f"{tmp_path}/in/b.jsonl", "error": "cannot open: Permission denied"}]
+    assert f"  {tmp_path}/in/b.jsonl (source s): cannot open: Permission denied" in r.stdout  # the run's summary
     # chmod leaves mtime alone: the plan still sees the change, and reads the file again
     plan = curate("plan", str(tmp_path / "quarantine.yaml"), prefix=prefix).stdout
     assert {ln.split()[0]: ln.split()[2] for ln in plan.splitlines() if ln.startswith("ingest-")} == {"ingest-s": "skip"}

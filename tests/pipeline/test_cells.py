@@ -100,7 +100,7 @@ def test_cells_meet_their_weights_and_bytes_do_not_depend_on_workers(two_runs):
     led = atomic.read_json(a / "ledger.json")
     q1_kept = sum(1 for q, _ in buckets.values() if q == 1)
     assert led["sources"]["web"]["removed"]["mix"]["cell_weight_0:web/q1"] == q1_kept
-    assert all(e["conservation"] for e in led["sources"].values())
+    assert all(e["conservation"] is True for e in led["sources"].values())
 
 
 def test_plan_explain_and_samples_name_the_cell(two_runs):

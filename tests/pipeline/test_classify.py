@@ -100,7 +100,7 @@ def test_training_evaluates_and_keep_fraction_is_exact(trained):
     assert all(r["score"] <= thr for r in dropped)
     assert all(r["reason"].startswith("quality_below:") and "(score=" in r["reason"] for r in dropped)
     led = atomic.read_json(run / "ledger.json")
-    assert led["conservation"] and sum(led["sources"]["wiki"]["removed"]["quality:wiki_vs_web"].values()) == len(dropped)
+    assert led["conservation"] is True and sum(led["sources"]["wiki"]["removed"]["quality:wiki_vs_web"].values()) == len(dropped)
 
 
 def test_same_model_bytes_on_a_second_run(ray_local, trained):

@@ -37,7 +37,7 @@ def _assert_same_as_clean(run_dir: Path, clean: Path):
     for p, sha in mixture_shas(run_dir).items():  # the files themselves, not only the manifest's word
         assert hashlib.sha256((run_dir / p).read_bytes()).hexdigest() == sha
     led, ref = (atomic.read_json(d / "ledger.json")["sources"] for d in (run_dir, clean))
-    assert led == ref and all(v["conservation"] for v in led.values())
+    assert led == ref and all(v["conservation"] is True for v in led.values())
 
 
 def _markers(run_dir: Path) -> dict[str, int]:

@@ -104,7 +104,7 @@ def test_planted_eval_items_are_found_and_a_clean_corpus_loses_nothing(planted, 
     assert recall["changed"] >= 0.5
     assert false == [] and n_clean >= 5000
     led = atomic.read_json(run / "ledger.json")["sources"]["corpus"]
-    assert led["removed"]["decontaminate"] == {"contaminated:heldout": len(removed)} and led["conservation"]
+    assert led["removed"]["decontaminate"] == {"contaminated:heldout": len(removed)} and led["conservation"] is True
     # the report's contamination table: per source and eval set, and the items found anywhere
     c = atomic.read_json(run / "report.json")["contamination"]
     assert c["by_source"]["corpus"]["heldout"]["documents"] == len(removed)
@@ -203,7 +203,7 @@ def test_reference_and_eval_sources_are_references_and_emit_nothing(demo_corpus,
                and i not in {s["id"] for s in shared})
     # the references emit nothing: every document accounted for, none in the mixture
     led = atomic.read_json(run / "ledger.json")["sources"]
-    assert all(e["conservation"] for e in led.values())
+    assert all(e["conservation"] is True for e in led.values())
     assert led["ref"]["removed"]["mix"] == {"role_reference": 400} and "mix" not in led["evalset"]["removed"]
     assert led["evalset"]["removed"]["validation"] == {"eval_source": 20}  # written to validation/ instead
     man = atomic.read_json(run / "manifest.json")["validation"]
@@ -229,5 +229,5 @@ def test_action_cut_removes_the_contaminated_paragraphs_and_keeps_the_rest(plant
         assert i in mixed and q[:80] not in mixed[i] and mixed[i].rstrip().endswith("Thanks for reading."), i
     led = atomic.read_json(run / "ledger.json")["sources"]["corpus"]
     stage = next(x for x in led["stages"] if x["stage"] == "decontaminate")
-    assert stage["docs_rewritten"] >= len(cut) and stage["paragraphs_cut"] >= len(cut) and led["conservation"]
+    assert stage["docs_rewritten"] >= len(cut) and stage["paragraphs_cut"] >= len(cut) and led["conservation"] is True
     assert stage["chars_out"] < stage["chars_in"]

@@ -50,7 +50,7 @@ def test_c4_rewrite_changes_the_text_downstream(ray_local, tmp_path):
     assert rows[0]["n_tokens"] == tokens.count("gpt2", [expected])[0]
     led = atomic.read_json(run_dir / "ledger.json")["sources"]["s"]
     c4 = next(st for st in led["stages"] if st["stage"] == "filter:c4")
-    assert c4["chars_out"] == len(expected) and led["conservation"]
+    assert c4["chars_out"] == len(expected) and led["conservation"] is True
     r = curate("explain", str(run_dir), "--id", rows[0]["id"])
     assert f"text rewritten               {len(DOC):,} -> {len(expected):,} chars" in r.stdout
 

@@ -301,7 +301,7 @@ def test_phases_meet_their_targets_and_disjoint_phases_share_no_document(ray_loc
         assert both  # small is in both phases (it is up-sampled in the anneal)
     led = atomic.read_json(run / "ledger.json")
     for s, e in led["sources"].items():
-        assert e["conservation"] and e["kept"] == len({i for src, i in ids["pretrain"] | ids["anneal"] if src == s}), s
+        assert e["conservation"] is True and e["kept"] == len({i for src, i in ids["pretrain"] | ids["anneal"] if src == s}), s
     rep = atomic.read_json(run / "report.json")  # the report has each phase's cells, as the manifest
     assert {k: v["cells"] for k, v in rep["phases"].items()} == {k: v["cells"] for k, v in man["phases"].items()}
     assert "<h2>Phase anneal</h2>" in (run / "report.html").read_text()

@@ -65,7 +65,7 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, smal
     for p, sha in remote.items():
         assert hashlib.sha256(s3.cat(f"curate-test/runs/remote/{p}")).hexdigest() == sha
     led_r, led_l = (atomic.read_json(fs.path(x) / "ledger.json")["sources"] for x in (run, small_run))
-    assert led_r == led_l and all(v["conservation"] for v in led_r.values())
+    assert led_r == led_l and all(v["conservation"] is True for v in led_r.values())
     # publication copies on the server: once the mix step is done, no GET of its shards reaches the store
     # (a GET would be the driver streaming the bytes); the log colours some lines with ANSI codes
     lines = log.read_text(errors="replace").splitlines()

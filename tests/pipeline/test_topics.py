@@ -116,7 +116,7 @@ def test_topic_and_bucket_cells_meet_their_weights_whatever_the_workers(runs):
     assert report._cells({"cells": only_topics}, {})["cells"] == only_topics
     assert all(r["topic"] is not None and r["topic_score"] is not None for r in rows)
     led = atomic.read_json(a / "ledger.json")["sources"]["pool"]
-    assert led["conservation"] and [s["stage"] for s in led["stages"]][-3:] == ["quality:wiki_like", "topic:kind", "mix"]
+    assert led["conservation"] is True and [s["stage"] for s in led["stages"]][-3:] == ["quality:wiki_like", "topic:kind", "mix"]
     # curate explain names the topic and the cell
     doc = next(r for r in rows if r["topic"] == "web" and r["quality_bucket"] == 2)
     r = curate("explain", str(a), "--id", doc["id"])

@@ -61,7 +61,7 @@ def test_a_held_out_share_is_exact_never_mixed_and_after_dedup(demo_corpus, tmp_
         assert abs(len(held[s]) - 0.1 * avail) <= 1, (s, len(held[s]), avail)  # within one document of the share
         assert not set(held[s]) & mixed  # never in the mixture
     led = atomic.read_json(run / "ledger.json")["sources"]
-    assert all(e["conservation"] for e in led.values())
+    assert all(e["conservation"] is True for e in led.values())
     assert {s: led[s]["removed"]["validation"]["held_out"] for s in held} == {s: len(v) for s, v in held.items()}
     # dedup came first: of each near-duplicate pair at most one side is anywhere, validation or mixture
     everywhere = mixed | set(held["web"]) | set(held["wiki"])
