@@ -6,6 +6,7 @@ half-deleted tests are real runs of the small mixture on the session's Ray."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -181,3 +182,52 @@ def test_steps_left_half_deleted_run_again_never_read_as_empty(small_yaml, small
     assert rerun["filter-web"]["computed"] == 0  # every shard marker left had its data: resumed, not redone
     assert atomic.read_json(out / "remote" / "ledger.json")["sources"] == ledger["sources"]
     assert mixture_shas(out / "remote") == mixture_shas(small_run)
+
+
+def test_a_run_paused_past_its_lease_and_resumed_after_a_takeover_stops_and_deletes_nothing(
+        demo_corpus, small_run, joined, tmp_path):
+    """The real thing: a run's driver stopped (SIGSTOP, as Ctrl-Z does) while it holds a step's
+    lease, another run takes the step over and finishes, then the first is continued."""
+    import os
+    import signal
+
+    from tests.conftest import ROOT
+
+    out = tmp_path / "out"
+    ya, yb = (write_yaml(tmp_path / f"{n}.yaml", small_mixture(str(demo_corpus), str(out)).replace("name: remote", f"name: {n}"))
+              for n in ("pa", "pb"))
+    env = {**os.environ, **joined, "CURATE_LEASE_SECONDS": "3"}
+
+    def start(y, log):
+        return subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(y), "--workers", "2"], cwd=ROOT,
+                                stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+
+    a = start(ya, tmp_path / "pa.log")
+    held, deadline = None, time.time() + 120
+    while held is None and a.poll() is None and time.time() < deadline:
+        for f in (out / "_store" / "_leases").glob("*/gen-*.json") if (out / "_store" / "_leases").exists() else []:
+            try:
+                rec = atomic.read_json(f)
+            except (FileNotFoundError, ValueError):
+                continue
+            step = out / "_store" / "steps" / f.parent.name
+            if rec.get("name") == "pa" and not rec.get("released") and not (step / SUCCESS).exists():
+                held = step
+                break
+        time.sleep(0.01)
+    assert held is not None, (tmp_path / "pa.log").read_text()[-2000:]
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        b = start(yb, tmp_path / "pb.log")
+        assert b.wait(timeout=300) == 0, (tmp_path / "pb.log").read_text()[-3000:]
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    assert a.wait(timeout=120) == 1
+    log_a, log_b = (tmp_path / "pa.log").read_text(), (tmp_path / "pb.log").read_text()
+    lost = re.search(r"lost the lease on (\S+) to run pb .*without deleting or committing anything", log_a)
+    assert lost is not None and "Traceback" not in log_a, log_a[-2000:]
+    taken = out / "_store" / "steps" / lost.group(1)
+    assert f"[{taken.name.rsplit('-', 1)[0]}] taking over from run pa" in log_b, log_b[-2000:]
+    assert atomic.read_json(taken / SUCCESS)["fence"].startswith(atomic.read_json(out / "pb" / "run.json")["run_id"])
+    assert mixture_shas(out / "pb") == mixture_shas(small_run)  # b's outputs intact after a resumed
+    assert curate("run", str(yb), "--workers", "2", env=joined).returncode == 0  # and still all reusable
