@@ -53,12 +53,13 @@ def _plan(yaml_path) -> dict:
     return json.loads(r.stdout)
 
 
-def test_the_demo_graph_is_planned_without_ray_in_under_two_seconds(demo_yaml):
+def test_the_demo_graph_is_planned_without_ray(demo_yaml):
     """A fresh process plans the demo (imports included) without importing Ray, and twice
-    gives the same names, hashes and inputs."""
+    gives the same names, hashes and inputs. (About 1 s here; the bound only catches a plan
+    that starts doing work per document: CI does not gate on a timing.)"""
     a, b = _plan(demo_yaml), _plan(demo_yaml)
     assert not a["ray"], "planning imported Ray"
-    assert a["seconds"] < 2.0, a["seconds"]
+    assert a["seconds"] < 15.0, a["seconds"]
     assert [s[0] for s in a["steps"]] == DEMO_STEPS
     assert a["steps"] == b["steps"]
     steps = {name: (h, inputs, stage) for name, h, inputs, stage in a["steps"]}
