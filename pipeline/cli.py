@@ -132,17 +132,23 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
 
     pb = sub.add_parser("publish", help="write a run as a Hugging Face dataset folder with a generated dataset card",
-                        description="Writes OUT_DIR: data/train-XXXXX-of-YYYYY.parquet (the mixture's files, hard-linked, "
-                        "never rewritten), data/validation-* when the run has a validation split, samples/, report.html, "
-                        "curate/ (the run's record) and README.md, a dataset card generated from the run. "
+                        description="Writes OUT_DIR: data/train-XXXXX-of-YYYYY.parquet (the mixture's files, copied, "
+                        "their sha256 checked against the manifest), data/validation-* when the run's train sources have "
+                        "a validation split, samples/ (of the kept documents), report.html, curate/ (the run's record) and "
+                        "README.md, a dataset card generated from the run. Removed documents, texts as ingested and eval "
+                        "items are left out unless --include names them. "
                         "`datasets.load_dataset(OUT_DIR)` loads it as it is; `huggingface-cli upload` puts it on the hub. "
                         "The same as the YAML's `publish:` section, which publishes at the end of every run.")
     pb.add_argument("run_dir", help="a finished run directory (what `curate run` printed)")
-    pb.add_argument("out_dir", help="a new or empty folder, or one an earlier publish wrote (replaced whole)")
+    pb.add_argument("out_dir", help="a new or empty folder, or one an earlier publish wrote and nothing else did "
+                    "(replaced whole)")
     pb.add_argument("--license", help="the dataset's license as the hub spells it (e.g. odc-by, cc-by-4.0); "
                     "default: the YAML's publish.license, else `other` with a note in the card")
     pb.add_argument("--pretty-name", help="the card's title (default: publish.pretty_name, else the run's name)")
-    pb.add_argument("--copy", action="store_true", help="copy the mixture files instead of hard-linking them")
+    pb.add_argument("--include", metavar="KINDS", help="also publish what a dataset should not hold, the card's first "
+                    "lines then say so: some of removed_samples,original_texts,eval_items (comma-separated), or none; "
+                    "default: the YAML's publish.include (none)")
+    pb.add_argument("--copy", action="store_true", help="accepted for older scripts: the data files are always copied")
     pb.add_argument("--allow-unknown-loss", action="store_true",
                     help="publish a run whose input files were cut or unreadable (ledger conservation: unknown; their records "
                     "after the damage were neither read nor counted); refused without it. The card says so in its first lines")
@@ -210,8 +216,8 @@ def _dispatch(args) -> int:
     if args.cmd == "publish":
         from pipeline.views import publish
 
-        out = publish.publish(args.run_dir, args.out_dir, license=args.license, pretty_name=args.pretty_name, copy=args.copy,
-                              allow_unknown_loss=args.allow_unknown_loss)
+        out = publish.publish(args.run_dir, args.out_dir, license=args.license, pretty_name=args.pretty_name,
+                              include=args.include, allow_unknown_loss=args.allow_unknown_loss)
         print(out / "README.md")
         return 0
     if args.cmd == "demo-data":

@@ -313,6 +313,9 @@ class SamplesSpec(Model):
     removed_per_reason: int = Field(10, ge=0, description="removed documents published per (source, stage, reason)")
 
 
+PublishInclude = Literal["removed_samples", "original_texts", "eval_items"]
+
+
 class PublishSpec(Model):
     dir: str = Field(description="the folder to write (relative to the YAML file; a local folder; `{name}` becomes the "
                      "mixture's name, so a copied variant publishes beside it): an HF-loadable dataset with a generated "
@@ -322,7 +325,15 @@ class PublishSpec(Model):
                                 "null: `other`, and the card says the configuration gives none")
     pretty_name: str | None = Field(None, description="the card's title (default: the mixture's name)")
     tags: list[str] = Field(default_factory=list, description="hub tags added to curate, pretraining, data-mixture")
-    copy_files: bool = Field(False, description="copy the mixture files instead of hard-linking them")
+    copy_files: bool = Field(False, description="kept for older mixture files: the data files are always copied "
+                             "(streamed, their sha256 checked against the manifest), never hard-linked to the run's")
+    include: list[PublishInclude] = Field(
+        default_factory=list, description="what a dataset should not hold, published anyway (each kind named; the "
+        "card's first lines then say so): removed_samples (samples of removed documents and quarantined records), "
+        "original_texts (sample texts as ingested, before rewriters such as PII redaction, and dedup survivors' "
+        "texts), eval_items (the eval sources' documents: samples, the validation split, the eval item beside a "
+        "contaminated sample, the documents decontamination removed). Default: none; `curate publish --include` "
+        "overrides it")
 
     @field_validator("dir")
     @classmethod

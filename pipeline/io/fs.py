@@ -247,14 +247,22 @@ def link_or_copy(src, dst) -> bool:
 
 def replace_dir(tmp, dest) -> None:
     """Put a finished directory in place of `dest` (local: two renames; object stores have
-    no directories, so: delete the old prefix, then move the new one)."""
+    no directories, so: delete the old prefix, then move the new one). Locally the old
+    directory is renamed aside to a name of this call's own (`<dest>.old-<token>`), so a
+    `<dest>.old` that is someone's backup is never touched; it is put back if the second
+    rename fails, and deleted once the new directory is in place."""
     tmp, dest = path(tmp), path(dest)
     if is_local(dest):
-        old = dest.with_name(dest.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        if dest.exists():
-            os.replace(dest, old)
-        os.replace(tmp, dest)
+        old = dest.with_name(f"{dest.name}.old-{uuid.uuid4().hex[:12]}")
+        had = dest.exists()
+        if had:
+            os.rename(dest, old)  # rename, not replace: never onto an existing name
+        try:
+            os.replace(tmp, dest)
+        except BaseException:
+            if had:
+                os.rename(old, dest)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         rmtree(dest)

@@ -6,6 +6,8 @@ eval.json, printed as it is there (integers with thousands separators, shares as
 so a test can check the card field by field. What the run does not know, the card says it
 does not know: no license in the YAML is `license: other` with a note; languages are those
 of the mixture's `lang` column (the language filter's labels), with the rows that have none.
+When the folder holds more than a dataset should (`publish.include`: removed documents,
+texts as ingested, eval items), the card's first lines under the title say so (_opted_in).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Context:
     tags: list[str] = field(default_factory=list)
     report: dict = field(default_factory=dict)
     samples: list[str] = field(default_factory=list)
+    include: list[str] = field(default_factory=list)  # publish.include: what a dataset should not hold, published
 
 
 def phase_names(record: dict, manifest: dict) -> list[str]:
@@ -141,6 +144,32 @@ def _accounted(led: dict) -> str:
             "damage in the input files named at the top were neither read nor counted")
 
 
+INCLUDED = {
+    "removed_samples": "documents the run removed (`samples/*/removed.jsonl`: filtered and deduplicated documents, "
+                       "quarantined records)",
+    "original_texts": "texts as ingested (a sample's `original`, before rewriters such as PII redaction, and dedup "
+                      "survivors' texts)",
+    "eval_items": "eval items (the eval sources' documents in `samples/` and the validation split, and the documents "
+                  "decontamination removed): benchmark data, which must not be trained on",
+}
+WITHHELD = {
+    "removed_samples": "removed documents",
+    "original_texts": "texts as ingested (before rewriters such as PII redaction)",
+    "eval_items": "eval items",
+}
+
+
+def _opted_in(c: Context) -> list[str]:
+    """The card's first lines when the folder holds what a dataset should not (publish.include)."""
+    if not c.include:
+        return []
+    risks = {"removed_samples": "content the filters removed", "original_texts": "personal data that redaction replaced",
+             "eval_items": "benchmark items"}
+    return [f"> **Not only a dataset**: published because the run asked for them (`publish.include: "
+            f"[{', '.join(c.include)}]`), this folder also holds {'; '.join(INCLUDED[k] for k in c.include)}. They may "
+            f"carry {', '.join(risks[k] for k in c.include)}: review them before you upload the folder.", ""]
+
+
 def render(c: Context) -> str:
     rec, led, man, cfg = c.record, c.ledger, c.manifest, c.record["config"]
     name = c.pretty_name or rec["name"]
@@ -149,6 +178,7 @@ def render(c: Context) -> str:
     L = ["---", yaml.safe_dump(front_matter(c), sort_keys=False, allow_unicode=True).rstrip(), "---", "",
          f"# {name}", "",
          *_unknown_loss(c),
+         *_opted_in(c),
          _intro(c), "",
          "## Loading", "", "```python", "from datasets import load_dataset", "",
          "ds = load_dataset(\"path/to/this/folder\")  # or the hub repository it is uploaded to",
@@ -245,16 +275,23 @@ def render(c: Context) -> str:
                     [[k, v["target_weight"], v["realized_weight"], v["tokens"], v["documents"], v["distinct_documents"],
                       v["epochs"]] for k, v in ph["cells"].items()])
 
-    if val:
-        roles = {v.get("role") for v in man["validation"].values()}
+    shown = {f.get("source") for f in val}
+    held = [s for s, v in (man.get("validation") or {}).items() if s not in shown and v.get("docs")]
+    if val or held:
+        roles = {man["validation"][s].get("role") for s in shown}
         what = []
         if "train" in roles:
             what.append("held-out documents (a seeded share of each train source, after dedup and decontamination, never mixed)")
         if roles - {"train"}:
             what.append("the documents of the run's eval sources (benchmarks it decontaminates against, never mixed)")
-        L += ["## Validation split", "", "The `validation` split holds " + " and ".join(what) + ", in the mixture's columns.", ""]
-        L += _table(["source", "role", "documents", "tokens"],
-                    [[s, v.get("role"), v["docs"], v["tokens"]] for s, v in man["validation"].items()])
+        L += ["## Validation split", ""]
+        if val:
+            L += ["The `validation` split holds " + " and ".join(what) + ", in the mixture's columns.", ""]
+            L += _table(["source", "role", "documents", "tokens"],
+                        [[s, v.get("role"), v["docs"], v["tokens"]] for s, v in man["validation"].items() if s in shown])
+        if held:
+            L += [f"Not published: the validation documents of {', '.join(f'`{s}`' for s in held)}, eval items that a "
+                  "published copy would spread into future crawls; `publish.include: [eval_items]` publishes them.", ""]
     con = (c.report or {}).get("contamination")
     if con:
         cut = (cfg.get("decontaminate") or {}).get("action") == "cut"
@@ -268,8 +305,9 @@ def render(c: Context) -> str:
     L += ["## Files", ""]
     L += _table(["file", "split", "rows", "tokens", "sha256"], [[f["path"], f["split"], f["rows"], f.get("tokens"), f["sha256"]]
                                                                  for f in c.files])
-    L += ["The train files are the run's mixture files byte for byte (their sha256 is the manifest's); the validation files "
-          f"hold the run's `validation/` rows in the mixture's columns. `curate/files.json` maps each to the run file it came from.", ""]
+    L += ["The train files are copies of the run's mixture files, byte for byte (their sha256, checked while copying, is "
+          "the manifest's); the validation files hold the run's `validation/` rows of the sources above in the mixture's "
+          "columns. `curate/files.json` maps each to the run file it came from.", ""]
 
     reused = [k for k, v in rec["steps"].items() if not v.get("computed")]
     commit = rec.get("curate_commit")
@@ -295,9 +333,15 @@ def render(c: Context) -> str:
 
     L += ["## Samples and report", ""]
     if c.samples:
-        L += ["- [samples/index.html](samples/index.html): sample documents, kept and removed, with their stage, reason and "
-              "scores, a rewritten document beside its text as ingested; the same records as JSONL: "
-              + ", ".join(f"[{p}]({p})" for p in c.samples if p.endswith(".jsonl")) + "."]
+        kinds = (["removed, with their stage and reason"] if "removed_samples" in c.include else []) \
+            + (["a rewritten document beside its text as ingested"] if "original_texts" in c.include else [])
+        L += ["- [samples/index.html](samples/index.html): sample documents kept in the mixture, as they are there, with "
+              "their scores" + "".join(f"; {k}" for k in kinds) + "; the same records as JSONL: "
+              + (", ".join(f"[{p}]({p})" for p in c.samples if p.endswith(".jsonl")) or "none") + "."]
+    withheld = [WITHHELD[k] for k in WITHHELD if k not in c.include]
+    if withheld:
+        L += [f"- Not published: {', '.join(withheld)}. The run directory's `samples/` has them; `publish.include` "
+              "(or `curate publish --include`) publishes them, and the card then says so first."]
     L += ["- [report.html](report.html): the funnel per source, removals, quality buckets, the mixture, contamination.",
           "- [curate/ledger.json](curate/ledger.json), [curate/manifest.json](curate/manifest.json), "
           "[curate/run.json](curate/run.json): the run's own record.", ""]

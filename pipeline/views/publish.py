@@ -3,27 +3,39 @@ and `datasets.load_dataset(OUT_DIR)` read as it is, with a dataset card written 
 
     README.md                               the dataset card (pipeline/views/card.py): YAML front matter
                                             as the hub reads it, a body generated from the run
-    data/train-XXXXX-of-YYYYY.parquet       the mixture's files, hard-linked (copied across devices
-                                            or from object stores, or with --copy: then bytes go
-                                            through this process), never rewritten
+    data/train-XXXXX-of-YYYYY.parquet       the mixture's files, copied byte for byte (streamed; the
+                                            sha256 computed while copying must be the manifest's, else
+                                            the run's file was modified after the run: an error naming
+                                            it). Never a hard link: the run's mixture/ and its store
+                                            step are one inode, which an edit of the published copy
+                                            would corrupt
     data/<phase>/train-…                    with `mixture.phases`: a config per phase, the first the default
-    data/validation-XXXXX-of-YYYYY.parquet  the run's validation/ files in the mixture's columns
-                                            (same rows, same order; epoch 0, scores null): a split
-                                            must have the train split's columns to load as one dataset
-    samples/, report.html                   the run's published samples, their browser, its report
+    data/validation-XXXXX-of-YYYYY.parquet  the validation/ files of the run's train sources in the
+                                            mixture's columns (same rows, same order; epoch 0, scores
+                                            null): a split must have the train split's columns to load
+                                            as one dataset
+    samples/, report.html                   the kept documents' samples, their browser, the run's report
     curate/                                 run.json, ledger.json, manifest.json, report.json, the
                                             configuration as mixture.yaml, and files.json (every data
-                                            file: rows, sha256, and the run file it came from)
+                                            file: rows, sha256, and the run file it came from; and every
+                                            file of the folder, the marker that publish wrote it)
+
+What a dataset should not hold is left out unless `publish.include` (or --include) names it,
+and the card's first lines then say so (views/shareable.py): removed documents, texts as
+ingested (before PII redaction), eval items. run.json, ledger.json, manifest.json and
+report.json hold counts, reasons and configuration, no document text.
 
 The folder is built beside OUT_DIR and renamed into place: an earlier publish is replaced
-whole; any other non-empty folder is refused. Only a run that finished (SUCCESS, ledger
-balanced) is published; one whose ledger conservation is "unknown" (input files cut, their
-later records neither read nor counted) only with --allow-unknown-loss, and its card says so
-in its first lines.
+whole, but only when the folder holds nothing that publish did not write (a run directory,
+a user's file): any other non-empty folder is refused. Only a run that finished (SUCCESS,
+ledger balanced) is published; one whose ledger conservation is "unknown" (input files cut,
+their later records neither read nor counted) only with --allow-unknown-loss, and its card
+says so in its first lines.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -34,21 +46,28 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipeline.shards import ledger
-from pipeline.views import card
+from pipeline.views import card, shareable
 from pipeline.errors import UsageError
 from pipeline.io import atomic, fs
 
 MARK = "curate/files.json"  # a folder holding it was written by publish (and may be replaced)
+LAYOUT = ("README.md", "report.html", "data", "samples", "curate")  # what a publish made before MARK listed its files
 
 
-def _place(src, dst: Path, copy: bool) -> bool:
-    """A run's file into the folder, byte for byte: a hard link where the disk allows (True),
-    else a copy (False)."""
+def _copy_checked(src, dst: Path, sha256: str) -> int:
+    """A run's data file copied into the folder, streamed, its sha256 computed on the way and
+    compared with the manifest's; returns its bytes."""
+    h, n = hashlib.sha256(), 0
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if copy:
-        fs.copy(src, dst)
-        return False
-    return fs.link_or_copy(src, dst)
+    with fs.path(src).open("rb") as i, open(dst, "wb") as o:
+        while chunk := i.read(1 << 20):
+            h.update(chunk)
+            o.write(chunk)
+            n += len(chunk)
+    if h.hexdigest() != sha256:
+        raise UsageError(f"publish: {src} was modified after the run (its sha256 is {h.hexdigest()[:16]}…, the manifest "
+                         f"says {sha256[:16]}…); run the mixture again to write it anew")
+    return n
 
 
 def _conform(src, dst: Path, schema: pa.Schema) -> int:
@@ -107,9 +126,18 @@ def _config_yaml(record: dict) -> tuple[str, bool]:
 def _check_out(out: Path, run_dir) -> None:
     if fs.is_local(run_dir) and (out.resolve() == run_dir.resolve() or run_dir.resolve() in out.resolve().parents):
         raise UsageError(f"publish: {out} is inside the run directory {run_dir}; give a folder outside it")
+    if fs.is_local(run_dir) and out.resolve() in run_dir.resolve().parents:
+        raise UsageError(f"publish: {out} holds the run directory {run_dir}, which publishing there would delete; "
+                         "give a folder outside it")
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARK).exists())):
         raise UsageError(f"publish: {out} exists and was not written by `curate publish`; give a new or empty folder "
                          "(an earlier publish there is replaced whole)")
+    stray = _not_written(out) if out.is_dir() and (out / MARK).exists() else []
+    if stray:
+        named = [f"{x}/ (a run directory)" if (out / x / "run.json").exists() else x for x in stray[:5]]
+        raise UsageError(f"publish: {out} holds what `curate publish` did not write: {', '.join(named)}"
+                         f"{' …' if len(stray) > 5 else ''}; a publish replaces its folder whole, so move them out "
+                         "or give another folder")
 
 
 def unknown_loss_refusal(run_dir, led: dict, out=None) -> str:
@@ -129,11 +157,27 @@ def check_unknown_loss(run_dir, led: dict, out, allow: bool) -> None:
         raise UsageError(f"publish: {why}")
 
 
-def publish(run_dir, out, license: str | None = None, pretty_name: str | None = None, copy: bool = False,
-            allow_unknown_loss: bool = False) -> Path:
+def _not_written(out: Path) -> list[str]:
+    """The top-level entries of an earlier publish's folder holding something it did not write
+    (per its marker's list of files; for a marker without one, anything outside LAYOUT)."""
+    listed = atomic.read_json(out / MARK).get("written")
+    listed = set(listed) if listed is not None else None
+    stray = set()
+    for d, dirs, names in os.walk(out):
+        base = Path(d).relative_to(out)
+        for name in names + [x for x in dirs if (Path(d) / x).is_symlink()]:
+            rel = (base / name).as_posix()
+            if (rel not in listed) if listed is not None else (rel.split("/", 1)[0] not in LAYOUT):
+                stray.add(rel.split("/", 1)[0])
+    return sorted(stray)
+
+
+def publish(run_dir, out, license: str | None = None, pretty_name: str | None = None, copy: bool = True,
+            include: list[str] | str | None = None, allow_unknown_loss: bool = False) -> Path:
     """Write the folder; returns its path. What is not given comes from the run's own `publish:`
-    section (license, pretty_name, tags, copy_files). A run whose input files were cut is
-    refused unless `allow_unknown_loss` (check_unknown_loss)."""
+    section (license, pretty_name, tags, include). The data files are always copied (`copy`
+    and `publish.copy_files` are accepted for older callers and mixture files). A run whose
+    input files were cut is refused unless `allow_unknown_loss` (check_unknown_loss)."""
     if fs.is_url(str(out)):
         raise UsageError(f"publish: {out} must be a local folder (upload it with `huggingface-cli upload` or your tool)")
     run_dir = fs.path(run_dir)
@@ -144,7 +188,7 @@ def publish(run_dir, out, license: str | None = None, pretty_name: str | None = 
         raise UsageError(f"publish: {run_dir} is not a run directory (no run.json); give what `curate run` printed") from None
     spec = record["config"].get("publish") or {}
     license, pretty_name = license or spec.get("license"), pretty_name or spec.get("pretty_name")
-    copy = copy or spec.get("copy_files", False)
+    include = shareable.include_of(include, spec)
     if license is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", license):
         raise UsageError(f"publish: license {license!r} is not spelled as the hub lists licenses (lower case, e.g. "
                          "apache-2.0, cc-by-4.0, odc-by, other)")
@@ -160,14 +204,14 @@ def publish(run_dir, out, license: str | None = None, pretty_name: str | None = 
     tmp = out.with_name(f".{out.name}.publish-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        _write(run_dir, tmp, record, led, man, license, pretty_name, copy, spec.get("tags") or [])
+        _write(run_dir, tmp, record, led, man, license, pretty_name, include, spec.get("tags") or [])
         fs.replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
-def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license, pretty_name, copy, tags) -> None:
+def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license, pretty_name, include, tags) -> None:
     from pipeline.steps.mix.tasks import MIX_SCHEMA
 
     (tmp / "data").mkdir(parents=True)
@@ -177,34 +221,34 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
     for _, prefix, fl in groups:
         for i, f in enumerate(fl):
             rel = f"{prefix}train-{i:05d}-of-{len(fl):05d}.parquet"
-            _place(run_dir / f["path"], tmp / rel, copy)
-            size = (tmp / rel).stat().st_size  # a link or a byte-for-byte copy: the size tells a changed or torn file
-            if f.get("bytes") is not None and size != f["bytes"]:
-                raise UsageError(f"publish: {run_dir / f['path']} has {size:,} bytes, the manifest says {f['bytes']:,}: "
-                                 "the run's file changed after the run; run it again")
+            _copy_checked(run_dir / f["path"], tmp / rel, f["sha256"])
             files.append({"path": rel, "split": "train", "rows": f["rows"], "tokens": f.get("tokens"),
                           "sha256": f["sha256"], "from": f["path"], "from_sha256": f["sha256"],
                           **({"languages": f["languages"]} if "languages" in f else {})})
-    val = [(s, v, f) for s, v in (man.get("validation") or {}).items() for f in v["files"]]
+    val = [(s, v, f) for s, v in (man.get("validation") or {}).items() for f in v["files"]
+           if shareable.validation_published(v.get("role"), include)]
     for i, (s, v, f) in enumerate(val):
         rel = f"data/validation-{i:05d}-of-{len(val):05d}.parquet"
+        if atomic.file_digest(run_dir / f["path"])[1] != f["sha256"]:
+            raise UsageError(f"publish: {run_dir / f['path']} was modified after the run (its sha256 is not the "
+                             "manifest's); run the mixture again to write it anew")
         rows = _conform(run_dir / f["path"], tmp / rel, MIX_SCHEMA)
         files.append({"path": rel, "split": "validation", "source": s, "role": v.get("role"), "rows": rows,
                       "tokens": f.get("tokens"), "sha256": atomic.file_digest(tmp / rel)[1], "from": f["path"], "from_sha256": f["sha256"]})
     for name in ("run.json", "ledger.json", "manifest.json", "report.json"):
         if (run_dir / name).exists():
-            _place(run_dir / name, tmp / "curate" / name, True)
+            fs.copy(run_dir / name, tmp / "curate" / name)
     rep = atomic.read_json(tmp / "curate" / "report.json") if (tmp / "curate" / "report.json").exists() else {}
     config_yaml, as_written = _config_yaml(record)
     (tmp / "curate" / "mixture.yaml").write_text(config_yaml)
     if (run_dir / "report.html").exists():
-        _place(run_dir / "report.html", tmp / "report.html", True)
-    samples = [x["path"] for x in man.get("samples") or []]  # samples/<source>/*.jsonl and samples/index.html
-    for rel in samples:
-        _place(run_dir / rel, tmp / rel, True)
+        fs.copy(run_dir / "report.html", tmp / "report.html")  # counts and reasons, no document text
+    samples = shareable.samples(run_dir, tmp, record, man, include)  # what a dataset may hold of samples/
     langs, unknown = _languages([f for f in files if f["split"] == "train" and f["path"].startswith(groups[0][1])], tmp)
     ctx = card.Context(run_dir=run_dir, record=record, ledger=led, manifest=man, files=files, languages=langs,
                        unknown_language_rows=unknown, config_yaml=config_yaml, config_as_written=as_written, license=license, pretty_name=pretty_name, tags=tags,
-                       report=rep, samples=sorted(samples))
+                       report=rep, samples=sorted(samples), include=include)
     (tmp / "README.md").write_text(card.render(ctx))
-    atomic.write_json(tmp / MARK, {"run": record["name"], "config_hash": record["config_hash"], "files": files})
+    written = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()) + [MARK]
+    atomic.write_json(tmp / MARK, {"run": record["name"], "config_hash": record["config_hash"], "include": include,
+                                   "files": files, "written": written})

@@ -1,7 +1,8 @@
 """`curate publish` and the YAML's `publish:` section: a folder `datasets.load_dataset(DIR)`
 loads as it is, whose card `huggingface_hub` parses, whose figures are the run's own
 (checked field by field against ledger.json, manifest.json, report.json and eval.json), and
-whose train files are the mixture's files byte for byte."""
+whose train files are copies of the mixture's files, byte for byte. What the folder leaves
+out of the run's samples and validation split: test_publish_content.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from pipeline.io import atomic
 from tests.conftest import curate
@@ -76,11 +76,12 @@ def test_a_published_run_loads_with_datasets_and_its_card_is_the_runs_figures(de
     rep = atomic.read_json(demo_run / "report.json")
     files = atomic.read_json(out / "curate" / "files.json")["files"]
 
-    # datasets.load_dataset(DIR) with no other argument: train with the mixture's rows, validation with the run's
+    # datasets.load_dataset(DIR) with no other argument: train with the mixture's rows; no validation split, since the
+    # demo's holds only its eval source's documents, which are not published (test_publish_content.py)
     loaded = _load(out, tmp_path)
-    assert loaded["train"]["rows"] == man["total_docs"]
-    assert loaded["validation"]["rows"] == sum(v["docs"] for v in man["validation"].values())
-    assert loaded["train"]["columns"] == loaded["validation"]["columns"] == pq.read_schema(demo_run / man["files"][0]["path"]).names
+    assert loaded["train"]["rows"] == man["total_docs"] and "validation" not in loaded
+    assert [v["role"] for v in man["validation"].values()] == ["eval"]
+    assert loaded["train"]["columns"] == pq.read_schema(demo_run / man["files"][0]["path"]).names
     first = pq.read_table(demo_run / man["files"][0]["path"], columns=["id"]).column("id").to_pylist()[:50]
     assert loaded["train"]["ids"] == first  # the files in order, rows in order
 
@@ -93,14 +94,13 @@ def test_a_published_run_loads_with_datasets_and_its_card_is_the_runs_figures(de
         assert key in data, key
     assert data["license"] == "odc-by" and "license_name" not in data and data["pretty_name"] == "Demo mixture"
     assert data["task_categories"] == ["text-generation"] and data["size_categories"] == ["1K<n<10K"]
-    assert data["configs"] == [{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*"},
-                                                                         {"split": "validation", "path": "data/validation-*"}]}]
+    assert data["configs"] == [{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*"}]}]
     assert data["language"] == ["en"] and {"curate", "pretraining"} <= set(data["tags"])
     # what the hub checks: lower-case license and ISO 639 language codes, lists where it wants lists
     assert re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", data["license"]) and all(re.fullmatch(r"[a-z]{2,3}", x) for x in data["language"])
     assert all(isinstance(data[k], list) for k in ("language", "size_categories", "task_categories", "tags", "configs"))
 
-    # every data file: train files are the mixture's bytes (sha256 = the manifest's; hard links), validation the run's rows
+    # every data file: train files are the mixture's bytes (sha256 = the manifest's), copies: never the run's inode
     train = [f for f in files if f["split"] == "train"]
     assert [f["from"] for f in train] == [f["path"] for f in man["files"]]
     from pipeline.io.atomic import file_digest
@@ -110,12 +110,9 @@ def test_a_published_run_loads_with_datasets_and_its_card_is_the_runs_figures(de
 
     for f, m in zip(train, man["files"], strict=True):
         assert sha256(out / f["path"]) == m["sha256"] == f["sha256"]
-        assert os.path.samefile(out / f["path"], demo_run / m["path"])
+        assert not os.path.samefile(out / f["path"], demo_run / m["path"])
         assert pq.ParquetFile(out / f["path"]).metadata.num_rows == m["rows"]
-    for f in (f for f in files if f["split"] == "validation"):
-        assert sha256(out / f["path"]) == f["sha256"]
-        src = pq.read_table(demo_run / f["from"], columns=["id", "text"])
-        assert pq.read_table(out / f["path"], columns=["id", "text"]).equals(src)
+    assert [f for f in files if f["split"] != "train"] == []
 
     # every figure of the card is the run's
     md = (out / "README.md").read_text()
@@ -152,8 +149,7 @@ def test_a_published_run_loads_with_datasets_and_its_card_is_the_runs_figures(de
     cl = t["Classifiers"][0][0]
     assert (cl["ROC AUC"], cl["F1 at 0.5"], cl["precision"], cl["recall"]) == (ev["roc_auc"], ev["f1"], ev["precision"], ev["recall"])
     assert cl["train examples (pos + neg)"] == f"{ev['examples']['train']['positive']:,} + {ev['examples']['train']['negative']:,}"
-    val = {r["source"]: r for r in t["Validation split"][0]}
-    assert {s: (r["documents"], r["tokens"]) for s, r in val.items()} == {s: (v["docs"], v["tokens"]) for s, v in man["validation"].items()}
+    assert "Validation split" not in t and "Not published: the validation documents of `humaneval`, eval items" in md
     con = {r["eval set"]: r for r in t["Contamination"][0]}
     assert {k: (r["items"], r["items found in the corpus"], r["share"]) for k, r in con.items()} == \
         {k: (v["items"], v["items_found"], v["share_found"]) for k, v in rep["contamination"]["eval_sets"].items()}
@@ -210,15 +206,16 @@ def test_publish_refuses_what_it_should_and_replaces_its_own_folder(demo_run, tm
     def listing(d):
         return sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
 
-    assert listing(tmp_path / "remote" / "samples") == listing(demo_run / "samples") != []
+    kept = [p for p in listing(demo_run / "samples") if p.endswith("/kept.jsonl") and not p.startswith("humaneval/")]
+    assert listing(tmp_path / "remote" / "samples") == sorted(kept + ["index.html"]) and kept
     out = tmp_path / "hub"
-    assert curate("publish", str(demo_run), str(out)).returncode == 0
-    (out / "stale.txt").write_text("from before")
-    r = curate("publish", str(demo_run), str(out), "--copy", "--license", "cc-by-4.0")
+    assert curate("publish", str(demo_run), str(out), "--include", "removed_samples").returncode == 0
+    assert (out / "samples" / "web" / "removed.jsonl").exists()
+    r = curate("publish", str(demo_run), str(out), "--copy", "--license", "cc-by-4.0")  # --copy: still accepted
     assert r.returncode == 0, r.stderr
-    assert not (out / "stale.txt").exists()  # replaced whole
+    assert not (out / "samples" / "web" / "removed.jsonl").exists()  # replaced whole
     copied = [f for f in atomic.read_json(out / "curate" / "files.json")["files"] if f["split"] == "train"]
-    assert copied and not any(os.path.samefile(out / f["path"], demo_run / f["from"]) for f in copied)  # --copy: no links
+    assert copied and not any(os.path.samefile(out / f["path"], demo_run / f["from"]) for f in copied)  # no links
     from pipeline.io.atomic import file_digest
 
     assert all(file_digest(out / f["path"])[1] == f["from_sha256"] for f in copied)  # the copies' own bytes
