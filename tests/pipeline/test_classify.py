@@ -114,13 +114,16 @@ def test_same_model_bytes_on_a_second_run(ray_local, trained):
 
 def test_editing_the_threshold_skips_training_and_scoring(trained, demo_corpus, joined):
     d, y, _ = trained
-    (d / "edited").mkdir(exist_ok=True)  # the same file name: the same mixture, edited
-    edited = _yaml(d / "edited" / "a.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, min_score: 0.9}")
-    plan = curate("plan", str(edited), "--output", str(d / "one")).stdout
+    original = y.read_text()
+    try:  # the same file, edited in place (the run directory is that file's)
+        edited = _yaml(y, demo_corpus, "quality: {classifier: wiki_vs_web, min_score: 0.9}")
+        plan = curate("plan", str(edited), "--output", str(d / "one")).stdout
+        r = curate("run", str(edited), "--output", str(d / "one"), env=joined)
+    finally:
+        y.write_text(original)
     lines = {ln.split()[0]: ln for ln in plan.splitlines() if ln.startswith(("classify-", "quality-", "mix"))}
     assert " skip " in lines["classify-wiki_vs_web-train"] and " skip " in lines["classify-wiki_vs_web-wiki"]
     assert "config changed" in lines["quality-wiki-threshold"]
-    r = curate("run", str(edited), "--output", str(d / "one"), env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
     st = atomic.read_json(d / "one" / "cls" / "run.json")["steps"]
     assert st["classify-wiki_vs_web-train"]["status"] == st["classify-wiki_vs_web-wiki"]["status"] == "SKIPPED"
