@@ -149,6 +149,8 @@ def _format_pydantic(err: dict, loc: tuple, raw: dict) -> str:
                 return e.args[0]
         return f"unknown type {tag!r}; known types: {err['ctx']['expected_tags'].replace(chr(39), '')}"
     msg = err["msg"]
+    if kind == "finite_number":  # YAML's .nan and .inf (or "nan" in quotes): every number of a mixture is finite
+        return f"must be a finite number, not {err.get('input')!r}; give a number such as 0.25"
     if kind == "value_error":  # our validators' own words say what is wrong and what to do
         return msg.removeprefix("Value error, ")
     if "input" in err and kind not in ("model_type", "dict_type"):

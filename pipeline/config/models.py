@@ -31,7 +31,7 @@ from pipeline.io import fs
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # .nan and .inf: errors at their key
 
 
 class QualitySpec(Model):

@@ -218,3 +218,24 @@ def test_a_filter_whose_package_is_missing_is_a_config_error_with_the_pip_line(t
         (f"{y}:6: filters.mine.type: the module 'curate_user_rules.web' cannot be imported here; install the package "
          "that provides it (on every node of a cluster), or fix the import path"),
     ]
+
+
+def test_nan_and_inf_are_config_errors_at_their_key(tmp_path):
+    """YAML's .nan and .inf are floats: NaN weights passed every check (NaN compares false)
+    and crashed the run with a traceback. Any number in the file must be finite."""
+    (tmp_path / "a.jsonl").write_text('{"text": "hello there world"}\n')
+    text = GOOD.replace('"*.jsonl"', '"a.jsonl"') + """\
+  lang: {type: language, languages: [en], min_score: "nan"}
+classifiers:
+  c: {positive: [web], negative: [web], lr: -.inf}
+mixture:
+  weights:
+    web: .nan
+    web2: .inf
+"""
+    p = write_yaml(tmp_path / "nan.yaml", text)
+    r = curate("validate", str(p))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    for line, key, got in ((9, "filters.lang.min_score", "'nan'"), (11, "classifiers.c.lr", "-inf"),
+                           (14, "mixture.weights.web", "nan"), (15, "mixture.weights.web2", "inf")):
+        assert f"{p}:{line}: {key}: must be a finite number, not {got}; give a number such as 0.25" in r.stderr, r.stderr
