@@ -239,3 +239,29 @@ mixture:
     for line, key, got in ((9, "filters.lang.min_score", "'nan'"), (11, "classifiers.c.lr", "-inf"),
                            (14, "mixture.weights.web", "nan"), (15, "mixture.weights.web2", "inf")):
         assert f"{p}:{line}: {key}: must be a finite number, not {got}; give a number such as 0.25" in r.stderr, r.stderr
+
+
+def test_recursive_aliases_alias_bombs_and_deep_nesting_are_config_errors(tmp_path):
+    """YAML lets an alias name a value that contains it (loading recursed until RecursionError)
+    and lets a few lines of nested aliases stand for billions of values (validation never
+    ended): both are refused at their line before anything reads the document. Aliases that
+    only repeat a value stay fine."""
+    shared = GOOD.replace("filters: [english, gopher_quality]", "filters: &chain [english, gopher_quality]\n"
+                          "  web2: {paths: ['*.jsonl'], filters: *chain}")
+    lm = config.load(write_yaml(tmp_path / "ok.yaml", shared))
+    assert lm.mixture.sources["web2"].filters == ["english", "gopher_quality"]
+    loop = "name: t\nsources: &s\n  web: {paths: ['*.jsonl'], again: *s}\n"
+    assert _err(tmp_path, loop) == ("x.yaml:3: sources.web.again: an alias to a value that contains it (anchored at line 2): "
+                                    "a recursive value has no end; repeat a value, do not nest it in itself")
+    assert _err(tmp_path, "name: t\nsources:\n  web: {paths: &p ['*.jsonl', *p]}\n").startswith(
+        "x.yaml:3: sources.web.paths[1]: an alias to a value that contains it")
+    bomb = "name: t\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+    for i in range(1, 9):
+        bomb += f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n"
+    bomb += "sources: {web: {paths: ['*.jsonl']}}\n"
+    assert "aliases expand the file to over 100,000 values here; write the values out" in _err(tmp_path, bomb)
+    assert _err(tmp_path, "name: t\nsources: " + "[" * 2000 + "]" * 2000 + "\n") == \
+        "x.yaml:1: nested too deeply to read; a mixture file needs a few levels"
+    p = write_yaml(tmp_path / "loop.yaml", loop)
+    r = curate("validate", str(p))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and f"{p}:3: sources.web.again: an alias" in r.stderr
