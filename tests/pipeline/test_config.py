@@ -265,3 +265,29 @@ def test_recursive_aliases_alias_bombs_and_deep_nesting_are_config_errors(tmp_pa
     p = write_yaml(tmp_path / "loop.yaml", loop)
     r = curate("validate", str(p))
     assert r.returncode == 2 and "Traceback" not in r.stderr and f"{p}:3: sources.web.again: an alias" in r.stderr
+
+
+def test_symlink_loops_under_a_double_star_are_skipped_with_a_note(tmp_path):
+    """glob follows a symlink to a folder it is inside until the OS's symlink limit: two
+    loops made discovery exponential (it never ended). Each loop is skipped with a note;
+    a symlink that makes no loop is followed, as glob does."""
+    d = tmp_path / "data" / "a" / "b"
+    d.mkdir(parents=True)
+    (d / "x.jsonl").write_text('{"text": "one two three"}\n')
+    (d.parent / "y.jsonl").write_text('{"text": "four five six"}\n')
+    (d / "up").symlink_to("..")  # -> data/a
+    (d / "top").symlink_to("../..")  # -> data
+    (tmp_path / "data" / "elsewhere").symlink_to(d)  # no loop: followed, as glob does
+    y = write_yaml(tmp_path / "m.yaml", """
+        name: m
+        sources:
+          s: {paths: ["data/**/*.jsonl"]}
+    """)
+    r = curate("validate", str(y), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "ok (1 sources, 2 input files)" in r.stdout
+    where = f"{y}:3: sources.s.paths[0]"
+    assert f"note: {where}: skipped {d}/up: a symlink to {d.parent}, a folder it is inside (a loop)" in r.stderr
+    assert f"note: {where}: skipped {d}/top: a symlink to {tmp_path / 'data'}, a folder it is inside (a loop)" in r.stderr
+    files = resolve_inputs(config.load(y))["s"]
+    assert sorted(f.path for f in files) == [str((d / "x.jsonl").resolve()), str((d.parent / "y.jsonl").resolve())]
