@@ -90,7 +90,7 @@ def expand(pattern: str) -> tuple[list[str], list[tuple[str, str]]]:
     i = parts.index("**")
     head, rest = (os.path.join(*parts[:i]) if i else ""), parts[i + 1:]
     slash = os.sep if pattern.endswith(os.sep) else ""  # `a/**/`: folders only (Path.parts drops the slash)
-    bases = [b for b in glob.glob(head)] if glob.has_magic(head) else [head]
+    bases = glob.glob(head) if glob.has_magic(head) else [head]
     matches: list[str] = []
     loops: list[tuple[str, str]] = []
     for base in bases:
