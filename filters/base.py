@@ -57,7 +57,7 @@ RegexPattern = Annotated[str, AfterValidator(_compiles)]
 class FilterParams(BaseModel):
     """Base of every filter's parameters: frozen, unknown keys are errors."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # .nan, .inf: config errors
     type: str
 
 

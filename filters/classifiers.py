@@ -45,7 +45,7 @@ class ClassifierParams(BaseModel):
     """What every family's `classifiers.<name>` has: the stage's part (examples, sample, a
     pretrained model); a family adds its own keys and narrows `type` to its name."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # .nan, .inf: config errors
     type: str
     positive: list[str] = Field(default_factory=list, description="sources (after their filters and dedup) or files "
                                 "(.txt a line each, .jsonl with `text`, .parquet; relative to the YAML file) of positive examples")

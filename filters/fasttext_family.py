@@ -5,7 +5,10 @@ input, its parameters, its predict) is here, behind the family interface of
 filters/classifiers.py, so the classify stage never calls fastText itself.
 
 Preprocessing is DCLM's: the text's lines joined with single spaces (fastText reads one
-example a line), lowercased when the classifier says so. Training is fastText's
+example a line), lowercased when the classifier says so; and a word of the text that starts
+with `__label__` loses one underscore, since fastText takes any such word in a training
+line for a label (a page saying `__label__hq` would label itself). Scoring and prediction
+preprocess the same way, so the model sees the text it was trained on. Training is fastText's
 supervised mode with one thread and a fixed seed, so the same sample gives the same
 model bytes. A score is the probability fastText gives the positive label (for softmax
 with two labels, 1 - P(negative) when the positive label is not the top one).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 from typing import Literal
 
@@ -43,9 +47,14 @@ class FastTextParams(ClassifierParams):
     lowercase: bool = Field(False, description="lowercase text before training and scoring")
 
 
+# `__label__` where fastText's tokenizer starts a word: after its whitespace (' ', \t, \n, \v, \f, \r, \0) or at the start
+_LABEL_WORD = re.compile(r"(?<![^ \t\n\v\f\r\x00])" + PREFIX)
+
+
 def preprocess(text: str, lowercase: bool) -> str:
     t = " ".join(text.strip().splitlines())
-    return t.lower() if lowercase else t
+    t = t.lower() if lowercase else t
+    return _LABEL_WORD.sub(PREFIX[1:], t) if PREFIX in t else t  # a text's own `__label__x` is a word, not a label
 
 
 def open_model(path: str):

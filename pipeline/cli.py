@@ -342,18 +342,20 @@ def _classifier_lines(run_dir: Path) -> list[str]:
     from pipeline.io import atomic
 
     out = []
-    for name, st in atomic.read_json(run_dir / "run.json")["steps"].items():
-        if not (name.startswith("classify-") and name.endswith("-train")):
+    rec = atomic.read_json(run_dir / "run.json")
+    for cname in (rec.get("config") or {}).get("classifiers") or {}:  # by the mixture's names: a score step of a
+        st = rec["steps"].get(f"classify-{cname}-train")  # source named `x-train` ends with -train too
+        if st is None:  # a pretrained model
             continue
         ev = atomic.read_json(fs.join(run_dir, st["dir"]) / "eval.json")
         ex = ev["examples"]
         if "labels" in ev:  # a topic classifier
             per = ", ".join(f"{lab} {v['precision']:.2f}/{v['recall']:.2f}" for lab, v in ev["labels"].items())
-            out.append(f"classifier {name[len('classify-'):-len('-train')]}: validation accuracy {ev['accuracy']:.3f} on "
+            out.append(f"classifier {cname}: validation accuracy {ev['accuracy']:.3f} on "
                        f"{ev['validation']:,} held-out documents; precision/recall per label: {per} "
                        f"({st['dir']}/eval.json)")
             continue
-        out.append(f"classifier {name[len('classify-'):-len('-train')]}: validation ROC AUC {ev['roc_auc']:.3f}, "
+        out.append(f"classifier {cname}: validation ROC AUC {ev['roc_auc']:.3f}, "
                    f"F1 {ev['f1']:.3f} (precision {ev['precision']:.3f}, recall {ev['recall']:.3f}) at 0.5 on "
                    f"{ex['validation']['positive']:,}+{ex['validation']['negative']:,} held-out documents; trained on "
                    f"{ex['train']['positive']:,}+{ex['train']['negative']:,} ({st['dir']}/eval.json)")

@@ -85,3 +85,17 @@ def test_relative_links_point_at_files_and_headings():
             assert dest.exists(), f"{path.relative_to(ROOT)}: link to {target}: no such file"
             if anchor and dest.suffix == ".md":
                 assert anchor in _anchors(dest), f"{path.relative_to(ROOT)}: link to {target}: no such heading"
+
+
+def test_the_readme_says_a_mixture_file_must_be_trusted_like_code():
+    """A mixture YAML imports code (`type: python` callables, datatrove classes by dotted
+    path): the README says so, beside what Curate does read as data only."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Trust: a mixture file is code\n", 1)[1].split("\n## ", 1)[0]
+    for said in ("`type: python`", "`callable:`", "`type: datatrove`", "dotted path", "Run only mixture files you would run as scripts"):
+        assert said in section, said
+    from filters import adapters  # the keys the README names are the ones that import code
+    from pipeline.config.models import PythonExtract
+
+    assert adapters.DatatroveParams.model_fields["class_"].alias == "class"
+    assert "callable" in adapters.PythonParams.model_fields and "callable" in PythonExtract.model_fields

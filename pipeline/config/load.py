@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from filters import base as filter_base
 from filters import classifiers as classifier_registry
 from pipeline.config.checks import check_references
-from pipeline.config.lines import dotted, line_of, walk
+from pipeline.config.lines import Refused, dotted, line_of, walk
 from pipeline.config.models import LoadedMixture, Mixture
 from pipeline.errors import UsageError
 
@@ -149,6 +149,8 @@ def _format_pydantic(err: dict, loc: tuple, raw: dict) -> str:
                 return e.args[0]
         return f"unknown type {tag!r}; known types: {err['ctx']['expected_tags'].replace(chr(39), '')}"
     msg = err["msg"]
+    if kind == "finite_number":  # YAML's .nan and .inf (or "nan" in quotes): every number of a mixture is finite
+        return f"must be a finite number, not {err.get('input')!r}; give a number such as 0.25"
     if kind == "value_error":  # our validators' own words say what is wrong and what to do
         return msg.removeprefix("Value error, ")
     if "input" in err and kind not in ("model_type", "dict_type"):
@@ -188,11 +190,16 @@ def load(path: str | Path) -> LoadedMixture:
         line = f"{mark.line + 1}" if mark else "1"
         problem = getattr(e, "problem", None) or str(e)
         raise UsageError(f"{path}:{line}: not valid YAML: {problem}") from None
+    except RecursionError:  # the parser recurses once per level
+        raise UsageError(f"{path}:1: nested too deeply to read; a mixture file needs a few levels") from None
+    lines: dict[tuple, int] = {}
+    try:  # before anything reads `raw`: it may hold itself (a recursive alias) or expand hugely
+        if node is not None:
+            walk(node, (), lines)
+    except Refused as e:
+        raise UsageError(f"{path}:{e.line}: {e.message}") from None
     if not isinstance(raw, dict):
         raise UsageError(f"{path}:1: the mixture file must be a mapping with at least `name` and `sources`")
-    lines: dict[tuple, int] = {}
-    if node is not None:
-        walk(node, (), lines)
 
     problems: list[tuple[tuple, str]] = []
     data = dict(raw)

@@ -31,7 +31,7 @@ from pipeline.io import fs
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # .nan and .inf: errors at their key
 
 
 class QualitySpec(Model):
@@ -114,7 +114,9 @@ WEB_FORMATS = ("warc", "html")
 
 
 class SourceSpec(Model):
-    paths: list[str] = Field(min_length=1, description="files, globs or directories; relative to the YAML file")
+    paths: list[str] = Field(min_length=1, description="files, globs or directories; relative to the YAML file; `**` matches "
+                             "any depth of folders, following symlinks except one into a folder it is inside (a loop: "
+                             "skipped with a note)")
     format: Literal["jsonl", "parquet", "hf", "warc", "html"] | None = Field(
         None, description="inferred from the file name when omitted (.jsonl/.json[.gz|.zst], .parquet, a saved HF "
         "dataset directory, .warc[.gz] (WET too), .html/.htm)"

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 from pathlib import Path
 
 from pipeline.config import LoadedMixture, SourceSpec, environment
 from pipeline.errors import UsageError
-from pipeline.io.discover import InputFile, fixed_prefix, format_from_name, infer_format, is_hf_dir, open_error
+from pipeline.io.discover import InputFile, expand, fixed_prefix, format_from_name, infer_format, is_hf_dir, open_error
 from pipeline.plan import tokens
 
 
@@ -50,7 +51,10 @@ def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[
             _remote_matches(pattern, where, sname, spec, files, problems)
             continue
         full = pattern if os.path.isabs(pattern) else str(lm.base_dir / pattern)
-        matches = sorted(glob.glob(full, recursive=True))
+        found, loops = expand(full)
+        matches = sorted(found)
+        for link, target in loops:
+            print(f"note: {where}: skipped {link}: a symlink to {target}, a folder it is inside (a loop)", file=sys.stderr)
         if not matches:
             hint = ("; this runs inside a Ray job, whose working directory is an uploaded copy without git-ignored "
                     "data: give an absolute path on a shared filesystem or a URL (s3://...)"

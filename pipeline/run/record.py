@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -50,19 +51,42 @@ def git_commit(where: Path) -> str | None:
 def check_owner(lm: LoadedMixture, run_dir: Path, overwrite: bool) -> None:
     """A run directory belongs to one mixture file: editing that file and running again is
     the normal loop, but a different file with the same `name` and `output` would mix two
-    experiments' outputs in one directory. Files are told apart by name, not folder: a Ray
-    job runs a copy of the YAML in a new folder each time the code changes."""
+    experiments' outputs in one directory, also when both files are called mixture.yaml in
+    two folders. Files are told apart by their resolved path (run.json's `mixture_file`),
+    except for the copy a Ray job runs (`same_mixture_file`); a run directory whose run.json
+    has no `mixture_file` belongs to no file yet."""
     try:
         prev = atomic.read_json(run_dir / "run.json").get("mixture_file")
     except (FileNotFoundError, ValueError):
         return
     mine = str(lm.path.resolve())
-    if prev and Path(prev).name != Path(mine).name and not overwrite:
+    if prev and not same_mixture_file(prev, mine) and not overwrite:
+        moved = (f" (a {Path(mine).name} in another folder is another mixture file; if you moved this one, "
+                 "--overwrite takes the directory over once)" if Path(prev).name == Path(mine).name else "")
         raise UsageError(
             f"{run_dir} holds a run of another mixture file ({prev}), not {mine}; give this one its own "
             "`name` or `output` (or --output DIR), or pass --overwrite to take the directory over "
-            "(cached steps whose hashes match are reused; the mixture, ledger and samples are replaced)"
+            f"(cached steps whose hashes match are reused; the mixture, ledger and samples are replaced){moved}"
         )
+
+
+_RAY_JOB = re.compile(r"/working_dir_files/[^/]+/(.+)$")  # <ray temp>/.../working_dir_files/_ray_pkg_<hash>/<path>
+
+
+def same_mixture_file(prev: str, mine: str) -> bool:
+    """Whether two resolved paths are one mixture file. A Ray job runs a copy of the YAML in
+    Ray's copy of the working directory, a new folder whenever the code changes; such a copy
+    is the file at its path inside the working directory: the same as another job's copy at
+    that path, or as a file outside a job whose path ends with it (the checkout submitted)."""
+    if prev == mine:
+        return True
+    a, b = _RAY_JOB.search(prev), _RAY_JOB.search(mine)
+    if a and b:
+        return a.group(1) == b.group(1)
+    if a or b:
+        rel, full = (a.group(1), mine) if a else (b.group(1), prev)
+        return full.endswith("/" + rel)
+    return False
 
 
 def claim_run_dir(leases: Leases, run_dir: Path, store) -> None:

@@ -88,3 +88,27 @@ def test_fasttext_family_trains_scores_predicts_and_names_its_labels(tmp_path):
     assert ev["roc_auc"] == 1.0 and ev["positives"] == 1
     assert fam.evaluate_topics(model, texts, ["a", "b"], ["a", "b"], opts)["accuracy"] == 1.0
     assert fam.score(model, [], "__label__a", opts).shape == (0,) and fam.predict(model, [], opts)[0] == []
+
+
+def test_a_texts_own_label_words_never_become_labels(tmp_path):
+    """fastText takes any word starting with `__label__` in a training line for a label: a
+    page saying `__label__hq` would have labelled itself (and made a class of its own). Such
+    words lose one underscore, in training and in scoring alike; other text is unchanged."""
+    from filters.fasttext_family import preprocess
+
+    fam = classifiers.family("fasttext")
+    params = FastTextParams(positive=["p"], negative=["n"], epochs=10).model_dump(mode="json")
+    rng = np.random.default_rng(0)
+    words = {"__label__hq": ["alpha", "apple", "atom"], "__label__cc": ["beta", "banana", "boat"]}
+    hostile = ["__label__evil", "x\t__label__hq", "__LABEL__up", "a__label__b"]  # after a tab too; a word, not a label
+    examples = [(lab, " ".join(rng.choice(ws, 6)) + " " + hostile[i % 4]) for i in range(40) for lab, ws in words.items()]
+    model = fam.train(examples, params, 0, tmp_path / fam.model_file)
+    assert sorted(fam.labels(str(tmp_path / "model.bin"))) == ["cc", "hq"]
+    lowered = {**fam.options(params), "lowercase": True}
+    assert preprocess("__LABEL__up and __label__hq\tx\v__label__y", True) == "_label__up and _label__hq\tx _label__y"
+    assert preprocess("a __label__hq b", False) == "a _label__hq b" and preprocess("a__label__hq", False) == "a__label__hq"
+    opts = fam.options(params)
+    assert fam.score(model, ["alpha __label__hq"], "__label__hq", opts) == fam.score(model, ["alpha _label__hq"], "__label__hq", opts)
+    assert fam.score(model, ["ALPHA __LABEL__hq"], "__label__hq", lowered) == fam.score(model, ["alpha _label__hq"], "__label__hq", lowered)
+    plain = "Text without the prefix: lines\njoined, tabs\tkept, CASE kept."
+    assert preprocess(plain, False) == "Text without the prefix: lines joined, tabs\tkept, CASE kept."

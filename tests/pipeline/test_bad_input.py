@@ -327,6 +327,54 @@ def test_an_output_holding_another_mixture_files_run_is_refused_unless_overwrite
 
 
 
+def test_two_mixture_files_of_one_name_in_two_folders_do_not_share_a_run_directory(ray_local, tmp_path):
+    """Ownership is the file's resolved path, not its name: x/mixture.yaml and y/mixture.yaml
+    with the same `name` and `output` are two experiments. Editing x/mixture.yaml in place
+    stays the normal loop; a Ray job's copy of the file (a new folder per job) is the file
+    at its path inside the working directory; a run.json without `mixture_file` binds nothing."""
+    from pipeline.errors import UsageError
+    from pipeline.run.record import check_owner
+
+    (tmp_path / "d.jsonl").write_text('{"text": "one two three"}\n')
+    text = f"""
+        name: same
+        output: {tmp_path}/out
+        sources:
+          s: {{paths: ["{tmp_path}/d.jsonl"]}}
+    """
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    x, y = write_yaml(tmp_path / "x" / "mixture.yaml", text), write_yaml(tmp_path / "y" / "mixture.yaml", text)
+    run_dir = runner.run(config.load(x), log=lambda m: None, quiet=True)
+    write_yaml(x, text.replace("name: same", "name: same\n        seed: 1"))  # edited in place: the normal loop
+    runner.run(config.load(x), log=lambda m: None, quiet=True)
+    with pytest.raises(UsageError) as e:
+        runner.run(config.load(y), log=lambda m: None, quiet=True)
+    assert str(e.value).startswith(f"{run_dir} holds a run of another mixture file ({x}), not {y}; ")
+    assert "a mixture.yaml in another folder is another mixture file" in str(e.value)
+    r = curate("validate", str(y))
+    assert r.returncode == 2 and f"holds a run of another mixture file ({x}), not {y}" in r.stderr
+    assert "Traceback" not in r.stderr
+
+    def owner(mixture_file, path):
+        atomic.write_json(run_dir / "run.json", {"mixture_file": mixture_file} if mixture_file else {})
+        check_owner(config.load(path), run_dir, overwrite=False)
+
+    jobs = tmp_path / "ray" / "session_1" / "runtime_resources" / "working_dir_files"
+    for d in ("_ray_pkg_aaa/x", "_ray_pkg_bbb/x", "_ray_pkg_ccc/y"):
+        (jobs / d).mkdir(parents=True)
+    copies = [write_yaml(jobs / f"_ray_pkg_{h}" / "x" / "mixture.yaml", text) for h in ("aaa", "bbb")]
+    other = write_yaml(jobs / "_ray_pkg_ccc" / "y" / "other.yaml", text)
+    owner(str(copies[0]), copies[1])  # the next job's copy of the same file
+    owner(str(x), copies[0])  # a job submitted from the checkout that ran x/mixture.yaml
+    owner(str(copies[0]), x)  # and back
+    owner(None, y)  # a run.json of old code without mixture_file: nobody's yet
+    with pytest.raises(UsageError):
+        owner(str(copies[0]), other)
+    with pytest.raises(UsageError):
+        owner(str(copies[0]), y)
+
+
 def test_a_classifier_whose_source_is_filtered_empty_says_what_to_check(ray_local, tmp_path, demo_corpus):
     y = write_yaml(tmp_path / "m.yaml", f"""
         name: m

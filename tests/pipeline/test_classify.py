@@ -114,13 +114,16 @@ def test_same_model_bytes_on_a_second_run(ray_local, trained):
 
 def test_editing_the_threshold_skips_training_and_scoring(trained, demo_corpus, joined):
     d, y, _ = trained
-    (d / "edited").mkdir(exist_ok=True)  # the same file name: the same mixture, edited
-    edited = _yaml(d / "edited" / "a.yaml", demo_corpus, "quality: {classifier: wiki_vs_web, min_score: 0.9}")
-    plan = curate("plan", str(edited), "--output", str(d / "one")).stdout
+    original = y.read_text()
+    try:  # the same file, edited in place (the run directory is that file's)
+        edited = _yaml(y, demo_corpus, "quality: {classifier: wiki_vs_web, min_score: 0.9}")
+        plan = curate("plan", str(edited), "--output", str(d / "one")).stdout
+        r = curate("run", str(edited), "--output", str(d / "one"), env=joined)
+    finally:
+        y.write_text(original)
     lines = {ln.split()[0]: ln for ln in plan.splitlines() if ln.startswith(("classify-", "quality-", "mix"))}
     assert " skip " in lines["classify-wiki_vs_web-train"] and " skip " in lines["classify-wiki_vs_web-wiki"]
     assert "config changed" in lines["quality-wiki-threshold"]
-    r = curate("run", str(edited), "--output", str(d / "one"), env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
     st = atomic.read_json(d / "one" / "cls" / "run.json")["steps"]
     assert st["classify-wiki_vs_web-train"]["status"] == st["classify-wiki_vs_web-wiki"]["status"] == "SKIPPED"
@@ -214,3 +217,32 @@ def test_a_safety_classifier_drops_what_scores_above_max_score(ray_local, traine
     assert dropped and all(x["reason"].startswith("quality_above:0.5 (score=") for x in dropped)
     led = atomic.read_json(tmp_path / "cls" / "ledger.json")["sources"]["wiki"]["removed"]
     assert led["quality:wiki_vs_web"] == {"quality_above:0.5": len(dropped)}
+
+
+def test_sources_named_train_and_examples_are_scored_by_steps_of_their_own(demo_corpus, tmp_path, joined):
+    """A source may be called `train` or `examples`, the words of a classifier's own steps
+    (`classify-c-train`, `classify-c-examples`): its score step is `classify-c-source-train`,
+    so no two steps share a name (which once mixed up their stats, run.json and gc)."""
+    y = write_yaml(tmp_path / "t.yaml", f"""
+        name: t
+        tokenizer: null
+        sources:
+          train: {{paths: ["{demo_corpus}/wiki/summaries_es.parquet"], id_field: id,
+                   quality: {{classifier: c, keep_fraction: 0.5}}}}
+          examples: {{paths: ["{demo_corpus}/web/crawl-00000.jsonl.zst"], quality: {{classifier: c, keep_fraction: 0.5}}}}
+        classifiers:
+          c: {{positive: [train], negative: [examples], max_examples_per_class: 500, epochs: 2, dim: 16, bucket: 10000}}
+    """)
+    r = curate("run", str(y), "--workers", "2", env=joined)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "out" / "t"
+    steps = atomic.read_json(run / "run.json")["steps"]
+    classify_steps = sorted(n for n in steps if n.startswith("classify-"))
+    assert classify_steps == ["classify-c-examples", "classify-c-source-examples", "classify-c-source-train", "classify-c-train"]
+    assert len({s["dir"] for s in steps.values()}) == len(steps)  # one store folder per step
+    assert r.stdout.count("classifier c: validation ROC AUC") == 1  # the train step, not a score step ending in -train
+    led = atomic.read_json(run / "ledger.json")
+    for source in ("train", "examples"):
+        rows = _attrs(run, source)
+        assert rows and all(x["score"] is not None for x in rows)
+        assert sum(led["sources"][source]["removed"]["quality:c"].values()) == len(rows) - round(0.5 * len(rows))

@@ -218,3 +218,76 @@ def test_a_filter_whose_package_is_missing_is_a_config_error_with_the_pip_line(t
         (f"{y}:6: filters.mine.type: the module 'curate_user_rules.web' cannot be imported here; install the package "
          "that provides it (on every node of a cluster), or fix the import path"),
     ]
+
+
+def test_nan_and_inf_are_config_errors_at_their_key(tmp_path):
+    """YAML's .nan and .inf are floats: NaN weights passed every check (NaN compares false)
+    and crashed the run with a traceback. Any number in the file must be finite."""
+    (tmp_path / "a.jsonl").write_text('{"text": "hello there world"}\n')
+    text = GOOD.replace('"*.jsonl"', '"a.jsonl"') + """\
+  lang: {type: language, languages: [en], min_score: "nan"}
+classifiers:
+  c: {positive: [web], negative: [web], lr: -.inf}
+mixture:
+  weights:
+    web: .nan
+    web2: .inf
+"""
+    p = write_yaml(tmp_path / "nan.yaml", text)
+    r = curate("validate", str(p))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    for line, key, got in ((9, "filters.lang.min_score", "'nan'"), (11, "classifiers.c.lr", "-inf"),
+                           (14, "mixture.weights.web", "nan"), (15, "mixture.weights.web2", "inf")):
+        assert f"{p}:{line}: {key}: must be a finite number, not {got}; give a number such as 0.25" in r.stderr, r.stderr
+
+
+def test_recursive_aliases_alias_bombs_and_deep_nesting_are_config_errors(tmp_path):
+    """YAML lets an alias name a value that contains it (loading recursed until RecursionError)
+    and lets a few lines of nested aliases stand for billions of values (validation never
+    ended): both are refused at their line before anything reads the document. Aliases that
+    only repeat a value stay fine."""
+    shared = GOOD.replace("filters: [english, gopher_quality]", "filters: &chain [english, gopher_quality]\n"
+                          "  web2: {paths: ['*.jsonl'], filters: *chain}")
+    lm = config.load(write_yaml(tmp_path / "ok.yaml", shared))
+    assert lm.mixture.sources["web2"].filters == ["english", "gopher_quality"]
+    loop = "name: t\nsources: &s\n  web: {paths: ['*.jsonl'], again: *s}\n"
+    assert _err(tmp_path, loop) == ("x.yaml:3: sources.web.again: an alias to a value that contains it (anchored at line 2): "
+                                    "a recursive value has no end; repeat a value, do not nest it in itself")
+    assert _err(tmp_path, "name: t\nsources:\n  web: {paths: &p ['*.jsonl', *p]}\n").startswith(
+        "x.yaml:3: sources.web.paths[1]: an alias to a value that contains it")
+    bomb = "name: t\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+    for i in range(1, 9):
+        bomb += f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n"
+    bomb += "sources: {web: {paths: ['*.jsonl']}}\n"
+    assert "aliases expand the file to over 100,000 values here; write the values out" in _err(tmp_path, bomb)
+    assert _err(tmp_path, "name: t\nsources: " + "[" * 2000 + "]" * 2000 + "\n") == \
+        "x.yaml:1: nested too deeply to read; a mixture file needs a few levels"
+    p = write_yaml(tmp_path / "loop.yaml", loop)
+    r = curate("validate", str(p))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and f"{p}:3: sources.web.again: an alias" in r.stderr
+
+
+def test_symlink_loops_under_a_double_star_are_skipped_with_a_note(tmp_path):
+    """glob follows a symlink to a folder it is inside until the OS's symlink limit: two
+    loops made discovery exponential (it never ended). Each loop is skipped with a note;
+    a symlink that makes no loop is followed, as glob does."""
+    d = tmp_path / "data" / "a" / "b"
+    d.mkdir(parents=True)
+    (d / "x.jsonl").write_text('{"text": "one two three"}\n')
+    (d.parent / "y.jsonl").write_text('{"text": "four five six"}\n')
+    (d / "up").symlink_to("..")  # -> data/a
+    (d / "top").symlink_to("../..")  # -> data
+    (tmp_path / "data" / "elsewhere").symlink_to(d)  # no loop: followed, as glob does
+    y = write_yaml(tmp_path / "m.yaml", """
+        name: m
+        sources:
+          s: {paths: ["data/**/*.jsonl"]}
+    """)
+    r = curate("validate", str(y), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "ok (1 sources, 2 input files)" in r.stdout
+    where = f"{y}:3: sources.s.paths[0]"
+    assert f"note: {where}: skipped {d}/up: a symlink to {d.parent}, a folder it is inside (a loop)" in r.stderr
+    assert f"note: {where}: skipped {d}/top: a symlink to {tmp_path / 'data'}, a folder it is inside (a loop)" in r.stderr
+    files = resolve_inputs(config.load(y))["s"]
+    assert sorted(f.path for f in files) == [str((d / "x.jsonl").resolve()), str((d.parent / "y.jsonl").resolve())]

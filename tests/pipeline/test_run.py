@@ -6,6 +6,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from pipeline.io import atomic
 from tests.conftest import curate, mixture_shas, write_yaml
 
@@ -97,18 +99,21 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_run_yaml, 
     assert {s["status"] for s in steps.values()} == {"SKIPPED"}
     first = mixture_shas(tmp_path / "demo")
 
-    (demo_yaml.parent / "edited").mkdir(exist_ok=True)  # the same file name: the same mixture, edited
-    edited = write_yaml(demo_yaml.parent / "edited" / demo_yaml.name, demo_yaml.read_text().replace(
-        "weights: {web/q5: 0.25, web/q3-q4: 0.35, wiki: 0.3, code: 0.1}", "weights: {web/q5: 0.2, web/q3-q4: 0.3, wiki: 0.4, code: 0.1}").replace(
-        "shard_tokens: 100000", "shard_tokens: 50000"))
-    plan = curate("plan", str(edited), "--output", out)
+    original = demo_yaml.read_text()  # the session's file: edited in place (the run directory is that file's), then restored
+    try:
+        edited = write_yaml(demo_yaml, original.replace(
+            "weights: {web/q5: 0.25, web/q3-q4: 0.35, wiki: 0.3, code: 0.1}", "weights: {web/q5: 0.2, web/q3-q4: 0.3, wiki: 0.4, code: 0.1}").replace(
+            "shard_tokens: 100000", "shard_tokens: 50000"))
+        plan = curate("plan", str(edited), "--output", out)
+        r = curate("run", str(edited), "--output", out)
+    finally:
+        demo_yaml.write_text(original)
     assert plan.returncode == 0, plan.stderr
     actions = {ln.split()[0]: ln.split()[2:] for ln in plan.stdout.splitlines() if ln.split()[:1] and "-" in ln.split()[0]
                and ln.split()[0][0].islower() and len(ln.split()) > 3 and ln.split()[2] in ("run", "skip")}
     assert actions["mix-select"] == ["run", "config", "changed"]
     assert all(v == ["skip", "done"] for k, v in actions.items() if not k.startswith(("mix", "samples"))), actions
     assert "expected mixture" in plan.stdout and "0.400" in plan.stdout
-    r = curate("run", str(edited), "--output", out)
     assert r.returncode == 0, r.stderr
     steps = atomic.read_json(tmp_path / "demo" / "run.json")["steps"]
     assert {k for k, s in steps.items() if s["status"] == "SUCCESS"} == {"mix-priority", "mix-select", "mix-route", "mix", "samples-pick", "samples"}
@@ -133,6 +138,25 @@ def test_stale_ray_address_file_is_cleared_with_a_message(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"note: cleared a stale Ray address file ({stale}: 127.0.0.1:1)" in r.stderr
     assert atomic.read_json(tmp_path / "out" / "s" / "ledger.json")["totals"]["kept"] == 1
+
+
+@pytest.mark.xfail(reason="clean_tmp fencing (lead)", strict=False)
+def test_a_source_named_like_a_temporary_file_runs(tmp_path, joined):
+    """A source name is a folder name in the store (`<step>/<source>/part-...`): `x.tmp-1`
+    looks like a temporary file's name, and the run's cleanup of temporary files must not
+    take its folder for one."""
+    (tmp_path / "d.jsonl").write_text("".join(f'{{"text": "document {i} with a few words"}}\n' for i in range(20)))
+    y = write_yaml(tmp_path / "m.yaml", """
+        name: m
+        sources:
+          x.tmp-1: {paths: ["d.jsonl"]}
+        dedup: {exact: {}}
+    """)
+    r = curate("run", str(y), "--workers", "2", env=joined)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    led = atomic.read_json(tmp_path / "out" / "m" / "ledger.json")
+    assert led["conservation"] and led["sources"]["x.tmp-1"]["kept"] == 20
 
 
 def test_explain_names_the_filter_and_reason(demo_run):

@@ -374,6 +374,27 @@ def test_the_sandbox_stops_hangs_errors_and_crashes_and_goes_on():
         sb.close()
 
 
+def test_the_extractor_process_gets_no_credentials(monkeypatch):
+    """An extractor parses pages from the web: a page that gets code running in it must find
+    no cloud credentials in its environment, only what running Python needs."""
+    planted = {"AWS_SECRET_ACCESS_KEY": "s3cr3t", "AWS_ACCESS_KEY_ID": "AKIA", "AWS_SESSION_TOKEN": "t",
+               "HF_TOKEN": "hf_x", "GOOGLE_APPLICATION_CREDENTIALS": "/k.json", "AZURE_STORAGE_KEY": "k",
+               "MY_API_KEY": "k", "RAY_AUTH_TOKEN": "r", "CURATE_UPLOAD_TOKEN": "c", "CURATE_CACHE_DIR": "/tmp/cc",
+               "LC_ALL": "C.UTF-8"}
+    for k, v in planted.items():
+        monkeypatch.setenv(k, v)
+    sb = extract.Sandbox({"type": "python", "callable": "tests.pipeline.web_extractors:extract", "timeout": 5})
+    try:
+        status, names = sb.extract("<p>ENV</p>")
+    finally:
+        sb.close()
+    assert status == "ok", names
+    seen = set(names.split())
+    assert {"PATH", "CURATE_CACHE_DIR", "LC_ALL"} <= seen
+    assert not seen & (set(planted) - {"CURATE_CACHE_DIR", "LC_ALL"}), seen
+    assert not [k for k in seen if k.startswith(("AWS_", "GOOGLE_", "AZURE_", "RAY_"))], seen
+
+
 def test_the_shipped_warc_mixture_runs_on_the_demo_crawl(ray_local, demo_corpus, tmp_path):
     text = (ROOT / "mixtures" / "warc.yaml").read_text().replace("../data/demo", str(demo_corpus))
     text = text.replace("blocklist: blocklist.txt", f"blocklist: {ROOT / 'mixtures' / 'blocklist.txt'}")

@@ -1,5 +1,6 @@
 """An extractor for tests/pipeline/test_web.py that misbehaves on request: sleeps, raises,
-kills its own process, hogs memory or spins, by the word in the page; otherwise strips the tags."""
+kills its own process, hogs memory or spins, or lists the names in its environment (ENV), by the
+word in the page; otherwise strips the tags."""
 
 import os
 import re
@@ -16,6 +17,8 @@ def extract(html: str) -> str:
         os.kill(os.getpid(), signal.SIGKILL)
     if "HOG" in html:
         return str(len(bytearray(3 << 30)))  # 3 GB: over the sandbox's address-space cap
+    if "ENV" in html:
+        return " ".join(sorted(os.environ))
     if "SPIN" in html:
         while True:
             pass

@@ -1,7 +1,9 @@
 """The classification steps of a plan (tasks.py says what each does).
 
 A classifier is trained once (`classify-<name>-train`) and scores only the sources whose
-`quality` names it (`classify-<name>-<source>`); each such source then gets its own
+`quality` names it (`classify-<name>-<source>`; a source named `train` or `examples`, the
+words of the classifier's own steps, is scored by `classify-<name>-source-train`:
+`score_name`); each such source then gets its own
 threshold and attributes (`quality-<source>-threshold`, `quality-<source>`). The step
 hashes make iteration cheap: `min_score` and `keep_fraction` are in the threshold step
 only, so editing them skips training and scoring. What the model is (fastText ...) is the
@@ -98,7 +100,7 @@ def plan(ctx: Context) -> list[Step]:
 
         score_cfg = {"model": model_id, "label": c.label, **options}
         score = Step(
-            f"classify-{q.classifier}-{sname}", "classify-score", score_cfg,
+            score_name(q.classifier, sname), "classify-score", score_cfg,
             ([train] if train else []) + [base[sname]] + dedup, classify.score_shard,
             shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c, options=options: [
                 {"doc": d, "model": model_path, "type": c.type, "label": c.label, "options": options,
@@ -156,6 +158,21 @@ def plan(ctx: Context) -> list[Step]:
 
 
 STAGE = Stage("classify", plan)
+
+OWN_STEPS = ("examples", "train")  # classify-<name>-examples, classify-<name>-train
+
+
+def score_name(cname: str, source: str) -> str:
+    """The step that scores `source` with classifier `cname`: `classify-<cname>-<source>`,
+    unless the source's name is one of the classifier's own steps' words (a source may be
+    called `train`): then `classify-<cname>-source-<source>`. Names of the form
+    `source-...-source-train` move up one `source-` likewise, so no two sources (and no
+    source and the classifier's own steps) ever get one name, and every other source keeps
+    the name it always had."""
+    word = source
+    while word.startswith("source-"):
+        word = word[len("source-"):]
+    return f"classify-{cname}-source-{source}" if word in OWN_STEPS else f"classify-{cname}-{source}"
 
 
 def _model_labels(ctx: Context, cname: str, path: str, digest: str) -> list[str]:

@@ -12,6 +12,11 @@ page goes to quarantine as `extract_timeout`, a new child starts, and the shard 
 an extractor exception is `extract_error` (MemoryError too: the child's address space is
 capped at `max_memory_mb`), a child that dies otherwise (a crash) is `extract_crash`.
 
+The child gets only the environment it needs to run Python (`child_env`): an extractor
+parses pages from the web, and a hostile page that gets code running in it must find no
+cloud credentials (AWS_*, HF_TOKEN ...) in its environment. (Files the user can read, it
+can read too: the process is a guard against hangs and crashes, not a security boundary.)
+
 CPU time rather than wall time so that a busy machine does not change which pages time out:
 the limit is a property of the page, not of the load, which keeps runs reproducible (a
 page close to the limit can still fall either side on a different CPU; it is quarantined
@@ -27,12 +32,29 @@ windows-1252) if the bytes decode under it; otherwise the charset uchardet detec
 from __future__ import annotations
 
 import codecs
+import re
 import signal
 import time
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 WALL_FACTOR, WALL_EXTRA = 4.0, 10.0  # the wall-clock guard: 4x the CPU limit plus 10 s
 START_TIMEOUT = 120.0  # seconds for a child to start and import its extractor
+
+
+# what the extractor process keeps of the worker's environment: how to run Python and find its packages,
+# the locale, time zone and temporary folder, thread counts, and Curate's own settings (CURATE_*)
+CHILD_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
+             "PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED", "PYTHONUTF8", "PYTHONIOENCODING", "PYTHONNOUSERSITE",
+             "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS", "PYTHONSAFEPATH", "VIRTUAL_ENV", "CONDA_PREFIX",
+             "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_ARENA_MAX")
+CHILD_ENV_PREFIXES = ("LC_", "CURATE_")
+SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|AUTH", re.IGNORECASE)  # never, whatever the name
+
+
+def child_env(environ: dict[str, str]) -> dict[str, str]:
+    """The extractor process's environment: the allowlist above, less anything named like a secret."""
+    return {k: v for k, v in environ.items()
+            if (k in CHILD_ENV or k.startswith(CHILD_ENV_PREFIXES)) and not SECRET.search(k)}
 
 
 # ---------------------------------------------------------------- decoding
@@ -181,12 +203,13 @@ class Sandbox:
 
     def _start(self):
         import json
+        import os
         import subprocess
         import sys
 
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from pipeline.steps.ingest.extract import child_main; child_main()", json.dumps(self.spec)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=child_env(dict(os.environ)))
         self.starts += 1
         if not isinstance(self._recv(START_TIMEOUT), list):
             code = self.proc.poll()
