@@ -128,7 +128,7 @@ def save(model, final) -> None:
     atomic.commit(tmp, final)
 
 
-@register_classifier("fasttext", libraries=("fasttext",))
+@register_classifier("fasttext", version="2", libraries=("fasttext",))  # 2: a text's own `__label__` words escaped
 class FastText(ClassifierFamily):
     """fastText supervised classifiers (as DCLM's quality filter): binary quality or multi-class topics."""
 

@@ -6,7 +6,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
 
 from pipeline.io import atomic
 from tests.conftest import curate, mixture_shas, write_yaml
@@ -140,7 +139,6 @@ def test_stale_ray_address_file_is_cleared_with_a_message(tmp_path):
     assert atomic.read_json(tmp_path / "out" / "s" / "ledger.json")["totals"]["kept"] == 1
 
 
-@pytest.mark.xfail(reason="clean_tmp fencing (lead)", strict=False)
 def test_a_source_named_like_a_temporary_file_runs(tmp_path, joined):
     """A source name is a folder name in the store (`<step>/<source>/part-...`): `x.tmp-1`
     looks like a temporary file's name, and the run's cleanup of temporary files must not

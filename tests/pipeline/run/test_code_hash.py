@@ -68,12 +68,12 @@ def test_a_filter_or_family_version_bump_reruns_the_steps_that_run_it(demo, monk
     assert why["dedup-exact-map"] == "inputs changed" and why["filter-wiki"] == "output missing"
 
     monkeypatch.setattr(base.filter_class("gopher_repetition"), "version", "2")
-    monkeypatch.setattr(type(family("fasttext")), "version", "2")  # as register_classifier(version="2")
+    monkeypatch.setattr(type(family("fasttext")), "version", "3")  # as register_classifier(version="3")
     lm, ctx = _plan(y)
     changed = {s.name for s in ctx.steps if s.hash != before[s.name]}
     assert changed == _downstream(ctx, {"classify-wiki_vs_web-train"}), sorted(changed)
     assert "classify-wiki_vs_web-examples" not in changed  # the sample of examples does not use the model
-    assert _why(lm, y)["classify-wiki_vs_web-train"] == "code changed: classifier.fasttext 1 -> 2"
+    assert _why(lm, y)["classify-wiki_vs_web-train"] == "code changed: classifier.fasttext 2 -> 3"
 
 
 def test_a_library_upgrade_reruns_the_steps_that_store_its_output(demo, monkeypatch):
