@@ -49,7 +49,7 @@ def test_builtin_modules_name_every_registering_module():
 
 def test_curate_classifiers_lists_the_families_with_their_parameters():
     text = classifiers.describe_registry()
-    assert text.startswith("fasttext (v1): fastText supervised classifiers")
+    assert text.startswith("fasttext (v2): fastText supervised classifiers")
     assert "    epochs: int, default 5. fastText epochs" in text
     assert "    loss: one of softmax, hs, ns, ova, default 'softmax'. fastText loss" in text
     r = curate("classifiers")
