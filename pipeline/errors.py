@@ -4,6 +4,8 @@
 - `InputError`: a bad input record or file under `on_bad_record: fail`. It fails the
   shard with `path:line: what; what to do`, and the run exits 1.
 - `RunError`: a step could not finish (a shard failed, conservation broke). Exit 1.
+- `TransientError`: an I/O fault that may pass (throttling, a reset connection, a timeout,
+  a 5xx, EIO) still there after a shard's own retries: Ray runs the shard again.
 
 Every message says where, what, and how to fix it; the CLI prints the message only.
 """
@@ -22,4 +24,8 @@ class InputError(CurateError):
 
 
 class RunError(CurateError):
+    exit_code = 1
+
+
+class TransientError(RunError):
     exit_code = 1

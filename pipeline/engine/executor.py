@@ -28,7 +28,7 @@ from pipeline.engine.lease import LeaseLost, Leases, create_exclusive, describe
 from pipeline.engine.progress import Progress
 from pipeline.engine.step import SUCCESS, Step, committed, read_markers, shard_name, success
 from pipeline.engine.task import run_shard, versions
-from pipeline.errors import CurateError, RunError
+from pipeline.errors import CurateError, RunError, TransientError
 from pipeline.io import atomic, fs
 
 
@@ -47,6 +47,7 @@ class Executor:
         self.status: dict[str, str] = {}
         self.computed: dict[str, int] = {}  # step name -> shards this run computed (the rest were cached or another run's)
         self._fence = uuid.uuid4().hex[:12] + "g0"  # temporary files' fence where no lease guards a step
+        self.failed: dict[str, list[dict]] = {}  # step name -> [{shard, input, error}] of shards that failed for good
 
     def _ensure_ray(self):
         import ray
@@ -84,7 +85,7 @@ class Executor:
         if not todo:
             return self.stats
         ray = self._ensure_ray()
-        remote = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)(run_shard)
+        remote = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=[TransientError])(run_shard)
         cap = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers or 1)))
         queue: deque = deque()
         in_flight: dict = {}
@@ -121,7 +122,8 @@ class Executor:
 
         def activate_ready():
             for s in list(waiting):
-                if all(i.name in self.stats and i.name not in remaining and i.name not in blocked for i in s.inputs):
+                if all(i.name in self.stats and i.name not in remaining and i.name not in blocked
+                       and i.name not in self.failed for i in s.inputs):
                     waiting.remove(s)
                     if claim(s):
                         self._activate(s, queue, remaining, started)
@@ -155,17 +157,19 @@ class Executor:
                 s, idx = in_flight.pop(ref)
                 try:
                     st = ray.get(ref)
-                except Exception as e:
-                    for r in in_flight:
-                        ray.cancel(r, force=True)
-                    self.status[s.name] = "FAILED"
-                    raise RunError(f"step {s.name}, shard {idx} ({_describe(s, idx)}) failed: {_cause(e)}") from None
-                self.stats[s.name][idx] = st
-                self.computed[s.name] = self.computed.get(s.name, 0) + 1
-                self.progress.update(s.name, st.get("rows", 0))
+                except Exception as e:  # noqa: BLE001 -- the others go on; the run fails once, at the end
+                    self._failed(s, idx, e)
+                    st = None
+                if st is not None:
+                    self.stats[s.name][idx] = st
+                    self.computed[s.name] = self.computed.get(s.name, 0) + 1
+                    self.progress.update(s.name, st.get("rows", 0))
                 remaining[s.name] -= 1
                 if remaining[s.name] == 0:
-                    self._finish(s, remaining, started)
+                    if s.name in self.failed:  # its other shards are done (markers): a rerun does only these
+                        remaining.pop(s.name)
+                    else:
+                        self._finish(s, remaining, started)
             if blocked and time.time() - last_poll[0] >= 1.0:
                 last_poll[0] = time.time()
                 n = len(blocked)
@@ -174,9 +178,27 @@ class Executor:
                     activate_ready()
             if len(in_flight) < cap:  # room for more: start any step whose inputs just finished
                 activate_ready()
+        if self.failed:
+            raise RunError(self._failure_report(waiting))
         if waiting:
             raise RunError(f"steps never became ready: {', '.join(s.name for s in waiting)} (a dependency cycle?)")
         return self.stats
+
+    def _failed(self, s: Step, idx: int, e: Exception) -> None:
+        """A shard that failed after its retries: noted, and the run goes on with every shard
+        that does not need it."""
+        self.status[s.name] = "FAILED"
+        why = _cause(e)
+        self.failed.setdefault(s.name, []).append({"shard": idx, "input": _describe(s, idx), "error": why})
+        self.progress.note(f"[{s.name}] shard {idx} ({_describe(s, idx)}) failed: {why}")
+
+    def _failure_report(self, waiting: list[Step]) -> str:
+        rows = [(name, f) for name, fs_ in self.failed.items() for f in sorted(fs_, key=lambda f: f["shard"])]
+        lines = [f"step {name}, shard {f['shard']} ({f['input']}) failed: {f['error']}" for name, f in rows]
+        shown = lines if len(lines) <= 50 else lines[:50] + [f"... and {len(lines) - 50} more (run.json: failed_shards)"]
+        skipped = f"; {len(waiting)} steps that need them did not run" if waiting else ""
+        return (f"{len(lines)} shard{'s' if len(lines) > 1 else ''} failed, every other shard finished{skipped}. "
+                "Fix the cause and run again: only the failed shards and what needs them run.\n  " + "\n  ".join(shown))
 
     def _reuse(self, s: Step) -> None:
         """A step another run computed while this one waited: its markers, as if cached."""

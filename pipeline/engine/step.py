@@ -217,12 +217,13 @@ def read_markers(step_dir: Path) -> dict[int, dict]:
             return _marker_index(step_dir, rec)
         except (FileNotFoundError, ValueError):
             pass
-    out = {}
     mdir = step_dir / MARKERS
-    if mdir.is_dir():
-        for p in mdir.glob("part-*.json"):
-            out[int(p.stem.split("-")[1])] = atomic.read_json(p)
-    return out
+    if not mdir.is_dir():
+        return {}
+    paths = list(mdir.glob("part-*.json"))
+    # one listing, then the reads: on an object store many at a time (a resume waits on each GET)
+    read = map(atomic.read_json, paths) if fs.is_local(mdir) else fs.read_many(atomic.read_json, paths)
+    return {int(p.stem.split("-")[1]): m for p, m in zip(paths, read)}
 
 
 def shard_marker(step_dir, index: int) -> dict:

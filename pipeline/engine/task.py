@@ -9,14 +9,16 @@ step (engine/step.py).
 from __future__ import annotations
 
 import os
+import random
 import sys
 import time
 import traceback
 
 from pipeline import __version__
 from pipeline.engine.step import MARKERS, ShardOutput, resolve
-from pipeline.errors import CurateError, RunError
+from pipeline.errors import CurateError, RunError, TransientError
 from pipeline.io import atomic, fs
+from pipeline.io.faults import transient
 
 
 def reset_peak_rss() -> bool:
@@ -58,6 +60,29 @@ def _node() -> str:
     return f"{socket.gethostname()}/{node}"
 
 
+ATTEMPTS = 4  # a shard's own tries on a transient fault, before Ray's retries
+BACKOFF = 0.5  # seconds before the second try, doubled each time (with jitter)
+def _call(fn, spec: dict, out: ShardOutput) -> dict:
+    """The task, tried again with backoff on a transient fault (its writes are atomic and its
+    output deterministic, so a second try writes the same bytes); then Ray's retries."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return fn(spec, out)
+        except CurateError as e:
+            if not isinstance(e, TransientError):
+                raise
+            err = e
+        except Exception as e:  # noqa: BLE001 -- sorted below
+            if not transient(e):  # a bug or an unexpected input: keep the traceback in a file
+                tb = out.path(".txt", "_errors")
+                tb.write_text(traceback.format_exc())
+                raise RunError(f"{type(e).__name__}: {e} (traceback: {tb})") from None
+            err = e
+        if attempt + 1 < ATTEMPTS:
+            time.sleep(BACKOFF * 2 ** attempt * (0.5 + random.random()))
+    raise TransientError(f"{type(err).__name__}: {err} (transient; still failing after {ATTEMPTS} tries)") from None
+
+
 TASK_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
@@ -73,13 +98,7 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
     out = ShardOutput(step_dir, index)
     prev = fs.set_fence(writer) if writer else None  # temporary names carry the writer's lease generation
     try:
-        stats = resolve(fn)(spec, out)
-    except CurateError:
-        raise
-    except Exception as e:  # a bug or an unexpected input: keep the traceback in a file
-        tb = out.path(".txt", "_errors")
-        tb.write_text(traceback.format_exc())
-        raise RunError(f"{type(e).__name__}: {e} (traceback: {tb})") from None
+        stats = _call(resolve(fn), spec, out)
     finally:
         if prev is not None:
             fs.set_fence(prev)

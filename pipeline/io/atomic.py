@@ -20,9 +20,16 @@ def write_bytes(final, data: bytes) -> None:
     final = fs.path(final)
     fs.makedirs(final.parent)
     tmp = tmp_path(final)
-    with tmp.open("wb") as f:
-        f.write(data)
-    commit(tmp, final)
+    try:
+        with tmp.open("wb") as f:
+            f.write(data)
+        commit(tmp, final)
+    except BaseException:  # a write or rename that failed (a store's passing fault): leave no temporary behind
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
 
 
 def write_json(final, obj) -> None:

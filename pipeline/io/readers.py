@@ -28,6 +28,7 @@ import pyarrow as pa
 import zstandard
 
 from pipeline.io import fs
+from pipeline.io.faults import transient
 
 READ_CHUNK = 1 << 20
 HEAD = 800  # bytes of an over-long line kept for the quarantine excerpt
@@ -75,6 +76,8 @@ def _stream_lines(f, max_line: int | None = None) -> Iterator[bytes | LongLine |
         try:
             chunk = f.read1(READ_CHUNK)
         except STREAM_ERRORS as e:
+            if transient(e):  # the store's passing fault, not a damaged file: the shard tries again
+                raise
             if long is None:
                 *lines, pending = pending.split(b"\n")
                 yield from (ln + b"\n" for ln in lines)
@@ -183,6 +186,8 @@ def count_lines(path: str, compression: str | None) -> dict:
             try:
                 chunk = f.read1(READ_CHUNK)
             except STREAM_ERRORS as e:
+                if transient(e):
+                    raise
                 broken = f"{type(e).__name__}: {e}"
                 break
             if not chunk:

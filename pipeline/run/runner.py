@@ -84,6 +84,8 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
     except BaseException as e:
         record["status"] = "FAILED" if not isinstance(e, KeyboardInterrupt) else "INTERRUPTED"
         record["error"] = str(e)
+        if ex.failed:  # every shard that failed for good, with its input and error: the rerun computes these
+            record["failed_shards"] = ex.failed
         record_mod.finish_record(record, ctx, run_dir, ex, t0)
         raise
     led = outputs.ledger_of(ctx, stats)

@@ -45,15 +45,86 @@ def test_the_filesystem_layer_commits_atomically_on_memory_urls():
     assert atomic.file_digest(root / "pub" / "x" / "1.txt")[0] == 3
 
 
+class FaultyProxy:
+    """An HTTP proxy in front of moto's S3 that answers a share of requests with a 500
+    InternalError, as an object store under load does (seeded: the same requests fail)."""
+
+    def __init__(self, target_port: int, rate: float, seed: int = 7):
+        import http.client
+        import random
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        proxy = self
+        self.rate, self.rng, self.lock = rate, random.Random(seed), threading.Lock()
+        self.requests = self.faults = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _any(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with proxy.lock:
+                    proxy.requests += 1
+                    fail = proxy.rng.random() < proxy.rate
+                    proxy.faults += fail
+                if fail:
+                    out = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
+                           b"<Message>We encountered an internal error. Please try again.</Message></Error>")
+                    self.send_response(500)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(out)
+                    return
+                c = http.client.HTTPConnection("127.0.0.1", target_port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("expect", "connection")}
+                c.request(self.command, self.path, body=body or None, headers=headers)
+                r = c.getresponse()
+                data = r.read()
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                # a HEAD's length is the object's, not that of the (empty) body
+                self.send_header("Content-Length", r.getheader("Content-Length", "0") if self.command == "HEAD"
+                                 else str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                c.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
 def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, small_run, tmp_path):
+    """... with 1% of its store requests failing (500 InternalError): the client's retries,
+    then the shard's, then Ray's."""
     env, s3, log = s3_server
     for sub in ("wiki/summaries_es.parquet", "web/crawl-00000.jsonl.zst", "web/crawl-00001.jsonl.zst"):
         s3.put(str(demo_corpus / sub), f"curate-test/in/{sub}")
     y = write_yaml(tmp_path / "r.yaml", small_mixture("s3://curate-test/in", "s3://curate-test/runs"))
+    proxy = FaultyProxy(int(env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1]), rate=0.01)
     t0 = time.time()
-    r = curate("run", str(y), "--workers", "2", env=env)
+    try:
+        r = curate("run", str(y), "--workers", "2", env={**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"})
+    finally:
+        proxy.close()
     took = time.time() - t0
     assert r.returncode == 0, r.stderr[-3000:]
+    assert proxy.faults >= 5, (proxy.requests, proxy.faults)
+    print(f"\n{proxy.faults} of {proxy.requests} store requests failed (500 InternalError); the run finished")
     run = "s3://curate-test/runs/remote"
     assert f"run directory: {run}" in r.stdout
     remote, local = mixture_shas(run), mixture_shas(small_run)

@@ -31,6 +31,7 @@ from pipeline.shards import shuffle
 from pipeline.errors import InputError
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs, readers
+from pipeline.io.faults import transient
 from pipeline.io.readers import StreamError
 from pipeline.shards.documents import DOC_SCHEMA, content_id
 from pipeline.steps.ingest import idindex, web
@@ -399,6 +400,8 @@ def _guarded(batches, state: dict):
         except StopIteration:
             return
         except (OSError, pa.ArrowException) as e:
+            if transient(e):  # a passing fault of the store, not a damaged file: the shard tries again
+                raise
             state["error"] = f"{type(e).__name__}: {e}"
             return
         state["row"] = first_row + batch.num_rows
