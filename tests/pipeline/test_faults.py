@@ -96,3 +96,38 @@ def test_a_transient_fault_is_retried_inside_the_shard_with_the_same_bytes(demo_
     assert steps["filter-web"]["computed"] == steps["filter-web"]["shards"] > 1
     # a filter that keeps every document : the bytes of the plain run
     assert mixture_shas(tmp_path / "out" / "remote") == mixture_shas(small_run)
+
+
+class _Flaky:
+    """A stream that gives `good` bytes, then an error (as a disk or a store connection does)."""
+
+    def __init__(self, good: bytes, error: Exception):
+        self.good, self.error = good, error
+
+    def read1(self, n: int) -> bytes:
+        if self.good:
+            out, self.good = self.good[:n], self.good[n:]
+            return out
+        raise self.error
+
+
+def test_a_passing_read_fault_is_raised_for_a_retry_and_a_damaged_stream_is_reported():
+    import errno
+    import zlib
+
+    from pipeline.io.faults import transient
+    from pipeline.io.readers import _stream_lines
+
+    for e in (OSError(errno.EIO, "Input/output error"), ConnectionResetError(104, "Connection reset by peer"),
+              OSError(errno.EREMOTEIO, "Internal Server Error"), TimeoutError("read timed out")):
+        assert transient(e)
+        it = _stream_lines(_Flaky(b'{"a": 1}\n{"a"', e))
+        assert next(it) == b'{"a": 1}\n'
+        try:
+            next(it)
+            raise AssertionError("a transient fault must be raised, so the shard runs again")
+        except type(e):
+            pass
+    damaged = zlib.error("invalid stored block lengths")  # a cut or corrupt file: not transient
+    assert not transient(damaged) and not transient(ValueError("boom")) and not transient(OSError(errno.ENOENT, "gone"))
+    assert list(_stream_lines(_Flaky(b'{"a": 1}\n', damaged))) == [b'{"a": 1}\n', damaged]
