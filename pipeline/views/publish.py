@@ -50,6 +50,7 @@ from pipeline.views import card, shareable
 from pipeline.errors import UsageError
 from pipeline.io import atomic, fs
 
+COPY_THREADS = 8  # data files copied at once
 MARK = "curate/files.json"  # a folder holding it was written by publish (and may be replaced)
 LAYOUT = ("README.md", "report.html", "data", "samples", "curate")  # what a publish made before MARK listed its files
 
@@ -218,13 +219,17 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
     files: list[dict] = []
     groups = [(name, f"data/{name}/", man["phases"][name]["files"]) for name in card.phase_names(record, man)] \
         or [(None, "data/", man["files"])]
+    jobs = []
     for _, prefix, fl in groups:
         for i, f in enumerate(fl):
             rel = f"{prefix}train-{i:05d}-of-{len(fl):05d}.parquet"
-            _copy_checked(run_dir / f["path"], tmp / rel, f["sha256"])
+            jobs.append((run_dir / f["path"], tmp / rel, f["sha256"]))
             files.append({"path": rel, "split": "train", "rows": f["rows"], "tokens": f.get("tokens"),
                           "sha256": f["sha256"], "from": f["path"], "from_sha256": f["sha256"],
                           **({"languages": f["languages"]} if "languages" in f else {})})
+    # the copies 8 at a time: each is I/O and hashing (which releases the GIL), so they overlap
+    for _ in fs.read_many(lambda job: _copy_checked(*job), jobs, threads=COPY_THREADS):
+        pass
     val = [(s, v, f) for s, v in (man.get("validation") or {}).items() for f in v["files"]
            if shareable.validation_published(v.get("role"), include)]
     for i, (s, v, f) in enumerate(val):
