@@ -87,6 +87,7 @@ class Executor:
         ray = self._ensure_ray()
         remote = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=[TransientError])(run_shard)
         cap = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers or 1)))
+        node_mb = max((n["Resources"].get("memory", 0) / 2**20 for n in ray.nodes() if n.get("Alive")), default=0)
         queue: deque = deque()
         in_flight: dict = {}
         remaining: dict[str, int] = {}
@@ -141,7 +142,8 @@ class Executor:
             self._check_lost()
             while queue and len(in_flight) < cap:
                 s, idx, spec = queue.popleft()
-                r = remote if s.cpus == 1 else remote.options(num_cpus=s.cpus)
+                opts = task_options(s, node_mb)
+                r = remote.options(**opts) if opts else remote
                 ref = r.remote(s.task, spec, str(s.dir(self.store)), idx, self.fence(s))
                 in_flight[ref] = (s, idx)
             refs = list(in_flight)
@@ -277,6 +279,17 @@ def commit(d, step_hash: str, fence: str, markers: dict[int, dict]) -> bool:
         return True
     (d / name).unlink(missing_ok=True)
     return False
+
+
+def task_options(s: Step, node_mb: float) -> dict:
+    """Ray options beyond the defaults: CPU slots, and the memory the step declares, at most
+    80% of the largest node's (a task that asks for more than any node has never starts)."""
+    opts: dict = {}
+    if s.cpus != 1:
+        opts["num_cpus"] = s.cpus
+    if s.memory_mb and node_mb:
+        opts["memory"] = int(min(s.memory_mb, 0.8 * node_mb) * 2**20)
+    return opts
 
 
 def _describe(s: Step, idx: int) -> str:

@@ -114,6 +114,7 @@ class Step:
     fn: Callable[..., dict]  # the shard task
     shards: Callable[[Step, dict], list[dict]]  # (step, stats of finished steps), called once inputs are done
     cpus: float = 1  # CPU slots a task takes (0 for a coordinator that waits on tasks of its own)
+    memory_mb: int | None = None  # memory a task may hold, declared to Ray so it packs no more per node (not hashed)
     code: dict = field(default_factory=dict)  # what of the code decides the output beside the task (plan/code.py)
     meta: dict = field(default_factory=dict)  # not hashed: the shard specs once listed, for error messages
 

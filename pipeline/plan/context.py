@@ -23,6 +23,7 @@ from pipeline.engine.step import Step, shard_name
 from pipeline.errors import UsageError
 from pipeline.io import fs
 from pipeline.io.discover import InputFile
+from pipeline.plan import memory
 from pipeline.plan.stage import Stage
 from pipeline.shards.apply import attribute_path
 
@@ -80,6 +81,8 @@ class Context:
                 raise UsageError(f"{self.lm.path}: two steps would be named {s.name} (stages {self.stage_of[s.name]} and "
                                  f"{stage}): a source or classifier name makes another's step name; rename one of them")
             self.stage_of[s.name] = stage
+            if s.memory_mb is None:
+                s.memory_mb = memory.estimate_mb(s.kind, self.mixture)
             self.steps.append(s)
 
     def add_layer(self, step: Step, stage: str) -> None:

@@ -140,3 +140,22 @@ def test_validate_reports_a_missing_classifier_model_or_eval_file(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"{y}:7: classifiers.clf.model: no such model file: {tmp_path / 'missing.bin'}" in r.stderr
     assert f"{y}:9: decontaminate.against[0].paths[0]: no file matches evals/*.jsonl" in r.stderr
+
+
+def test_text_carrying_tasks_declare_their_memory_and_a_declaration_always_fits_a_node(demo_yaml, tmp_path):
+    """Ray packs tasks by CPU unless told: the steps whose tasks hold a shard of text declare
+    memory from the sources' max_shard_bytes (capped at 80% of the largest node), the rest none."""
+    from pipeline.engine.executor import task_options
+
+    lm = config.load(demo_yaml)
+    steps = {s.name: s for s in graph.build(lm, tmp_path / "run").steps}
+    shard_mb = max(s.max_shard_bytes for s in lm.mixture.sources.values()) / 2**20
+    for name in ("ingest-web", "filter-web", "mix", "samples", "dedup-fuzzy-fetch", "classify-wiki_vs_web-train"):
+        assert steps[name].memory_mb == int(512 + 6 * shard_mb), name
+    for name in ("ids-wiki", "unique-ids-wiki", "dedup-exact-map", "mix-select", "dedup-fuzzy-clusters"):
+        assert steps[name].memory_mb is None, name
+    assert task_options(steps["filter-web"], node_mb=16_000) == {"memory": steps["filter-web"].memory_mb * 2**20}
+    assert task_options(steps["filter-web"], node_mb=500) == {"memory": int(400 * 2**20)}  # never more than a node has
+    assert task_options(steps["dedup-fuzzy-clusters"], node_mb=16_000) == {"num_cpus": 0}
+    assert task_options(steps["ids-wiki"], node_mb=16_000) == {}
+    assert "memory_mb" not in str(steps["filter-web"].config)  # not in the hash: the bytes never depend on it
