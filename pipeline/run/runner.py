@@ -72,6 +72,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         "store": str(store), "run_id": leases.run_id,
         "steps": {s.name: record_mod.step_record(ctx, s, "PENDING") for s in ctx.steps},
         "layers": ctx.layer_stages(),
+        "mix_sources": ctx.mix.select.config.get("sources") if ctx.mix and ctx.mix.select else None,
     }
     record_mod.link_steps(ctx, run_dir)
     for s in ctx.steps:

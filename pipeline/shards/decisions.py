@@ -40,8 +40,10 @@ class Run:
         self.seed = self.config["seed"]
         sel = self.steps.get("mix-select")
         self.selection = atomic.read_json(fs.join(self.dir, sel["dir"]) / "_markers" / "part-00000.json") if sel else None
-        mix_step = atomic.read_json(fs.join(self.dir, sel["dir"]) / "step.json") if sel else None
-        self.sources = mix_step["config"]["sources"] if mix_step else list(self.config["sources"])
+        mixed = self.record.get("mix_sources")
+        if mixed is None and sel:  # a run recorded before run.json named them: the step's file (lists every shard)
+            mixed = atomic.read_json(fs.join(self.dir, sel["dir"]) / "step.json")["config"]["sources"]
+        self.sources = mixed if mixed is not None else list(self.config["sources"])
         self.all_sources = [s for s in self._yaml_order()]
 
     def _yaml_order(self) -> list[str]:
