@@ -86,11 +86,14 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_run_yaml, 
     together: the runs' step links are relative), run again."""
     import shutil
 
-    demo_yaml = demo_run_yaml
     out = str(tmp_path)
     shutil.copytree(demo_run.parent, tmp_path, symlinks=True, dirs_exist_ok=True)
+    # a copy of the file, publishing beside it (the session's published folder is other tests'); it takes
+    # the copied run directory over once (--overwrite), then is edited in place: the normal loop
+    demo_yaml = write_yaml(tmp_path / "demo.yaml", demo_run_yaml.read_text().replace(
+        str(demo_run_yaml.parent / "published"), str(tmp_path / "published")))
     t0 = time.time()
-    r = curate("run", str(demo_yaml), "--output", out)
+    r = curate("run", str(demo_yaml), "--output", out, "--overwrite")
     took = time.time() - t0
     assert r.returncode == 0, r.stderr
     assert took < 15, took
@@ -98,15 +101,11 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_run_yaml, 
     assert {s["status"] for s in steps.values()} == {"SKIPPED"}
     first = mixture_shas(tmp_path / "demo")
 
-    original = demo_yaml.read_text()  # the session's file: edited in place (the run directory is that file's), then restored
-    try:
-        edited = write_yaml(demo_yaml, original.replace(
-            "weights: {web/q5: 0.25, web/q3-q4: 0.35, wiki: 0.3, code: 0.1}", "weights: {web/q5: 0.2, web/q3-q4: 0.3, wiki: 0.4, code: 0.1}").replace(
-            "shard_tokens: 100000", "shard_tokens: 50000"))
-        plan = curate("plan", str(edited), "--output", out)
-        r = curate("run", str(edited), "--output", out)
-    finally:
-        demo_yaml.write_text(original)
+    edited = write_yaml(demo_yaml, demo_yaml.read_text().replace(
+        "weights: {web/q5: 0.25, web/q3-q4: 0.35, wiki: 0.3, code: 0.1}", "weights: {web/q5: 0.2, web/q3-q4: 0.3, wiki: 0.4, code: 0.1}").replace(
+        "shard_tokens: 100000", "shard_tokens: 50000"))
+    plan = curate("plan", str(edited), "--output", out)
+    r = curate("run", str(edited), "--output", out)
     assert plan.returncode == 0, plan.stderr
     actions = {ln.split()[0]: ln.split()[2:] for ln in plan.stdout.splitlines() if ln.split()[:1] and "-" in ln.split()[0]
                and ln.split()[0][0].islower() and len(ln.split()) > 3 and ln.split()[2] in ("run", "skip")}
