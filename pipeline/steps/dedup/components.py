@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from pipeline.shards import shuffle
 from pipeline.shards.text import fmix64
-from pipeline.io import fs
+from pipeline.io import atomic, fs
 
 MAX_ROUNDS = 64
 MAX_MEMBERS = 1000  # members listed in a cluster row (its size is exact)
@@ -281,10 +281,16 @@ def decide_task(pick_dir: str, node_dir: str, out_dir: str, part: int, nparts: i
 
 
 class _Runner:
-    """Runs a batch of calls as Ray tasks (more than one partition) or in this process."""
+    """Runs a batch of calls as Ray tasks (more than one partition) or in this process, each
+    batch once: its results are checkpointed under `work/_done/<phase>.json`, so a coordinator
+    retried by Ray or resumed by a rerun goes on from its last finished phase (every task
+    writes its outputs atomically to names of its phase, so a phase cut short runs again
+    whole and writes the same bytes)."""
 
-    def __init__(self, parallel: bool):
+    def __init__(self, parallel: bool, work: Path | None = None):
         self.parallel = parallel
+        self.done = fs.path(work) / "_done" if work is not None else None
+        self.resumed = 0  # phases whose results came from a checkpoint
         if parallel:
             import ray
 
@@ -293,6 +299,18 @@ class _Runner:
 
         self.longest = 0.0  # the longest round task and its peak RSS, for the clusters marker
         self.peak_rss_mb = 0.0
+
+    def phase(self, name: str, fn, calls: list[tuple]) -> list:
+        """`map`, once per phase name: a finished phase's results are read back."""
+        mark = self.done / f"{name}.json" if self.done is not None else None
+        if mark is not None and mark.exists():
+            self.resumed += 1
+            return atomic.read_json(mark)
+        out = self.map(fn, calls)
+        if mark is not None:
+            atomic.write_json(mark, out)
+            out = atomic.read_json(mark)  # the same shapes (lists, not tuples) as a resumed phase
+        return out
 
     def map(self, fn, calls: list[tuple]) -> list:
         if not self.parallel:
@@ -324,20 +342,21 @@ def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: 
     """Components and survivors of the verified edges in `edge_files`; decisions go to
     out_dir/to/part-XXXXX (one per partition, shuffled to document shards by `offsets`:
     pipeline/shards/shuffle.py), cluster rows to out_dir/clusters/."""
-    runner = _Runner(nparts > 1)
+    runner = _Runner(nparts > 1, work)
     groups = [edge_files[i::nparts] for i in range(nparts)]
-    seeded = runner.map(seed_task, [(g, str(work / "r000-seed"), str(work / "nodes"), i, nparts)
-                                    for i, g in enumerate(groups)])
+    seeded = runner.phase("r000-seed", seed_task, [(g, str(work / "r000-seed"), str(work / "nodes"), i, nparts)
+                                                   for i, g in enumerate(groups)])
     count, fp = _total(seeded)
     current = work / "r000-seed"
     rounds = 0
 
     def star(kind: str, edges: Path, r: int) -> tuple[Path, list]:
         step = work / f"r{r:03d}-{kind}"
-        runner.map(min_task, [(kind, str(edges), str(step / "min"), p, nparts) for p in range(nparts)])
-        runner.map(resolve_task, [(str(step / "min"), str(step / "m"), p, nparts) for p in range(nparts)])
-        res = runner.map(emit_task, [(kind, str(edges), str(step / "m"), str(step / "edges"), p, nparts)
-                                     for p in range(nparts)])
+        runner.phase(f"{step.name}-min", min_task, [(kind, str(edges), str(step / "min"), p, nparts) for p in range(nparts)])
+        runner.phase(f"{step.name}-resolve", resolve_task, [(str(step / "min"), str(step / "m"), p, nparts)
+                                                            for p in range(nparts)])
+        res = runner.phase(f"{step.name}-emit", emit_task, [(kind, str(edges), str(step / "m"), str(step / "edges"), p,
+                                                             nparts) for p in range(nparts)])
         return step / "edges", res
 
     while count:
@@ -350,14 +369,14 @@ def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: 
         if (c2, fp2) == (count, fp):
             break
         count, fp = c2, fp2
-    runner.map(label_task, [(str(current), str(work / "labels"), p, nparts) for p in range(nparts)])
-    runner.map(best_task, [(str(work / "nodes"), str(work / "labels"), str(work / "best"), p, nparts, src_rank)
-                           for p in range(nparts)])
-    picked = runner.map(pick_task, [(str(work / "best"), str(work), str(out_dir), p, nparts, sources)
-                                    for p in range(nparts)])
-    removed = runner.map(decide_task, [(str(work), str(work / "best" / "nodes"), str(out_dir), p, nparts, sources,
-                                        offsets, ndocs) for p in range(nparts)])
-    return {"rounds": rounds, "clusters": sum(r["clusters"] for r in picked), "removed": sum(removed),
+    runner.phase("labels", label_task, [(str(current), str(work / "labels"), p, nparts) for p in range(nparts)])
+    runner.phase("best", best_task, [(str(work / "nodes"), str(work / "labels"), str(work / "best"), p, nparts, src_rank)
+                                     for p in range(nparts)])
+    picked = runner.phase("pick", pick_task, [(str(work / "best"), str(work), str(out_dir), p, nparts, sources)
+                                              for p in range(nparts)])
+    removed = runner.phase("decide", decide_task, [(str(work), str(work / "best" / "nodes"), str(out_dir), p, nparts,
+                                                    sources, offsets, ndocs) for p in range(nparts)])
+    return {"rounds": rounds, "resumed_phases": runner.resumed, "clusters": sum(r["clusters"] for r in picked), "removed": sum(removed),
             "largest": max([r["largest"] for r in picked] or [0]), "partitions": nparts,
             "round_task_longest": round(runner.longest, 3), "round_task_peak_rss_mb": runner.peak_rss_mb}
 

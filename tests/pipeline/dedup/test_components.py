@@ -105,3 +105,41 @@ def test_a_hub_and_a_giant_component_are_spread_over_every_partition(tmp_path, r
     row = pq.read_table(tmp_path / "out" / "clusters").to_pylist()[0]
     assert row["size"] == 4001 and len(row["members"]) == components.MAX_MEMBERS and row["members"][0] == "s0:id00000"
     assert sum(0 if (d := shuffle.decisions(tmp_path / "out", 0, nparts)) is None else d.num_rows for _ in [0]) == 4000
+
+
+def test_a_coordinator_stopped_between_phases_goes_on_from_its_checkpoints(tmp_path, monkeypatch):
+    """The coordinator dies after its rounds (here: the labelling phase fails once); run again,
+    it reads every finished phase back instead of redoing it, and writes the same bytes."""
+    edges, ids = _graph(7)
+    t = pa.table({"lo": pa.array([a for a, _ in edges], pa.int64()), "hi": pa.array([b for _, b in edges], pa.int64()),
+                  "lo_id": [ids[a] for a, _ in edges], "hi_id": [ids[b] for _, b in edges],
+                  "jaccard": pa.array([0.9] * len(edges)), "edge": pa.array([True] * len(edges))})
+    pq.write_table(t, tmp_path / "part-00000.parquet")
+    files = [str(tmp_path / "part-00000.parquet")]
+    args = (["s0", "s1"], [0, 1], [0, 5], 10)
+    clean = components.run(files, tmp_path / "work-a", tmp_path / "a", 1, *args)
+
+    real_label, real_seed, calls = components.label_task, components.seed_task, {"seed": 0}
+
+    def dying_label(*a):
+        raise RuntimeError("the coordinator's node went away")
+
+    def counted_seed(*a):
+        calls["seed"] += 1
+        return real_seed(*a)
+
+    monkeypatch.setattr(components, "seed_task", counted_seed)
+    monkeypatch.setattr(components, "label_task", dying_label)
+    with pytest.raises(RuntimeError):
+        components.run(files, tmp_path / "work-b", tmp_path / "b", 1, *args)
+    assert calls["seed"] == 1 and (tmp_path / "work-b" / "_done" / "r000-seed.json").exists()
+    monkeypatch.setattr(components, "label_task", real_label)
+    again = components.run(files, tmp_path / "work-b", tmp_path / "b", 1, *args)
+    assert calls["seed"] == 1  # not seeded again
+    assert again["resumed_phases"] == 1 + 6 * again["rounds"] and clean["resumed_phases"] == 0
+    assert {k: v for k, v in again.items() if k not in ("resumed_phases", "round_task_longest", "round_task_peak_rss_mb")} == \
+        {k: v for k, v in clean.items() if k not in ("resumed_phases", "round_task_longest", "round_task_peak_rss_mb")}
+    for sub in ("clusters", "to"):
+        a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a" / sub).rglob("*") if p.is_file())
+        b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b" / sub).rglob("*") if p.is_file())
+        assert a == b and all((tmp_path / "a" / x).read_bytes() == (tmp_path / "b" / x).read_bytes() for x in a)
