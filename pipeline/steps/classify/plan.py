@@ -72,7 +72,8 @@ def plan(ctx: Context) -> list[Step]:
         ex = Step(f"classify-{cname}-examples", "classify-examples", cfg, everything, classify.examples_shard,
                   shards=example_shards)
 
-        def train_shards(st, stats, cname=cname, params=params, sides=sides, side_docs=side_docs, ex=ex, multi=bool(c.labels)):
+        def train_shards(st, stats, cname=cname, params=params, sides=sides, side_docs=side_docs, ex=ex, multi=bool(c.labels),
+                         digests=digests):
             spec = {"name": cname, "params": params, "describe": f"train classifier {cname}"}
             into = spec.setdefault("classes", {}) if multi else spec  # labels in order; positive/negative
             j = 0
@@ -82,7 +83,8 @@ def plan(ctx: Context) -> list[Step]:
                     shards.append({**d, "candidates": str(ex.dir(ctx.store) / f"{shard_name(j)}.parquet"),
                                    "offered": stats[ex.name][j]["candidates"]})
                     j += 1
-                into[side] = {"shards": shards, "files": sides[side][1], "tau": bound}
+                into[side] = {"shards": shards, "files": sides[side][1], "tau": bound,
+                              "digests": {f: digests[f] for f in sides[side][1]}}
             return [spec]
 
         train = Step(f"classify-{cname}-train", "classify-train", cfg, [ex], classify.train_shard,

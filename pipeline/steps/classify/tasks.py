@@ -136,9 +136,10 @@ def _sample(side: dict, k: int, seed: int) -> list[tuple[int, str, str]]:
             bk.add(t.column("h").to_numpy(), [(d["documents"], d["layers"], d["source"], int(r), i) for r, i in
                                               zip(t.column("row").to_pylist(), t.column("id").to_pylist(), strict=True)])
         for path in side["files"]:
+            key = side.get("digests", {}).get(path, path)  # the file's content, not where it lies: the same sample anywhere
             for line, text in _file_examples(path):
                 if text:
-                    bk.add(np.array([_h(seed, path, line)], np.uint64), [(None, None, path, line, text)])
+                    bk.add(np.array([_h(seed, key, line)], np.uint64), [(None, None, path, line, text)])
         return bk.result()
 
     chosen = gather(False)
@@ -162,7 +163,7 @@ def _sample(side: dict, k: int, seed: int) -> list[tuple[int, str, str]]:
     return [out[i] for i in range(len(chosen))]
 
 
-@task(version="2")  # 2: samples from the examples step's candidates
+@task(version="3")  # 2: samples from the examples step's candidates; 3: example files by content, not path
 def train_shard(spec: dict, out) -> dict:
     if "classes" in spec:
         return _train_topics(spec, out)
