@@ -122,16 +122,21 @@ def _gone(rec: dict) -> bool:
     return start is None or (rec.get("start") is not None and start != rec["start"])
 
 
-def holder(d) -> dict | None:
-    """The live holder of the lease in `d` (its record), or None when it is free or expired."""
+def last_record(d) -> dict | None:
+    """The newest generation's record in `d`, live or not; None when there is none (yet)."""
     gens = _gens(d)
     if not gens:
         return None
     try:
-        rec = atomic.read_json(fs.path(d) / _name(gens[-1]))
+        return atomic.read_json(fs.path(d) / _name(gens[-1]))
     except (FileNotFoundError, ValueError):
-        return None  # being written, or removed by a release: free
-    return rec if live(rec) else None
+        return None
+
+
+def holder(d) -> dict | None:
+    """The live holder of the lease in `d` (its record), or None when it is free or expired."""
+    rec = last_record(d)
+    return rec if rec is not None and live(rec) else None
 
 
 def live(rec: dict) -> bool:

@@ -66,8 +66,8 @@ def live_runs(store) -> list[dict]:
         rec = lease.holder(d)
         if rec is not None:
             out.append(rec)
-        else:  # a run that ended without its release (killed): its entry is nobody's
-            fs.rmtree(d)
+        elif lease.last_record(d) is not None:  # a run killed without its release: its entry is nobody's
+            fs.rmtree(d)  # (an entry with no record yet is a run creating it: left alone, it sees this gc and waits)
     return out
 
 
