@@ -17,6 +17,9 @@ WHEEL_DIR = Path(os.environ.get("CURATE_WHEEL_DIR") or ROOT / ".cache" / "wheels
 # what Curate derives once per machine (spaCy's rules, model labels) goes to a folder of
 # this session, not the user's ~/.cache/curate (commands started by the tests inherit it)
 os.environ.setdefault("CURATE_CACHE_DIR", __import__("tempfile").mkdtemp(prefix="curate-cache-"))
+# every step on Ray, as at scale: small steps would otherwise run in curate's own process
+# (CURATE_INLINE_DOCS, engine/executor.py); tests/pipeline/test_inline.py runs that path
+os.environ["CURATE_INLINE_DOCS"] = "0"
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,11 @@
 """The scheduling loop: run steps in dependency order, the shards of every ready step
 sharing one bounded pool of Ray tasks.
 
-Shard specs and stats are small; documents never pass through the driver. In-flight
+Shard specs and stats are small; documents never pass through the driver, except that a
+small step runs in the driver's own process while no Ray is up (`inline_docs`: a step whose
+largest input holds at most that many rows; Ray starts at the first larger step): a
+1,000-document run or a weights-only variant then costs its work, not Ray's start and
+stop, and since the task functions are the same, so are the bytes. In-flight
 tasks are bounded (`ray.wait` backpressure); Ray retries a shard lost with its worker or
 node (`max_retries`), and since names are deterministic and writes atomic, a retry
 produces the same bytes. Steps shared with other runs are claimed through leases
@@ -16,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections import deque
@@ -36,7 +41,7 @@ class Executor:
     """Runs steps in dependency order; the shards of every ready step share one task pool."""
 
     def __init__(self, store: Path, workers: int | None = None, max_retries: int = 3, progress: Progress | None = None,
-                 leases: Leases | None = None):
+                 leases: Leases | None = None, inline_docs: int = 0, input_bytes: int | None = None):
         self.store = fs.path(store)
         self.leases = leases  # None: no other run shares these steps (no leases taken)
         self.workers = workers
@@ -48,14 +53,53 @@ class Executor:
         self.computed: dict[str, int] = {}  # step name -> shards this run computed (the rest were cached or another run's)
         self._fence = uuid.uuid4().hex[:12] + "g0"  # temporary files' fence where no lease guards a step
         self.failed: dict[str, list[dict]] = {}  # step name -> [{shard, input, error}] of shards that failed for good
+        self.inline_docs = inline_docs  # steps whose inputs hold at most this many documents run in this process
+        self.input_bytes = input_bytes  # the run's input files (None: unknown), for steps that read no other step
+        self.inlined: list[str] = []  # steps this run computed in its own process
+        self._ray = None  # (ray, remote task, in-flight cap, largest node's MB) once Ray is up
 
     def _ensure_ray(self):
-        import ray
+        if self._ray is None:
+            import ray
 
-        if not ray.is_initialized():
-            start_ray(self.workers)
-            check_shared_output(self.store)
-        return ray
+            if not ray.is_initialized():
+                start_ray(self.workers)
+                check_shared_output(self.store)
+            remote = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=[TransientError])(run_shard)
+            cap = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers or 1)))
+            node_mb = max((n["Resources"].get("memory", 0) / 2**20 for n in ray.nodes() if n.get("Alive")), default=0)
+            self._ray = (ray, remote, cap, node_mb)
+        return self._ray
+
+    def _inline_ok(self, s: Step) -> bool:
+        """Run `s` in this process: no Ray is up, and its largest input holds at most
+        `inline_docs` rows (a step that reads no other step: its run's input files at ~1 KB
+        a document)."""
+        if self.inline_docs <= 0 or self._ray is not None or os.environ.get("RAY_ADDRESS"):
+            return False
+        import sys
+
+        if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+            return False
+        if s.inputs:
+            docs = max(sum(m.get("rows", 0) for m in self.stats.get(i.name, {}).values()) for i in s.inputs)
+        elif self.input_bytes is None:
+            return False
+        else:
+            docs = self.input_bytes // 1000
+        return docs <= self.inline_docs
+
+    def _run_inline(self, s: Step, idx: int, spec: dict):
+        """One shard in this process, with the retries Ray would give a transient fault;
+        returns its stats or the exception that ended it."""
+        for attempt in range(self.max_retries + 1):
+            try:
+                return run_shard(s.task, spec, str(s.dir(self.store)), idx, self.fence(s))
+            except TransientError as e:
+                if attempt == self.max_retries:
+                    return e
+            except Exception as e:  # noqa: BLE001 -- reported as a Ray task's error would be
+                return e
 
     def lease_dir(self, s: Step):
         return self.store / "_leases" / s.dir(self.store).name
@@ -84,10 +128,6 @@ class Executor:
         todo = [s for s in steps if s.name not in self.stats]
         if not todo:
             return self.stats
-        ray = self._ensure_ray()
-        remote = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=[TransientError])(run_shard)
-        cap = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers or 1)))
-        node_mb = max((n["Resources"].get("memory", 0) / 2**20 for n in ray.nodes() if n.get("Alive")), default=0)
         queue: deque = deque()
         in_flight: dict = {}
         remaining: dict[str, int] = {}
@@ -140,29 +180,36 @@ class Executor:
         activate_ready()
         while queue or in_flight or blocked:
             self._check_lost()
-            while queue and len(in_flight) < cap:
+            finished: list = []  # (step, shard, stats or the exception that ended it)
+            while queue and (self._ray is None or len(in_flight) < self._ray[2]):
                 s, idx, spec = queue.popleft()
+                if s.meta.get("inline"):
+                    finished.append((s, idx, self._run_inline(s, idx, spec)))
+                    break  # harvest it: its step may be done and others ready
+                ray, remote, cap, node_mb = self._ensure_ray()
                 opts = task_options(s, node_mb)
                 r = remote.options(**opts) if opts else remote
                 ref = r.remote(s.task, spec, str(s.dir(self.store)), idx, self.fence(s))
                 in_flight[ref] = (s, idx)
             refs = list(in_flight)
             if refs:
-                done, rest = ray.wait(refs, num_returns=1, timeout=1.0)
-            else:  # only waiting on other runs' steps
-                done, rest = [], []
+                ray = self._ray[0]
+                done, rest = ray.wait(refs, num_returns=1, timeout=0 if finished else 1.0)
+                if done and rest:  # harvest every shard already finished in the same pass
+                    more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+                    done += more
+                for ref in done:
+                    s, idx = in_flight.pop(ref)
+                    try:
+                        finished.append((s, idx, ray.get(ref)))
+                    except Exception as e:  # noqa: BLE001 -- the others go on; the run fails once, at the end
+                        finished.append((s, idx, e))
+            elif not finished:  # only waiting on other runs' steps
                 time.sleep(min(1.0, self.leases.ttl / 8) if self.leases else 1.0)
-            if done and rest:  # harvest every shard already finished in the same pass
-                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
-                done += more
-            for ref in done:
-                s, idx = in_flight.pop(ref)
-                try:
-                    st = ray.get(ref)
-                except Exception as e:  # noqa: BLE001 -- the others go on; the run fails once, at the end
-                    self._failed(s, idx, e)
-                    st = None
-                if st is not None:
+            for s, idx, st in finished:
+                if isinstance(st, BaseException):
+                    self._failed(s, idx, st)
+                else:
                     self.stats[s.name][idx] = st
                     self.computed[s.name] = self.computed.get(s.name, 0) + 1
                     self.progress.update(s.name, st.get("rows", 0))
@@ -178,7 +225,7 @@ class Executor:
                 poll_blocked()
                 if len(blocked) < n:
                     activate_ready()
-            if len(in_flight) < cap:  # room for more: start any step whose inputs just finished
+            if self._ray is None or len(in_flight) < self._ray[2]:  # room for more: start any step whose inputs just finished
                 activate_ready()
         if self.failed:
             raise RunError(self._failure_report(waiting))
@@ -236,6 +283,9 @@ class Executor:
         markers = read_markers(d)
         self.stats[s.name] = {i: m for i, m in markers.items() if i < len(specs)}
         s.meta["specs"] = specs
+        s.meta["inline"] = self._inline_ok(s)
+        if s.meta["inline"]:
+            self.inlined.append(s.name)
         todo = [i for i in range(len(specs)) if i not in self.stats[s.name]]
         remaining[s.name] = len(todo)
         started[s.name] = time.time()
@@ -299,6 +349,8 @@ def _describe(s: Step, idx: int) -> str:
 
 
 def _cause(e: Exception) -> str:
+    if isinstance(e, CurateError):  # raised in this process (a step run inline)
+        return str(e)
     cause = getattr(e, "cause", None)
     if isinstance(cause, CurateError):
         return str(cause)

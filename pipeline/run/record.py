@@ -159,6 +159,8 @@ def finish_record(record: dict, ctx: Context, run_dir: Path, ex: Executor, t0: f
         r["status"] = ex.status.get(s.name, r["status"])
         r["shards"] = len(ex.stats.get(s.name, {}))
         r["computed"] = ex.computed.get(s.name, 0)
+        if s.name in ex.inlined:
+            r["where"] = "inline"  # in the run's own process (a small step while no Ray was up)
         if s.name in ex.timings:
             r["seconds"] = round(ex.timings[s.name], 3)
     record["versions"] = versions()

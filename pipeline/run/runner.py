@@ -39,6 +39,26 @@ from pipeline.views import report
 
 __all__ = ["check_owner", "run"]
 
+INLINE_DOCS = 20_000  # a step whose inputs hold at most this many documents runs in curate's own process
+
+
+def inline_docs() -> int:
+    """CURATE_INLINE_DOCS, or the default: steps that small run without Ray (0: always Ray)."""
+    v = os.environ.get("CURATE_INLINE_DOCS", "").strip()
+    if not v:
+        return INLINE_DOCS
+    try:
+        return max(0, int(v))
+    except ValueError:
+        raise RunError(f"CURATE_INLINE_DOCS={v!r}: give a number of documents (0: every step on Ray)") from None
+
+
+def _input_bytes(ctx) -> int | None:
+    """The run's input files' bytes; None when a size is unknown (a dataset folder, a store
+    that gave none)."""
+    sizes = [f.size for fl in ctx.files.values() for f in fl]
+    return None if any(not s for s in sizes) else sum(sizes)
+
 
 def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None, log=print, quiet: bool = False,
         overwrite: bool = False, stages: list | None = None) -> Path:
@@ -79,7 +99,8 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         action, why = step_status(s, store, prev)
         log(f"{s.name:<24} {action:<5} {why}")
     atomic.write_json(run_dir / "run.json", record)
-    ex = Executor(store, workers=workers, progress=Progress(quiet=quiet), leases=leases)
+    ex = Executor(store, workers=workers, progress=Progress(quiet=quiet), leases=leases,
+                  inline_docs=inline_docs(), input_bytes=_input_bytes(ctx))
     try:
         stats = ex.run(ctx.steps)
     except BaseException as e:

@@ -288,14 +288,15 @@ class _Runner:
     whole and writes the same bytes)."""
 
     def __init__(self, parallel: bool, work: Path | None = None):
-        self.parallel = parallel
         self.done = fs.path(work) / "_done" if work is not None else None
         self.resumed = 0  # phases whose results came from a checkpoint
         if parallel:
             import ray
 
+            parallel = ray.is_initialized()  # a coordinator run inline (a small step, no Ray up) runs its rounds here
             self.ray = ray
             self.remote = {}
+        self.parallel = parallel
 
         self.longest = 0.0  # the longest round task and its peak RSS, for the clusters marker
         self.peak_rss_mb = 0.0

@@ -1,0 +1,82 @@
+"""Small steps run in curate's own process while no Ray is up (issue 35, small runs without
+fixed costs): the same task functions, so the same bytes as a run on Ray; no Ray started;
+a larger step starts Ray and the rest of the run goes there; faults are reported as on Ray.
+
+The rest of the suite runs every step on Ray (conftest sets CURATE_INLINE_DOCS=0); these
+tests set it back to the default or to a threshold of their own."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from pipeline.io import atomic
+from pipeline.run import runner
+from tests.conftest import curate, mixture_shas, small_mixture, write_yaml
+from tests.pipeline.test_faults import RULES, _mixture, _rare_word
+
+
+def _where(run_dir) -> dict[str, str]:
+    steps = atomic.read_json(run_dir / "run.json")["steps"]
+    return {k: v.get("where", "ray") for k, v in steps.items() if v["computed"]}
+
+
+def test_a_small_run_runs_in_process_with_the_bytes_of_a_run_on_ray(demo_corpus, small_run, tmp_path):
+    y = write_yaml(tmp_path / "r.yaml", small_mixture(str(demo_corpus), "out"))
+    r = curate("run", str(y), "--workers", "2", env={"CURATE_INLINE_DOCS": str(runner.INLINE_DOCS)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "remote"
+    where = _where(run_dir)
+    assert where and set(where.values()) == {"inline"}, where  # every step, and so no Ray at all
+    assert "Ray" not in r.stderr and "raylet" not in r.stderr
+    assert mixture_shas(run_dir) == mixture_shas(small_run)
+    assert atomic.read_json(run_dir / "ledger.json")["conservation"] is True
+    for f in ("ledger.json", "manifest.json"):  # the ledger and the manifest too, not only the mixture
+        a, b = atomic.read_json(run_dir / f), atomic.read_json(small_run / f)
+        if f == "manifest.json":
+            assert a["files"] == b["files"]
+        else:
+            assert a == b
+
+
+def test_a_larger_step_starts_ray_and_the_rest_of_the_run_goes_there_with_the_same_bytes(demo_corpus, small_run,
+                                                                                          tmp_path):
+    # input-less steps count the input files at ~1 KB a document; the dedup steps read every
+    # source's documents: a threshold between the two runs the first inline, then Ray
+    size = sum(f.stat().st_size for f in [demo_corpus / "wiki" / "summaries_es.parquet",
+                                           *sorted((demo_corpus / "web").glob("crawl-0000[01].jsonl.zst"))])
+    y = write_yaml(tmp_path / "r.yaml", small_mixture(str(demo_corpus), "out"))
+    r = curate("run", str(y), "--workers", "2", env={"CURATE_INLINE_DOCS": str(size // 1000 + 1)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "out" / "remote"
+    where = _where(run_dir)
+    assert set(where.values()) == {"inline", "ray"}, where
+    assert all(where[k] == "ray" for k in where if k.startswith(("dedup-", "mix-")))
+    assert mixture_shas(run_dir) == mixture_shas(small_run)
+
+
+def test_inline_faults_are_retried_and_reported_as_on_ray(demo_corpus, small_run, tmp_path):
+    (tmp_path / "faultrules.py").write_text(RULES)
+    (tmp_path / "word.txt").write_text(_rare_word(demo_corpus))
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "CURATE_INLINE_DOCS": str(runner.INLINE_DOCS)}
+    # a reset connection at the first call: tried again inside the shard, the bytes of a plain run
+    flaky = _mixture(demo_corpus, tmp_path, "flaky")
+    r = curate("run", str(flaky), "--workers", "2", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert set(_where(tmp_path / "out" / "remote").values()) == {"inline"}
+    assert mixture_shas(tmp_path / "out" / "remote") == mixture_shas(small_run)
+    # a bug one document triggers: the run finishes every other shard, then fails once naming it
+    d = tmp_path / "bug"
+    d.mkdir()
+    y = _mixture(demo_corpus, d, "keep")
+    first = curate("run", str(y), "--workers", "2", env=env)
+    assert first.returncode == 1 and "Traceback" not in first.stderr, first.stderr[-3000:]
+    failed = re.findall(r"step filter-web, shard (\d+) \((.*?)\) failed: ValueError: boom", first.stderr)
+    assert len(failed) == 1 and "1 shard failed, every other shard finished" in first.stderr, first.stderr[-3000:]
+    assert "RunError" not in first.stderr  # the task's own error, as a Ray task's is reported
+    (tmp_path / "fixed").write_text("")
+    again = curate("run", str(y), "--workers", "2", env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert atomic.read_json(d / "out" / "remote" / "run.json")["steps"]["filter-web"]["computed"] == 1
+    assert mixture_shas(d / "out" / "remote") == mixture_shas(small_run)
