@@ -3,11 +3,17 @@ API (moto's server on loopback, s3fs as the client, as tests/pipeline/test_remot
 inputs and run directory both on S3.
 
     python -m bench.objstore [--docs 10000] [--scales 1,4] [--workers 2]
+                             [--docs-per-partition 20000] [--groups 100000,4]
 
 The corpus and mixture are bench.scale's (small crawl pages in 5,000-document files, the
 full chain). Requests are counted from the server's access log, by HTTP method (LIST is
 a GET on a bucket with `list-type`); then `curate plan` on the finished run, whose
 requests should not grow with the shards. Ratios 4N / N per input document are printed.
+
+`--docs-per-partition` sets how fast the shuffles' partitions grow with N (bench.scale's
+one per 20,000 documents by default; smaller shows the writers x readers reads at these
+sizes), and `--groups` runs every scale once per shuffle merge group
+(`CURATE_SHUFFLE_GROUP`; 100000: no merge tier, every reader reads every writer's file).
 Not a test: nothing here gates CI.
 """
 
@@ -78,35 +84,39 @@ def _curate(env: dict, *args: str) -> subprocess.CompletedProcess:
     return r
 
 
-def run_one(server: Server, n: int, workers: int) -> dict:
+def run_one(server: Server, n: int, workers: int, per_partition: int = DOCS_PER_PARTITION, group: int | None = None) -> dict:
     import s3fs
 
     os.environ.update({k: v for k, v in server.env.items() if k.startswith("AWS_")})
     s3 = s3fs.S3FileSystem(skip_instance_cache=True)
-    bucket = f"curate-bench-{n}"
+    bucket = f"curate-bench-{n}-{group or 0}-{per_partition}"
     corpus = build_corpus(n)
     if not s3.exists(bucket):
         s3.mkdir(bucket)
     for sub in sorted(p.relative_to(corpus) for p in corpus.rglob("*") if p.is_file() and p.name != "_DONE"):
         s3.put(str(corpus / sub), f"{bucket}/in/{sub}")
-    work = CACHE / "objstore" / f"n{n}"
-    y = mixture_yaml(corpus, work, max(1, n // DOCS_PER_PARTITION))
+    work = CACHE / "objstore" / f"n{n}-g{group or 0}-p{per_partition}"
+    y = mixture_yaml(corpus, work, max(1, n // per_partition))
     text = y.read_text().replace(str(corpus), f"s3://{bucket}/in").replace("name: scale\n", f"name: scale\noutput: s3://{bucket}/runs\n", 1)
     y.write_text(text)
+    env = {**server.env, "CURATE_INLINE_DOCS": "0"}  # every step on Ray, as at scale
+    if group:
+        env["CURATE_SHUFFLE_GROUP"] = str(group)
     m = server.mark()
     t = time.perf_counter()
-    _curate(server.env, "run", str(y), "--workers", str(workers))
+    _curate(env, "run", str(y), "--workers", str(workers))
     wall = time.perf_counter() - t
     run_req = server.since(m)
     objects = len(s3.find(f"{bucket}/runs"))
     m = server.mark()
-    _curate(server.env, "plan", str(y))
+    _curate(env, "plan", str(y))
     plan_req = server.since(m)
     steps = len([p for p in s3.ls(f"{bucket}/runs/scale/steps")])
     import json
 
     docs = sum(e["in"] for e in json.loads(s3.cat(f"{bucket}/runs/scale/ledger.json"))["sources"].values())
-    return {"n": n, "docs": docs, "wall": wall, "run": dict(run_req), "plan": dict(plan_req), "objects": objects, "steps": steps}
+    return {"n": n, "docs": docs, "wall": wall, "run": dict(run_req), "plan": dict(plan_req), "objects": objects, "steps": steps,
+            "group": group, "partitions": max(1, n // per_partition)}
 
 
 def main(argv=None) -> None:
@@ -114,20 +124,30 @@ def main(argv=None) -> None:
     ap.add_argument("--docs", type=int, default=10_000, help="N (default 10,000)")
     ap.add_argument("--scales", default="1,4")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--docs-per-partition", type=int, default=DOCS_PER_PARTITION)
+    ap.add_argument("--groups", default="", help="shuffle merge groups to compare, e.g. 100000,4 (default: the default group)")
     a = ap.parse_args(argv)
     (CACHE / "objstore").mkdir(parents=True, exist_ok=True)
     server = Server(CACHE / "objstore" / "moto.log")
+    groups = [int(g) for g in a.groups.split(",") if g] or [None]
     try:
-        res = [run_one(server, a.docs * int(k), a.workers) for k in a.scales.split(",")]
+        res = {g: [run_one(server, a.docs * int(k), a.workers, a.docs_per_partition, g) for k in a.scales.split(",")]
+               for g in groups}
     finally:
         server.close()
+    for g, rs in res.items():
+        _table(rs, g)
+
+
+def _table(res: list[dict], group: int | None) -> None:
     kinds = sorted({k for r in res for k in r["run"]})
-    print("| documents (web + wiki) | wall s | objects in the run | " + " | ".join(f"{k} requests" for k in kinds)
+    print(f"\nshuffle merge group: {group or 'default'}")
+    print("| documents (web + wiki) | partitions | wall s | objects in the run | " + " | ".join(f"{k} requests" for k in kinds)
           + " | requests per document | `curate plan` requests (steps) |")
-    print("|" + " ---: |" * (5 + len(kinds)))
+    print("|" + " ---: |" * (6 + len(kinds)))
     for r in res:
         total = sum(r["run"].values())
-        print(f"| {r['docs']:,} | {r['wall']:.0f} | {r['objects']:,} | " + " | ".join(f"{r['run'].get(k, 0):,}" for k in kinds)
+        print(f"| {r['docs']:,} | {r['partitions']} | {r['wall']:.0f} | {r['objects']:,} | " + " | ".join(f"{r['run'].get(k, 0):,}" for k in kinds)
               + f" | {total / r['docs']:.4f} | {sum(r['plan'].values()):,} ({r['steps']}) |")
     a0, a1 = res[0], res[-1]
     per = [sum(r["run"].values()) / r["docs"] for r in (a0, a1)]

@@ -9,7 +9,8 @@ A segment is an Arrow IPC stream (zstd-compressed buffers), so a reducer decodes
 the bytes of its partition: it reads 16 bytes of each index (offsets p and p + 1) and
 then that range of the data file, two small reads per (map, partition), on local disks
 and object stores alike (ranged GETs; no listing: a reducer derives the map files' names
-from their count). Empty partitions take no bytes. Per map task the index is 8 x (P + 1)
+from their count); on an object store 16 maps' reads are in flight at once, kept in map
+order. Empty partitions take no bytes. Per map task the index is 8 x (P + 1)
 bytes; at P = 100,000 that is 800 KB beside a data file of tens of MB.
 
 The same layout carries decisions back to the document shards they are about
@@ -37,6 +38,8 @@ from pipeline.io import atomic, fs
 VERSION = "2"  # map outputs as .data + .index files: the version of every step that writes a shuffle
 
 _IPC = pa.ipc.IpcWriteOptions(compression="zstd")
+READ_THREADS = 16  # a reducer's segment reads in flight at once on an object store
+MERGE_BUFFER = 4 << 20  # read-ahead per map file a merge streams (a group of 32: 128 MB)
 _U64 = np.dtype("<u8")
 
 
@@ -117,14 +120,66 @@ def read_segment(base: Path, p: int) -> pa.Table | None:
     lo, hi = np.frombuffer(raw, _U64).tolist()
     if hi == lo:
         return None
-    buf = _read_range(_with(base, ".data"), lo, hi)
-    return pa.ipc.open_stream(pa.py_buffer(buf)).read_all()
+    return _decode(_read_range(_with(base, ".data"), lo, hi))
+
+
+def _decode(buf: bytes) -> pa.Table:
+    """A segment: one Arrow IPC stream, or several back to back (a merged output, `merge`)."""
+    src = pa.BufferReader(pa.py_buffer(buf))
+    tables = []
+    while src.tell() < len(buf):
+        tables.append(pa.ipc.open_stream(src).read_all())
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def merge(directory, first: int, last: int, base: Path) -> dict:
+    """Map outputs first..last-1 of `directory` as one output at `base`: partition p's
+    segment is their segments p back to back, in map order, so `read_partition` over the
+    merged outputs gives the rows it gives over the maps, in the same order. A byte copy
+    (no decoding): each map's index is read once and its data file streamed front to back
+    (partitions are in file order), all of the group's files open at once."""
+    directory = fs.path(directory)
+    bases = [map_file(directory, i) for i in range(first, last)]
+    offs = [np.frombuffer(fs.read_bytes(_with(b, ".index")), _U64) for b in bases]
+    nparts = len(offs[0]) - 1 if offs else 0
+    if any(len(o) != nparts + 1 for o in offs):
+        raise ValueError(f"{directory}: maps {first}..{last - 1} disagree on the number of partitions")
+    data = _with(base, ".data")
+    fs.makedirs(data.parent)
+    tmp = fs.tmp_path(data)
+    out = np.zeros(nparts + 1, _U64)
+    streams = [fs.open_read(_with(b, ".data"), buffering=MERGE_BUFFER) for b in bases]
+    try:
+        pos = 0
+        with tmp.open("wb") as f:
+            for p in range(nparts):
+                out[p] = pos
+                for st, o in zip(streams, offs):
+                    n = int(o[p + 1] - o[p])
+                    if n:
+                        chunk = st.read(n)
+                        if len(chunk) != n:
+                            raise ValueError(f"{directory}: a map's data file is shorter than its index says")
+                        f.write(chunk)
+                        pos += n
+            out[nparts] = pos
+    finally:
+        for st in streams:
+            st.close()
+    fs.commit(tmp, data)
+    atomic.write_bytes(_with(base, ".index"), out.tobytes())
+    return {"maps": last - first, "bytes": int(pos) if nparts else 0, "partitions": nparts}
 
 
 def read_partition(directory, nfiles: int, p: int, schema: pa.Schema | None = None) -> pa.Table | None:
     """Partition `p` of the map outputs 0..nfiles-1 in `directory`, in map order (None if
     none holds a row and no schema is given)."""
-    parts = [t for i in range(nfiles) if (t := read_segment(map_file(directory, i), p)) is not None]
+    directory = fs.path(directory)
+    if fs.is_local(directory):
+        segs = (read_segment(map_file(directory, i), p) for i in range(nfiles))
+    else:  # each segment is two GETs of tens of ms: keep READ_THREADS of them in flight, in map order
+        segs = fs.read_many(lambda i: read_segment(map_file(directory, i), p), range(nfiles), threads=READ_THREADS)
+    parts = [t for t in segs if t is not None]
     if not parts:
         return None if schema is None else schema.empty_table()
     return pa.concat_tables(parts)

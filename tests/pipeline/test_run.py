@@ -114,7 +114,7 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_run_yaml, 
     assert "expected mixture" in plan.stdout and "0.400" in plan.stdout
     assert r.returncode == 0, r.stderr
     steps = atomic.read_json(tmp_path / "demo" / "run.json")["steps"]
-    assert {k for k, s in steps.items() if s["status"] == "SUCCESS"} == {"mix-priority", "mix-select", "mix-route", "mix", "samples-pick", "samples"}
+    assert {k for k, s in steps.items() if s["status"] == "SUCCESS"} == {"mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix", "samples-pick", "samples"}
     man = atomic.read_json(tmp_path / "demo" / "manifest.json")
     assert len(man["files"]) > len(first) and abs(man["sources"]["wiki"]["realized_weight"] - 0.4) < 0.005
     assert sorted(p.name for p in (tmp_path / "demo" / "mixture").iterdir()) == sorted(Path(f["path"]).name for f in man["files"])

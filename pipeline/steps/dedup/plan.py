@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 
 from pipeline.engine.step import Step, shard_name
+from pipeline.io import fs
 from pipeline.plan import code
 from pipeline.plan.context import Context
 from pipeline.shards import apply, combine
 from pipeline.steps.dedup import exact, fuzzy, paragraph
+from pipeline.steps.merge import merge_step, read_from
 from pipeline.plan.stage import Stage
 
 PARTITION_ROWS = 4_000_000
@@ -61,15 +63,24 @@ def plan(ctx: Context) -> list[Step]:
             return [{"doc": d, **extra(kept, d, stats), "describe": _describe(d)} for d in docs]
         return shards
 
-    def reduce_specs(map_step, extra):
+    def merged(src: Step, subs: list[str], count) -> Step:
+        """The merge tier after `src`'s shuffle files (pipeline/steps/merge.py)."""
+        return add(merge_step(f"{src.name}-merge", src, subs, count, ctx.store))
+
+    def reduce_specs(map_step, mg, extra):
         def shards(st, stats):
             ms = stats[map_step.name]
             count = ms[0]["partitions"] if ms else 0
+            folder, files = read_from(stats, map_step, mg, len(ms), ctx.store)
             offsets, ndocs = ctx.shard_offsets(stats)
-            return [{"inputs": str(map_step.dir(ctx.store) / "buckets"), "maps": len(ms), "partition": p,
+            return [{"inputs": str(fs.path(folder) / "buckets"), "maps": files, "partition": p,
                      "offsets": offsets, "ndocs": ndocs, "sources": names, "rank_source": rank_source, **extra,
                      "describe": f"partition {p}"} for p in range(count)]
         return shards
+
+    def reducer(name: str, cfg: dict, map_step: Step, fn, extra: dict) -> Step:
+        mg = merged(map_step, ["buckets"], lambda stats: len(stats[map_step.name]))
+        return add(Step(name, name, cfg, [map_step, mg], fn, shards=reduce_specs(map_step, mg, extra)))
 
     def apply_step(kind: str, decisions: Step, fn, columns: dict | None, prev, cfg=None, extra=None,
                    combined: Step | None = None) -> Step:
@@ -79,10 +90,15 @@ def plan(ctx: Context) -> list[Step]:
             n = stats[combined.name][d["k"]].get("rest", 0)
             return {"combined": True, "rest": str(combine.rest_path(combined.dir(ctx.store) / "rest", d["k"])) if n else None}
 
+        mg = merged(decisions, ["to"], lambda stats: outputs(stats, decisions))
+
+        def back(stats):
+            folder, files = read_from(stats, decisions, mg, outputs(stats, decisions), ctx.store)
+            return {"decisions": folder, "reducers": files}
+
         return add(Step(
-            f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions], fn,
-            shards=per_doc(lambda kept, d, stats: {"decisions": str(decisions.dir(ctx.store)), "columns": columns,
-                                                   "reducers": outputs(stats, decisions), **(cfg or {}), **(extra or {}),
+            f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions, mg], fn,
+            shards=per_doc(lambda kept, d, stats: {**back(stats), "columns": columns, **(cfg or {}), **(extra or {}),
                                                    **rest(d, stats)},
                            prev),
         ))
@@ -95,8 +111,7 @@ def plan(ctx: Context) -> list[Step]:
         mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, exact.map_shard, shards=per_doc(lambda kept, d, stats: {"normalize": dd.exact.normalize, **by,
                                                             "partitions": _partitions(dd, kept)}, prev),
                       code=code.code(None, ["python"] if by else [])))  # crawl dates: Python's datetime.fromisoformat
-        rd = add(Step("dedup-exact-reduce", "dedup-exact-reduce", {}, [mp], exact.reduce_shard,
-                      shards=reduce_specs(mp, {"reason": "url_duplicate_of"} if by else {})))
+        rd = reducer("dedup-exact-reduce", {}, mp, exact.reduce_shard, {"reason": "url_duplicate_of"} if by else {})
         ctx.add_layer(apply_step("exact", rd, apply.run_shard, exact.COLUMNS, prev, combined=mp), "dedup:exact")
 
     if dd.fuzzy:
@@ -108,24 +123,29 @@ def plan(ctx: Context) -> list[Step]:
                        fuzzy.sig_shard,
                        shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
                            dd, kept * fz.bands)}, prev)))
-        bk = add(Step("dedup-fuzzy-buckets", "dedup-fuzzy-buckets", {}, [sig], fuzzy.buckets_shard, shards=reduce_specs(sig, {})))
+        bk = reducer("dedup-fuzzy-buckets", {}, sig, fuzzy.buckets_shard, {})
+        bkm = merged(bk, ["to"], lambda stats, bk=bk: len(stats[bk.name]))
 
-        def fetch_shards(st, stats, prev=prev, params=params, sig=sig, bk=bk):
+        def fetch_shards(st, stats, prev=prev, params=params, sig=sig, bk=bk, bkm=bkm):
             pairs = sum(m["pairs"] for m in stats[bk.name].values())
             docs = sum(m["docs"] for m in stats[sig.name].values())
             avg = sum(m["text_bytes"] for m in stats[sig.name].values()) / max(1, docs)
             nparts = dd.partitions or max(1, math.ceil(2 * pairs * avg / VERIFY_TEXT_BYTES))
-            return [{"doc": d, "pairs": str(bk.dir(ctx.store)), "pair_files": len(stats[bk.name]), "params": params,
+            folder, files = read_from(stats, bk, bkm, len(stats[bk.name]), ctx.store)
+            return [{"doc": d, "pairs": folder, "pair_files": files, "params": params,
                      "partitions": nparts, "describe": _describe(d)} for d in ctx.doc_shards(stats, prev)]
 
-        fe = add(Step("dedup-fuzzy-fetch", "dedup-fuzzy-fetch", {"params": params}, [bk],
+        fe = add(Step("dedup-fuzzy-fetch", "dedup-fuzzy-fetch", {"params": params}, [bk, bkm],
                       fuzzy.fetch_shard, shards=fetch_shards))
-        vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [fe],
-                      fuzzy.verify_shard,
-                      shards=lambda st, stats, fe=fe, params=params: [
-                          {"fetched": str(fe.dir(ctx.store)), "maps": len(stats[fe.name]), "partition": v,
-                           "params": params, "describe": f"pair partition {v}"}
-                          for v in range(stats[fe.name][0]["partitions"] if stats[fe.name] else 0)]))
+        fem = merged(fe, ["pairs", "texts"], lambda stats, fe=fe: len(stats[fe.name]))
+
+        def verify_shards(st, stats, fe=fe, fem=fem, params=params):
+            folder, files = read_from(stats, fe, fem, len(stats[fe.name]), ctx.store)
+            return [{"fetched": folder, "maps": files, "partition": v, "params": params, "describe": f"pair partition {v}"}
+                    for v in range(stats[fe.name][0]["partitions"] if stats[fe.name] else 0)]
+
+        vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [fe, fem],
+                      fuzzy.verify_shard, shards=verify_shards))
         src_rank = [rk[s] for s in names]
         cl = add(Step("dedup-fuzzy-clusters", "dedup-fuzzy-clusters", {}, [vf], fuzzy.clusters_shard, cpus=0,
                       shards=lambda st, stats, vf=vf: [{"edges": str(vf.dir(ctx.store)), "sources": names,
@@ -142,8 +162,7 @@ def plan(ctx: Context) -> list[Step]:
         cfg = {"params": params, **common}
         mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, paragraph.map_shard, shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
                           dd, kept * PARAGRAPHS_PER_DOC)}, prev)))
-        rd = add(Step("dedup-paragraph-reduce", "dedup-paragraph-reduce", {"params": params}, [mp],
-                      paragraph.reduce_shard, shards=reduce_specs(mp, {"params": params})))
+        rd = reducer("dedup-paragraph-reduce", {"params": params}, mp, paragraph.reduce_shard, {"params": params})
         ctx.add_layer(apply_step("paragraph", rd, paragraph.apply_shard, None, prev,
                                  {"params": params, "tokenizer_id": ctx.tokenizer_id}, {"tokenizer": ctx.tokenizer}, combined=mp),
                       "dedup:paragraph")

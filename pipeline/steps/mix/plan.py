@@ -3,6 +3,8 @@
     mix-priority   per document shard: priorities and tokens of the kept documents, per cell
     mix-select     one task: each cell's budget and priority cutoff, exact
     mix-route      per document shard: every chosen (document, epoch) to its output shard
+    mix-route-merge  the route's files joined 32 at a time (pipeline/steps/merge.py; no task
+                   below 33 document shards)
     mix            per output shard: its rows in order, part-XXXXX.parquet
 
 The budget is computed here from the markers (kept tokens per cell) with the pure maths
@@ -18,9 +20,11 @@ import math
 from pipeline.config import format_problems
 from pipeline.engine.step import Step, committed, read_markers, shard_name
 from pipeline.errors import RunError, UsageError
+from pipeline.io import fs
 from pipeline.mixing import budget as bm
 from pipeline.mixing import cells
 from pipeline.plan.context import Context, MixSteps
+from pipeline.steps.merge import merge_step, read_from
 from pipeline.steps.mix import tasks
 from pipeline.steps.mix.publish import publish
 from pipeline.plan.stage import Stage
@@ -102,9 +106,11 @@ def plan(ctx: Context) -> list[Step]:
 
     route = Step("mix-route", "mix-route", {}, [select], tasks.route_shard, shards=route_shards)
 
+    merged = merge_step("mix-route-merge", route, ["to"], lambda stats: len(stats[route.name]), ctx.store)
+
     def write_shards(st, stats):
-        root = str(route.dir(ctx.store) / "to")
-        maps = len(stats[route.name])
+        folder, maps = read_from(stats, route, merged, len(stats[route.name]), ctx.store)
+        root = str(fs.path(folder) / "to")
         out = []
         for name, sel, offset in bm.phase_selections(stats[select.name][0]):
             for p in range(sel["n_shards"]):
@@ -113,10 +119,10 @@ def plan(ctx: Context) -> list[Step]:
                             "describe": f"mixture shard {name + '/' if name else ''}{p}"})
         return out
 
-    write = Step("mix", "mix", {}, [route], tasks.write_shard, shards=write_shards)
+    write = Step("mix", "mix", {}, [route, merged], tasks.write_shard, shards=write_shards)
     ctx.mix = MixSteps(priority, select, route, write, ph_list, mixed_docs)
     ctx.fate = list(ctx.steps) + [priority, select]  # up to the mixture's selection, not its files
-    return [priority, select, route, write]
+    return [priority, select, route, merged, write]
 
 
 def upstream_steps(step: Step) -> list[Step]:

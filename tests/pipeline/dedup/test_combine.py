@@ -115,3 +115,34 @@ def test_a_rest_file_that_does_not_match_its_decisions_is_an_error(tmp_path):
     combine.write_rest(rest, tmp_path, 0)
     with pytest.raises(ValueError, match="does not hold the extra holders"):
         combine.resolve(dec, str(combine.rest_path(tmp_path, 0)), ["kept_in", "kept_in_source"])
+
+
+def test_merged_shuffle_files_give_every_partition_the_same_rows_in_the_same_order(tmp_path):
+    """shuffle.merge joins writers' files (the merge tier): empty writers, empty partitions,
+    groups of one and of several; a reader over the merged files gets exactly what it gets
+    over the writers'."""
+    rng = np.random.default_rng(3)
+    nparts, nmaps = 9, 7
+    for i in range(nmaps):
+        n = 0 if i in (2, 5) else int(rng.integers(1, 60))
+        parts = rng.choice([0, 3, 4, 8], n)  # partitions 1, 2, 5, 6, 7 stay empty everywhere
+        t = pa.table({"k": rng.integers(0, 1 << 40, n, dtype=np.int64), "map": np.full(n, i), "s": [f"x{j}" for j in range(n)]})
+        if n:
+            shuffle.write_partitions(t, parts, nparts, shuffle.map_file(tmp_path / "maps", i))
+        else:
+            shuffle.write_empty(nparts, shuffle.map_file(tmp_path / "maps", i))
+    groups = [(0, 3), (3, 4), (4, 7)]
+    for j, (a, b) in enumerate(groups):
+        res = shuffle.merge(tmp_path / "maps", a, b, shuffle.map_file(tmp_path / "merged", j))
+        assert res["maps"] == b - a and res["partitions"] == nparts
+    schema = pa.schema([("k", pa.int64()), ("map", pa.int64()), ("s", pa.string())])
+    for p in range(nparts):
+        want = shuffle.read_partition(tmp_path / "maps", nmaps, p, schema)
+        got = shuffle.read_partition(tmp_path / "merged", len(groups), p, schema)
+        assert got.to_pylist() == want.to_pylist(), p
+        assert (want.num_rows > 0) == (p in (0, 3, 4, 8))
+    # a merged file of merged files (a second tier) is still one reader's view
+    shuffle.merge(tmp_path / "merged", 0, len(groups), shuffle.map_file(tmp_path / "twice", 0))
+    for p in range(nparts):
+        assert shuffle.read_partition(tmp_path / "twice", 1, p, schema).to_pylist() == \
+            shuffle.read_partition(tmp_path / "maps", nmaps, p, schema).to_pylist()

@@ -9,6 +9,7 @@ between `a` and `b`; 30 exact copies; documents that share one boilerplate parag
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from pipeline import config
 from pipeline.run import runner
 from pipeline.io import atomic
-from tests.conftest import curate, write_yaml
+from tests.conftest import curate, mixture_shas, write_yaml
 from tests.pipeline.dedup.test_text import _naive_words
 
 BOILER = "Subscribe to our newsletter for weekly updates on science, culture and the arts."
@@ -112,9 +113,42 @@ def _run(y: Path, workers: int, out: Path) -> None:
 def runs(ray_local, planted, tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
     _run(_yaml(d / "one.yaml", planted["dir"]), 2, d / "w2")
-    # other shard counts, one worker, three shuffle partitions
-    _run(_yaml(d / "two.yaml", planted["dir"], "  partitions: 3", max_shard_bytes=20_000), 1, d / "w1")
+    # other shard counts, one worker, three shuffle partitions, and the merge tier joining
+    # every two shuffle files (pipeline/steps/merge.py; by default it joins 32)
+    os.environ["CURATE_SHUFFLE_GROUP"] = "2"
+    try:
+        _run(_yaml(d / "two.yaml", planted["dir"], "  partitions: 3", max_shard_bytes=20_000), 1, d / "w1")
+    finally:
+        del os.environ["CURATE_SHUFFLE_GROUP"]
     return d / "w2" / "planted", d / "w1" / "planted"
+
+
+def test_the_merge_tier_reads_fewer_files_and_changes_no_byte(planted, runs, tmp_path):
+    """The run with shuffle files merged in pairs against the same mixture without the tier:
+    every dedup decision file and every mixture file the same bytes; the readers read
+    ceil(writers / 2) files each."""
+    merged = runs[1]
+    os.environ["CURATE_SHUFFLE_GROUP"] = "100000"  # no merge: every reader reads every writer's file
+    try:
+        _run(_yaml(tmp_path / "two.yaml", planted["dir"], "  partitions: 3", max_shard_bytes=20_000), 2, tmp_path / "plain")
+    finally:
+        del os.environ["CURATE_SHUFFLE_GROUP"]
+    plain = tmp_path / "plain" / "planted"
+    steps = atomic.read_json(merged / "run.json")["steps"]
+    tier = {k: v["shards"] for k, v in steps.items() if k.endswith("-merge")}
+    assert len(tier) == 8 and all(n > 0 for n in tier.values()), tier  # every shuffle of the three kinds
+    for reader, writer, key in (("dedup-exact-reduce", "dedup-exact-map", "maps"),
+                                ("dedup-fuzzy-verify", "dedup-fuzzy-fetch", "maps"),
+                                ("dedup-exact", "dedup-exact-reduce", "reducers")):
+        spec = atomic.read_json(merged / steps[reader]["dir"] / "step.json")["shards"][0]
+        assert spec[key] == -(-steps[writer]["shards"] // 2), (reader, spec[key], steps[writer]["shards"])
+    plain_steps = atomic.read_json(plain / "run.json")["steps"]
+    assert not [k for k, v in plain_steps.items() if k.endswith("-merge") and v["shards"]]
+    for kind in ("exact", "fuzzy", "paragraph"):
+        a = sorted((merged / steps[f"dedup-{kind}"]["dir"]).glob("*/part-*.parquet"))
+        b = sorted((plain / plain_steps[f"dedup-{kind}"]["dir"]).glob("*/part-*.parquet"))
+        assert a and [f.read_bytes() for f in a] == [f.read_bytes() for f in b], kind
+    assert mixture_shas(merged) == mixture_shas(plain)
 
 
 def test_planted_near_duplicates_recall_and_precision(planted, runs):

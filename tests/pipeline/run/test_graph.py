@@ -19,12 +19,14 @@ DEMO_STEPS = [
     "ids-code", "unique-ids-code", "ingest-code", "id-index-code",
     "ids-humaneval", "unique-ids-humaneval", "ingest-humaneval", "id-index-humaneval",
     "filter-wiki", "filter-web", "filter-code",
-    "dedup-exact-map", "dedup-exact-reduce", "dedup-exact",
-    "dedup-fuzzy-signatures", "dedup-fuzzy-buckets", "dedup-fuzzy-fetch", "dedup-fuzzy-verify", "dedup-fuzzy-clusters",
-    "dedup-fuzzy", "dedup-paragraph-map", "dedup-paragraph-reduce", "dedup-paragraph",
+    "dedup-exact-map", "dedup-exact-map-merge", "dedup-exact-reduce", "dedup-exact-reduce-merge", "dedup-exact",
+    "dedup-fuzzy-signatures", "dedup-fuzzy-signatures-merge", "dedup-fuzzy-buckets", "dedup-fuzzy-buckets-merge",
+    "dedup-fuzzy-fetch", "dedup-fuzzy-fetch-merge", "dedup-fuzzy-verify", "dedup-fuzzy-clusters",
+    "dedup-fuzzy-clusters-merge", "dedup-fuzzy", "dedup-paragraph-map", "dedup-paragraph-map-merge",
+    "dedup-paragraph-reduce", "dedup-paragraph-reduce-merge", "dedup-paragraph",
     "decontaminate-index", "decontaminate", "validation-keys", "validation-select", "validation",
     "classify-wiki_vs_web-examples", "classify-wiki_vs_web-train", "classify-wiki_vs_web-web",
-    "quality-web-threshold", "quality-web", "mix-priority", "mix-select", "mix-route", "mix",
+    "quality-web-threshold", "quality-web", "mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix",
     "samples-pick", "samples",
 ]
 
@@ -65,7 +67,7 @@ def test_the_demo_graph_is_planned_without_ray(demo_yaml):
     steps = {name: (h, inputs, stage) for name, h, inputs, stage in a["steps"]}
     assert len({h for h, _, _ in steps.values()}) == len(steps)  # every step its own hash
     assert steps["filter-web"][1] == ["ingest-web"] and steps["ingest-web"][2] == "ingest"
-    assert steps["mix"][1] == ["mix-route"] and steps["mix"][2] == "mix"
+    assert steps["mix"][1] == ["mix-route", "mix-route-merge"] and steps["mix"][2] == "mix"
     assert steps["dedup-exact-map"][1] == ["filter-code", "filter-web", "filter-wiki", "ingest-humaneval"]
     assert steps["quality-web"][1] == ["quality-web-threshold"]
     # the samples read every decision up to the mixture's selection, not the mixture's files
@@ -95,7 +97,7 @@ def test_an_edit_changes_the_hashes_of_exactly_the_steps_it_touches(demo_yaml, t
     base = _hashes(text, tmp_path / "a.yaml")
     weights = _hashes(text.replace("web/q5: 0.25, web/q3-q4: 0.35", "web/q5: 0.2, web/q3-q4: 0.4"), tmp_path / "b.yaml")
     changed = {s for s in base if base[s] != weights[s]}
-    assert changed == {"mix-priority", "mix-select", "mix-route", "mix", "samples-pick", "samples"}
+    assert changed == {"mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix", "samples-pick", "samples"}
     threshold = _hashes(text.replace("not_huge: {type: length, max_chars: 20000}", "not_huge: {type: length, max_chars: 15000}"),
                         tmp_path / "c.yaml")
     changed = {s for s in base if base[s] != threshold[s]}

@@ -1,0 +1,71 @@
+"""A merge tier between a shuffle's writers and its readers, so that reads per document stay
+flat as the corpus and its partitions grow together.
+
+Without it, every reader of a shuffle (a reducer, or a document shard taking its decisions
+back) reads its segment from every writer's file: writers x readers ranged reads, which
+grows as the square of the corpus (pipeline/shards/shuffle.py). A merge task takes a group
+of `group` consecutive writers' files and writes one file with each partition's segments
+back to back, a byte copy that streams each input once; the readers then read one segment
+per group. With S writers, P readers and groups of G: S/G merge tasks reading 2S files
+front to back, and P x S/G ranged reads instead of P x S. Readers get the same rows in the
+same order (segments concatenate in writer order), so every byte downstream is the same.
+
+When there are at most `group` writers the merge step has no shard, and readers read the
+writers' files as before: a small run pays one empty step, not a round of tasks.
+
+    mg = merge_step("dedup-exact-map-merge", mp, ["buckets"], lambda stats: len(stats[mp.name]))
+    inputs, files = read_from(stats, mp, mg, "buckets", ctx.store)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from pipeline.engine.step import Step, task
+from pipeline.errors import UsageError
+from pipeline.io import fs
+from pipeline.shards import shuffle
+
+GROUP = 32  # writers per merge task (CURATE_SHUFFLE_GROUP): its read-ahead is 4 MB per file
+
+
+def group() -> int:
+    v = os.environ.get("CURATE_SHUFFLE_GROUP", "").strip()
+    if not v:
+        return GROUP
+    if not v.isdigit() or int(v) < 2:
+        raise UsageError(f"CURATE_SHUFFLE_GROUP={v!r}: give the number of shuffle files a merge task joins (2 or more)")
+    return int(v)
+
+
+@task(version="1")
+def merge_shard(spec: dict, out) -> dict:
+    """One group of writers' files, per subfolder, merged into this step's folder."""
+    res = {}
+    for sub in spec["subs"]:
+        res[sub] = shuffle.merge(fs.path(spec["inputs"]) / sub, spec["first"], spec["last"],
+                                 shuffle.map_file(fs.path(out.dir) / sub, out.index))
+    return {"rows": 0, "maps": spec["last"] - spec["first"], "bytes": sum(r["bytes"] for r in res.values())}
+
+
+def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], int], store) -> Step:
+    """A step merging `src`'s shuffle files under each of `subs` in groups; `count(stats)`
+    is how many files `src` wrote per subfolder."""
+    g = group()
+
+    def shards(st, stats):
+        n = count(stats)
+        if n <= g:
+            return []
+        return [{"inputs": str(src.dir(store)), "subs": subs, "first": a, "last": min(n, a + g),
+                 "describe": f"{src.name} files {a}-{min(n, a + g) - 1}"} for a in range(0, n, g)]
+
+    return Step(name, "shuffle-merge", {"subs": subs, "group": g}, [src], merge_shard, shards=shards)
+
+
+def read_from(stats: dict, src: Step, merged: Step, count: int, store) -> tuple[str, int]:
+    """(folder, files) a reader of `src`'s shuffle reads: the merged files when the merge
+    ran, else `src`'s own `count` files."""
+    n = len(stats.get(merged.name, {}))
+    return (str(merged.dir(store)), n) if n else (str(src.dir(store)), count)
