@@ -3,7 +3,8 @@ fixed costs): the same task functions, so the same bytes as a run on Ray; no Ray
 a larger step starts Ray and the rest of the run goes there; faults are reported as on Ray.
 
 The rest of the suite runs every step on Ray (conftest sets CURATE_INLINE_DOCS=0); these
-tests set it back to the default or to a threshold of their own."""
+tests set a threshold of their own: ALL, above every step of the small mixture (its Spanish
+summaries are 6,239 documents, above the default 5,000)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import os
 import re
 
 from pipeline.io import atomic
-from pipeline.run import runner
 from tests.conftest import curate, mixture_shas, small_mixture, write_yaml
 from tests.pipeline.test_faults import RULES, _mixture, _rare_word
+
+
+ALL = "20000"
 
 
 def _where(run_dir) -> dict[str, str]:
@@ -23,7 +26,7 @@ def _where(run_dir) -> dict[str, str]:
 
 def test_a_small_run_runs_in_process_with_the_bytes_of_a_run_on_ray(demo_corpus, small_run, tmp_path):
     y = write_yaml(tmp_path / "r.yaml", small_mixture(str(demo_corpus), "out"))
-    r = curate("run", str(y), "--workers", "2", env={"CURATE_INLINE_DOCS": str(runner.INLINE_DOCS)})
+    r = curate("run", str(y), "--workers", "2", env={"CURATE_INLINE_DOCS": ALL})
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "out" / "remote"
     where = _where(run_dir)
@@ -59,7 +62,7 @@ def test_inline_faults_are_retried_and_reported_as_on_ray(demo_corpus, small_run
     (tmp_path / "faultrules.py").write_text(RULES)
     (tmp_path / "word.txt").write_text(_rare_word(demo_corpus))
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-           "CURATE_INLINE_DOCS": str(runner.INLINE_DOCS)}
+           "CURATE_INLINE_DOCS": ALL}
     # a reset connection at the first call: tried again inside the shard, the bytes of a plain run
     flaky = _mixture(demo_corpus, tmp_path, "flaky")
     r = curate("run", str(flaky), "--workers", "2", env=env)
