@@ -349,11 +349,11 @@ def _describe(s: Step, idx: int) -> str:
 
 
 def _cause(e: Exception) -> str:
-    if isinstance(e, CurateError):  # raised in this process (a step run inline)
-        return str(e)
-    cause = getattr(e, "cause", None)
+    cause = getattr(e, "cause", None)  # a Ray task's error (itself also an instance of its cause's class)
     if isinstance(cause, CurateError):
         return str(cause)
     if cause is not None:
         return f"{type(cause).__name__}: {cause}"
+    if isinstance(e, CurateError):  # raised in this process (a step run inline)
+        return str(e)
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

@@ -132,12 +132,20 @@ def _decode(buf: bytes) -> pa.Table:
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
-def merge(directory, first: int, last: int, base: Path) -> dict:
+def _stream(p: Path, read_ahead: int):
+    """A file read front to back with `read_ahead` bytes buffered (on an object store: GETs of
+    that size)."""
+    p = fs.path(p)
+    return open(p, "rb", buffering=read_ahead) if fs.is_local(p) else p.open("rb", block_size=read_ahead)
+
+
+def merge(directory, first: int, last: int, base: Path, buffering: int | None = None) -> dict:
     """Map outputs first..last-1 of `directory` as one output at `base`: partition p's
     segment is their segments p back to back, in map order, so `read_partition` over the
     merged outputs gives the rows it gives over the maps, in the same order. A byte copy
     (no decoding): each map's index is read once and its data file streamed front to back
-    (partitions are in file order), all of the group's files open at once."""
+    (partitions are in file order) with `buffering` bytes of read-ahead, all of the group's
+    files open at once."""
     directory = fs.path(directory)
     bases = [map_file(directory, i) for i in range(first, last)]
     offs = [np.frombuffer(fs.read_bytes(_with(b, ".index")), _U64) for b in bases]
@@ -148,7 +156,7 @@ def merge(directory, first: int, last: int, base: Path) -> dict:
     fs.makedirs(data.parent)
     tmp = fs.tmp_path(data)
     out = np.zeros(nparts + 1, _U64)
-    streams = [fs.open_read(_with(b, ".data"), buffering=MERGE_BUFFER) for b in bases]
+    streams = [_stream(_with(b, ".data"), buffering or MERGE_BUFFER) for b in bases]
     try:
         pos = 0
         with tmp.open("wb") as f:

@@ -11,7 +11,12 @@ front to back, and P x S/G ranged reads instead of P x S. Readers get the same r
 same order (segments concatenate in writer order), so every byte downstream is the same.
 
 When there are at most `group` writers the merge step has no shard, and readers read the
-writers' files as before: a small run pays one empty step, not a round of tasks.
+writers' files as before: a small run pays one empty step, not a round of tasks. Above
+GROUP x FANIN writers (2,048) the groups grow instead of the readers' files: a reader then
+reads at most FANIN = 64 files whatever the corpus, and a merge task streams more files
+with less read-ahead each (256 MB in all up to 1,024 files a group, i.e. 65,536 writers;
+256 KB a file beyond), so its memory stays flat while its work grows with the corpus (at
+10^9 documents, 20,000 writers: groups of 313 files, ~1 MB of keys each for the dedup maps).
 
     mg = merge_step("dedup-exact-map-merge", mp, ["buckets"], lambda stats: len(stats[mp.name]))
     inputs, files = read_from(stats, mp, mg, "buckets", ctx.store)
@@ -27,7 +32,22 @@ from pipeline.errors import UsageError
 from pipeline.io import fs
 from pipeline.shards import shuffle
 
-GROUP = 32  # writers per merge task (CURATE_SHUFFLE_GROUP): its read-ahead is 4 MB per file
+GROUP = 32  # writers per merge task at least (CURATE_SHUFFLE_GROUP)
+FANIN = 64  # files a reader reads at most: above GROUP x FANIN writers, groups grow instead
+MEMORY = 256 << 20  # a merge task's read-ahead over all of its files (4 MB a file up to 64 files)
+
+
+def group_size(writers: int, least: int | None = None, fanin: int = FANIN) -> int:
+    """Writers per merge task: `least` (GROUP), or more when that would leave a reader
+    more than `fanin` files, so that a reader's requests stay flat as writers grow."""
+    least = least or group()
+    return max(least, -(-writers // fanin))
+
+
+def read_ahead(group_size: int) -> int:
+    """Read-ahead per input file of a merge task of `group_size` files: MEMORY in all, at
+    most 4 MB and at least 256 KB a file."""
+    return max(256 << 10, min(4 << 20, MEMORY // max(1, group_size)))
 
 
 def group() -> int:
@@ -45,7 +65,8 @@ def merge_shard(spec: dict, out) -> dict:
     res = {}
     for sub in spec["subs"]:
         res[sub] = shuffle.merge(fs.path(spec["inputs"]) / sub, spec["first"], spec["last"],
-                                 shuffle.map_file(fs.path(out.dir) / sub, out.index))
+                                 shuffle.map_file(fs.path(out.dir) / sub, out.index),
+                                 buffering=read_ahead(spec["last"] - spec["first"]))
     return {"rows": 0, "maps": spec["last"] - spec["first"], "bytes": sum(r["bytes"] for r in res.values())}
 
 
@@ -58,8 +79,9 @@ def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], in
         n = count(stats)
         if n <= g:
             return []
-        return [{"inputs": str(src.dir(store)), "subs": subs, "first": a, "last": min(n, a + g),
-                 "describe": f"{src.name} files {a}-{min(n, a + g) - 1}"} for a in range(0, n, g)]
+        k = group_size(n, g)
+        return [{"inputs": str(src.dir(store)), "subs": subs, "first": a, "last": min(n, a + k),
+                 "describe": f"{src.name} files {a}-{min(n, a + k) - 1}"} for a in range(0, n, k)]
 
     return Step(name, "shuffle-merge", {"subs": subs, "group": g}, [src], merge_shard, shards=shards)
 

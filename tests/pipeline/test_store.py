@@ -159,6 +159,8 @@ def test_two_runs_started_together_compute_every_shard_once_and_match_a_single_r
         assert mine["steps"][k]["status"] == "SUCCESS" and mine["steps"][k]["computed"] == shards
     for run in (a, b):  # each run's own mix steps are its own
         for k in MIX_AND_SAMPLES:
+            if not run["steps"][k]["shards"]:  # mix-route-merge below 33 document shards: nothing to write
+                continue
             assert set(_writers(out / run["name"] / run["steps"][k]["dir"]).values()) == {run["run_id"]}
     assert mixture_shas(out / "c1") == mixture_shas(demo_run)  # the bytes of a single run
     assert abs(atomic.read_json(out / "c2" / "manifest.json")["sources"]["wiki"]["realized_weight"] - 0.4) < 0.01

@@ -146,3 +146,17 @@ def test_merged_shuffle_files_give_every_partition_the_same_rows_in_the_same_ord
     for p in range(nparts):
         assert shuffle.read_partition(tmp_path / "twice", 1, p, schema).to_pylist() == \
             shuffle.read_partition(tmp_path / "maps", nmaps, p, schema).to_pylist()
+
+
+def test_merge_groups_grow_so_that_a_reader_reads_at_most_fanin_files():
+    """The merge tier's groups: 32 writers at least; past 32 x 64 writers the groups grow so a
+    reader never reads more than 64 files (its requests stay flat as writers grow), and a
+    merge task's read-ahead shrinks so its memory stays flat (256 KB a file at the least)."""
+    from pipeline.steps.merge import FANIN, GROUP, MEMORY, group_size, read_ahead
+
+    for writers in (33, 1000, GROUP * FANIN, GROUP * FANIN + 1, 20_000, 500_000):
+        g = group_size(writers, GROUP)
+        assert g >= GROUP and -(-writers // g) <= FANIN, (writers, g)
+        assert g * read_ahead(g) <= MEMORY or read_ahead(g) == 256 << 10
+    assert group_size(20_000, GROUP) == 313 and read_ahead(313) < 1 << 20
+    assert group_size(100, GROUP) == GROUP and read_ahead(GROUP) == 4 << 20

@@ -135,7 +135,7 @@ def test_the_merge_tier_reads_fewer_files_and_changes_no_byte(planted, runs, tmp
         del os.environ["CURATE_SHUFFLE_GROUP"]
     plain = tmp_path / "plain" / "planted"
     steps = atomic.read_json(merged / "run.json")["steps"]
-    tier = {k: v["shards"] for k, v in steps.items() if k.endswith("-merge")}
+    tier = {k: v["shards"] for k, v in steps.items() if k.startswith("dedup-") and k.endswith("-merge")}
     assert len(tier) == 8 and all(n > 0 for n in tier.values()), tier  # every shuffle of the three kinds
     for reader, writer, key in (("dedup-exact-reduce", "dedup-exact-map", "maps"),
                                 ("dedup-fuzzy-verify", "dedup-fuzzy-fetch", "maps"),
