@@ -315,18 +315,18 @@ def test_a_three_node_cluster_gives_the_bytes_of_a_single_node_run(cluster, demo
     assert atomic.read_json(run_dir / "run.json")["ray_address"] == cluster.address
 
 
-def test_removing_a_node_in_the_middle_of_a_step_loses_nothing(cluster, demo_run_yaml, demo_run, tmp_path):
+def test_removing_a_node_in_the_middle_of_a_step_loses_nothing(cluster, demo_corpus, small_run, tmp_path):
     doomed = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     raylet = doomed.all_processes["raylet"][0].process.pid
-    run_dir = tmp_path / "demo"
+    run_dir = tmp_path / "remote"
     log = tmp_path / "run"
+    yaml = write_yaml(tmp_path / "r.yaml", small_mixture(str(demo_corpus), "out"))
     t0 = time.time()
-    proc = _start(["run", str(demo_run_yaml), "--output", str(tmp_path)], log, env={"RAY_ADDRESS": cluster.address})
+    proc = _start(["run", str(yaml), "--output", str(tmp_path)], log, env={"RAY_ADDRESS": cluster.address})
 
     def busy_node() -> list[int]:  # shards running on the doomed node, in whatever step
-        # (the whole run of the test's corpus takes ~12 s; waiting for one step alone, e.g.
-        # dedup, raced the run's end once the filters got faster)
+        # (the small mixture's run takes ~10 s: any step will do, not one in particular)
         procs = _procs()
         return [p for p, (_, cmd) in procs.items() if cmd.startswith("ray::run_shard") and _descends(p, raylet, procs)]
 
@@ -337,7 +337,7 @@ def test_removing_a_node_in_the_middle_of_a_step_loses_nothing(cluster, demo_run
     print(f"\nremoved node {doomed.node_id[:8]} at {time.time() - t0:.1f}s while it ran {len(running)} shard(s) "
           f"(worker pids {running}); unfinished steps then: {', '.join(steps)}")
     _finish(proc, log)
-    _assert_same_as_clean(run_dir, demo_run)
+    _assert_same_as_clean(run_dir, small_run)
     nodes = {atomic.read_json(p)["node"].split("/")[1] for p in (run_dir / "steps").glob("*/_markers/*.json")}
     print(f"run finished at {time.time() - t0:.1f}s; mixture identical to the clean run; shards recorded on {len(nodes)} nodes")
 

@@ -24,24 +24,6 @@ def _where(run_dir) -> dict[str, str]:
     return {k: v.get("where", "ray") for k, v in steps.items() if v["computed"]}
 
 
-def test_a_small_run_runs_in_process_with_the_bytes_of_a_run_on_ray(demo_corpus, small_run, tmp_path):
-    y = write_yaml(tmp_path / "r.yaml", small_mixture(str(demo_corpus), "out"))
-    r = curate("run", str(y), "--workers", "2", env={"CURATE_INLINE_DOCS": ALL})
-    assert r.returncode == 0, r.stderr[-3000:]
-    run_dir = tmp_path / "out" / "remote"
-    where = _where(run_dir)
-    assert where and set(where.values()) == {"inline"}, where  # every step, and so no Ray at all
-    assert "Ray" not in r.stderr and "raylet" not in r.stderr
-    assert mixture_shas(run_dir) == mixture_shas(small_run)
-    assert atomic.read_json(run_dir / "ledger.json")["conservation"] is True
-    for f in ("ledger.json", "manifest.json"):  # the ledger and the manifest too, not only the mixture
-        a, b = atomic.read_json(run_dir / f), atomic.read_json(small_run / f)
-        if f == "manifest.json":
-            assert a["files"] == b["files"]
-        else:
-            assert a == b
-
-
 def test_a_larger_step_starts_ray_and_the_rest_of_the_run_goes_there_with_the_same_bytes(demo_corpus, small_run,
                                                                                           tmp_path):
     # input-less steps count the input files at ~1 KB a document; the dedup steps read every
@@ -58,17 +40,24 @@ def test_a_larger_step_starts_ray_and_the_rest_of_the_run_goes_there_with_the_sa
     assert mixture_shas(run_dir) == mixture_shas(small_run)
 
 
-def test_inline_faults_are_retried_and_reported_as_on_ray(demo_corpus, small_run, tmp_path):
+def test_a_run_in_process_gives_the_bytes_of_ray_and_retries_and_reports_faults_as_ray_does(demo_corpus, small_run,
+                                                                                          tmp_path):
     (tmp_path / "faultrules.py").write_text(RULES)
     (tmp_path / "word.txt").write_text(_rare_word(demo_corpus))
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
            "CURATE_INLINE_DOCS": ALL}
-    # a reset connection at the first call: tried again inside the shard, the bytes of a plain run
+    # a whole run in process (no Ray at all), its filter failing with a reset connection at its
+    # first call: tried again inside the shard; the mixture and manifest of the plain run on Ray
     flaky = _mixture(demo_corpus, tmp_path, "flaky")
     r = curate("run", str(flaky), "--workers", "2", env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert set(_where(tmp_path / "out" / "remote").values()) == {"inline"}
-    assert mixture_shas(tmp_path / "out" / "remote") == mixture_shas(small_run)
+    run_dir = tmp_path / "out" / "remote"
+    where = _where(run_dir)
+    assert where and set(where.values()) == {"inline"}, where
+    assert "Ray" not in r.stderr and "raylet" not in r.stderr
+    assert mixture_shas(run_dir) == mixture_shas(small_run)
+    assert atomic.read_json(run_dir / "manifest.json")["files"] == atomic.read_json(small_run / "manifest.json")["files"]
+    assert atomic.read_json(run_dir / "ledger.json")["conservation"] is True
     # a bug one document triggers: the run finishes every other shard, then fails once naming it
     d = tmp_path / "bug"
     d.mkdir()

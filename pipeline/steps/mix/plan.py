@@ -3,7 +3,7 @@
     mix-priority   per document shard: priorities and tokens of the kept documents, per cell
     mix-select     one task: each cell's budget and priority cutoff, exact
     mix-route      per document shard: every chosen (document, epoch) to its output shard
-    mix-route-merge  the route's files joined 32 at a time (pipeline/steps/merge.py; no task
+    mix-route-merge  the route's files joined, 32 or more at a time (pipeline/steps/merge.py; no task
                    below 33 document shards)
     mix            per output shard: its rows in order, part-XXXXX.parquet
 
