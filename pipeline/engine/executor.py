@@ -53,7 +53,7 @@ class Executor:
         self.computed: dict[str, int] = {}  # step name -> shards this run computed (the rest were cached or another run's)
         self._fence = uuid.uuid4().hex[:12] + "g0"  # temporary files' fence where no lease guards a step
         self.failed: dict[str, list[dict]] = {}  # step name -> [{shard, input, error}] of shards that failed for good
-        self.inline_docs = inline_docs  # steps whose inputs hold at most this many documents run in this process
+        self.inline_docs = inline_docs  # steps whose largest input holds at most this many rows run here (no Ray up)
         self.input_bytes = input_bytes  # the run's input files (None: unknown), for steps that read no other step
         self.inlined: list[str] = []  # steps this run computed in its own process
         self._ray = None  # (ray, remote task, in-flight cap, largest node's MB) once Ray is up

@@ -39,7 +39,7 @@ from pipeline.views import report
 
 __all__ = ["check_owner", "run"]
 
-INLINE_DOCS = 5_000  # a step whose inputs hold at most this many documents runs in curate's own process
+INLINE_DOCS = 5_000  # a step whose largest input holds at most this many rows runs in curate's own process
 
 
 def inline_docs() -> int:

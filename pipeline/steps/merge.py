@@ -18,8 +18,8 @@ with less read-ahead each (256 MB in all up to 1,024 files a group, i.e. 65,536 
 256 KB a file beyond), so its memory stays flat while its work grows with the corpus (at
 10^9 documents, 20,000 writers: groups of 313 files, ~1 MB of keys each for the dedup maps).
 
-    mg = merge_step("dedup-exact-map-merge", mp, ["buckets"], lambda stats: len(stats[mp.name]))
-    inputs, files = read_from(stats, mp, mg, "buckets", ctx.store)
+    mg = merge_step("dedup-exact-map-merge", mp, ["buckets"], lambda stats: len(stats[mp.name]), ctx.store)
+    folder, files = read_from(stats, mp, mg, len(stats[mp.name]), ctx.store)  # then folder/buckets
 """
 
 from __future__ import annotations
