@@ -1,4 +1,8 @@
-"""Shared fixtures: the real demo corpus (built once), a real local Ray, YAML helpers."""
+"""Shared fixtures: the real demo corpus (built once), a real local Ray, YAML helpers.
+
+`make test` runs the suite in two pytest processes (pytest-xdist, a file at a time): a
+session fixture is built once in each process that needs it, so no two processes ever
+write into one run directory."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ goes on."""
 from __future__ import annotations
 
 import gzip
+import re
 import time
 
 import orjson
@@ -336,7 +337,9 @@ def test_a_pathological_page_cannot_stall_a_shard(ray_local, tmp_path, wiki_text
     assert led["extraction"]["timeouts"] == 1 and led["extraction"]["restarts"] == 1
     q = orjson.loads(next((run_dir / "quarantine" / "s").glob("*.jsonl")).read_bytes().splitlines()[0])
     assert q["url"] == "https://slow.example/" and q["row"] == 3
-    assert q["error"].startswith("extraction used over 1 CPU seconds (extract.timeout); stopped after 1.")
+    # stopped at its CPU limit: the wall time it reports grows only when another process shares the cores
+    m = re.match(r"extraction used over 1 CPU seconds \(extract.timeout\); stopped after (\d+\.\d) s", q["error"])
+    assert m and 1.0 <= float(m.group(1)) < 5, q["error"]
     assert "raise sources.s.extract.timeout" in q["error"]
     shard = atomic.read_json(next((run_dir / "steps").glob("ingest-s-*/_markers/part-00000.json")))
     print(f"\nshard with the pathological page: {shard['seconds']:.1f} s (limit 1 CPU s); whole run {wall:.1f} s")
