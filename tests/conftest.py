@@ -43,6 +43,18 @@ def wiki_texts(demo_corpus) -> list[str]:
     return pq.read_table(demo_corpus / "wiki" / "summaries_en.parquet", columns=["text"]).column("text").to_pylist()
 
 
+def local_cluster(tmp, **head_node_args):
+    """A ray.cluster_utils head node whose files live under `tmp`. The Cluster also writes
+    the latest head's address to Ray's default temp root (/tmp/ray/ray_current_cluster) and
+    fails there on a machine where no Ray ever ran (no /tmp/ray): that folder is made first."""
+    import tempfile
+
+    from ray.cluster_utils import Cluster
+
+    Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir(), "ray").mkdir(exist_ok=True)
+    return Cluster(initialize_head=True, head_node_args={"temp_dir": str(tmp), "include_dashboard": False, **head_node_args})
+
+
 @pytest.fixture(scope="session")
 def ray_local():
     """One real local Ray for the in-process runs of a test session (and the `curate` runs
@@ -55,11 +67,9 @@ def ray_local():
     import tempfile
 
     import ray
-    from ray.cluster_utils import Cluster
 
     tmp = tempfile.mkdtemp(prefix="r2-", dir="/tmp")  # Ray's socket paths must stay short
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "temp_dir": tmp, "include_dashboard": False,
-                                                      "dashboard_agent_listen_port": 0})
+    c = local_cluster(tmp, num_cpus=2, dashboard_agent_listen_port=0)
     ray.init(address=c.address, logging_level="ERROR", runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
     yield ray
     ray.shutdown()
@@ -86,11 +96,8 @@ def joined_1cpu() -> dict:
     import shutil
     import tempfile
 
-    from ray.cluster_utils import Cluster
-
     tmp = tempfile.mkdtemp(prefix="r1-", dir="/tmp")  # Ray's socket paths must stay short
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "temp_dir": tmp, "include_dashboard": False,
-                                                      "dashboard_agent_listen_port": 0})
+    c = local_cluster(tmp, num_cpus=1, dashboard_agent_listen_port=0)
     yield {"RAY_ADDRESS": c.address}
     c.shutdown()
     shutil.rmtree(tmp, ignore_errors=True)
