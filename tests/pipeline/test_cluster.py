@@ -10,6 +10,7 @@ clean run (`small_run`). The tests print what they killed and when."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,9 +23,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.io import atomic
-from tests.conftest import ROOT, curate, free_port, mixture_shas, small_mixture, write_yaml
+from tests.conftest import ROOT, curate, free_port, local_cluster, mixture_shas, small_mixture, write_yaml
 
 pytestmark = pytest.mark.timeout(900)
+
+# the steps that read a shuffle's partitions (shards.shuffle.read_partition), by folder name
+SHUFFLE_REDUCERS = r"dedup-(exact-reduce|fuzzy-buckets|fuzzy-verify|fuzzy-clusters|paragraph-reduce)-[0-9a-f]+$"
 
 
 # ---------------------------------------------------------------- helpers
@@ -119,10 +123,11 @@ def _short_tmp(prefix: str) -> Path:
 
 @pytest.fixture(scope="module")
 def faulted(demo_run_yaml, tmp_path_factory):
-    """One run of the demo from scratch with two faults in turn, then its resume: a worker
-    SIGKILLed inside a shard once the filters run (Ray retries the shard), then the driver
-    SIGKILLed once dedup is under way (resumed with 1 worker). Both tests below read it: their
-    faults come one after the other in one run instead of one run each."""
+    """One run of the demo from scratch with three faults in turn, then its resume: a worker
+    SIGKILLed inside a shard once the filters run (Ray retries the shard), another while a dedup
+    shuffle's reducers run (mid-shuffle), then the driver SIGKILLed once dedup is under way
+    (resumed with 1 worker). The three tests below read it: their faults come one after the
+    other in one run instead of one run each."""
     tmp_path = tmp_path_factory.mktemp("faults")
     run_dir = tmp_path / "demo"
     log = tmp_path / "first"
@@ -130,34 +135,46 @@ def faulted(demo_run_yaml, tmp_path_factory):
     proc = _start(["run", str(demo_run_yaml), "--workers", "2", "--output", str(tmp_path)], log)
     out = {"run_dir": run_dir}
 
-    # fault 1: a worker of this run inside a shard, once the filters run (the slowest per-document step)
-    def victim() -> int | None:
-        if not list((run_dir / "steps").glob("filter-web-*/step.json")):
+    def kill_worker_while(step_re: str, what: str):
+        """SIGKILL a worker of this run running a task (`ray::run_shard`) while a step whose folder
+        matches `step_re` is unfinished; -> (pid, seconds since start, the steps unfinished then)."""
+        def unfinished() -> list[str]:
+            return sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
+
+        def victim() -> int | None:
+            if not [s for s in unfinished() if re.match(step_re, s)]:
+                return None
+            procs = _procs()
+            for p, (_, cmd) in procs.items():
+                if cmd.startswith("ray::run_shard") and _descends(p, proc.pid, procs):
+                    return p
             return None
-        procs = _procs()
-        for p, (_, cmd) in procs.items():
-            if cmd.startswith("ray::run_shard") and _descends(p, proc.pid, procs):
-                return p
-        return None
 
-    pid = None
-    while pid is None:  # the shard seen may finish before the kill: look again
-        found: list = []
-        _wait_for(lambda: found.append(victim()) or found[-1] is not None, 300, "a worker running a shard", proc)
-        running = sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
-        try:
-            os.kill(found[-1], signal.SIGKILL)
-            pid = found[-1]
-        except ProcessLookupError:
-            continue
-    out["worker"] = (pid, time.time() - t0, running)
+        while True:  # the task seen may finish before the kill: look again
+            found: list = []
+            _wait_for(lambda: found.append(victim()) or found[-1] is not None, 300, what, proc)
+            running = unfinished()
+            try:
+                os.kill(found[-1], signal.SIGKILL)
+                return found[-1], time.time() - t0, running
+            except ProcessLookupError:
+                continue
 
-    # fault 2: the driver, mid-run: dedup under way, with some of its shards done and others not, and
-    # every step that was unfinished when the worker died finished by this driver (so the killed
-    # shard, whichever step it was in, was retried: _wait_for fails if the run ends first)
+    # fault 1: a worker of this run inside a shard, once the filters run (the slowest per-document step)
+    out["worker"] = kill_worker_while(r"filter-web-", "a worker running a shard")
+    # fault 2: a worker mid-shuffle, while a reducer of a dedup shuffle (exact, fuzzy or paragraph) is
+    # unfinished: its partition's reads and writes are redone by Ray's retry, the output the same bytes
+    _wait_for(lambda: all((run_dir / "steps" / s / "_SUCCESS").exists() for s in out["worker"][2]), 300,
+              "every step unfinished at the first worker's death done", proc)
+    out["shuffle_worker"] = kill_worker_while(SHUFFLE_REDUCERS, "a worker running a task of a dedup shuffle's reducers")
+    running = out["worker"][2] + out["shuffle_worker"][2]
+
+    # fault 3: the driver, mid-run: dedup under way, with some of its shards done and others not, and
+    # every step that was unfinished when either worker died finished by this driver (so the killed
+    # tasks, whichever steps they were in, were retried: _wait_for fails if the run ends first)
     _wait_for(lambda: list((run_dir / "steps").glob("dedup-fuzzy-signatures-*/_markers/*.json"))
               and all((run_dir / "steps" / s / "_SUCCESS").exists() for s in running), 300,
-              "the first fuzzy-dedup shard, every step unfinished at the worker's death done", proc)
+              "the first fuzzy-dedup shard, every step unfinished at the workers' deaths done", proc)
     out["filters_done"] = {p.name: (p / "_SUCCESS").exists() for p in (run_dir / "steps").glob("filter-*")}
     out["running_done"] = {s: (run_dir / "steps" / s / "_SUCCESS").exists() for s in running}
     os.kill(proc.pid, signal.SIGKILL)
@@ -191,6 +208,17 @@ def test_killing_a_worker_in_the_middle_of_a_shard_is_retried(faulted, demo_run)
     _assert_same_as_clean(faulted["run_dir"], demo_run)
     print(f"run finished at {faulted['finished_at']:.1f}s (after a resume: the next test); mixture identical to the clean run; "
           "conservation holds")
+
+
+def test_killing_a_worker_mid_shuffle_is_retried(faulted, demo_run):
+    pid, at, running = faulted["shuffle_worker"]
+    reducers = [s for s in running if re.match(SHUFFLE_REDUCERS, s)]
+    print(f"\nSIGKILLed worker pid {pid} (ray::run_shard) at {at:.1f}s, a shuffle's reducers unfinished ({', '.join(reducers)}); "
+          f"unfinished steps then: {', '.join(running)}")
+    # the reducer step was under way when its worker died, and the same driver finished it (the retried
+    # task re-read its partition from the map files); the mixture is the clean run's bytes
+    assert reducers and all(faulted["running_done"][s] for s in reducers), faulted["running_done"]
+    _assert_same_as_clean(faulted["run_dir"], demo_run)
 
 
 def test_a_killed_driver_resumes_without_redoing_finished_shards(faulted, demo_run):
@@ -288,10 +316,8 @@ def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_corp
 @pytest.fixture(scope="module")
 def cluster():
     """Three Ray nodes on this machine (head + 2 workers, one CPU each), real processes."""
-    from ray.cluster_utils import Cluster
-
     tmp = _short_tmp("crc-")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "temp_dir": str(tmp), "include_dashboard": False})
+    c = local_cluster(tmp, num_cpus=1)
     for _ in range(2):
         c.add_node(num_cpus=1)
     c.wait_for_nodes()
