@@ -3,6 +3,8 @@ files whatever the corpus size, instead of reading every shard's id column.
 
     ingest-<source>    beside each shard, the xxh3-64 hash of each document's id and its
                        row, range-partitioned by hash: `index/part-XXXXX.{data,index}`
+    ingest-<source>-merge  the merge tier (pipeline/steps/merge.py): above 32 shards, groups
+                       of shards' index files concatenated, so a reducer reads at most 64 files
     id-index-<source>  one task per hash range: that range from every shard, sorted, as
                        `part-XXXXX.parquet` (h, shard, row) in row groups of ROW_GROUP
 
@@ -22,6 +24,7 @@ import xxhash
 from pipeline.shards import shuffle
 from pipeline.io import fs
 
+SCHEMA = pa.schema([("h", pa.uint64()), ("shard", pa.int64()), ("row", pa.int64())])
 INDEX_ROWS = 32_000_000  # rows per range: 16 bytes each, about 0.5 GB a reduce task
 ROW_GROUP = 65_536
 
@@ -41,19 +44,15 @@ def range_of(h: np.ndarray, n: int) -> np.ndarray:
 
 def write_map(h: np.ndarray, step_dir, index: int, nparts: int) -> None:
     """An ingest shard's part of the index: (h, row), partitioned by hash range."""
-    table = pa.table({"h": h, "row": np.arange(len(h), dtype=np.int64)})
+    # the shard rides along: a reducer may read a merge of many shards' files (pipeline/steps/merge.py)
+    table = pa.table({"h": h, "shard": np.full(len(h), index, np.int64), "row": np.arange(len(h), dtype=np.int64)})
     shuffle.write_partitions(table, range_of(h, nparts), nparts, shuffle.map_file(fs.path(step_dir) / "index", index))
 
 
 def reduce_shard(spec: dict, out) -> dict:
     p = spec["partition"]
-    parts = []
-    for i in range(spec["maps"]):
-        t = shuffle.read_segment(shuffle.map_file(fs.path(spec["maps_dir"]) / "index", i), p)
-        if t is not None:
-            parts.append(t.append_column("shard", pa.array(np.full(t.num_rows, i, np.int64))))
-    schema = pa.schema([("h", pa.uint64()), ("shard", pa.int64()), ("row", pa.int64())])
-    t = pa.concat_tables(parts).select(["h", "shard", "row"]) if parts else schema.empty_table()
+    # this range from every shard's index file, or from the merge tier's files when it ran
+    t = shuffle.read_partition(spec["inputs"], spec["files"], p, schema=SCHEMA)
     t = t.sort_by([("h", "ascending"), ("shard", "ascending"), ("row", "ascending")])
     fs.write_table(t, out.path(".parquet"), compression="zstd", row_group_size=ROW_GROUP)
     return {"rows": t.num_rows}

@@ -6,8 +6,10 @@ When a source declares `id_field`, its ids key everything after ingest (decision
     ids-<source>         map, one task per ingest split: ingest's own parsing, keeping the
                          (hash, id, line or row) of every record that would become a
                          document, range-partitioned by hash (pipeline/shards/shuffle.py)
+    ids-<source>-merge   the merge tier (pipeline/steps/merge.py): above 32 maps, groups of
+                         maps' files concatenated, so that a reducer reads at most 64 files
     unique-ids-<source>  reduce, one task per range of the 64-bit hash: reads its segment
-                         of every map file, finds ids used twice
+                         of every (merged) map file, finds ids used twice
 
 The first use in input order (split, then line or row) is kept; ingest quarantines every
 later one with the reason `duplicate_id` and the place of the first. Under
@@ -33,7 +35,7 @@ from pipeline.io import fs
 from pipeline.steps.ingest import documents as ingest
 
 PARTITION_ROWS = 4_000_000
-SCHEMA = pa.schema([("h", pa.uint64()), ("id", pa.string()), ("loc", pa.int64())])
+SCHEMA = pa.schema([("h", pa.uint64()), ("id", pa.string()), ("loc", pa.int64()), ("split", pa.int64())])
 
 
 @task(version=shuffle.VERSION)
@@ -43,7 +45,9 @@ def map_shard(spec: dict, out) -> dict:
     ingest.parse(sink, split)
     h = np.array([xxhash.xxh3_64_intdigest(i.encode("utf-8", "surrogatepass")) for i in sink.ids], dtype=np.uint64)
     loc = np.array(sink.locs, dtype=np.int64)
-    table = pa.table({"h": h, "id": pa.array(sink.ids, pa.string()), "loc": loc}, schema=SCHEMA)
+    # the split rides along: a reducer may read a merge of many maps' files (pipeline/steps/merge.py)
+    table = pa.table({"h": h, "id": pa.array(sink.ids, pa.string()), "loc": loc,
+                      "split": np.full(len(h), out.index, np.int64)}, schema=SCHEMA)
     n = spec["partitions"]
     part = ((h >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32)  # ranges of the hash, in order
     shuffle.write_partitions(table, part.astype(np.int64), n, shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
@@ -68,12 +72,8 @@ def _place(places: list, split: int, loc: int) -> str:
 def reduce_shard(spec: dict, out) -> dict:
     p = spec["partition"]
     target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
-    tables = []
-    for i in range(spec["maps"]):
-        t = shuffle.read_segment(shuffle.map_file(fs.path(spec["maps_dir"]) / "buckets", i), p)
-        if t is not None:
-            tables.append(t.append_column("split", pa.array(np.full(t.num_rows, i, np.int64))))
-    t = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    # this range from every map's file, or from the merge tier's files when it ran: `files` files in `inputs`
+    t = shuffle.read_partition(spec["inputs"], spec["files"], p, schema=SCHEMA)
     if t.num_rows < 2:
         shuffle.write_empty(spec["maps"], target)
         return {"rows": t.num_rows, "duplicates": 0}

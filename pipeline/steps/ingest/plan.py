@@ -1,10 +1,14 @@
 """The ingest stage: per source, its inputs to normalised document shards.
 
     scan-<source>        line counts of large compressed inputs, so they can be split
-    ids-<source>, unique-ids-<source>
+    ids-<source>, ids-<source>-merge, unique-ids-<source>
                          with id_field: ids used twice in the source (ids.py)
     ingest-<source>      inputs -> document shards (+ quarantine) (documents.py, web.py)
-    id-index-<source>    id -> (shard, row), for `curate explain --id` (idindex.py)
+    ingest-<source>-merge, id-index-<source>
+                         id -> (shard, row), for `curate explain --id` (idindex.py)
+
+Both shuffles pass the merge tier (pipeline/steps/merge.py): a reducer reads at most 64
+files whatever the number of shards (an empty step below 33 shards).
 
 Publishes `quarantine/<source>/part-XXXXX.jsonl`: the records set aside, with their place
 and error.
@@ -23,6 +27,7 @@ from pipeline.plan import code
 from pipeline.plan.context import Context
 from pipeline.plan.sources import fingerprint
 from pipeline.steps.ingest import documents, idindex, ids, splits
+from pipeline.steps.merge import merge_step, read_from
 from pipeline.plan.stage import Stage
 
 
@@ -76,16 +81,19 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
             return [{**s, "partitions": n} for s in specs]
 
         idm = Step(f"ids-{sname}", "ids-map", ing_cfg, before, ids.map_shard, shards=id_shards)
+        idmg = merge_step(f"ids-{sname}-merge", idm, ["buckets"], lambda stats: len(stats[idm.name]), ctx.store)
 
         def unique_shards(st, stats):
             ms = stats[idm.name]
             n = ms[0]["partitions"] if ms else 0
+            folder, files = read_from(stats, idm, idmg, len(ms), ctx.store)
             return [{"source": sname, "partition": p, "maps_dir": str(idm.dir(ctx.store)), "maps": len(ms),
+                     "inputs": str(fs.path(folder) / "buckets"), "files": files,
                      "on_bad_record": spec.on_bad_record, "describe": f"{sname} ids, partition {p}"} for p in range(n)]
 
-        idr = Step(f"unique-ids-{sname}", "ids-reduce", {"on_bad_record": spec.on_bad_record}, [idm], ids.reduce_shard,
+        idr = Step(f"unique-ids-{sname}", "ids-reduce", {"on_bad_record": spec.on_bad_record}, [idm, idmg], ids.reduce_shard,
                    shards=unique_shards)
-        steps += [idm, idr]
+        steps += [idm, idmg, idr]
         before = before + [idr]
         shards = functools.partial(ingest_shards, duplicates=idr)
 
@@ -97,15 +105,18 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
     ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, documents.run_shard, shards=indexed,
                code=code.extract_code(extract) if extract else {})  # the extractor's libraries or function
 
+    ingm = merge_step(f"ingest-{sname}-merge", ing, ["index"], lambda stats: len(stats[ing.name]), ctx.store)
+
     def index_shards(st, stats):
         ms = stats[ing.name]
         n = ms[0]["index_partitions"] if ms else 0
-        return [{"maps_dir": str(ing.dir(ctx.store)), "maps": len(ms), "partition": p,
+        folder, files = read_from(stats, ing, ingm, len(ms), ctx.store)
+        return [{"inputs": str(fs.path(folder) / "index"), "files": files, "partition": p,
                  "describe": f"{sname} id index, range {p}"} for p in range(n)]
 
-    idx = Step(f"id-index-{sname}", "id-index", {}, [ing], idindex.reduce_shard, shards=index_shards)
+    idx = Step(f"id-index-{sname}", "id-index", {}, [ing, ingm], idindex.reduce_shard, shards=index_shards)
     ctx.ingest[sname] = ing
-    return steps + [ing, idx]
+    return steps + [ing, ingm, idx]
 
 
 def publish(ctx: Context, stats: dict) -> dict:

@@ -137,9 +137,12 @@ def test_the_merge_tier_reads_fewer_files_and_changes_no_byte(planted, runs, tmp
     steps = atomic.read_json(merged / "run.json")["steps"]
     tier = {k: v["shards"] for k, v in steps.items() if k.startswith("dedup-") and k.endswith("-merge")}
     assert len(tier) == 8 and all(n > 0 for n in tier.values()), tier  # every shuffle of the three kinds
+    ingest_tier = {k: v["shards"] for k, v in steps.items() if k.startswith(("ids-", "ingest-")) and k.endswith("-merge")}
+    assert len(ingest_tier) == 4 and all(n > 0 for n in ingest_tier.values()), ingest_tier  # ids and id index, per source
     for reader, writer, key in (("dedup-exact-reduce", "dedup-exact-map", "maps"),
                                 ("dedup-fuzzy-verify", "dedup-fuzzy-fetch", "maps"),
-                                ("dedup-exact", "dedup-exact-reduce", "reducers")):
+                                ("dedup-exact", "dedup-exact-reduce", "reducers"),
+                                ("unique-ids-a", "ids-a", "files"), ("id-index-b", "ingest-b", "files")):
         spec = atomic.read_json(merged / steps[reader]["dir"] / "step.json")["shards"][0]
         assert spec[key] == -(-steps[writer]["shards"] // 2), (reader, spec[key], steps[writer]["shards"])
     plain_steps = atomic.read_json(plain / "run.json")["steps"]
@@ -148,6 +151,10 @@ def test_the_merge_tier_reads_fewer_files_and_changes_no_byte(planted, runs, tmp
         a = sorted((merged / steps[f"dedup-{kind}"]["dir"]).glob("*/part-*.parquet"))
         b = sorted((plain / plain_steps[f"dedup-{kind}"]["dir"]).glob("*/part-*.parquet"))
         assert a and [f.read_bytes() for f in a] == [f.read_bytes() for f in b], kind
+    for step, pattern in (("unique-ids-a", "to/part-*.data"), ("id-index-a", "part-*.parquet"), ("id-index-b", "part-*.parquet")):
+        a = sorted((merged / steps[step]["dir"]).glob(pattern))
+        b = sorted((plain / plain_steps[step]["dir"]).glob(pattern))
+        assert a and [f.read_bytes() for f in a] == [f.read_bytes() for f in b], step
     assert mixture_shas(merged) == mixture_shas(plain)
 
 
