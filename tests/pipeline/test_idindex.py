@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipeline.io import atomic
+from pipeline.shards import shuffle
 from pipeline.steps.ingest import idindex
 
 
@@ -22,8 +23,16 @@ def test_every_id_is_found_at_its_shard_and_row_in_one_range_file(tmp_path, monk
     for i, ids in enumerate(shards):
         idindex.write_map(idindex.id_hash(ids), tmp_path / "ingest", i, nparts)
     for p in range(nparts):
-        idindex.reduce_shard({"maps_dir": str(tmp_path / "ingest"), "maps": len(shards), "partition": p},
+        idindex.reduce_shard({"inputs": str(tmp_path / "ingest" / "index"), "files": len(shards), "partition": p},
                              SimpleNamespace(path=lambda suffix, p=p: tmp_path / "index" / f"part-{p:05d}{suffix}"))
+    # through the merge tier (groups of 3 shards' index files, as ingest-<source>-merge joins them): the same bytes
+    groups = [(a, min(len(shards), a + 3)) for a in range(0, len(shards), 3)]
+    for j, (a, b) in enumerate(groups):
+        shuffle.merge(tmp_path / "ingest" / "index", a, b, shuffle.map_file(tmp_path / "merged" / "index", j))
+    for p in range(nparts):
+        idindex.reduce_shard({"inputs": str(tmp_path / "merged" / "index"), "files": len(groups), "partition": p},
+                             SimpleNamespace(path=lambda suffix, p=p: tmp_path / "index2" / f"part-{p:05d}{suffix}"))
+        assert (tmp_path / "index2" / f"part-{p:05d}.parquet").read_bytes() == (tmp_path / "index" / f"part-{p:05d}.parquet").read_bytes()
     total = sum(pq.ParquetFile(tmp_path / "index" / f"part-{p:05d}.parquet").metadata.num_rows for p in range(nparts))
     assert total == sum(len(s) for s in shards)
     read = []

@@ -38,7 +38,7 @@ def test_reused_ids_are_the_same_with_one_three_or_seven_partitions(tmp_path):
             run_shard("pipeline.steps.ingest.ids:map_shard", {**spec, "partitions": n}, maps, j)
         found = 0
         for p in range(n):
-            r = ids.reduce_shard({"partition": p, "maps_dir": maps, "maps": 3, "source": "s",
+            r = ids.reduce_shard({"partition": p, "maps_dir": maps, "maps": 3, "inputs": f"{maps}/buckets", "files": 3, "source": "s",
                                   "on_bad_record": "quarantine"}, ShardOutput(str(tmp_path / f"reduce{n}"), p))
             found += r["duplicates"]
         got = set()

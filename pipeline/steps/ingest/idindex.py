@@ -3,7 +3,7 @@ files whatever the corpus size, instead of reading every shard's id column.
 
     ingest-<source>    beside each shard, the xxh3-64 hash of each document's id and its
                        row, range-partitioned by hash: `index/part-XXXXX.{data,index}`
-    ingest-<source>-merge  the merge tier (pipeline/steps/merge.py): above 32 shards, groups
+    merge-id-index-<source>  the merge tier (pipeline/steps/merge.py): above 32 shards, groups
                        of shards' index files concatenated, so a reducer reads at most 64 files
     id-index-<source>  one task per hash range: that range from every shard, sorted, as
                        `part-XXXXX.parquet` (h, shard, row) in row groups of ROW_GROUP

@@ -6,7 +6,7 @@ When a source declares `id_field`, its ids key everything after ingest (decision
     ids-<source>         map, one task per ingest split: ingest's own parsing, keeping the
                          (hash, id, line or row) of every record that would become a
                          document, range-partitioned by hash (pipeline/shards/shuffle.py)
-    ids-<source>-merge   the merge tier (pipeline/steps/merge.py): above 32 maps, groups of
+    merge-ids-<source>   the merge tier (pipeline/steps/merge.py): above 32 maps, groups of
                          maps' files concatenated, so that a reducer reads at most 64 files
     unique-ids-<source>  reduce, one task per range of the 64-bit hash: reads its segment
                          of every (merged) map file, finds ids used twice

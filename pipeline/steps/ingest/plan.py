@@ -1,10 +1,10 @@
 """The ingest stage: per source, its inputs to normalised document shards.
 
     scan-<source>        line counts of large compressed inputs, so they can be split
-    ids-<source>, ids-<source>-merge, unique-ids-<source>
+    ids-<source>, merge-ids-<source>, unique-ids-<source>
                          with id_field: ids used twice in the source (ids.py)
     ingest-<source>      inputs -> document shards (+ quarantine) (documents.py, web.py)
-    ingest-<source>-merge, id-index-<source>
+    merge-id-index-<source>, id-index-<source>
                          id -> (shard, row), for `curate explain --id` (idindex.py)
 
 Both shuffles pass the merge tier (pipeline/steps/merge.py): a reducer reads at most 64
@@ -81,7 +81,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
             return [{**s, "partitions": n} for s in specs]
 
         idm = Step(f"ids-{sname}", "ids-map", ing_cfg, before, ids.map_shard, shards=id_shards)
-        idmg = merge_step(f"ids-{sname}-merge", idm, ["buckets"], lambda stats: len(stats[idm.name]), ctx.store)
+        idmg = merge_step(f"merge-ids-{sname}", idm, ["buckets"], lambda stats: len(stats[idm.name]), ctx.store)
 
         def unique_shards(st, stats):
             ms = stats[idm.name]
@@ -105,7 +105,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
     ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, documents.run_shard, shards=indexed,
                code=code.extract_code(extract) if extract else {})  # the extractor's libraries or function
 
-    ingm = merge_step(f"ingest-{sname}-merge", ing, ["index"], lambda stats: len(stats[ing.name]), ctx.store)
+    ingm = merge_step(f"merge-id-index-{sname}", ing, ["index"], lambda stats: len(stats[ing.name]), ctx.store)
 
     def index_shards(st, stats):
         ms = stats[ing.name]
