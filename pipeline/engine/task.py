@@ -93,7 +93,7 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
     Ray runtime_env would do the same but costs about 2 s at a job's first task)."""
     for k, v in TASK_ENV.items():
         os.environ.setdefault(k, v)
-    started = time.time()
+    started, cpu0 = time.time(), time.process_time()
     reset = reset_peak_rss()
     out = ShardOutput(step_dir, index)
     prev = fs.set_fence(writer) if writer else None  # temporary names carry the writer's lease generation
@@ -103,6 +103,9 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
         if prev is not None:
             fs.set_fence(prev)
     stats["seconds"] = round(time.time() - started, 3)
+    # the worker process's CPU (all its threads) during the task: its work, where wall time also
+    # counts waiting on requests and on other processes sharing the cores
+    stats["cpu_seconds"] = round(time.process_time() - cpu0, 3)
     stats["peak_rss_mb"] = peak_rss_mb(reset)
     stats["node"] = _node()
     if writer:

@@ -107,9 +107,12 @@ def examples_shard(spec: dict, out) -> dict:
         rows.append(r[sel])
         ids += [i[j] for j in sel.tolist()]
         n += len(h)
-    table = pa.table({"h": np.concatenate(hs) if hs else np.zeros(0, np.uint64),
-                      "row": np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64),
-                      "id": pa.array(ids, pa.string())})
+    row = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
+    # the candidates' texts too (a few row groups of this shard, read here in parallel with the other
+    # shards): training then reads these small files and never a document shard
+    text = view.read_rows(d["documents"], d["layers"], row, ["text"]).column("text") if len(row) else pa.array([], pa.string())
+    table = pa.table({"h": np.concatenate(hs) if hs else np.zeros(0, np.uint64), "row": row,
+                      "id": pa.array(ids, pa.string()), "text": text})
     fs.write_table(table, out.path(".parquet"), compression="zstd")
     return {"rows": n, "source": d["source"], "candidates": table.num_rows}
 
@@ -128,11 +131,17 @@ def _sample(side: dict, k: int, seed: int) -> list[tuple[int, str, str]]:
 
     def gather(full: bool) -> list:
         bk = _BottomK(k)
+        with_files = [d for d in side["shards"] if not full and "candidates" in d]
         for d in side["shards"]:
             if full or "candidates" not in d:
                 _scan_all(bk, d, seed)
+        # one small file per shard: many in flight on an object store (each GET waits tens of ms)
+        read = map if not with_files or fs.is_local(fs.path(with_files[0]["candidates"])) else fs.read_many
+        for d, t in zip(with_files, read(lambda d: fs.read_table(d["candidates"]), with_files), strict=True):
+            if "text" in t.column_names:  # the texts came with the candidates (examples_shard)
+                bk.add(t.column("h").to_numpy(), [(None, None, d["source"], i, x) for i, x in
+                                                  zip(t.column("id").to_pylist(), t.column("text").to_pylist(), strict=True)])
                 continue
-            t = fs.read_table(d["candidates"])
             bk.add(t.column("h").to_numpy(), [(d["documents"], d["layers"], d["source"], int(r), i) for r, i in
                                               zip(t.column("row").to_pylist(), t.column("id").to_pylist(), strict=True)])
         for path in side["files"]:
@@ -163,7 +172,7 @@ def _sample(side: dict, k: int, seed: int) -> list[tuple[int, str, str]]:
     return [out[i] for i in range(len(chosen))]
 
 
-@task(version="3")  # 2: samples from the examples step's candidates; 3: example files by content, not path
+@task(version="4")  # 2: samples from the examples step's candidates; 3: example files by content, not path; 4: their texts
 def train_shard(spec: dict, out) -> dict:
     if "classes" in spec:
         return _train_topics(spec, out)
