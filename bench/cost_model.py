@@ -40,6 +40,7 @@ import json
 import math
 from pathlib import Path
 
+from bench.scale import _step_group
 from pipeline.steps.merge import GROUP, group_size
 
 TEXT_BYTES = 3000  # FineWeb: ~15 T GPT-2 tokens over ~25 B documents ~ 600 tokens ~ 3 KB of text per document
@@ -194,16 +195,11 @@ def model(small: dict, big: dict, docs: float, cores: int, latency: float) -> li
 
 
 def _group(name: str) -> str:
+    """Per-source steps folded into one row (bench.scale's grouping, and the per-source merge steps)."""
     for pre in ("merge-ids-", "merge-id-index-"):
         if name.startswith(pre):
             return pre + "*"
-    for pre in ("ids-", "unique-ids-", "id-index-", "ingest-", "filter-", "quality-"):
-        if name.startswith(pre):
-            rest = name[len(pre):]
-            return pre + "*" + ("-threshold" if rest.endswith("-threshold") else "")
-    if name.startswith("classify-"):
-        return "classify-" + name.rsplit("-", 1)[-1]
-    return name
+    return _step_group(name)
 
 
 def main(argv=None):
@@ -223,7 +219,7 @@ def main(argv=None):
     t_small = sum(s["tasks"] for s in small["steps"].values())
     t_big = sum(s["tasks"] for s in big["steps"].values())
     driver_per_task = max(0.0, (big["driver_cpu"] - small["driver_cpu"]) / max(1, t_big - t_small))
-    print(f"driver CPU per task is an upper bound: the marginal from N to 4N also holds what grows with wall time "
+    print("driver CPU per task is an upper bound: the marginal from N to 4N also holds what grows with wall time "
           "(lease renewals, Ray's driver threads)")
     print(f"measured: {small['docs']:,} and {big['docs']:,} documents on S3 (moto) with {data['latency_ms']:g} ms a request, "
           f"{big['chars'] / big['docs']:.0f} bytes of text each; modelled: {TEXT_BYTES} bytes a document, {SHARD_DOCS:,} a shard, "
