@@ -167,6 +167,9 @@ def commit(tmp, final) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, final)
     else:
+        # the client's listing cache may predate the temporary file (a listing of its folder that an
+        # earlier request, or a retried one, left behind): the move would then see no such file
+        final.fs.invalidate_cache(tmp.path)
         final.fs.mv(tmp.path, final.path)
 
 

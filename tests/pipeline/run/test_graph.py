@@ -15,9 +15,11 @@ from pipeline.run import graph
 from tests.conftest import ROOT, curate, demo_mixture, write_yaml
 
 DEMO_STEPS = [
-    "ids-wiki", "unique-ids-wiki", "ingest-wiki", "id-index-wiki", "ingest-web", "id-index-web",
-    "ids-code", "unique-ids-code", "ingest-code", "id-index-code",
-    "ids-humaneval", "unique-ids-humaneval", "ingest-humaneval", "id-index-humaneval",
+    "ids-wiki", "merge-ids-wiki", "unique-ids-wiki", "ingest-wiki", "merge-id-index-wiki", "id-index-wiki",
+    "ingest-web", "merge-id-index-web", "id-index-web",
+    "ids-code", "merge-ids-code", "unique-ids-code", "ingest-code", "merge-id-index-code", "id-index-code",
+    "ids-humaneval", "merge-ids-humaneval", "unique-ids-humaneval", "ingest-humaneval", "merge-id-index-humaneval",
+    "id-index-humaneval",
     "filter-wiki", "filter-web", "filter-code",
     "dedup-exact-map", "dedup-exact-map-merge", "dedup-exact-reduce", "dedup-exact-reduce-merge", "dedup-exact",
     "dedup-fuzzy-signatures", "dedup-fuzzy-signatures-merge", "dedup-fuzzy-buckets", "dedup-fuzzy-buckets-merge",
