@@ -141,24 +141,26 @@ def faulted(demo_run_yaml, tmp_path_factory):
         def unfinished() -> list[str]:
             return sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
 
-        def victim() -> int | None:
-            if not [s for s in unfinished() if re.match(step_re, s)]:
+        def victim() -> tuple[int, list[str]] | None:
+            steps = unfinished()
+            if not [s for s in steps if re.match(step_re, s)]:
                 return None
             procs = _procs()
             for p, (_, cmd) in procs.items():
                 if cmd.startswith("ray::run_shard") and _descends(p, proc.pid, procs):
-                    return p
+                    return p, steps
             return None
 
-        while True:  # the task seen may finish before the kill: look again
+        while True:  # the task seen may finish before the kill, or the step before it: look again
             found: list = []
             _wait_for(lambda: found.append(victim()) or found[-1] is not None, 300, what, proc)
-            running = unfinished()
+            pid, running = found[-1]
             try:
-                os.kill(found[-1], signal.SIGKILL)
-                return found[-1], time.time() - t0, running
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
+            if [s for s in running if re.match(step_re, s) and not (run_dir / "steps" / s / "_SUCCESS").exists()]:
+                return pid, time.time() - t0, running  # the matching step was still unfinished when the worker died
 
     # fault 1: a worker of this run inside a shard, once the filters run (the slowest per-document step)
     out["worker"] = kill_worker_while(r"filter-web-", "a worker running a shard")
