@@ -4,6 +4,8 @@ re-thresholding, determinism, a pretrained model."""
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import numpy as np
@@ -170,7 +172,7 @@ def test_training_sample_from_bounded_candidates_equals_a_full_pass(tmp_path):
     for j in range(5):
         n = int(rng.integers(200, 3000))
         p = tmp_path / f"docs-{j}.parquet"
-        pq.write_table(pa.table({"id": [f"d{j}-{i}" for i in range(n)], "text": ["x"] * n}), p)
+        pq.write_table(pa.table({"id": [f"d{j}-{i}" for i in range(n)], "text": [f"text of d{j}-{i}" for i in range(n)]}), p)
         shards.append({"documents": str(p), "layers": [], "source": "web", "kept": n})
     k = 300
     bound = classify.tau(k, sum(d["kept"] for d in shards))
@@ -181,9 +183,13 @@ def test_training_sample_from_bounded_candidates_equals_a_full_pass(tmp_path):
         offered.append({**d, "candidates": str(tmp_path / "ex" / f"part-{j:05d}.parquet"), "offered": m["candidates"]})
     assert sum(o["offered"] for o in offered) < sum(d["kept"] for d in shards) / 3
     full = classify._sample({"shards": shards, "files": [], "tau": bound}, k, 3)  # no candidates: every document
-    assert classify._sample({"shards": offered, "files": [], "tau": bound}, k, 3) == full and len(full) == k
     low = [{**o, "offered": 1} for o in offered]  # as if the bound had let too few through: the fallback
     assert classify._sample({"shards": low, "files": [], "tau": 1 << 40}, k, 3) == full
+    # the candidates carry their texts: with the document shards gone, the same sample, texts included
+    for d in shards:
+        os.rename(d["documents"], d["documents"] + ".gone")
+    assert classify._sample({"shards": offered, "files": [], "tau": bound}, k, 3) == full and len(full) == k
+    assert all(text == f"text of {origin.split(':', 1)[1]}" for _, origin, text in full)
 
 
 def test_moving_an_example_file_to_the_other_side_retrains(demo_corpus, tmp_path):
