@@ -3,7 +3,7 @@ API (moto's server on loopback, s3fs as the client, as tests/pipeline/test_remot
 inputs and run directory both on S3, every request held `--latency-ms` (20) before its answer.
 
     python -m bench.objstore [--docs 10000] [--scales 1,4] [--workers 2] [--latency-ms 20]
-                             [--docs-per-partition 20000] [--groups 100000,4]
+                             [--docs-per-partition 20000] [--groups 100000,4] [--fanin 2]
 
 The corpus and mixture are bench.scale's (small crawl pages in 5,000-document files, the
 full chain) with Wikipedia grown with N too (N/4 rows in 2,500-row shards), so that the
@@ -14,7 +14,10 @@ requests should not grow with the shards. Ratios 4N / N per input document are p
 `--docs-per-partition` sets how fast the shuffles' partitions grow with N (bench.scale's
 one per 20,000 documents by default; smaller shows the writers x readers reads at these
 sizes), and `--groups` runs every scale once per shuffle merge group
-(`CURATE_SHUFFLE_GROUP`; 100000: no merge tier, every reader reads every writer's file).
+(`CURATE_SHUFFLE_GROUP`; 100000: no merge tier, every reader reads every writer's file);
+`--fanin` caps the files a reader reads (`CURATE_SHUFFLE_FANIN`, the product's 64): with
+`--groups 2 --fanin 2` the run is in the regime that the product's 32 and 64 reach past
+2,048 writers, about 10^8 documents.
 Not a test: nothing here gates CI.
 """
 
@@ -118,18 +121,19 @@ def _curate(env: dict, *args: str) -> subprocess.CompletedProcess:
     return r
 
 
-def run_one(server: Server, n: int, workers: int, per_partition: int = DOCS_PER_PARTITION, group: int | None = None) -> dict:
+def run_one(server: Server, n: int, workers: int, per_partition: int = DOCS_PER_PARTITION, group: int | None = None,
+            fanin: int | None = None) -> dict:
     import s3fs
 
     os.environ.update({k: v for k, v in server.env.items() if k.startswith("AWS_")})
     s3 = s3fs.S3FileSystem(skip_instance_cache=True)
-    bucket = f"curate-bench-{n}-{group or 0}-{per_partition}"
+    bucket = f"curate-bench-{n}-{group or 0}-{fanin or 0}-{per_partition}"
     corpus = build_corpus(n, wiki_docs=n // 4)  # both sources grow with N, and their shards
     if not s3.exists(bucket):
         s3.mkdir(bucket)
     for sub in sorted(p.relative_to(corpus) for p in corpus.rglob("*") if p.is_file() and p.name != "_DONE"):
         s3.put(str(corpus / sub), f"{bucket}/in/{sub}")
-    work = CACHE / "objstore" / f"n{n}-g{group or 0}-p{per_partition}"
+    work = CACHE / "objstore" / f"n{n}-g{group or 0}-f{fanin or 0}-p{per_partition}"
     y = mixture_yaml(corpus, work, max(1, n // per_partition), wiki_shard_rows=WIKI_SHARD_ROWS)
     # the classifier's sample capped below the positives at N too, as it is at any real size (else its training grows 2x)
     text = y.read_text().replace("max_examples_per_class: 5000", "max_examples_per_class: 2000")
@@ -138,6 +142,8 @@ def run_one(server: Server, n: int, workers: int, per_partition: int = DOCS_PER_
     env = {**server.env, "CURATE_INLINE_DOCS": "0"}  # every step on Ray, as at scale
     if group:
         env["CURATE_SHUFFLE_GROUP"] = str(group)
+    if fanin:
+        env["CURATE_SHUFFLE_FANIN"] = str(fanin)
     m = server.mark()
     t = time.perf_counter()
     # the driver in a child process that reports its own CPU and peak memory (bench.scale's)
@@ -172,7 +178,7 @@ def run_one(server: Server, n: int, workers: int, per_partition: int = DOCS_PER_
                        # every numeric figure the markers hold, summed (rows, pairs, docs, bytes...): the cost model's sizes
                        "sums": _sums(markers)}
     return {"n": n, "docs": docs, "chars": chars, "wall": wall, "run": dict(run_req), "plan": dict(plan_req), "objects": objects,
-            "steps": steps, "group": group, "partitions": max(1, n // per_partition), "driver_cpu": res["driver_cpu"],
+            "steps": steps, "group": group, "fanin": fanin, "partitions": max(1, n // per_partition), "driver_cpu": res["driver_cpu"],
             "driver_rss_mb": res["driver_rss_mb"], "longest": max(s["longest"] for s in steps.values()),
             "longest_step": max(steps, key=lambda k: steps[k]["longest"]),
             "longest_cpu": max(s["longest_cpu"] for s in steps.values()),
@@ -196,6 +202,7 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--docs-per-partition", type=int, default=DOCS_PER_PARTITION)
     ap.add_argument("--groups", default="", help="shuffle merge groups to compare, e.g. 100000,4 (default: the default group)")
+    ap.add_argument("--fanin", type=int, help="files a shuffle's reader reads at most (default: the product's 64)")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="held before each request is answered (default 20)")
     ap.add_argument("--json", help="write every figure here (the input of bench.cost_model)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # internal: the server process
@@ -206,7 +213,7 @@ def main(argv=None) -> None:
     server = Server(CACHE / "objstore" / "moto.log", a.latency_ms)
     groups = [int(g) for g in a.groups.split(",") if g] or [None]
     try:
-        res = {g: [run_one(server, a.docs * int(k), a.workers, a.docs_per_partition, g) for k in a.scales.split(",")]
+        res = {g: [run_one(server, a.docs * int(k), a.workers, a.docs_per_partition, g, a.fanin) for k in a.scales.split(",")]
                for g in groups}
     finally:
         server.close()

@@ -37,11 +37,11 @@ FANIN = 64  # files a reader reads at most: above GROUP x FANIN writers, groups 
 MEMORY = 256 << 20  # a merge task's read-ahead over all of its files (4 MB a file up to 64 files)
 
 
-def group_size(writers: int, least: int | None = None, fanin: int = FANIN) -> int:
+def group_size(writers: int, least: int | None = None, fanin: int | None = None) -> int:
     """Writers per merge task: `least` (GROUP), or more when that would leave a reader
-    more than `fanin` files, so that a reader's requests stay flat as writers grow."""
+    more than `fanin` (FANIN) files, so that a reader's requests stay flat as writers grow."""
     least = least or group()
-    return max(least, -(-writers // fanin))
+    return max(least, -(-writers // (fanin or max_fanin())))
 
 
 def read_ahead(group_size: int) -> int:
@@ -51,11 +51,21 @@ def read_ahead(group_size: int) -> int:
 
 
 def group() -> int:
-    v = os.environ.get("CURATE_SHUFFLE_GROUP", "").strip()
+    return _env("CURATE_SHUFFLE_GROUP", GROUP, "the number of shuffle files a merge task joins at least")
+
+
+def max_fanin() -> int:
+    """Files a reader reads at most (CURATE_SHUFFLE_FANIN; benches lower it, with the group,
+    to show at tens of writers the regime of tens of thousands)."""
+    return _env("CURATE_SHUFFLE_FANIN", FANIN, "the number of merged files a shuffle's reader reads at most")
+
+
+def _env(name: str, default: int, what: str) -> int:
+    v = os.environ.get(name, "").strip()
     if not v:
-        return GROUP
+        return default
     if not v.isdigit() or int(v) < 2:
-        raise UsageError(f"CURATE_SHUFFLE_GROUP={v!r}: give the number of shuffle files a merge task joins (2 or more)")
+        raise UsageError(f"{name}={v!r}: give {what} (2 or more), or unset it for {default}")
     return int(v)
 
 
@@ -73,17 +83,18 @@ def merge_shard(spec: dict, out) -> dict:
 def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], int], store) -> Step:
     """A step merging `src`'s shuffle files under each of `subs` in groups; `count(stats)`
     is how many files `src` wrote per subfolder."""
-    g = group()
+    g, f = group(), max_fanin()
 
     def shards(st, stats):
         n = count(stats)
         if n <= g:
             return []
-        k = group_size(n, g)
+        k = group_size(n, g, f)
         return [{"inputs": str(src.dir(store)), "subs": subs, "first": a, "last": min(n, a + k),
                  "describe": f"{src.name} files {a}-{min(n, a + k) - 1}"} for a in range(0, n, k)]
 
-    return Step(name, "shuffle-merge", {"subs": subs, "group": g}, [src], merge_shard, shards=shards)
+    cfg = {"subs": subs, "group": g, **({"fanin": f} if f != FANIN else {})}  # the default keeps the keys of earlier runs
+    return Step(name, "shuffle-merge", cfg, [src], merge_shard, shards=shards)
 
 
 def read_from(stats: dict, src: Step, merged: Step, count: int, store) -> tuple[str, int]:

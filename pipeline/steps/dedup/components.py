@@ -33,9 +33,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from pipeline.io import fs
 from pipeline.shards import shuffle
 from pipeline.shards.text import fmix64
-from pipeline.io import atomic, fs
+from pipeline.steps.dedup.rounds import Runner, Source
 
 MAX_ROUNDS = 64
 MAX_MEMBERS = 1000  # members listed in a cluster row (its size is exact)
@@ -64,17 +65,17 @@ def _write_edges(u: np.ndarray, v: np.ndarray, out_dir: Path, index: int, nparts
     return len(a), int(h.sum(dtype=np.uint64)) if len(a) else 0
 
 
-def _read_edges(directory: Path, nparts: int, part: int) -> tuple[np.ndarray, np.ndarray]:
+def _read_edges(src: Source, part: int) -> tuple[np.ndarray, np.ndarray]:
     """The partition's edges, deduplicated, sorted by (u, v)."""
-    t = shuffle.read_partition(directory, nparts, part)
+    t = shuffle.read_partition(fs.path(src[0]), src[1], part)
     if t is None or t.num_rows == 0:
         return np.zeros(0, _E), np.zeros(0, _E)
     pairs = np.unique(np.stack([t.column("u").to_numpy(), t.column("v").to_numpy()], axis=1), axis=0)
     return pairs[:, 0], pairs[:, 1]
 
 
-def _read(directory, nparts: int, part: int, cols: list[str]) -> dict[str, np.ndarray]:
-    t = shuffle.read_partition(fs.path(directory), nparts, part)
+def _read(src: Source, part: int, cols: list[str]) -> dict[str, np.ndarray]:
+    t = shuffle.read_partition(fs.path(src[0]), src[1], part)
     if t is None or t.num_rows == 0:
         return {c: np.zeros(0, _E) for c in cols}
     return {c: t.column(c).to_numpy() for c in cols}
@@ -115,10 +116,10 @@ def _groups(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(u)]))
 
 
-def min_task(kind: str, edge_dir: str, out_dir: str, part: int, nparts: int) -> int:
+def min_task(kind: str, edges: Source, out_dir: str, part: int, nparts: int) -> int:
     """Per node of this edge partition: its smallest neighbour here (small-star: its
     smallest smaller neighbour, where it has one), to the node's partition."""
-    u, v = _read_edges(fs.path(edge_dir), nparts, part)
+    u, v = _read_edges(edges, part)
     if kind == "small":
         sel = v < u
         u, v = u[sel], v[sel]
@@ -129,9 +130,9 @@ def min_task(kind: str, edge_dir: str, out_dir: str, part: int, nparts: int) -> 
     return len(nu)
 
 
-def resolve_task(in_dir: str, out_dir: str, part: int, nparts: int) -> int:
+def resolve_task(mins: Source, out_dir: str, part: int, nparts: int) -> int:
     """m(u) = min(u, its smallest neighbours from every edge partition), sent back to each."""
-    r = _read(in_dir, nparts, part, ["u", "m", "from"])
+    r = _read(mins, part, ["u", "m", "from"])
     order = np.lexsort((r["m"], r["u"]))
     u, m, src = r["u"][order], r["m"][order], r["from"][order]
     starts, group = _groups(u)
@@ -140,10 +141,10 @@ def resolve_task(in_dir: str, out_dir: str, part: int, nparts: int) -> int:
     return len(starts)
 
 
-def emit_task(kind: str, edge_dir: str, back_dir: str, out_dir: str, part: int, nparts: int) -> tuple[int, int]:
+def emit_task(kind: str, edges: Source, back: Source, out_dir: str, part: int, nparts: int) -> tuple[int, int]:
     """The star's new edges from this edge partition, with each node's m(u)."""
-    u, v = _read_edges(fs.path(edge_dir), nparts, part)
-    b = _read(back_dir, nparts, part, ["u", "m"])
+    u, v = _read_edges(edges, part)
+    b = _read(back, part, ["u", "m"])
     bu, bm = b["u"], b["m"]
     order = np.argsort(bu, kind="stable")
     bu, bm = bu[order], bm[order]
@@ -166,22 +167,22 @@ def emit_task(kind: str, edge_dir: str, back_dir: str, out_dir: str, part: int, 
     return _write_edges(nu, nv, fs.path(out_dir), part, nparts)
 
 
-def label_task(edge_dir: str, out_dir: str, part: int, nparts: int) -> int:
+def label_task(edges: Source, out_dir: str, part: int, nparts: int) -> int:
     """Converged stars: each non-root's only smaller neighbour is its root: (node, label)
     to the node's partition."""
-    u, v = _read_edges(fs.path(edge_dir), nparts, part)
+    u, v = _read_edges(edges, part)
     sel = v < u
     shuffle.write_partitions(pa.table({"node": u[sel], "label": v[sel]}), _part(u[sel], nparts), nparts,
                              shuffle.map_file(fs.path(out_dir), part))
     return int(sel.sum())
 
 
-def best_task(node_dir: str, label_dir: str, out_dir: str, part: int, nparts: int, src_rank: list[int]) -> int:
+def best_task(nodes: Source, labels: Source, out_dir: str, part: int, nparts: int, src_rank: list[int]) -> int:
     """Per node partition: each node's label (itself for a root) and best Jaccard; per
     label, the partition's first MAX_MEMBERS members by (source priority, id) and its
     member count, to the label's partition. Keeps (node, label, Jaccard) for `decide`."""
-    nt = shuffle.read_partition(fs.path(node_dir), nparts, part)
-    lab = _read(label_dir, nparts, part, ["node", "label"])
+    nt = shuffle.read_partition(fs.path(nodes[0]), nodes[1], part)
+    lab = _read(labels, part, ["node", "label"])
     base = shuffle.map_file(fs.path(out_dir) / "best", part)
     if nt is None or nt.num_rows == 0:
         shuffle.write_empty(nparts, base)
@@ -210,10 +211,10 @@ def best_task(node_dir: str, label_dir: str, out_dir: str, part: int, nparts: in
     return t.num_rows
 
 
-def pick_task(in_dir: str, work_dir: str, out_dir: str, part: int, nparts: int, sources: list[str]) -> dict:
+def pick_task(best: Source, work_dir: str, out_dir: str, part: int, nparts: int, sources: list[str]) -> dict:
     """Per label partition: each component's survivor (its smallest source priority, id),
     size and cluster row; the survivor back to every node partition holding members."""
-    t = shuffle.read_partition(fs.path(in_dir) / "best", nparts, part)
+    t = shuffle.read_partition(fs.path(best[0]), best[1], part)
     base = shuffle.map_file(fs.path(work_dir) / "picked", part)
     final = fs.path(out_dir) / "clusters" / f"p-{part:05d}.parquet"
     fs.makedirs(final.parent)
@@ -245,13 +246,13 @@ def pick_task(in_dir: str, work_dir: str, out_dir: str, part: int, nparts: int, 
     return {"clusters": len(starts), "largest": int(size.max()) if len(size) else 0}
 
 
-def decide_task(pick_dir: str, node_dir: str, out_dir: str, part: int, nparts: int, sources: list[str],
+def decide_task(picked: Source, node_dir: str, out_dir: str, part: int, nparts: int, sources: list[str],
                 offsets: list[int], ndocs: int) -> int:
     """Per node partition: every member but the survivor is removed, naming it, with the
     member's best Jaccard; decisions to the document shards."""
     target = shuffle.map_file(fs.path(out_dir) / "to", part)
     nt = fs.read_table(fs.path(node_dir) / f"part-{part:05d}.parquet")
-    pk = shuffle.read_partition(fs.path(pick_dir) / "picked", nparts, part)
+    pk = shuffle.read_partition(fs.path(picked[0]), picked[1], part)
     if pk is None or nt.num_rows == 0:
         shuffle.write_empty(ndocs, target)
         return 0
@@ -280,85 +281,31 @@ def decide_task(pick_dir: str, node_dir: str, out_dir: str, part: int, nparts: i
     return len(removed)
 
 
-class _Runner:
-    """Runs a batch of calls as Ray tasks (more than one partition) or in this process, each
-    batch once: its results are checkpointed under `work/_done/<phase>.json`, so a coordinator
-    retried by Ray or resumed by a rerun goes on from its last finished phase (every task
-    writes its outputs atomically to names of its phase, so a phase cut short runs again
-    whole and writes the same bytes)."""
-
-    def __init__(self, parallel: bool, work: Path | None = None):
-        self.done = fs.path(work) / "_done" if work is not None else None
-        self.resumed = 0  # phases whose results came from a checkpoint
-        if parallel:
-            import ray
-
-            parallel = ray.is_initialized()  # a coordinator run inline (a small step, no Ray up) runs its rounds here
-            self.ray = ray
-            self.remote = {}
-        self.parallel = parallel
-
-        self.longest = 0.0  # the longest round task and its peak RSS, for the clusters marker
-        self.peak_rss_mb = 0.0
-
-    def phase(self, name: str, fn, calls: list[tuple]) -> list:
-        """`map`, once per phase name: a finished phase's results are read back."""
-        mark = self.done / f"{name}.json" if self.done is not None else None
-        if mark is not None and mark.exists():
-            self.resumed += 1
-            return atomic.read_json(mark)
-        out = self.map(fn, calls)
-        if mark is not None:
-            atomic.write_json(mark, out)
-            out = atomic.read_json(mark)  # the same shapes (lists, not tuples) as a resumed phase
-        return out
-
-    def map(self, fn, calls: list[tuple]) -> list:
-        if not self.parallel:
-            out = [_timed(fn, *c) for c in calls]
-        else:
-            r = self.remote.get(fn)
-            if r is None:
-                r = self.remote[fn] = self.ray.remote(num_cpus=1, max_retries=3)(_timed)
-            out = self.ray.get([r.remote(fn, *c) for c in calls])
-        self.longest = max([self.longest] + [o[1] for o in out])
-        self.peak_rss_mb = max([self.peak_rss_mb] + [o[2] for o in out])
-        return [o[0] for o in out]
-
-
-def _timed(fn, *args):
-    """(fn(*args), seconds, peak RSS MB of the task)."""
-    import time
-
-    from pipeline.engine.task import peak_rss_mb, reset_peak_rss
-
-    reset = reset_peak_rss()
-    t0 = time.time()
-    res = fn(*args)
-    return res, time.time() - t0, peak_rss_mb(reset)
-
-
 def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: list[str], src_rank: list[int],
         offsets: list[int], ndocs: int) -> dict:
     """Components and survivors of the verified edges in `edge_files`; decisions go to
     out_dir/to/part-XXXXX (one per partition, shuffled to document shards by `offsets`:
-    pipeline/shards/shuffle.py), cluster rows to out_dir/clusters/."""
-    runner = _Runner(nparts > 1, work)
+    pipeline/shards/shuffle.py), cluster rows to out_dir/clusters/. Each wave writes one
+    shuffle file per partition, and the next reads them through the merge tier
+    (pipeline/steps/dedup/rounds.py)."""
+    runner = Runner(nparts > 1, work)
     groups = [edge_files[i::nparts] for i in range(nparts)]
     seeded = runner.phase("r000-seed", seed_task, [(g, str(work / "r000-seed"), str(work / "nodes"), i, nparts)
                                                    for i, g in enumerate(groups)])
     count, fp = _total(seeded)
-    current = work / "r000-seed"
+    current, nodes = runner.merged("r000-seed", [work / "r000-seed", work / "nodes"], nparts)
     rounds = 0
 
-    def star(kind: str, edges: Path, r: int) -> tuple[Path, list]:
+    def star(kind: str, edges: Source, r: int) -> tuple[Source, list]:
         step = work / f"r{r:03d}-{kind}"
-        runner.phase(f"{step.name}-min", min_task, [(kind, str(edges), str(step / "min"), p, nparts) for p in range(nparts)])
-        runner.phase(f"{step.name}-resolve", resolve_task, [(str(step / "min"), str(step / "m"), p, nparts)
+        runner.phase(f"{step.name}-min", min_task, [(kind, edges, str(step / "min"), p, nparts) for p in range(nparts)])
+        [mins] = runner.merged(f"{step.name}-min", [step / "min"], nparts)
+        runner.phase(f"{step.name}-resolve", resolve_task, [(mins, str(step / "m"), p, nparts) for p in range(nparts)])
+        [back] = runner.merged(f"{step.name}-resolve", [step / "m"], nparts)
+        res = runner.phase(f"{step.name}-emit", emit_task, [(kind, edges, back, str(step / "edges"), p, nparts)
                                                             for p in range(nparts)])
-        res = runner.phase(f"{step.name}-emit", emit_task, [(kind, str(edges), str(step / "m"), str(step / "edges"), p,
-                                                             nparts) for p in range(nparts)])
-        return step / "edges", res
+        [out] = runner.merged(f"{step.name}-emit", [step / "edges"], nparts)
+        return out, res
 
     while count:
         rounds += 1
@@ -370,15 +317,16 @@ def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: 
         if (c2, fp2) == (count, fp):
             break
         count, fp = c2, fp2
-    runner.phase("labels", label_task, [(str(current), str(work / "labels"), p, nparts) for p in range(nparts)])
-    runner.phase("best", best_task, [(str(work / "nodes"), str(work / "labels"), str(work / "best"), p, nparts, src_rank)
-                                     for p in range(nparts)])
-    picked = runner.phase("pick", pick_task, [(str(work / "best"), str(work), str(out_dir), p, nparts, sources)
-                                              for p in range(nparts)])
-    removed = runner.phase("decide", decide_task, [(str(work), str(work / "best" / "nodes"), str(out_dir), p, nparts,
+    runner.phase("labels", label_task, [(current, str(work / "labels"), p, nparts) for p in range(nparts)])
+    [labels] = runner.merged("labels", [work / "labels"], nparts)
+    runner.phase("best", best_task, [(nodes, labels, str(work / "best"), p, nparts, src_rank) for p in range(nparts)])
+    [best] = runner.merged("best", [work / "best" / "best"], nparts)
+    picked = runner.phase("pick", pick_task, [(best, str(work), str(out_dir), p, nparts, sources) for p in range(nparts)])
+    [chosen] = runner.merged("pick", [work / "picked"], nparts)
+    removed = runner.phase("decide", decide_task, [(chosen, str(work / "best" / "nodes"), str(out_dir), p, nparts,
                                                     sources, offsets, ndocs) for p in range(nparts)])
     return {"rounds": rounds, "resumed_phases": runner.resumed, "clusters": sum(r["clusters"] for r in picked), "removed": sum(removed),
-            "largest": max([r["largest"] for r in picked] or [0]), "partitions": nparts,
+            "largest": max([r["largest"] for r in picked] or [0]), "partitions": nparts, "merge_tasks": runner.merges,
             "round_task_longest": round(runner.longest, 3), "round_task_peak_rss_mb": runner.peak_rss_mb}
 
 

@@ -143,3 +143,30 @@ def test_a_coordinator_stopped_between_phases_goes_on_from_its_checkpoints(tmp_p
         a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a" / sub).rglob("*") if p.is_file())
         b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b" / sub).rglob("*") if p.is_file())
         assert a == b and all((tmp_path / "a" / x).read_bytes() == (tmp_path / "b" / x).read_bytes() for x in a)
+
+
+def test_the_merge_tier_between_waves_reads_fewer_files_and_changes_no_byte(tmp_path, monkeypatch, ray_local):
+    """With groups of 2 and at most 2 files a reader, 5 partitions: every wave's 5 files are
+    joined into 2 before the next wave reads them, and the clusters and decision files are
+    byte for byte those of the run that reads every wave's 5 files."""
+    edges, ids = _graph(11)
+    t = pa.table({"lo": pa.array([a for a, _ in edges], pa.int64()), "hi": pa.array([b for _, b in edges], pa.int64()),
+                  "lo_id": [ids[a] for a, _ in edges], "hi_id": [ids[b] for _, b in edges],
+                  "jaccard": pa.array([0.9] * len(edges)), "edge": pa.array([True] * len(edges))})
+    pq.write_table(t, tmp_path / "part-00000.parquet")
+    files, args = [str(tmp_path / "part-00000.parquet")], (["s0", "s1"], [0, 1], [0, 5], 10)
+    plain = components.run(files, tmp_path / "work-a", tmp_path / "a", 5, *args)
+    monkeypatch.setenv("CURATE_SHUFFLE_GROUP", "2")
+    monkeypatch.setenv("CURATE_SHUFFLE_FANIN", "2")
+    merged = components.run(files, tmp_path / "work-b", tmp_path / "b", 5, *args)
+    assert plain["merge_tasks"] == 0
+    waves = 2 + 6 * merged["rounds"] + 3  # seed (edges and nodes), 3 a star, labels, best, pick
+    assert merged["merge_tasks"] == 2 * waves  # groups of 3 files: 2 merged files a wave
+    assert len(list((tmp_path / "work-b" / "labels" / "merged").glob("*.data"))) == 2
+    assert {k: v for k, v in merged.items() if k not in ("merge_tasks", "round_task_longest", "round_task_peak_rss_mb")} == \
+        {k: v for k, v in plain.items() if k not in ("merge_tasks", "round_task_longest", "round_task_peak_rss_mb")}
+    out_a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    out_b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*") if p.is_file())
+    assert out_a == out_b and len(out_a) == 5 + 2 * 5  # cluster rows, and decisions to the document shards
+    for rel in out_a:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
