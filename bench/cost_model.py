@@ -13,7 +13,8 @@ Per step, at D documents (every assumption is printed beside the table):
   shuffle partition, rows / 4M (dedup maps: kept documents, x `bands` for fuzzy, x 8 for
   paragraphs as the planner guesses; ids 4M, the id index 32M a task), fuzzy verify 2 x
   pairs x bytes per document / 64 MB, the mixture's rows / `shard_rows`; the merge tier
-  ceil(W / group_size(W)) tasks over a shuffle's W writers past 32 (pipeline/steps/merge.py);
+  ceil(W / group_size(W)) tasks over a shuffle's W writers past 32 (pipeline/steps/merge.py),
+  times R = a group's bytes / 2 GB for the text-carrying shuffles (mix-route, fuzzy fetch);
   one task for a model, a threshold, a selection, samples.
 - **files a task reads from a shuffle**: W, or past 32 writers the merge tier's files,
   at most 64 whatever D.
@@ -41,7 +42,7 @@ import math
 from pathlib import Path
 
 from bench.scale import _step_group
-from pipeline.steps.merge import GROUP, group_size
+from pipeline.steps.merge import GROUP, SPLIT_BYTES, group_size
 
 TEXT_BYTES = 3000  # FineWeb: ~15 T GPT-2 tokens over ~25 B documents ~ 600 tokens ~ 3 KB of text per document
 SHARD_DOCS = 50_000  # max_shard_rows' default
@@ -55,6 +56,7 @@ DRIVER_KB_PER_SHARD = 2.2  # bench.driver: planning and resuming a step of 10^5 
 BASE_RSS = 300.0
 TEXT_STEPS = ("ids-", "ingest-", "filter-", "dedup-fuzzy-signatures", "dedup-fuzzy-fetch", "dedup-fuzzy-verify",
               "dedup-paragraph-map", "dedup-exact-map", "classify-", "samples-pick", "mix-route", "mix")
+SPLIT_WRITERS = ("mix-route", "dedup-fuzzy-fetch")  # merged by partition ranges past SPLIT_BYTES a group
 ONE = ("-train", "-threshold", "mix-select", "samples", "dedup-fuzzy-clusters")
 # reader -> the shuffle it reads (its writer step); a -merge step between them joins the writers' files
 READS = {"unique-ids-": "ids-", "id-index-": "ingest-", "dedup-exact-reduce": "dedup-exact-map",
@@ -155,20 +157,28 @@ def model(small: dict, big: dict, docs: float, cores: int, latency: float) -> li
             k = group_size(at.get(w, 1), GROUP) if t else 0
             wbytes = big["steps"][w]["bytes"] / n * docs * (text_factor if w.startswith(TEXT_STEPS) else 1.0)
             per_file = wbytes / max(1, at.get(w, 1))
-            req_task = 2 * k * max(1.0, per_file / (4 << 20)) + 4 if t else sum(st["requests"].values())
+            # text-carrying shuffles: a group over SPLIT_BYTES is merged by R tasks, one per partition range
+            ranges = max(1, math.ceil(k * per_file / SPLIT_BYTES)) if t and w in SPLIT_WRITERS else 1
+            t *= ranges
+            req_task = 2 * k * max(1.0, per_file / ranges / (4 << 20)) + 4 if t else sum(st["requests"].values())
             cpu = wbytes / 200e6  # a byte copy at ~200 MB/s
             reads = k
         elif name == "dedup-fuzzy-clusters":
             # a coordinator running rounds of waves of tasks over edge partitions (dedup/components.py): each
-            # wave's nparts tasks read their segment of each of the nparts files of the wave before (2 GETs a
-            # file) and write one file; nparts = edges / 5M at scale (the bench sets it to its dedup partitions)
+            # wave's nparts tasks read their segment of each file of the wave before (2 GETs a file) and write
+            # one file; past 32 partitions those files are first joined by the merge tier (dedup/rounds.py:
+            # ceil(nparts / k) merge tasks streaming k files each), so a task reads at most 64 files.
+            # nparts = edges / 5M at scale (the bench sets it to its dedup partitions)
             edges = max(1.0, st["sums"].get("edges", 0) / n * docs)
             nparts = max(1, math.ceil(edges / EDGES_PER_PARTITION))
             waves = 6 * max(1, st["sums"].get("rounds", 1)) + 5
-            t = waves * nparts
-            req_task = waves * (2 * nparts * nparts + 3 * nparts) / t  # per round task
+            k = group_size(nparts, GROUP) if nparts > GROUP else 0
+            files = math.ceil(nparts / k) if k else nparts
+            merge_req = files * (2 * k + 4) if k else 0  # per wave: each merge task reads k indexes and k data files
+            t = waves * (nparts + (files if k else 0))
+            req_task = waves * (2 * nparts * files + 3 * nparts + merge_req) / t  # per round or merge task
             cpu = st["total"] * max(1.0, edges / max(1, st["sums"].get("edges", 1)))  # round tasks ~ linear in edges
-            reads = nparts
+            reads = files
         elif name.endswith("-train"):
             # reads one small candidates file (ids and texts) per examples task, 32 in flight (classify/tasks.py)
             files = at.get(name[: -len("-train")] + "-examples", 1)

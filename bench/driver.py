@@ -9,6 +9,14 @@ per shard: ratio near 1).
 
     python bench/driver.py [--sizes 10000 100000]
 
+`--tasks N` measures the other half, the driver's CPU per task while tasks run: a step of N
+shards whose task does nothing (it writes its marker) runs through the real `Executor` on
+a local Ray of 2 CPUs, at N and 4N, beside the floor, Ray's own cost for the same number of
+empty tasks submitted and awaited with the same bound on tasks in flight. The driver's CPU
+is counted from the first task's submission (Ray's start is not per task).
+
+    python -m bench.driver --tasks 2000
+
 Not a test: timings never gate CI.
 """
 
@@ -35,6 +43,43 @@ from pipeline.engine.progress import Progress  # noqa: E402
 
 def synthetic_shard(spec: dict, out) -> dict:  # never called: every shard is done
     return {"rows": 0}
+
+
+def empty_shard(spec: dict, out) -> dict:
+    """A task that does nothing: what is left is the driver's and Ray's cost per task."""
+    return {"rows": 1}
+
+
+def _empty() -> int:
+    return 1
+
+
+def run_tasks(n: int, root: Path) -> dict:
+    """Driver CPU for n empty shards through the Executor, and for n bare Ray tasks."""
+    import ray
+
+    from bench.driver import empty_shard as fn  # by its importable name, not __main__'s (workers import it)
+
+    store = root / f"tasks-{n}"
+    s = Step("filter-web", "filter", {"n": n}, [], fn, shards=_specs(n))
+    ex = Executor(store, workers=2, progress=Progress(quiet=True))
+    ex._ensure_ray()
+    c0, t0 = time.process_time(), time.perf_counter()
+    ex.run([s])
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    assert len(ex.stats[s.name]) == n
+    remote, cap = ray.remote(num_cpus=1)(_empty), ex._ray[2]
+    c0, t0 = time.process_time(), time.perf_counter()
+    pending, left = [], n
+    while left or pending:
+        while left and len(pending) < cap:
+            pending.append(remote.remote())
+            left -= 1
+        done, pending = ray.wait(pending, num_returns=1)
+        ray.get(done)
+    floor, floor_wall = time.process_time() - c0, time.perf_counter() - t0
+    shutil.rmtree(store)
+    return {"tasks": n, "cpu_s": cpu, "wall_s": wall, "ray_cpu_s": floor, "ray_wall_s": floor_wall}
 
 
 def _specs(n: int):
@@ -75,8 +120,24 @@ def measure(n: int, root: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs=2, default=[10_000, 100_000])
+    ap.add_argument("--tasks", type=int, help="run N and 4N empty tasks on a local Ray instead (driver CPU per task)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="curate-driver-", dir=os.environ.get("TMPDIR")))
+    if args.tasks:
+        try:
+            run_tasks(200, root)  # warm up: workers started, first imports
+            rows = [run_tasks(n, root) for n in (args.tasks, 4 * args.tasks)]
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        print("| tasks | driver CPU s | ms a task | wall s | Ray alone: driver CPU s | ms a task | wall s | Executor / Ray |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in rows:
+            print(f"| {r['tasks']:,} | {r['cpu_s']:.2f} | {1e3 * r['cpu_s'] / r['tasks']:.2f} | {r['wall_s']:.1f} | "
+                  f"{r['ray_cpu_s']:.2f} | {1e3 * r['ray_cpu_s'] / r['tasks']:.2f} | {r['ray_wall_s']:.1f} | "
+                  f"{r['cpu_s'] / r['ray_cpu_s']:.2f}x |")
+        a, b = rows
+        print(f"per task, 4x the tasks: driver CPU x{(b['cpu_s'] / b['tasks']) / (a['cpu_s'] / a['tasks']):.2f}")
+        return
     try:
         measure(200, root)  # warm up: first imports and caches are not a per-shard cost
         rows = [measure(n, root) for n in args.sizes]

@@ -38,6 +38,7 @@ from pipeline.io import atomic, fs
 VERSION = "2"  # map outputs as .data + .index files: the version of every step that writes a shuffle
 
 _IPC = pa.ipc.IpcWriteOptions(compression="zstd")
+_written = [0]  # bytes of shuffle data this process has written (`bytes_written`)
 READ_THREADS = 16  # a reducer's segment reads in flight at once on an object store
 MERGE_BUFFER = 4 << 20  # read-ahead per map file a merge streams (a group of 32: 128 MB)
 _U64 = np.dtype("<u8")
@@ -95,7 +96,14 @@ def write_partitions(table: pa.Table, part: np.ndarray, nparts: int, base: Path)
             offsets[p + 1 :] = pos
     fs.commit(tmp, data)
     atomic.write_bytes(_with(base, ".index"), offsets.tobytes())
+    _written[0] += pos
     return int((counts > 0).sum())
+
+
+def bytes_written() -> int:
+    """Shuffle bytes this process has written so far: a task reports the difference, so
+    that the merge tier can split a group of writers whose files are large (steps/merge.py)."""
+    return _written[0]
 
 
 def write_empty(nparts: int, base: Path) -> int:
@@ -139,28 +147,35 @@ def _stream(p: Path, read_ahead: int):
     return open(p, "rb", buffering=read_ahead) if fs.is_local(p) else p.open("rb", block_size=read_ahead)
 
 
-def merge(directory, first: int, last: int, base: Path, buffering: int | None = None) -> dict:
+def merge(directory, first: int, last: int, base: Path, buffering: int | None = None,
+          span: tuple[int, int] | None = None) -> dict:
     """Map outputs first..last-1 of `directory` as one output at `base`: partition p's
     segment is their segments p back to back, in map order, so `read_partition` over the
     merged outputs gives the rows it gives over the maps, in the same order. A byte copy
     (no decoding): each map's index is read once and its data file streamed front to back
     (partitions are in file order) with `buffering` bytes of read-ahead, all of the group's
-    files open at once."""
+    files open at once. `span` = (r, R): only the r-th of R contiguous partition ranges
+    (`span_of`), read from each data file from the range's first byte; the other partitions
+    are empty in the output."""
     directory = fs.path(directory)
     bases = [map_file(directory, i) for i in range(first, last)]
     offs = [np.frombuffer(fs.read_bytes(_with(b, ".index")), _U64) for b in bases]
     nparts = len(offs[0]) - 1 if offs else 0
     if any(len(o) != nparts + 1 for o in offs):
         raise ValueError(f"{directory}: maps {first}..{last - 1} disagree on the number of partitions")
+    p0, p1 = span_of(span, nparts) if span else (0, nparts)
     data = _with(base, ".data")
     fs.makedirs(data.parent)
     tmp = fs.tmp_path(data)
     out = np.zeros(nparts + 1, _U64)
     streams = [_stream(_with(b, ".data"), buffering or MERGE_BUFFER) for b in bases]
     try:
+        if p0:
+            for st, o in zip(streams, offs):
+                st.seek(int(o[p0]))
         pos = 0
         with tmp.open("wb") as f:
-            for p in range(nparts):
+            for p in range(p0, p1):
                 out[p] = pos
                 for st, o in zip(streams, offs):
                     n = int(o[p + 1] - o[p])
@@ -170,7 +185,7 @@ def merge(directory, first: int, last: int, base: Path, buffering: int | None = 
                             raise ValueError(f"{directory}: a map's data file is shorter than its index says")
                         f.write(chunk)
                         pos += n
-            out[nparts] = pos
+            out[p1:] = pos
     finally:
         for st in streams:
             st.close()
@@ -179,14 +194,32 @@ def merge(directory, first: int, last: int, base: Path, buffering: int | None = 
     return {"maps": last - first, "bytes": int(pos) if nparts else 0, "partitions": nparts}
 
 
-def read_partition(directory, nfiles: int, p: int, schema: pa.Schema | None = None) -> pa.Table | None:
-    """Partition `p` of the map outputs 0..nfiles-1 in `directory`, in map order (None if
-    none holds a row and no schema is given)."""
+def span_of(span: tuple[int, int], nparts: int) -> tuple[int, int]:
+    """Partitions [p0, p1) of the r-th of R contiguous ranges of nparts partitions."""
+    r, ranges = span
+    return r * nparts // ranges, (r + 1) * nparts // ranges
+
+
+def files_of(nfiles, p: int) -> range:
+    """The map outputs a reader of partition p reads: 0..nfiles-1, or, for a merge tier
+    split by partition ranges (`nfiles` = [groups, ranges, partitions]: merged file
+    r x groups + j holds group j's partitions of range r), its range's files only."""
+    if isinstance(nfiles, int):
+        return range(nfiles)
+    groups, ranges, nparts = nfiles
+    r = next(r for r in range(ranges) if span_of((r, ranges), nparts)[0] <= p < span_of((r, ranges), nparts)[1])
+    return range(r * groups, (r + 1) * groups)
+
+
+def read_partition(directory, nfiles, p: int, schema: pa.Schema | None = None) -> pa.Table | None:
+    """Partition `p` of the map outputs in `directory` (`files_of(nfiles, p)`), in map order
+    (None if none holds a row and no schema is given)."""
     directory = fs.path(directory)
+    files = files_of(nfiles, p)
     if fs.is_local(directory):
-        segs = (read_segment(map_file(directory, i), p) for i in range(nfiles))
+        segs = (read_segment(map_file(directory, i), p) for i in files)
     else:  # each segment is two GETs of tens of ms: keep READ_THREADS of them in flight, in map order
-        segs = fs.read_many(lambda i: read_segment(map_file(directory, i), p), range(nfiles), threads=READ_THREADS)
+        segs = fs.read_many(lambda i: read_segment(map_file(directory, i), p), files, threads=READ_THREADS)
     parts = [t for t in segs if t is not None]
     if not parts:
         return None if schema is None else schema.empty_table()
@@ -204,7 +237,7 @@ def write_to_shards(table: pa.Table, g: np.ndarray, offsets: list[int], ndocs: i
     return write_partitions(table, k[order], ndocs, base)
 
 
-def decisions(step_dir, k: int, nfiles: int) -> pa.Table | None:
+def decisions(step_dir, k: int, nfiles) -> pa.Table | None:
     """The decisions a reduce step wrote for document shard k: reducer by reducer, each
     reducer's sorted by row."""
     t = read_partition(fs.path(step_dir) / "to", nfiles, k)

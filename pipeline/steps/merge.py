@@ -18,6 +18,12 @@ with less read-ahead each (256 MB in all up to 1,024 files a group, i.e. 65,536 
 256 KB a file beyond), so its memory stays flat while its work grows with the corpus (at
 10^9 documents, 20,000 writers: groups of 313 files, ~1 MB of keys each for the dedup maps).
 
+A text-carrying shuffle (`split=True`: mix-route -> mix, fuzzy fetch -> verify) would make
+merge tasks of tens of GB at 10^9 documents, so its writers report the bytes they wrote and
+a group over SPLIT_BYTES (2 GB) is merged by R tasks, each one contiguous range of the
+partitions (read from the range's first byte of every file): merged file r x groups + j,
+and a reader of partition p reads only its range's `groups` files (shuffle.files_of).
+
     mg = merge_step("dedup-exact-map-merge", mp, ["buckets"], lambda stats: len(stats[mp.name]), ctx.store)
     folder, files = read_from(stats, mp, mg, len(stats[mp.name]), ctx.store)  # then folder/buckets
 """
@@ -35,6 +41,7 @@ from pipeline.shards import shuffle
 GROUP = 32  # writers per merge task at least (CURATE_SHUFFLE_GROUP)
 FANIN = 64  # files a reader reads at most: above GROUP x FANIN writers, groups grow instead
 MEMORY = 256 << 20  # a merge task's read-ahead over all of its files (4 MB a file up to 64 files)
+SPLIT_BYTES = 2 << 30  # a merge task copies at most about this much (CURATE_MERGE_BYTES): larger groups split by partition ranges
 
 
 def group_size(writers: int, least: int | None = None, fanin: int | None = None) -> int:
@@ -69,36 +76,69 @@ def _env(name: str, default: int, what: str) -> int:
     return int(v)
 
 
+def split_bytes() -> int:
+    v = os.environ.get("CURATE_MERGE_BYTES", "").strip()
+    if not v:
+        return SPLIT_BYTES
+    if not v.isdigit() or int(v) < 1:
+        raise UsageError(f"CURATE_MERGE_BYTES={v!r}: give the bytes a merge task copies at most (a positive integer)")
+    return int(v)
+
+
 @task(version="1")
 def merge_shard(spec: dict, out) -> dict:
-    """One group of writers' files, per subfolder, merged into this step's folder."""
+    """One group of writers' files (or one partition range of them), per subfolder, merged
+    into this step's folder."""
     res = {}
+    span = spec.get("span")
     for sub in spec["subs"]:
         res[sub] = shuffle.merge(fs.path(spec["inputs"]) / sub, spec["first"], spec["last"],
                                  shuffle.map_file(fs.path(out.dir) / sub, out.index),
-                                 buffering=read_ahead(spec["last"] - spec["first"]))
-    return {"rows": 0, "maps": spec["last"] - spec["first"], "bytes": sum(r["bytes"] for r in res.values())}
+                                 buffering=read_ahead(spec["last"] - spec["first"]), span=tuple(span) if span else None)
+    parts = {r["partitions"] for r in res.values()}
+    if span and len(parts) > 1:
+        raise ValueError(f"{spec['inputs']}: subfolders {spec['subs']} disagree on the number of partitions {sorted(parts)}")
+    ranges = {"groups": spec["groups"], "ranges": span[1], "partitions": parts.pop()} if span else {}
+    return {"rows": 0, "maps": spec["last"] - spec["first"], "bytes": sum(r["bytes"] for r in res.values()), **ranges}
 
 
-def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], int], store) -> Step:
+def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], int], store, split: bool = False) -> Step:
     """A step merging `src`'s shuffle files under each of `subs` in groups; `count(stats)`
-    is how many files `src` wrote per subfolder."""
-    g, f = group(), max_fanin()
+    is how many files `src` wrote per subfolder. `split`: `src`'s markers carry the bytes
+    each writer wrote (`shuffle_bytes`), and a group holding more than `split_bytes()` is
+    merged by R tasks, each one range of the partitions (file r x groups + j: range r of
+    group j), so that no merge task copies a large share of a text-carrying shuffle (at
+    10^9 documents, 313 writers' texts are ~50 GB)."""
+    g, f, most = group(), max_fanin(), split_bytes()
 
     def shards(st, stats):
         n = count(stats)
         if n <= g:
             return []
         k = group_size(n, g, f)
+        starts = range(0, n, k)
+        ranges = 1
+        if split:
+            sizes = [stats[src.name][i].get("shuffle_bytes", 0) for i in range(n)]
+            ranges = max(1, min(max(-(-sum(sizes[a:a + k]) // most) for a in starts),
+                                stats[src.name][0].get("partitions", 1)))  # no more ranges than partitions
         return [{"inputs": str(src.dir(store)), "subs": subs, "first": a, "last": min(n, a + k),
-                 "describe": f"{src.name} files {a}-{min(n, a + k) - 1}"} for a in range(0, n, k)]
+                 **({"span": [r, ranges], "groups": len(starts)} if ranges > 1 else {}),
+                 "describe": f"{src.name} files {a}-{min(n, a + k) - 1}" + (f", partition range {r + 1} of {ranges}" if ranges > 1 else "")}
+                for r in range(ranges) for a in starts]
 
-    cfg = {"subs": subs, "group": g, **({"fanin": f} if f != FANIN else {})}  # the default keeps the keys of earlier runs
+    cfg = {"subs": subs, "group": g, **({"fanin": f} if f != FANIN else {}),  # the defaults keep the keys of earlier runs
+           **({"split_bytes": most} if split and most != SPLIT_BYTES else {})}
     return Step(name, "shuffle-merge", cfg, [src], merge_shard, shards=shards)
 
 
-def read_from(stats: dict, src: Step, merged: Step, count: int, store) -> tuple[str, int]:
+def read_from(stats: dict, src: Step, merged: Step, count: int, store) -> tuple[str, int | list[int]]:
     """(folder, files) a reader of `src`'s shuffle reads: the merged files when the merge
     ran, else `src`'s own `count` files."""
-    n = len(stats.get(merged.name, {}))
-    return (str(merged.dir(store)), n) if n else (str(src.dir(store)), count)
+    ms = stats.get(merged.name, {})
+    if not ms:
+        return str(src.dir(store)), count
+    m = ms[0]
+    if m.get("ranges", 1) > 1:  # a reader reads its range's files only (shuffle.files_of)
+        return str(merged.dir(store)), [m["groups"], m["ranges"], m["partitions"]]
+    return str(merged.dir(store)), len(ms)

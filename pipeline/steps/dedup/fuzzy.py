@@ -156,10 +156,11 @@ def fetch_shard(spec: dict, out) -> dict:
     t = shuffle.decisions(spec["pairs"], doc["k"], spec["pair_files"])
     texts_base = shuffle.map_file(fs.path(out.dir) / "texts", out.index)
     pairs_base = shuffle.map_file(fs.path(out.dir) / "pairs", out.index)
+    b0 = shuffle.bytes_written()
     if t is None or t.num_rows == 0:
         shuffle.write_empty(nparts, texts_base)
         shuffle.write_empty(nparts, pairs_base)
-        return {"rows": 0, "pairs": 0, "texts": 0, "partitions": nparts}
+        return {"rows": 0, "pairs": 0, "texts": 0, "partitions": nparts, "shuffle_bytes": shuffle.bytes_written() - b0}
     row = t.column("row").to_numpy()
     lo, hi = t.column("lo").to_numpy(), t.column("hi").to_numpy()
     me = shuffle.gid(doc["src"], doc["part"], row)
@@ -174,7 +175,8 @@ def fetch_shard(spec: dict, out) -> dict:
     at = pa.array(np.searchsorted(rows, need[:, 0]))
     table = pa.table({"gid": shuffle.gid(doc["src"], doc["part"], need[:, 0]), **{c: docs.column(c).take(at) for c in cols}})
     shuffle.write_partitions(table, need[:, 1], nparts, texts_base)
-    return {"rows": len(rows), "pairs": len(own), "texts": len(need), "partitions": nparts}
+    return {"rows": len(rows), "pairs": len(own), "texts": len(need), "partitions": nparts,
+            "shuffle_bytes": shuffle.bytes_written() - b0}
 
 
 def verify_shard(spec: dict, out) -> dict:

@@ -63,9 +63,9 @@ def plan(ctx: Context) -> list[Step]:
             return [{"doc": d, **extra(kept, d, stats), "describe": _describe(d)} for d in docs]
         return shards
 
-    def merged(src: Step, subs: list[str], count) -> Step:
+    def merged(src: Step, subs: list[str], count, split: bool = False) -> Step:
         """The merge tier after `src`'s shuffle files (pipeline/steps/merge.py)."""
-        return add(merge_step(f"{src.name}-merge", src, subs, count, ctx.store))
+        return add(merge_step(f"{src.name}-merge", src, subs, count, ctx.store, split))
 
     def reduce_specs(map_step, mg, extra):
         def shards(st, stats):
@@ -137,7 +137,7 @@ def plan(ctx: Context) -> list[Step]:
 
         fe = add(Step("dedup-fuzzy-fetch", "dedup-fuzzy-fetch", {"params": params}, [bk, bkm],
                       fuzzy.fetch_shard, shards=fetch_shards))
-        fem = merged(fe, ["pairs", "texts"], lambda stats, fe=fe: len(stats[fe.name]))
+        fem = merged(fe, ["pairs", "texts"], lambda stats, fe=fe: len(stats[fe.name]), split=True)  # texts
 
         def verify_shards(st, stats, fe=fe, fem=fem, params=params):
             folder, files = read_from(stats, fe, fem, len(stats[fe.name]), ctx.store)

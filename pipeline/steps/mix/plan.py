@@ -106,7 +106,7 @@ def plan(ctx: Context) -> list[Step]:
 
     route = Step("mix-route", "mix-route", {}, [select], tasks.route_shard, shards=route_shards)
 
-    merged = merge_step("mix-route-merge", route, ["to"], lambda stats: len(stats[route.name]), ctx.store)
+    merged = merge_step("mix-route-merge", route, ["to"], lambda stats: len(stats[route.name]), ctx.store, split=True)
 
     def write_shards(st, stats):
         folder, maps = read_from(stats, route, merged, len(stats[route.name]), ctx.store)

@@ -243,13 +243,15 @@ def route_shard(spec: dict, out) -> dict:
     total = sum(ph["n_shards"] for ph in spec["phases"])
     rows = 0
     base = shuffle.map_file(fs.path(out.dir) / "to", out.index)
+    b0 = shuffle.bytes_written()
     if parts:
         table = pa.concat_tables(parts)
         rows = table.num_rows
         shuffle.write_partitions(table, np.concatenate(dests), total, base)
     else:
         shuffle.write_empty(total, base)
-    return {"rows": rows, "source": d["source"], "part": d["part"], "chosen_docs": chosen_any}
+    return {"rows": rows, "source": d["source"], "part": d["part"], "chosen_docs": chosen_any,
+            "shuffle_bytes": shuffle.bytes_written() - b0, "partitions": total}
 
 
 def write_shard(spec: dict, out) -> dict:

@@ -146,6 +146,21 @@ def test_merged_shuffle_files_give_every_partition_the_same_rows_in_the_same_ord
     for p in range(nparts):
         assert shuffle.read_partition(tmp_path / "twice", 1, p, schema).to_pylist() == \
             shuffle.read_partition(tmp_path / "maps", nmaps, p, schema).to_pylist()
+    # split by partition ranges: file r x groups + j holds range r of group j; a reader of p reads its range's files
+    for ranges in (2, 4, 9, 12):
+        out = tmp_path / f"ranges-{ranges}"
+        for r in range(ranges):
+            for j, (a, b) in enumerate(groups):
+                shuffle.merge(tmp_path / "maps", a, b, shuffle.map_file(out, r * len(groups) + j), span=(r, ranges))
+        layout = [len(groups), ranges, nparts]
+        for p in range(nparts):
+            files = shuffle.files_of(layout, p)
+            assert len(files) == len(groups)
+            got = shuffle.read_partition(out, layout, p, schema)
+            assert got.to_pylist() == shuffle.read_partition(tmp_path / "maps", nmaps, p, schema).to_pylist(), (ranges, p)
+        copied = sum(shuffle._with(shuffle.map_file(out, i), ".data").stat().st_size for i in range(ranges * len(groups)))
+        assert copied == sum(shuffle._with(shuffle.map_file(tmp_path / "merged", j), ".data").stat().st_size
+                             for j in range(len(groups)))  # every byte copied once over the ranges
 
 
 def test_merge_groups_grow_so_that_a_reader_reads_at_most_fanin_files():

@@ -19,6 +19,7 @@ import pytest
 from pipeline import config
 from pipeline.run import runner
 from pipeline.io import atomic
+from pipeline.shards import shuffle
 from tests.conftest import curate, mixture_shas, write_yaml
 from tests.pipeline.dedup.test_text import _naive_words
 
@@ -114,19 +115,20 @@ def runs(ray_local, planted, tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
     _run(_yaml(d / "one.yaml", planted["dir"]), 2, d / "w2")
     # other shard counts, one worker, three shuffle partitions, and the merge tier joining
-    # every two shuffle files (pipeline/steps/merge.py; by default it joins 32)
-    os.environ["CURATE_SHUFFLE_GROUP"] = "2"
+    # every two shuffle files (pipeline/steps/merge.py; by default it joins 32), the text-carrying
+    # ones (fuzzy fetch -> verify, mix-route -> mix) split by partition ranges past 3,000 bytes a group
+    os.environ.update({"CURATE_SHUFFLE_GROUP": "2", "CURATE_MERGE_BYTES": "3000"})
     try:
         _run(_yaml(d / "two.yaml", planted["dir"], "  partitions: 3", max_shard_bytes=20_000), 1, d / "w1")
     finally:
-        del os.environ["CURATE_SHUFFLE_GROUP"]
+        del os.environ["CURATE_SHUFFLE_GROUP"], os.environ["CURATE_MERGE_BYTES"]
     return d / "w2" / "planted", d / "w1" / "planted"
 
 
 def test_the_merge_tier_reads_fewer_files_and_changes_no_byte(planted, runs, tmp_path):
     """The run with shuffle files merged in pairs against the same mixture without the tier:
     every dedup decision file and every mixture file the same bytes; the readers read
-    ceil(writers / 2) files each."""
+    ceil(writers / 2) files each, and fuzzy verify's only those of its partition range."""
     merged = runs[1]
     os.environ["CURATE_SHUFFLE_GROUP"] = "100000"  # no merge: every reader reads every writer's file
     try:
@@ -139,8 +141,13 @@ def test_the_merge_tier_reads_fewer_files_and_changes_no_byte(planted, runs, tmp
     assert len(tier) == 8 and all(n > 0 for n in tier.values()), tier  # every shuffle of the three kinds
     ingest_tier = {k: v["shards"] for k, v in steps.items() if k.startswith("merge-")}
     assert len(ingest_tier) == 4 and all(n > 0 for n in ingest_tier.values()), ingest_tier  # ids and id index, per source
+    verify = atomic.read_json(merged / steps["dedup-fuzzy-verify"]["dir"] / "step.json")["shards"]
+    groups, ranges, parts = verify[0]["maps"]  # merged file r x groups + j: range r of group j's files
+    assert groups == -(-steps["dedup-fuzzy-fetch"]["shards"] // 2) and ranges > 1 and parts == len(verify) == 3
+    assert steps["dedup-fuzzy-fetch-merge"]["shards"] == groups * ranges
+    assert {tuple(shuffle.files_of(v["maps"], v["partition"])) for v in verify} == \
+        {tuple(range(r * groups, (r + 1) * groups)) for r in range(ranges)}  # each reader: its range's files only
     for reader, writer, key in (("dedup-exact-reduce", "dedup-exact-map", "maps"),
-                                ("dedup-fuzzy-verify", "dedup-fuzzy-fetch", "maps"),
                                 ("dedup-exact", "dedup-exact-reduce", "reducers"),
                                 ("unique-ids-a", "ids-a", "files"), ("id-index-b", "ingest-b", "files")):
         spec = atomic.read_json(merged / steps[reader]["dir"] / "step.json")["shards"][0]
