@@ -210,7 +210,7 @@ class DedupSpec(Model):
     fuzzy: FuzzyDedupSpec | None = Field(None, description="near-duplicates: MinHash LSH, verified")
     paragraph: ParagraphDedupSpec | None = Field(None, description="repeated paragraphs")
     priority: list[str] | None = Field(None, description="source order for choosing survivors; default: YAML order")
-    partitions: int | None = Field(None, ge=1, description="shuffle partitions; default: from the number of documents")
+    partitions: int | None = Field(None, ge=1, description="shuffle partitions, at least; more where the data needs them (4M rows, 64 MB of verify text or 5M edges a partition)")
 
 
 class EvalSetSpec(Model):

@@ -215,7 +215,7 @@ def clusters_shard(spec: dict, out) -> dict:
     cpu0 = time.process_time()
     files = [str(fs.path(spec["edges"]) / f"part-{i:05d}.parquet") for i in range(spec["verified"])]
     edges = spec["edge_count"]  # from the verify markers: no task reads every edge file to count
-    nparts = spec["partitions"] or max(1, -(-edges // EDGES_PER_PARTITION))
+    nparts = max(spec["partitions"] or 1, -(-edges // EDGES_PER_PARTITION))
     work = fs.path(out.dir) / "_work"  # kept until the end: a retried or resumed coordinator goes on from its checkpoints
     res = components.run(files, work, fs.path(out.dir), nparts, spec["sources"], spec["src_rank"],
                          spec["offsets"], spec["ndocs"])

@@ -32,7 +32,8 @@ def outputs(stats: dict, step: Step) -> int:
 
 
 def _partitions(cfg, rows: int) -> int:
-    return cfg.partitions or max(1, math.ceil(rows / PARTITION_ROWS))
+    """`dedup.partitions` is a floor: a reducer never gets more than PARTITION_ROWS rows."""
+    return max(cfg.partitions or 1, math.ceil(rows / PARTITION_ROWS))
 
 
 def _describe(d: dict) -> str:
@@ -130,7 +131,7 @@ def plan(ctx: Context) -> list[Step]:
             pairs = sum(m["pairs"] for m in stats[bk.name].values())
             docs = sum(m["docs"] for m in stats[sig.name].values())
             avg = sum(m["text_bytes"] for m in stats[sig.name].values()) / max(1, docs)
-            nparts = dd.partitions or max(1, math.ceil(2 * pairs * avg / VERIFY_TEXT_BYTES))
+            nparts = max(dd.partitions or 1, math.ceil(2 * pairs * avg / VERIFY_TEXT_BYTES))
             folder, files = read_from(stats, bk, bkm, len(stats[bk.name]), ctx.store)
             return [{"doc": d, "pairs": folder, "pair_files": files, "params": params,
                      "partitions": nparts, "describe": _describe(d)} for d in ctx.doc_shards(stats, prev)]
