@@ -28,8 +28,11 @@ Per step, at D documents (every assumption is printed beside the table):
   another (the executor overlaps ready steps: this is the pessimistic sum).
 - **peak memory per task**: measured; for per-shard steps also the bound if memory grew with
   the shard's rows (50,000 against the bench's rows per shard) above a 300 MB worker.
-- **driver**: CPU per task (the marginal cost, N to 4N) x tasks; memory: the 4N run's
-  peak + 2.2 KB per shard spec of the largest step (bench.driver's figure).
+- **driver**: CPU per task: bench.driver's 1.7 ms measured with empty tasks (`--driver-ms`),
+  and the marginal cost from N to 4N of the S3 run as an upper bound; memory: the 4N run's
+  peak + 2.2 KB per shard of the largest step (its specs, bench.driver) + 0.82 KB per
+  task of the run (every finished shard's marker stays in the driver: the mean size of
+  the 4N run's markers in Python).
 Not modelled: stragglers, retries (1% transient faults cost ~1% more requests), network
 bandwidth, the object store's per-prefix request rate (S3: 5,500 GET/s per prefix).
 """
@@ -53,6 +56,7 @@ EDGES_PER_PARTITION = 5_000_000  # connected components (dedup/fuzzy.py)  # fuzz
 MIX_ROWS = 100_000  # mixture shard_rows' default
 BANDS, PARAGRAPHS_PER_DOC = 14, 8
 DRIVER_KB_PER_SHARD = 2.2  # bench.driver: planning and resuming a step of 10^5 shards
+DRIVER_KB_PER_MARKER = 0.82  # a finished shard's marker held by the driver (mean over the 4N local run's steps)
 BASE_RSS = 300.0
 TEXT_STEPS = ("ids-", "ingest-", "filter-", "dedup-fuzzy-signatures", "dedup-fuzzy-fetch", "dedup-fuzzy-verify",
               "dedup-paragraph-map", "dedup-exact-map", "classify-", "samples-pick", "mix-route", "mix")
@@ -218,6 +222,7 @@ def main(argv=None):
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--cores", type=int, default=64)
     ap.add_argument("--latency-ms", type=float, default=None, help="per request (default: the bench's)")
+    ap.add_argument("--driver-ms", type=float, default=1.7, help="driver CPU per task (bench.driver --tasks; default 1.7)")
     a = ap.parse_args(argv)
     data = json.loads(Path(a.objstore_json).read_text())
     runs = next(iter(data["results"].values()))
@@ -257,9 +262,11 @@ def main(argv=None):
         biggest = max(r["tasks"] for r in rows)
         print(f"| **total** | {tasks:,} | | {req:.3g} | {req / docs:.4f} | {sum(r['cpu_h'] for r in rows):,.0f} | "
               f"{sum(r['wall_h'] for r in rows):.1f} | |")
-        print(f"\ndriver: {driver_per_task * 1000:.2f} ms CPU per task (marginal, {t_small:,} -> {t_big:,} tasks) -> "
-              f"{driver_per_task * tasks / 3600:.2f} h for {tasks:,} tasks; memory ~{big['driver_rss_mb'] + DRIVER_KB_PER_SHARD * biggest / 1024:,.0f} MB "
-              f"(largest step: {biggest:,} shard specs)")
+        mem = big["driver_rss_mb"] + DRIVER_KB_PER_SHARD * biggest / 1024 + DRIVER_KB_PER_MARKER * tasks / 1024
+        print(f"\ndriver: {a.driver_ms:.2f} ms CPU per task (bench.driver) -> {a.driver_ms / 1000 * tasks / 3600:.2f} h for {tasks:,} tasks "
+              f"(upper bound: {driver_per_task * 1000:.2f} ms, the marginal from {t_small:,} to {t_big:,} tasks on S3 -> "
+              f"{driver_per_task * tasks / 3600:.2f} h); memory ~{mem:,.0f} MB (largest step: {biggest:,} shard specs; "
+              f"{tasks:,} markers)")
         meas = [sum(sum(s['requests'].values()) for s in r['steps'].values()) / r['docs'] for r in (small, big)]
         print(f"requests per document in steps: measured {meas[0]:.4f} (N) and {meas[1]:.4f} (4N) at 2,500-5,000-row shards; "
               f"modelled {req / docs:.4f} at {SHARD_DOCS:,}-row shards")

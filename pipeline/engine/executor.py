@@ -313,6 +313,7 @@ class Executor:
         if self.leases is not None:
             self.leases.release(self.lease_dir(s))
         remaining.pop(s.name, None)
+        s.meta["specs"] = None  # step.json holds them: the driver keeps specs of running steps only, not of the whole run
         self.timings[s.name] = time.time() - started.get(s.name, time.time())
         self.status[s.name] = "SUCCESS"
         self.progress.finish(s.name, self.timings[s.name])
