@@ -26,6 +26,7 @@ from pydantic import (
 from filters import base as filter_base
 from filters import classifiers as classifier_registry
 from pipeline.config.lines import dotted, line_of
+from pipeline.config.tokenize import TokenizeSpec
 from pipeline.engine.step import hash_json
 from pipeline.io import fs
 
@@ -363,6 +364,8 @@ class Mixture(Model):
     samples: SamplesSpec = Field(default_factory=SamplesSpec, description="published samples of kept and removed documents")
     publish: PublishSpec | None = Field(None, description="write the run as a Hugging Face dataset folder with a "
                                         "generated dataset card at the end of every successful run")
+    tokenize: TokenizeSpec | None = Field(None, description="write the mixture as trainer-ready token files too "
+                                          "(tokenized/<format>/), encoded once per document shard")
 
     def excluded(self) -> set[str]:
         """Sources left out of the mixture: `mixture.exclude` and every eval or reference source."""

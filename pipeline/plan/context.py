@@ -65,6 +65,8 @@ class Context:
     quality: dict[str, Step] = field(default_factory=dict)
     topic: dict[str, Step] = field(default_factory=dict)
     topic_labels: dict[str, list[str]] = field(default_factory=dict)
+    # tokenize stage: per mixed source, the step holding its kept documents' token ids
+    tokenized: dict[str, Step] = field(default_factory=dict)
     # mix stage
     mix: MixSteps | None = None
     fate: list[Step] = field(default_factory=list)  # what a document's fate depends on: every step up to the selection

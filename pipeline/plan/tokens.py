@@ -100,3 +100,37 @@ def count(spec: str | None, texts: list[str]) -> list[int] | None:
         enc = tok.encode_ordinary
         return [len(enc(t)) for t in texts]
     return [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
+
+
+END_OF_TEXT = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")  # a tokenizer.json's end-of-text, the first it has
+
+
+def vocab_size(spec: str) -> int:
+    tok = load(spec)
+    return tok.n_vocab if spec == "gpt2" else tok.get_vocab_size(with_added_tokens=True)
+
+
+def special_id(spec: str, token: str) -> int | None:
+    """The id of a special token (None when the tokenizer lacks it)."""
+    tok = load(spec)
+    if spec == "gpt2":
+        return tok.encode_single_token(token) if token in tok.special_tokens_set else None
+    return tok.token_to_id(token)
+
+
+def end_of_text(spec: str) -> tuple[str, int] | None:
+    for t in END_OF_TEXT:
+        i = special_id(spec, t)
+        if i is not None:
+            return t, i
+    return None
+
+
+def encode(spec: str, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, specials never inserted: a literal '<|endoftext|>' in a text is
+    encoded as the text it is (gpt2: `encode_ordinary`)."""
+    tok = load(spec)
+    if spec == "gpt2":
+        enc = tok.encode_ordinary
+        return [enc(t) for t in texts]
+    return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]

@@ -30,6 +30,8 @@ from pipeline.steps.dedup import plan as dedup
 from pipeline.steps.ingest import plan as ingest
 from pipeline.steps.mix import plan as mix
 from pipeline.steps.samples import plan as samples
+from pipeline.steps.tokenize import plan as tokenize
+from pipeline.steps.tokenize import write as tokens
 
 STAGES: list[Stage] = [
     ingest.STAGE,        # inputs -> document shards, quarantine/
@@ -38,7 +40,9 @@ STAGES: list[Stage] = [
     decontam.STAGE,      # eval items -> a global layer
     validation.STAGE,    # held-out documents -> a global layer, validation/
     classify.STAGE,      # quality and topic classifiers -> per-source steps after dedup
+    tokenize.STAGE,      # tokenize: each kept document's token ids, once (nothing without `tokenize:`)
     mix.STAGE,           # weights, epochs, phases -> mixture/, manifest.json
+    tokens.STAGE,        # tokenize: the mixture as token files -> tokenized/<format>/
     samples.STAGE,       # kept and removed samples -> samples/
 ]
 

@@ -101,10 +101,12 @@ def plan(ctx: Context) -> list[Step]:
         return [{"doc": d, "seed": m.seed, "phases": [
                     {"name": name, "cells": bm.source_cells(sel["sources"][d["source"]]), "n_shards": sel["n_shards"],
                      "offset": offset} for name, sel, offset in phases],
+                 **({"tokens": str(tok[d["source"]].dir(ctx.store) / f"{shard_name(d['index'])}.parquet")} if tok else {}),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"}
                 for d in mixed_docs(stats)]
 
-    route = Step("mix-route", "mix-route", {}, [select], tasks.route_shard, shards=route_shards)
+    tok = dict(ctx.tokenized)  # tokenize: the sources' token ids ride with their texts (pipeline/steps/tokenize/)
+    route = Step("mix-route", "mix-route", {}, [select, *tok.values()], tasks.route_shard, shards=route_shards)
 
     merged = merge_step("mix-route-merge", route, ["to"], lambda stats: len(stats[route.name]), ctx.store, split=True)
 

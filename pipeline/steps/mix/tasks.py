@@ -48,6 +48,7 @@ MIX_SCHEMA = pa.schema([
     ("topic", pa.string()), ("topic_score", pa.float32()), ("lang", pa.string()),
 ])
 ROW_GROUP = 2048
+MIX_ORDER = [("order", "ascending"), ("source", "ascending"), ("id", "ascending"), ("epoch", "ascending")]  # a shard's rows
 ALL = pc.CountOptions(mode="all")  # rows, null token counts included
 
 
@@ -212,12 +213,15 @@ def route_shard(spec: dict, out) -> dict:
     buckets = bucket_all.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) if bucket_all.null_count < n else None
     topics = np.array(extra["topic"].to_pylist(), dtype=object) if extra["topic"].null_count < n else None
     parts, dests, chosen_any = [], [], 0
+    tok = fs.read_table(spec["tokens"]) if spec.get("tokens") else None  # the shard's ids (tokenize-<source>)
     for rows, b in view.kept_batches(d["documents"], d["layers"], ["id", "text", "source", "source_id", "n_tokens"]):
         ids = b.column("id").to_pylist()
         r = pa.array(rows)
         base = pa.table({"id": b.column("id"), "text": b.column("text"), "source": b.column("source"),
                          "source_id": b.column("source_id"), "n_tokens": b.column("n_tokens"),
                          **{k: v.take(r) for k, v in extra.items()}})
+        if tok is not None:
+            base = base.append_column("tokens", _token_ids(tok, rows, spec["tokens"]))
         anywhere = np.zeros(len(ids), bool)  # chosen in some phase (the ledger's kept)
         for ph in spec["phases"]:
             cl = ph["cells"]
@@ -254,6 +258,15 @@ def route_shard(spec: dict, out) -> dict:
             "shuffle_bytes": shuffle.bytes_written() - b0, "partitions": total}
 
 
+def _token_ids(tok: pa.Table, rows: np.ndarray, where: str) -> pa.Array:
+    """The ids of some kept rows from their shard's `tokenize-<source>` file (row, tokens)."""
+    have = tok.column("row").to_numpy()
+    at = np.searchsorted(have, rows)
+    if len(rows) and (np.any(at >= len(have)) or np.any(have[np.minimum(at, len(have) - 1)] != rows)):
+        raise RuntimeError(f"{where} lacks the token ids of rows the mixture chose; its tokenize step is stale")
+    return tok.column("tokens").take(pa.array(at)).combine_chunks()
+
+
 def write_shard(spec: dict, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     final = fs.path(out.dir) / spec["file"] if spec.get("file") else out.path(".parquet")  # a phase's: <phase>/part-XXXXX
@@ -262,7 +275,7 @@ def write_shard(spec: dict, out) -> dict:
     if t is None:
         t = MIX_SCHEMA.empty_table()
     else:
-        t = t.sort_by([("order", "ascending"), ("source", "ascending"), ("id", "ascending"), ("epoch", "ascending")])
+        t = t.sort_by(MIX_ORDER)
         # one grouping each (not a filter per cell or source: a shard may hold hundreds of cells)
         for r in t.group_by("cell").aggregate([("n_tokens", "sum"), ("n_tokens", "count", ALL)]).to_pylist():
             per_cell[r["cell"]] = {"docs": r["n_tokens_count"], "tokens": int(r["n_tokens_sum"] or 0)}

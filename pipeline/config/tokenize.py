@@ -1,0 +1,42 @@
+"""The `tokenize:` section: the mixture as trainer-ready token files (pipeline/steps/tokenize/).
+
+    tokenize:
+      formats: [megatron, datatrove]   # Megatron .bin/.idx, datatrove .ds/.ds.index/.ds.metadata
+      eos: true                        # the tokenizer's end-of-text after every document
+      dtype: auto                      # uint16 when the vocabulary fits, else each format's wide type
+      max_file_tokens: 100000000       # a mixture shard's file split past this many tokens
+
+Its own module so that the models file stays one screen of sections; models.py imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+FORMATS = ("megatron", "datatrove")
+
+
+class TokenizeSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    formats: list[Literal["megatron", "datatrove"]] = Field(
+        ["megatron"], min_length=1, description="token file formats: megatron (.bin + .idx, MMIDIDX version 1), "
+                                                "datatrove (.ds + .ds.index + .ds.metadata)")
+    tokenizer: str | None = Field(None, description="gpt2 or a tokenizer.json; default: the run's `tokenizer`")
+    bos: str | None = Field(None, description="a special token put before every document (e.g. '<|endoftext|>'); default none")
+    eos: bool = Field(True, description="the tokenizer's end-of-text token after every document; a literal "
+                                        "'<|endoftext|>' inside a text is encoded as text, never as the special")
+    dtype: Literal["auto", "uint16", "uint32", "int32"] = Field(
+        "auto", description="token type: auto is uint16 when the vocabulary fits, else int32 for megatron (its .idx "
+                            "has no uint32 code) and uint32 for datatrove")
+    max_file_tokens: int | None = Field(None, ge=1, description="split a mixture shard's token file past this many "
+                                                               "tokens (part-XXXXX-YYYYY); default: one file a shard")
+
+    @field_validator("formats")
+    @classmethod
+    def _unique(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError(f"{v}: each format once")
+        return v

@@ -1,0 +1,1 @@
+"""Tokenized output: the mixture as trainer-ready token files (plan.py encodes, write.py writes)."""

@@ -1,0 +1,72 @@
+"""The tokenize stage, its encoding half: a `tokenize-<source>` step per mixed source, one
+shard per document shard, writing each kept document's token ids once.
+
+Kept means kept by the filters and every global layer (dedup, decontamination, the
+validation hold-out), whose text is the mixture's (paragraph dedup and the filters'
+rewrites applied). The quality and topic classifiers and everything in `mixture:` are not
+inputs: a weights, phase, cell or quality edit re-encodes nothing, and the mixture's
+routing gathers the ids with the texts (pipeline/steps/mix/plan.py). The writers are the
+`tokens` stage (write.py).
+
+    tokenize:
+      formats: [megatron, datatrove]
+"""
+
+from __future__ import annotations
+
+from pipeline.engine.step import Step
+from pipeline.errors import UsageError
+from pipeline.plan import tokens
+from pipeline.plan.context import Context
+from pipeline.plan.stage import Stage
+from pipeline.steps.tokenize import formats, tasks
+
+
+def settings(ctx: Context) -> dict:
+    """The resolved tokenizer, its identity, vocabulary, specials and each format's dtype;
+    a UsageError naming the YAML key where they do not fit."""
+    tz = ctx.mixture.tokenize
+    spec = tokens.check(tz.tokenizer, ctx.lm.base_dir) if tz.tokenizer else ctx.tokenizer
+    if spec is None:
+        raise UsageError(f"{ctx.lm.where(('tokenize',))}: needs a tokenizer; set `tokenize.tokenizer` or the run's "
+                         "`tokenizer` (gpt2 or a tokenizer.json)")
+    vocab = tokens.vocab_size(spec)
+    eos = tokens.end_of_text(spec) if tz.eos else None
+    if tz.eos and eos is None:
+        raise UsageError(f"{ctx.lm.where(('tokenize', 'eos'))}: the tokenizer has no end-of-text token "
+                         f"({', '.join(tokens.END_OF_TEXT)}); set eos: false or give a tokenizer that has one")
+    bos = None
+    if tz.bos is not None:
+        bos = tokens.special_id(spec, tz.bos)
+        if bos is None:
+            raise UsageError(f"{ctx.lm.where(('tokenize', 'bos'))}: {tz.bos!r} is not a token of the tokenizer")
+    dtypes = {}
+    for f in tz.formats:
+        try:
+            dtypes[f] = formats.dtype_for(f, tz.dtype, vocab)
+        except ValueError as e:
+            raise UsageError(f"{ctx.lm.where(('tokenize', 'dtype'))}: {f}: {e}") from None
+    return {"tokenizer": spec, "identity": tokens.identity(spec), "vocab_size": vocab, "eos_id": eos[1] if eos else None,
+            "eos": eos[0] if eos else None, "bos_id": bos, "bos": tz.bos, "dtypes": dtypes}
+
+
+def plan(ctx: Context) -> list[Step]:
+    if ctx.mixture.tokenize is None:
+        return []
+    st = settings(ctx)
+    layers = list(ctx.layers)
+    mixed = [s for s in ctx.mixture.sources if s not in ctx.mixture.excluded()]
+    out = []
+    for sname in mixed:
+        def shards(step, stats, sname=sname):
+            return [{"doc": d, "tokenizer": st["tokenizer"], "describe": f"{sname} shard {d['part']}"}
+                    for d in ctx.doc_shards(stats, layers) if d["source"] == sname]
+
+        step = Step(f"tokenize-{sname}", "tokenize", {"source": sname, "tokenizer": st["identity"]}, ctx.base() + layers,
+                    tasks.encode_shard, shards=shards)
+        ctx.tokenized[sname] = step
+        out.append(step)
+    return out
+
+
+STAGE = Stage("tokenize", plan)

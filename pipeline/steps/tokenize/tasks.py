@@ -1,0 +1,92 @@
+"""The tokenize stage's tasks: encode once per document shard, then write token files per
+mixture shard by gathering, never encoding again.
+
+`encode_shard` (steps `tokenize-<source>`) writes each kept document's ids (after the
+filters' rewrites and the global layers, paragraph dedup's included: the text the
+mixture holds) as `part-XXXXX.parquet` (`row`, `tokens` list<uint32>) beside the document
+shard. The mixture's routing (mix-route) carries them to the mixture shards with the text,
+and `write_shard` (steps `tokens-<format>`) reads a mixture shard's partition, orders it as
+`mix` orders the mixture file, adds the specials and writes the format's files
+(pipeline/steps/tokenize/formats.py). A weights, phase or cell edit re-runs the routing
+and the writers only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.engine.step import shard_name, task
+from pipeline.io import atomic, fs
+from pipeline.plan import tokens
+from pipeline.shards import shuffle, view
+from pipeline.steps.mix.tasks import MIX_ORDER
+from pipeline.steps.tokenize import formats
+
+SCHEMA = pa.schema([("row", pa.int64()), ("tokens", pa.list_(pa.uint32()))])
+
+
+@task(version="1")
+def encode_shard(spec: dict, out) -> dict:
+    """One document shard's kept documents -> their token ids (no specials)."""
+    d = spec["doc"]
+    n = total = 0
+    final = out.path(".parquet")
+    tmp = atomic.tmp_path(final)
+    with fs.parquet_writer(tmp, SCHEMA, compression="zstd") as w:
+        for rows, b in view.kept_batches(d["documents"], d["layers"], ["text"]):
+            ids = tokens.encode(spec["tokenizer"], b.column("text").to_pylist())
+            lengths = np.fromiter((len(x) for x in ids), np.int64, len(ids))
+            flat = np.fromiter((t for x in ids for t in x), np.uint32, int(lengths.sum()))
+            lists = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(lengths)].astype(np.int32)), pa.array(flat))
+            w.write_table(pa.table({"row": pa.array(rows, pa.int64()), "tokens": lists}, schema=SCHEMA))
+            n += len(ids)
+            total += int(lengths.sum())
+    atomic.commit(tmp, final)
+    return {"rows": n, "documents": n, "tokens": total}
+
+
+@task(version="1")
+def write_shard(spec: dict, out) -> dict:
+    """One mixture shard's documents, in the mixture's order, as token files of one format:
+    `<format>/[<phase>/]part-XXXXX.*`, split as part-XXXXX-YYYYY past `max_file_tokens`."""
+    t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
+    fmt, p = spec["format"], spec["params"]
+    name = spec["file"][: -len(".parquet")] if spec.get("file") else shard_name(out.index)
+    if t is None or t.num_rows == 0:
+        docs, cells = [], []
+    else:
+        t = t.sort_by(MIX_ORDER)
+        lst = t.column("tokens").combine_chunks()
+        offs, vals = lst.offsets.to_numpy(), lst.values.to_numpy()
+        pre = np.array([p["bos_id"]] if p["bos_id"] is not None else [], np.uint32)
+        post = np.array([p["eos_id"]] if p["eos_id"] is not None else [], np.uint32)
+        docs = [np.concatenate([pre, vals[offs[i]:offs[i + 1]], post]) for i in range(len(offs) - 1)]
+        cells = t.column("cell").to_pylist()
+    groups = _split(docs, p["max_file_tokens"])
+    files, per_cell, total = [], {}, 0
+    for k, (a, b) in enumerate(groups):
+        stem = name if len(groups) == 1 else f"{name}-{k:05d}"
+        res = formats.write(fmt, fs.path(out.dir) / fmt / stem, docs[a:b], p["dtype"], p["tokenizer_name"])
+        files.append({"file": f"{fmt}/{stem}", "documents": res["documents"], "tokens": res["tokens"], "files": res["files"]})
+        total += res["tokens"]
+    for c, d in zip(cells, docs):
+        e = per_cell.setdefault(c, {"documents": 0, "tokens": 0})
+        e["documents"] += 1
+        e["tokens"] += len(d)
+    return {"rows": len(docs), "tokens": total, "files": files, "phase": spec.get("phase"), "per_cell": per_cell}
+
+
+def _split(docs: list[np.ndarray], most: int | None) -> list[tuple[int, int]]:
+    """Runs of documents of at most `most` tokens each (a longer document alone); one run
+    (maybe empty) without a limit."""
+    if not most or not docs:
+        return [(0, len(docs))]
+    out, start, size = [], 0, 0
+    for i, d in enumerate(docs):
+        if size and size + len(d) > most:
+            out.append((start, i))
+            start, size = i, 0
+        size += len(d)
+    out.append((start, len(docs)))
+    return out

@@ -1,0 +1,146 @@
+"""Tokenized output against the anchors' own writers: the small mixture of the demo corpus
+with `tokenize: {formats: [megatron, datatrove]}`, its token files compared byte for byte
+with datatrove 0.10.1's `MegatronDocumentTokenizer` and `DocumentTokenizer` run on the
+mixture files' texts in order (GPT-2 from the same offline files, EOS after every document);
+every document read back through Megatron's documented layout decodes to its mixture text;
+a weights-only edit encodes nothing again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config.tokenize import TokenizeSpec
+from pipeline.io import atomic
+from pipeline.plan import tokens
+from pipeline.steps.tokenize import formats
+from tests.conftest import curate, small_mixture, write_yaml
+
+TOKENIZE = "\n        tokenize: {formats: [megatron, datatrove]}\n"
+
+
+@pytest.fixture(scope="module")
+def tok_runs(demo_corpus, tmp_path_factory, joined):
+    """The mixture, then a weights-only variant of it on the same store."""
+    d = tmp_path_factory.mktemp("tokenize")
+    y = write_yaml(d / "t.yaml", small_mixture(str(demo_corpus), "out") + TOKENIZE)
+    r = curate("run", str(y), "--workers", "2", env=joined)
+    assert r.returncode == 0, r.stderr[-3000:]
+    v = write_yaml(d / "v.yaml", (small_mixture(str(demo_corpus), "out") + TOKENIZE).replace(
+        "name: remote", "name: variant").replace("web: 0.5, wiki: 0.5", "web: 0.7, wiki: 0.3"))
+    r = curate("run", str(v), "--workers", "2", env=joined)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return d / "out" / "remote", d / "out" / "variant"
+
+
+def _gpt2_json(tmp: Path) -> str:
+    """GPT-2 as a tokenizer.json from the same offline files, for datatrove."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    data = tokens._gpt2_files()
+    tok = ByteLevelBPETokenizer(str(data / "encoder.json"), str(data / "vocab.bpe"))
+    path = tmp / "gpt2.json"
+    tok.save(str(path))
+    return str(path)
+
+
+def _mixture_texts(run: Path) -> dict[str, list[str]]:
+    return {p.stem: pq.read_table(p, columns=["text"]).column("text").to_pylist()
+            for p in sorted((run / "mixture").glob("part-*.parquet"))}
+
+
+def test_token_files_equal_datatrove_writers_byte_for_byte(tok_runs, tmp_path, monkeypatch):
+    from datatrove.data import Document
+    from datatrove.pipeline.tokens.megatron_tokenizer import MegatronDocumentTokenizer
+    from datatrove.pipeline.tokens.tokenizer import DocumentTokenizer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run = tok_runs[0]
+    tj = _gpt2_json(tmp_path)
+    texts = _mixture_texts(run)
+    assert len(texts) >= 2 and all(texts.values())
+    for part, docs in texts.items():
+        out = tmp_path / part
+        items = [Document(text=t, id=str(i)) for i, t in enumerate(docs)]
+        MegatronDocumentTokenizer(str(out / "m"), tokenizer_name_or_path=tj, eos_token="<|endoftext|>").run(iter(items))
+        DocumentTokenizer(str(out / "d"), tokenizer_name_or_path=tj, eos_token="<|endoftext|>",
+                          shuffle_documents=False).run(iter(items))
+        for ours, theirs in ((".bin", "m/00000_tokens.bin"), (".idx", "m/00000_tokens.idx"),
+                             (".ds", "d/00000_unshuffled.ds"), (".ds.index", "d/00000_unshuffled.ds.index")):
+            fmt = "megatron" if ours in (".bin", ".idx") else "datatrove"
+            a = (run / "tokenized" / fmt / f"{part}{ours}").read_bytes()
+            assert a == (out / theirs).read_bytes(), (part, ours)
+        meta = (run / "tokenized" / "datatrove" / f"{part}.ds.metadata").read_text().splitlines()
+        theirs = (out / "d" / "00000_unshuffled.ds.metadata").read_text().splitlines()
+        assert meta[0] == "gpt2|2" and meta[1:] == theirs[1:]  # the same count; the name is ours
+
+
+def _read_megatron(base: Path) -> list[np.ndarray]:
+    """Megatron-LM's IndexedDataset layout, read as its docs describe it."""
+    idx = base.with_suffix(".idx").read_bytes()
+    assert idx[:9] == b"MMIDIDX\x00\x00" and np.frombuffer(idx[9:17], "<u8")[0] == 1
+    code = idx[17]
+    dtype = {8: np.uint16, 4: np.int32}[code]
+    n, ndocs = np.frombuffer(idx[18:34], "<u8")
+    sizes = np.frombuffer(idx, "<i4", n, 34)
+    ptrs = np.frombuffer(idx, "<i8", n, 34 + 4 * n)
+    doc_idx = np.frombuffer(idx, "<i8", ndocs, 34 + 12 * n)
+    assert doc_idx[0] == 0 and list(doc_idx) == list(range(n + 1))
+    data = np.frombuffer(base.with_suffix(".bin").read_bytes(), dtype)
+    return [data[p // dtype().itemsize: p // dtype().itemsize + s] for p, s in zip(ptrs, sizes)]
+
+
+def test_every_document_decodes_to_its_mixture_text_and_counts_match_the_manifest(tok_runs):
+    run = tok_runs[0]
+    enc = tokens.load("gpt2")
+    manifest = atomic.read_json(run / "manifest.json")
+    tz = manifest["tokenized"]
+    assert tz["eos_id"] == 50256 and tz["vocab_size"] == 50257 and tz["formats"]["megatron"]["dtype"] == "uint16"
+    total = 0
+    for p in sorted((run / "mixture").glob("part-*.parquet")):
+        t = pq.read_table(p, columns=["text", "n_tokens"])
+        docs = _read_megatron(run / "tokenized" / "megatron" / f"{p.stem}.bin")
+        assert len(docs) == t.num_rows
+        for d, text, n in zip(docs, t.column("text").to_pylist(), t.column("n_tokens").to_pylist(), strict=True):
+            assert d[-1] == 50256 and 50256 not in d[:-1].tolist()  # EOS exactly at the boundary
+            assert enc.decode(d[:-1].tolist()) == text and len(d) == n + 1
+        total += sum(t.column("n_tokens").to_pylist()) + t.num_rows
+    assert tz["formats"]["megatron"]["tokens"] == tz["formats"]["datatrove"]["tokens"] == total
+
+
+def test_a_weights_only_edit_encodes_nothing_again(tok_runs):
+    steps = atomic.read_json(tok_runs[1] / "run.json")["steps"]
+    enc = {k: v for k, v in steps.items() if k.startswith("tokenize-")}
+    assert set(enc) == {"tokenize-wiki", "tokenize-web"} and all(v["computed"] == 0 for v in enc.values()), enc
+    assert all(steps[k]["computed"] > 0 for k in ("mix-route", "tokens-megatron", "tokens-datatrove"))
+    a, b = (json.dumps(atomic.read_json(r / "manifest.json")["tokenized"]["formats"]["megatron"]["tokens"]) for r in tok_runs)
+    assert a != b  # the variant's token files hold its own mixture
+
+
+def test_dtypes_and_specials_are_checked_where_the_yaml_sets_them():
+    assert formats.dtype_for("megatron", "auto", 50257) == "uint16"
+    assert formats.dtype_for("megatron", "auto", 128256) == "int32" and formats.dtype_for("datatrove", "auto", 128256) == "uint32"
+    with pytest.raises(ValueError, match="65,536"):
+        formats.dtype_for("datatrove", "uint16", 128256)
+    with pytest.raises(ValueError, match="no uint32"):
+        formats.dtype_for("megatron", "uint32", 50257)
+    with pytest.raises(ValueError):
+        TokenizeSpec(formats=["megatron", "megatron"])
+
+
+def test_a_vocabulary_too_large_for_uint16_is_a_config_error_naming_the_key(tmp_path, demo_corpus):
+    y = write_yaml(tmp_path / "t.yaml", small_mixture(str(demo_corpus), "out") + "\n        tokenize: {formats: [datatrove], dtype: uint32}\n")
+    assert curate("plan", str(y)).returncode == 0
+    big = tmp_path / "big.json"
+    from tokenizers import Tokenizer, models
+
+    Tokenizer(models.WordLevel({f"w{i}": i for i in range(70_000)}, unk_token="w0")).save(str(big))
+    y = write_yaml(tmp_path / "u.yaml", small_mixture(str(demo_corpus), "out") +
+                   f"\n        tokenize: {{formats: [megatron], dtype: uint16, eos: false, tokenizer: {big}}}\n")
+    r = curate("plan", str(y))
+    assert r.returncode != 0 and "tokenize.dtype" in r.stderr and "65,536" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
