@@ -1,7 +1,7 @@
 """The `tokenize:` section: the mixture as trainer-ready token files (pipeline/steps/tokenize/).
 
     tokenize:
-      formats: [megatron, datatrove]   # Megatron .bin/.idx, datatrove .ds/.ds.index/.ds.metadata
+      formats: [megatron, datatrove, memmap]   # Megatron .bin/.idx, datatrove .ds/..., Dolma/OLMo .npy/.csv.gz
       eos: true                        # the tokenizer's end-of-text after every document
       dtype: auto                      # uint16 when the vocabulary fits, else each format's wide type
       max_file_tokens: 100000000       # a mixture shard's file split past this many tokens
@@ -15,22 +15,22 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-FORMATS = ("megatron", "datatrove")
+FORMATS = ("megatron", "datatrove", "memmap")
 
 
 class TokenizeSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    formats: list[Literal["megatron", "datatrove"]] = Field(
+    formats: list[Literal["megatron", "datatrove", "memmap"]] = Field(
         ["megatron"], min_length=1, description="token file formats: megatron (.bin + .idx, MMIDIDX version 1), "
-                                                "datatrove (.ds + .ds.index + .ds.metadata)")
+                                                "datatrove (.ds + .ds.index + .ds.metadata), memmap (Dolma/OLMo .npy + .csv.gz)")
     tokenizer: str | None = Field(None, description="gpt2 or a tokenizer.json; default: the run's `tokenizer`")
     bos: str | None = Field(None, description="a special token put before every document (e.g. '<|endoftext|>'); default none")
     eos: bool = Field(True, description="the tokenizer's end-of-text token after every document; a literal "
                                         "'<|endoftext|>' inside a text is encoded as text, never as the special")
     dtype: Literal["auto", "uint16", "uint32", "int32"] = Field(
         "auto", description="token type: auto is uint16 when the vocabulary fits, else int32 for megatron (its .idx "
-                            "has no uint32 code) and uint32 for datatrove")
+                            "has no uint32 code) and uint32 for datatrove and memmap")
     max_file_tokens: int | None = Field(None, ge=1, description="split a mixture shard's token file past this many "
                                                                "tokens (part-XXXXX-YYYYY); default: one file a shard")
 

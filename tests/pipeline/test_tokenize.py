@@ -20,7 +20,7 @@ from pipeline.plan import tokens
 from pipeline.steps.tokenize import formats
 from tests.conftest import curate, small_mixture, write_yaml
 
-TOKENIZE = "\n        tokenize: {formats: [megatron, datatrove]}\n"
+TOKENIZE = "\n        tokenize: {formats: [megatron, datatrove, memmap]}\n"
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +112,39 @@ def test_every_document_decodes_to_its_mixture_text_and_counts_match_the_manifes
     assert tz["formats"]["megatron"]["tokens"] == tz["formats"]["datatrove"]["tokens"] == total
 
 
+def test_memmap_files_follow_dolmas_layout_and_trainer_configs_name_every_file(tok_runs):
+    """Dolma's layout (its MemmapWriter: raw tokens, a csv row a document: start, end, id, src,
+    loc): every document's span decodes to its mixture text; Megatron's --data-path and OLMo's
+    data section name every file, weighted by tokens."""
+    import csv
+    import gzip
+    import io
+
+    run = tok_runs[0]
+    enc = tokens.load("gpt2")
+    for p in sorted((run / "mixture").glob("part-*.parquet")):
+        t = pq.read_table(p, columns=["id", "source", "text"])
+        data = np.fromfile(run / "tokenized" / "memmap" / f"{p.stem}.npy", np.uint16)
+        rows = list(csv.reader(io.StringIO(gzip.decompress((run / "tokenized" / "memmap" / f"{p.stem}.csv.gz").read_bytes()).decode())))
+        assert len(rows) == t.num_rows and int(rows[-1][1]) == len(data)
+        for (start, end, doc_id, src, loc), i, s, text in zip(rows, t.column("id").to_pylist(), t.column("source").to_pylist(),
+                                                             t.column("text").to_pylist(), strict=True):
+            span = data[int(start):int(end)]
+            assert (doc_id, src) == (i, s) and span[-1] == 50256 and enc.decode(span[:-1].tolist()) == text
+    parts = sorted(p.stem for p in (run / "mixture").glob("part-*.parquet"))
+    words = (run / "tokenized" / "megatron" / "data-path.txt").read_text().split()
+    weights, prefixes = [float(w) for w in words[::2]], words[1::2]
+    assert abs(sum(weights) - 1) < 1e-4 and [Path(x).name for x in prefixes] == parts
+    assert all(Path(x + ".bin").is_file() and Path(x + ".idx").is_file() for x in prefixes)
+    olmo = (run / "tokenized" / "memmap" / "olmo-data.yaml").read_text()
+    assert "memmap_dtype: uint16" in olmo and all(f"{x}.npy" in olmo for x in parts)
+
+
 def test_a_weights_only_edit_encodes_nothing_again(tok_runs):
     steps = atomic.read_json(tok_runs[1] / "run.json")["steps"]
     enc = {k: v for k, v in steps.items() if k.startswith("tokenize-")}
     assert set(enc) == {"tokenize-wiki", "tokenize-web"} and all(v["computed"] == 0 for v in enc.values()), enc
-    assert all(steps[k]["computed"] > 0 for k in ("mix-route", "tokens-megatron", "tokens-datatrove"))
+    assert all(steps[k]["computed"] > 0 for k in ("mix-route", "tokens-megatron", "tokens-datatrove", "tokens-memmap"))
     a, b = (json.dumps(atomic.read_json(r / "manifest.json")["tokenized"]["formats"]["megatron"]["tokens"]) for r in tok_runs)
     assert a != b  # the variant's token files hold its own mixture
 

@@ -8,6 +8,10 @@ document), byte for byte what the trainers' own writers write:
 - **datatrove**: `.ds` (the tokens, little-endian uint16 or uint32), `.ds.index` (<Q end of
   each document, in tokens) and `.ds.metadata` ("<tokenizer>|<bytes a token>", the token
   count, the count humanized), as datatrove's `DocumentTokenizer` writes them unshuffled.
+- **memmap** (Dolma's `dolma tokens`, OLMo's memmap datasets): `.npy` (the raw tokens, no
+  header: `np.memmap(path, dtype)`) and `.csv.gz` (a csv row a document: start, end, id,
+  source, its row in the mixture file; Dolma's `MemmapMetadata` order, its csv writer's
+  line ends; gzip with no name and time 0, so the bytes are the same every run).
 
 A file is written to a temporary name and renamed (pipeline/io/fs.py), so a retried task
 rewrites the same bytes.
@@ -15,7 +19,10 @@ rewrites the same bytes.
 
 from __future__ import annotations
 
+import csv
+import gzip
 import hashlib
+import io
 from pathlib import Path
 
 import numpy as np
@@ -23,27 +30,29 @@ import numpy as np
 from pipeline.io import atomic, fs
 
 MEGATRON_CODES = {"uint16": 8, "int32": 4}  # Megatron-LM indexed_dataset DType codes (it has no uint32)
-EXTENSIONS = {"megatron": (".bin", ".idx"), "datatrove": (".ds", ".ds.index", ".ds.metadata")}
+EXTENSIONS = {"megatron": (".bin", ".idx"), "datatrove": (".ds", ".ds.index", ".ds.metadata"), "memmap": (".npy", ".csv.gz")}
 
 
 def dtype_for(fmt: str, dtype: str, vocab: int) -> str:
     """The token type of `fmt` for `dtype` ("auto": uint16 when every id fits, else the
     format's wide type); a ValueError says why a given type cannot hold the vocabulary."""
-    wide = "int32" if fmt == "megatron" else "uint32"
+    wide = "int32" if fmt == "megatron" else "uint32"  # datatrove and memmap: uint32
     if dtype == "auto":
         return "uint16" if vocab <= 1 << 16 else wide
     if dtype == "uint16" and vocab > 1 << 16:
         raise ValueError(f"uint16 holds ids below 65,536 but the vocabulary has {vocab:,}; use dtype: auto or {wide}")
     if fmt == "megatron" and dtype == "uint32":
         raise ValueError("Megatron's .idx has no uint32 code; use int32 (or auto)")
-    if fmt == "datatrove" and dtype == "int32":
-        raise ValueError("datatrove's .ds holds uint16 or uint32 tokens; use uint32 (or auto)")
+    if fmt != "megatron" and dtype == "int32":
+        raise ValueError(f"{fmt} files hold uint16 or uint32 tokens; use uint32 (or auto)")
     return dtype
 
 
-def write(fmt: str, base: Path, docs: list[np.ndarray], dtype: str, tokenizer_name: str) -> dict:
+def write(fmt: str, base: Path, docs: list[np.ndarray], dtype: str, tokenizer_name: str,
+          meta: list[tuple[str, str, int]] | None = None) -> dict:
     """One token file set at `base` (no extension) from `docs` (each document's ids, with
-    its specials); returns its files' bytes and sha256 and the token count."""
+    its specials; `meta`: each one's id, source and row, for the memmap's csv); returns
+    its files' bytes and sha256 and the token count."""
     arrays = [np.asarray(d).astype(np.dtype(dtype).newbyteorder("<"), copy=False) for d in docs]
     lengths = np.array([len(a) for a in arrays], np.int64)
     tokens = int(lengths.sum())
@@ -55,6 +64,13 @@ def write(fmt: str, base: Path, docs: list[np.ndarray], dtype: str, tokenizer_na
                         lengths.astype("<i4").tobytes(), (np.r_[0, np.cumsum(lengths)[:-1]] * size).astype("<i8").tobytes()
                         if len(arrays) else b"", np.arange(len(arrays) + 1, dtype="<i8").tobytes()])
         files = {".bin": data, ".idx": idx}
+    elif fmt == "memmap":
+        ends = np.cumsum(lengths)
+        text = io.StringIO()
+        w = csv.writer(text)
+        for (doc_id, source, row), a, b in zip(meta or [], (ends - lengths).tolist(), ends.tolist(), strict=True):
+            w.writerow([a, b, doc_id, source, row])
+        files = {".npy": data, ".csv.gz": gzip.compress(text.getvalue().encode(), mtime=0)}
     else:
         import humanize  # datatrove's own dependency: its metadata's third line
 

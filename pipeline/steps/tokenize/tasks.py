@@ -54,7 +54,7 @@ def write_shard(spec: dict, out) -> dict:
     fmt, p = spec["format"], spec["params"]
     name = spec["file"][: -len(".parquet")] if spec.get("file") else shard_name(out.index)
     if t is None or t.num_rows == 0:
-        docs, cells = [], []
+        docs, cells, meta = [], [], []
     else:
         t = t.sort_by(MIX_ORDER)
         lst = t.column("tokens").combine_chunks()
@@ -63,11 +63,12 @@ def write_shard(spec: dict, out) -> dict:
         post = np.array([p["eos_id"]] if p["eos_id"] is not None else [], np.uint32)
         docs = [np.concatenate([pre, vals[offs[i]:offs[i + 1]], post]) for i in range(len(offs) - 1)]
         cells = t.column("cell").to_pylist()
+        meta = list(zip(t.column("id").to_pylist(), t.column("source").to_pylist(), range(t.num_rows)))
     groups = _split(docs, p["max_file_tokens"])
     files, per_cell, total = [], {}, 0
     for k, (a, b) in enumerate(groups):
         stem = name if len(groups) == 1 else f"{name}-{k:05d}"
-        res = formats.write(fmt, fs.path(out.dir) / fmt / stem, docs[a:b], p["dtype"], p["tokenizer_name"])
+        res = formats.write(fmt, fs.path(out.dir) / fmt / stem, docs[a:b], p["dtype"], p["tokenizer_name"], meta[a:b])
         files.append({"file": f"{fmt}/{stem}", "documents": res["documents"], "tokens": res["tokens"], "files": res["files"]})
         total += res["tokens"]
     for c, d in zip(cells, docs):

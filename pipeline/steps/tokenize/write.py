@@ -61,8 +61,35 @@ def publish(ctx: Context, stats: dict) -> dict:
         body[fmt] = {"dtype": st["dtypes"][fmt], "files": files, "tokens": total,
                      "extensions": list(formats.EXTENSIONS[fmt])}
     atomic.link_tree(pairs, ctx.run_dir / "tokenized")
+    for fmt, b in body.items():
+        b["trainer"] = _trainer_config(ctx, fmt, b)
     return {"tokenized": {"tokenizer": st["tokenizer"], "tokenizer_identity": st["identity"], "vocab_size": st["vocab_size"],
                           "bos": st["bos"], "bos_id": st["bos_id"], "eos": st["eos"], "eos_id": st["eos_id"], "formats": body}}
+
+
+def _trainer_config(ctx: Context, fmt: str, b: dict) -> str | None:
+    """What a trainer reads, written beside the files: Megatron's `--data-path` (each file's
+    prefix weighted by its tokens: the files are the mixture already, so sampling them by
+    size keeps its weights), OLMo's `data:` section (memmap paths and dtype); datatrove's
+    `DatatroveFolderDataset` takes the folder itself. Per phase when the mixture has phases.
+    Returns the file's name under tokenized/<format>/ (None for datatrove)."""
+    if fmt == "datatrove":
+        return None
+    root = ctx.run_dir / "tokenized" / fmt
+    phases: dict[str, list[dict]] = {}
+    for f in b["files"]:
+        rel = f["path"][len(f"tokenized/{fmt}/"):]
+        phases.setdefault(rel.rsplit("/", 1)[0] if "/" in rel else "", []).append({**f, "rel": rel})
+    name = "data-path.txt" if fmt == "megatron" else "olmo-data.yaml"
+    for phase, files in phases.items():
+        total = sum(f["tokens"] for f in files) or 1
+        if fmt == "megatron":
+            text = " ".join(f"{f['tokens'] / total:.6g} {root / f['rel']}" for f in files if f["tokens"]) + "\n"
+        else:
+            text = f"data:\n  memmap_dtype: {b['dtype']}\n  paths:\n" + "".join(
+                f"    - {root / f['rel']}.npy\n" for f in files if f["tokens"])
+        atomic.write_bytes(root / phase / name if phase else root / name, text.encode())
+    return name
 
 
 STAGE = Stage("tokens", plan, publish=publish)
