@@ -85,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
                         description="Finds the document in the run's step outputs and shows each stage's decision, reason and scores.")
     ex.add_argument("run_dir", help="the run directory `curate run` printed")
     ex.add_argument("--id", help="the document id (as in mixture/*.parquet or the ingest shards)")
+    ex.add_argument("--token", metavar="FILE:OFFSET", help="the document holding this token of a token file "
+                    "(e.g. tokenized/megatron/part-00000.bin:1234), then its path through every stage")
     ex.add_argument("--all", action="store_true", help="one row per input document (status, stage, reason, scores) into --out")
     ex.add_argument("--out", help="with --all: the Parquet file to write")
     ex.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -152,6 +154,14 @@ def _parser() -> argparse.ArgumentParser:
     pb.add_argument("--allow-unknown-loss", action="store_true",
                     help="publish a run whose input files were cut or unreadable (ledger conservation: unknown; their records "
                     "after the damage were neither read nor counted); refused without it. The card says so in its first lines")
+
+    vt = sub.add_parser("verify-tokens", help="check a run's token files: layout, counts, vocabulary, specials, texts",
+                        description="Reads every token file of the run (tokenized/<format>/) and checks it against its "
+                        "format's invariants, the manifest's counts, the tokenizer's vocabulary, EOS/BOS at every document "
+                        "boundary, and a seeded sample of documents decoded against the mixture's texts. Exit 1 on any problem.")
+    vt.add_argument("run_dir")
+    vt.add_argument("--sample", type=int, default=200, help="documents a file decoded and compared with the mixture (default 200)")
+    vt.add_argument("--seed", type=int, default=0)
 
     rp = sub.add_parser("report", help="(re)write report.html and report.json of a run and print the path")
     rp.add_argument("run_dir")
@@ -237,8 +247,17 @@ def _dispatch(args) -> int:
     if args.cmd == "explain":
         from pipeline.views import explain
 
+        at = None
+        if args.token:
+            from pipeline.views import tokens as token_view
+
+            at = token_view.locate(fs.path(args.run_dir), args.token)
+            args.id = at["id"]
+            print(f"token {at['offset']:,} of {at['file']}: document {at['document']:,} of the file, tokens "
+                  f"[{at['start']:,}, {at['end']:,}), id {at['id']}, source {at['source']}, cell {at['cell']}, "
+                  f"epoch {at['epoch']}, mixture row {at['row']:,}")
         if not args.id:
-            raise UsageError("curate explain needs --id ID (or --all --out FILE.parquet)")
+            raise UsageError("curate explain needs --id ID or --token FILE:OFFSET (or --all --out FILE.parquet)")
         infos = explain.find(fs.path(args.run_dir), args.id)
         if args.json:
             import orjson
@@ -247,6 +266,16 @@ def _dispatch(args) -> int:
         else:
             print(explain.render(infos, args.id, fs.path(args.run_dir)))
         return 0 if infos else 1
+    if args.cmd == "verify-tokens":
+        from pipeline.views import tokens as token_view
+
+        problems, summary = token_view.verify(_run_dir(args.run_dir), sample=args.sample, seed=args.seed)
+        for fmt, x in summary.items():
+            print(f"{fmt}: {x['files']} files, {x['documents']:,} documents, {x['tokens']:,} tokens")
+        for p in problems:
+            print(f"problem: {p}")
+        print("ok" if not problems else f"{len(problems)} problem{'s' if len(problems) > 1 else ''}")
+        return 0 if not problems else 1
     if args.cmd == "report":
         from pipeline.views import report
 

@@ -172,3 +172,60 @@ def test_a_vocabulary_too_large_for_uint16_is_a_config_error_naming_the_key(tmp_
     r = curate("plan", str(y))
     assert r.returncode != 0 and "tokenize.dtype" in r.stderr and "65,536" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_explain_names_the_document_at_a_token(tok_runs):
+    run = tok_runs[0]
+    side = pq.read_table(run / "tokenized" / "megatron" / "part-00001.docs.parquet").to_pylist()
+    doc = side[3]
+    ids = pq.read_table(run / "mixture" / "part-00001.parquet", columns=["id"]).column("id").to_pylist()
+    assert doc["id"] == ids[doc["row"]] and doc["start"] == side[2]["end"]
+    r = curate("explain", str(run), "--token", f"tokenized/megatron/part-00001.bin:{doc['start'] + 1}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    first = r.stdout.splitlines()[0]
+    assert f"id {doc['id']}" in first and f"source {doc['source']}" in first and "document 3 " in first
+    assert doc["id"] in r.stdout.split("\n", 1)[1]  # then its path through every stage
+    r = curate("explain", str(run), "--token", "tokenized/megatron/part-00001.bin:999999999")
+    assert r.returncode != 0 and "past its last token" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_verify_tokens_passes_and_catches_planted_faults(tok_runs, tmp_path):
+    import shutil
+
+    from pipeline.views import tokens as token_view
+
+    run = tok_runs[0]
+    r = curate("verify-tokens", str(run))
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr[-2000:]
+
+    def planted(name):
+        d = tmp_path / name
+        shutil.copytree(run, d, symlinks=True)
+        return d
+
+    d = planted("eos")  # a wrong token where the first document's EOS is
+    side = pq.read_table(d / "tokenized" / "megatron" / "part-00000.docs.parquet")
+    b = d / "tokenized" / "megatron" / "part-00000.bin"
+    data = np.fromfile(b, np.uint16)
+    data[side.column("end")[0].as_py() - 1] = 13
+    b.unlink()
+    data.tofile(b)
+    problems, _ = token_view.verify(d)
+    assert any("lack EOS (50256) at their boundary" in p and "megatron/part-00000" in p for p in problems), problems
+
+    d = planted("truncated")  # the .bin cut short by one token
+    b = d / "tokenized" / "megatron" / "part-00000.bin"
+    raw = b.read_bytes()
+    b.unlink()
+    b.write_bytes(raw[:-2])
+    problems, _ = token_view.verify(d)
+    assert any("megatron/part-00000" in p and "the manifest says" in p for p in problems), problems
+    assert any("do not tile" in p for p in problems), problems
+
+    d = planted("vocab")  # a vocabulary that uint16 cannot hold
+    m = atomic.read_json(d / "manifest.json")
+    m["tokenized"]["vocab_size"] = 70_000
+    (d / "manifest.json").unlink()
+    atomic.write_json(d / "manifest.json", m)
+    r = curate("verify-tokens", str(d), "--sample", "5")
+    assert r.returncode == 1 and "cannot hold the tokenizer's 70,000 ids" in r.stdout, r.stdout

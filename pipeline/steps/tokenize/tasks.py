@@ -24,6 +24,7 @@ from pipeline.steps.mix.tasks import MIX_ORDER
 from pipeline.steps.tokenize import formats
 
 SCHEMA = pa.schema([("row", pa.int64()), ("tokens", pa.list_(pa.uint32()))])
+PROVENANCE = ".docs.parquet"  # beside every token file: which document holds which tokens
 
 
 @task(version="1")
@@ -54,7 +55,7 @@ def write_shard(spec: dict, out) -> dict:
     fmt, p = spec["format"], spec["params"]
     name = spec["file"][: -len(".parquet")] if spec.get("file") else shard_name(out.index)
     if t is None or t.num_rows == 0:
-        docs, cells, meta = [], [], []
+        docs, cells, meta, epochs = [], [], [], np.zeros(0, np.int64)
     else:
         t = t.sort_by(MIX_ORDER)
         lst = t.column("tokens").combine_chunks()
@@ -64,11 +65,14 @@ def write_shard(spec: dict, out) -> dict:
         docs = [np.concatenate([pre, vals[offs[i]:offs[i + 1]], post]) for i in range(len(offs) - 1)]
         cells = t.column("cell").to_pylist()
         meta = list(zip(t.column("id").to_pylist(), t.column("source").to_pylist(), range(t.num_rows)))
+        epochs = t.column("epoch").to_numpy()
     groups = _split(docs, p["max_file_tokens"])
     files, per_cell, total = [], {}, 0
     for k, (a, b) in enumerate(groups):
         stem = name if len(groups) == 1 else f"{name}-{k:05d}"
-        res = formats.write(fmt, fs.path(out.dir) / fmt / stem, docs[a:b], p["dtype"], p["tokenizer_name"], meta[a:b])
+        base = fs.path(out.dir) / fmt / stem
+        res = formats.write(fmt, base, docs[a:b], p["dtype"], p["tokenizer_name"], meta[a:b])
+        res["files"].update(_provenance(base, docs[a:b], meta[a:b], cells[a:b], epochs[a:b]))
         files.append({"file": f"{fmt}/{stem}", "documents": res["documents"], "tokens": res["tokens"], "files": res["files"]})
         total += res["tokens"]
     for c, d in zip(cells, docs):
@@ -76,6 +80,21 @@ def write_shard(spec: dict, out) -> dict:
         e["documents"] += 1
         e["tokens"] += len(d)
     return {"rows": len(docs), "tokens": total, "files": files, "phase": spec.get("phase"), "per_cell": per_cell}
+
+
+def _provenance(base, docs, meta, cells, epochs) -> dict:
+    """`<file>.docs.parquet` beside a token file: per document (in file order) its Curate id,
+    source, cell, epoch, row in the mixture file and token range [start, end) in the file,
+    so that any token offset names its document (`curate explain RUN --token FILE:OFFSET`)."""
+    lengths = np.array([len(d) for d in docs], np.int64)
+    ends = np.cumsum(lengths)
+    t = pa.table({"id": pa.array([m[0] for m in meta], pa.string()), "source": pa.array([m[1] for m in meta], pa.string()),
+                  "cell": pa.array(cells, pa.string()), "epoch": pa.array(np.asarray(epochs, np.int64)),
+                  "row": pa.array([m[2] for m in meta], pa.int64()), "start": pa.array(ends - lengths), "end": pa.array(ends)})
+    p = base.with_name(base.name + PROVENANCE)
+    fs.write_table(t, p, compression="zstd")
+    size, sha = atomic.file_digest(p)
+    return {p.name: {"bytes": size, "sha256": sha}}
 
 
 def _split(docs: list[np.ndarray], most: int | None) -> list[tuple[int, int]]:

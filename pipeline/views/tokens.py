@@ -1,0 +1,198 @@
+"""Reading a run's token files back: which document holds a token (`curate explain RUN
+--token FILE:OFFSET`), and `curate verify-tokens RUN`, which checks the files against the
+formats' own invariants, the manifest and the mixture's texts.
+
+verify-tokens, per format and file:
+- the layout: Megatron's `.idx` header, version 1, dtype code, document indices 0..n,
+  pointers and lengths that tile the `.bin`; datatrove's index ending at the `.ds`'s
+  length; the memmap csv's last end at the `.npy`'s length; the provenance sidecar's
+  ranges tiling the file;
+- the counts: tokens and documents per file equal to the manifest's, their sum the format's;
+- the vocabulary: the dtype holds every id the tokenizer has, and no id in the file is at
+  or past the vocabulary's size;
+- the specials: EOS (and BOS) exactly at every document's boundary and nowhere inside;
+- the texts: a seeded sample of documents (`--sample`, default 200) decodes to its row of
+  the mixture file;
+- the sources: every document's source is one the mixture mixes (never an eval source).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pipeline.errors import UsageError
+from pipeline.io import atomic
+
+PROVENANCE = ".docs.parquet"  # pipeline/steps/tokenize/tasks.py
+_DATA = {"megatron": ".bin", "datatrove": ".ds", "memmap": ".npy"}
+_SPLIT = re.compile(r"^(.*part-\d{5})-\d{5}$")
+
+
+def _tokenized(run_dir: Path) -> dict:
+    m = atomic.read_json(run_dir / "manifest.json") if (run_dir / "manifest.json").exists() else {}
+    if "tokenized" not in m:
+        raise UsageError(f"{run_dir}: no token files (manifest.json has no `tokenized`); add a `tokenize:` section and run again")
+    return m
+
+
+def locate(run_dir: Path, where: str) -> dict:
+    """FILE:OFFSET (a token file under tokenized/, its name with or without extension) ->
+    the document holding that token: id, source, cell, epoch, row and its token range."""
+    file, sep, off = where.rpartition(":")
+    if not sep or not off.isdigit():
+        raise UsageError(f"--token {where!r}: give FILE:OFFSET, e.g. tokenized/megatron/part-00000.bin:1234")
+    p = Path(file)
+    rel = p.relative_to(run_dir) if p.is_absolute() and p.is_relative_to(run_dir) else p
+    stem = str(rel)
+    for ext in (".ds.index", ".ds.metadata", ".csv.gz", ".bin", ".idx", ".ds", ".npy"):
+        if stem.endswith(ext):
+            stem = stem[: -len(ext)]
+            break
+    side = run_dir / (stem + PROVENANCE)
+    if not side.exists():
+        raise UsageError(f"{run_dir / stem}: no such token file (its {PROVENANCE} is missing); "
+                         f"see {run_dir / 'tokenized'} for the run's files")
+    t = pq.read_table(side)
+    ends = t.column("end").to_numpy()
+    k = int(np.searchsorted(ends, int(off), side="right"))
+    if k >= t.num_rows:
+        raise UsageError(f"{stem}: offset {off} is past its last token ({int(ends[-1]) - 1 if len(ends) else -1})")
+    row = t.slice(k, 1).to_pylist()[0]
+    return {"file": stem, "offset": int(off), "document": k, **row}
+
+
+def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], dict]:
+    """(problems, summary) for every token file of the run."""
+    from pipeline.plan import tokens
+
+    m = _tokenized(run_dir)
+    tz = m["tokenized"]
+    mixed = set(m.get("sources", {}))
+    problems: list[str] = []
+    summary: dict = {}
+    rng = random.Random(seed)
+    enc = None
+    try:
+        enc = tokens.load(tz["tokenizer"])
+    except UsageError as e:
+        problems.append(f"the texts are not checked: {e}")
+    for fmt, body in tz["formats"].items():
+        dtype = np.dtype(body["dtype"])
+        if dtype.itemsize == 2 and tz["vocab_size"] > 1 << 16:
+            problems.append(f"{fmt}: dtype {body['dtype']} cannot hold the tokenizer's {tz['vocab_size']:,} ids")
+        total = docs_seen = 0
+        for f in body["files"]:
+            base = run_dir / f["path"]
+            where = f["path"]
+            data_path = base.with_name(base.name + _DATA[fmt])
+            if not data_path.exists():
+                problems.append(f"{where}{_DATA[fmt]}: missing")
+                continue
+            raw = data_path.read_bytes()
+            if len(raw) % dtype.itemsize:
+                problems.append(f"{where}{_DATA[fmt]}: {len(raw):,} bytes is not a whole number of {body['dtype']} tokens (truncated?)")
+                continue
+            data = np.frombuffer(raw, dtype.newbyteorder("<"))
+            side = pq.read_table(base.with_name(base.name + PROVENANCE))
+            starts, ends = side.column("start").to_numpy(), side.column("end").to_numpy()
+            layout = _layout(fmt, base, data, dtype, starts, ends)
+            problems += [f"{where}: {p}" for p in layout]
+            if len(data) != f["tokens"] or side.num_rows != f["documents"]:
+                problems.append(f"{where}: {len(data):,} tokens and {side.num_rows:,} documents, the manifest says "
+                                f"{f['tokens']:,} and {f['documents']:,}")
+            total += len(data)
+            docs_seen += side.num_rows
+            if layout:  # the documents' places are not to be trusted: their contents are not read
+                continue
+            if len(data) and int(data.max()) >= tz["vocab_size"]:
+                problems.append(f"{where}: token id {int(data.max()):,} is past the vocabulary ({tz['vocab_size']:,})")
+            problems += [f"{where}: {p}" for p in _specials(data, starts, ends, tz["bos_id"], tz["eos_id"])]
+            bad = sorted(set(side.column("source").to_pylist()) - mixed) if mixed else []
+            if bad:
+                problems.append(f"{where}: documents from sources the mixture does not mix: {bad}")
+            if enc is not None and side.num_rows and sample:
+                problems += [f"{where}: {p}" for p in _texts(run_dir, f["path"], fmt, data, side, tz, enc, rng, sample)]
+        if total != body["tokens"]:
+            problems.append(f"{fmt}: {total:,} tokens in its files, the manifest says {body['tokens']:,}")
+        summary[fmt] = {"files": len(body["files"]), "tokens": total, "documents": docs_seen}
+    return problems, summary
+
+
+def _layout(fmt: str, base: Path, data: np.ndarray, dtype: np.dtype, starts: np.ndarray, ends: np.ndarray) -> list[str]:
+    out = []
+    if len(starts) and (starts[0] != 0 or np.any(starts[1:] != ends[:-1]) or ends[-1] != len(data)):
+        out.append(f"its {PROVENANCE} ranges do not tile the file's {len(data):,} tokens")
+    if fmt == "megatron":
+        idx = base.with_name(base.name + ".idx").read_bytes()
+        if idx[:9] != b"MMIDIDX\x00\x00" or np.frombuffer(idx[9:17], "<u8")[0] != 1:
+            return out + ["the .idx is not a Megatron index, version 1"]
+        code = idx[17]
+        if {8: 2, 4: 4}.get(code) != dtype.itemsize:
+            out.append(f"the .idx's dtype code {code} does not match {dtype}")
+        n, nd = (int(x) for x in np.frombuffer(idx[18:34], "<u8"))
+        if len(idx) != 34 + 12 * n + 8 * nd:
+            return out + [f"the .idx is {len(idx):,} bytes, {34 + 12 * n + 8 * nd:,} for {n:,} sequences"]
+        sizes = np.frombuffer(idx, "<i4", n, 34).astype(np.int64)
+        ptrs = np.frombuffer(idx, "<i8", n, 34 + 4 * n)
+        doc_idx = np.frombuffer(idx, "<i8", nd, 34 + 12 * n)
+        if nd != n + 1 or doc_idx[0] != 0 or np.any(doc_idx != np.arange(nd)):
+            out.append("document_indices are not 0..n (one sequence a document, document_indices[0] == 0)")
+        if n and (np.any(ptrs != np.r_[0, np.cumsum(sizes)[:-1]] * dtype.itemsize) or sizes.sum() != len(data)):
+            out.append(f"sequence lengths and pointers do not tile the .bin's {len(data):,} tokens")
+        if n != len(starts) or (n and np.any(sizes != ends - starts)):
+            out.append("the .idx's sequences are not the documents of the sidecar")
+    elif fmt == "datatrove":
+        index = np.frombuffer(base.with_name(base.name + ".ds.index").read_bytes(), "<u8")
+        if len(index) != len(ends) or (len(index) and (np.any(index != ends) or index[-1] != len(data))):
+            out.append(".ds.index's document ends do not match the .ds")
+    else:
+        import csv
+        import gzip
+        import io
+
+        rows = list(csv.reader(io.StringIO(gzip.decompress(base.with_name(base.name + ".csv.gz").read_bytes()).decode())))
+        if len(rows) != len(ends) or (rows and (int(rows[-1][1]) != len(data)
+                                                 or [int(r[1]) for r in rows] != ends.tolist())):
+            out.append(".csv.gz's start/end do not match the .npy")
+    return out
+
+
+def _specials(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, bos: int | None, eos: int | None) -> list[str]:
+    out = []
+    for name, tid, at in (("EOS", eos, ends - 1), ("BOS", bos, starts)):
+        if tid is None or not len(starts):
+            continue
+        wrong = np.flatnonzero(data[at] != tid)
+        if len(wrong):
+            out.append(f"{len(wrong):,} documents lack {name} ({tid}) at their boundary, the first document {int(wrong[0])}")
+        inside = np.zeros(len(data), bool)
+        inside[data == tid] = True
+        inside[at] = False
+        if inside.any():
+            out.append(f"{name} ({tid}) inside a document at token {int(np.flatnonzero(inside)[0]):,}")
+    return out
+
+
+def _texts(run_dir: Path, rel: str, fmt: str, data, side, tz: dict, enc, rng: random.Random, sample: int) -> list[str]:
+    """A seeded sample of the file's documents, decoded against the mixture file's text."""
+    stem = rel[len(f"tokenized/{fmt}/"):]
+    mm = _SPLIT.match(stem)
+    mixture = run_dir / "mixture" / f"{mm.group(1) if mm else stem}.parquet"
+    if not mixture.exists():
+        return [f"its mixture file {mixture} is missing"]
+    texts = pq.read_table(mixture, columns=["text"]).column("text")
+    picks = sorted(rng.sample(range(side.num_rows), min(sample, side.num_rows)))
+    starts, ends, rows = (side.column(c).to_numpy() for c in ("start", "end", "row"))
+    lo = 1 if tz["bos_id"] is not None else 0
+    hi = 1 if tz["eos_id"] is not None else 0
+    for k in picks:
+        ids = data[starts[k] + lo: ends[k] - hi].tolist()
+        text = enc.decode(ids) if tz["tokenizer"] == "gpt2" else enc.decode(ids, skip_special_tokens=False)
+        if text != texts[int(rows[k])].as_py():
+            return [f"document {k} (mixture row {int(rows[k])}) does not decode to its mixture text"]
+    return []
