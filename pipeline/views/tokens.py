@@ -86,7 +86,8 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
         if dtype.itemsize == 2 and tz["vocab_size"] > 1 << 16:
             problems.append(f"{fmt}: dtype {body['dtype']} cannot hold the tokenizer's {tz['vocab_size']:,} ids")
         total = docs_seen = 0
-        for f in body["files"]:
+        for f in body["files"] + body.get("validation_files", []):
+            held = f["path"].startswith(f"tokenized/{fmt}/validation/")
             base = run_dir / f["path"]
             where = f["path"]
             data_path = base.with_name(base.name + _DATA[fmt])
@@ -105,14 +106,14 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
             if len(data) != f["tokens"] or side.num_rows != f["documents"]:
                 problems.append(f"{where}: {len(data):,} tokens and {side.num_rows:,} documents, the manifest says "
                                 f"{f['tokens']:,} and {f['documents']:,}")
-            total += len(data)
-            docs_seen += side.num_rows
+            total += 0 if held else len(data)
+            docs_seen += 0 if held else side.num_rows
             if layout:  # the documents' places are not to be trusted: their contents are not read
                 continue
             if len(data) and int(data.max()) >= tz["vocab_size"]:
                 problems.append(f"{where}: token id {int(data.max()):,} is past the vocabulary ({tz['vocab_size']:,})")
             problems += [f"{where}: {p}" for p in _specials(data, starts, ends, tz["bos_id"], tz["eos_id"])]
-            bad = sorted(set(side.column("source").to_pylist()) - mixed) if mixed else []
+            bad = sorted(set(side.column("source").to_pylist()) - mixed) if mixed and not held else []  # validation: eval sources too
             if bad:
                 problems.append(f"{where}: documents from sources the mixture does not mix: {bad}")
             if enc is not None and side.num_rows and sample:
@@ -182,7 +183,10 @@ def _texts(run_dir: Path, rel: str, fmt: str, data, side, tz: dict, enc, rng: ra
     """A seeded sample of the file's documents, decoded against the mixture file's text."""
     stem = rel[len(f"tokenized/{fmt}/"):]
     mm = _SPLIT.match(stem)
-    mixture = run_dir / "mixture" / f"{mm.group(1) if mm else stem}.parquet"
+    if stem.startswith("validation/"):  # a held-out file: its texts are validation/<source>/part-XXXXX.parquet
+        mixture = run_dir / f"{stem}.parquet"
+    else:
+        mixture = run_dir / "mixture" / f"{mm.group(1) if mm else stem}.parquet"
     if not mixture.exists():
         return [f"its mixture file {mixture} is missing"]
     texts = pq.read_table(mixture, columns=["text"]).column("text")

@@ -27,14 +27,21 @@ TOKENIZE = "\n        tokenize: {formats: [megatron, datatrove, memmap]}\n"
 def tok_runs(demo_corpus, tmp_path_factory, joined):
     """The mixture, then a weights-only variant of it on the same store."""
     d = tmp_path_factory.mktemp("tokenize")
-    y = write_yaml(d / "t.yaml", small_mixture(str(demo_corpus), "out") + TOKENIZE)
+    y = write_yaml(d / "t.yaml", _mixture(demo_corpus))
     r = curate("run", str(y), "--workers", "2", env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
-    v = write_yaml(d / "v.yaml", (small_mixture(str(demo_corpus), "out") + TOKENIZE).replace(
+    v = write_yaml(d / "v.yaml", _mixture(demo_corpus).replace(
         "name: remote", "name: variant").replace("web: 0.5, wiki: 0.5", "web: 0.7, wiki: 0.3"))
     r = curate("run", str(v), "--workers", "2", env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
     return d / "out" / "remote", d / "out" / "variant"
+
+
+def _mixture(demo_corpus) -> str:
+    """The small mixture, a validation split held out, every token format."""
+    text = small_mixture(str(demo_corpus), "out").replace("shard_tokens: 50000}", "shard_tokens: 50000, validation: {fraction: 0.05}}")
+    assert "validation" in text
+    return text + TOKENIZE
 
 
 def _gpt2_json(tmp: Path) -> str:
@@ -197,6 +204,9 @@ def test_verify_tokens_passes_and_catches_planted_faults(tok_runs, tmp_path):
     run = tok_runs[0]
     r = curate("verify-tokens", str(run))
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr[-2000:]
+    held = atomic.read_json(run / "manifest.json")["tokenized"]["formats"]["megatron"]["validation_files"]
+    assert {f["path"].split("/")[3] for f in held} == {"web", "wiki"}  # tokenized/megatron/validation/<source>/part-...
+    assert sum(f["documents"] for f in held) == sum(pq.read_metadata(p).num_rows for p in (run / "validation").rglob("*.parquet"))
 
     def planted(name):
         d = tmp_path / name

@@ -82,6 +82,26 @@ def write_shard(spec: dict, out) -> dict:
     return {"rows": len(docs), "tokens": total, "files": files, "phase": spec.get("phase"), "per_cell": per_cell}
 
 
+@task(version="1")
+def validation_shard(spec: dict, out) -> dict:
+    """One held-out file of validation/ (`<source>/part-XXXXX.parquet`) as token files of one
+    format under `<format>/validation/`: encoded here (held-out documents are not in the
+    mixture's routing), with the same specials and a provenance sidecar."""
+    fmt, p = spec["format"], spec["params"]
+    t = fs.read_table(spec["input"], columns=["id", "source", "text"])
+    ids = tokens.encode(spec["tokenizer"], t.column("text").to_pylist())
+    pre = [p["bos_id"]] if p["bos_id"] is not None else []
+    post = [p["eos_id"]] if p["eos_id"] is not None else []
+    docs = [np.array(pre + x + post, np.uint32) for x in ids]
+    meta = list(zip(t.column("id").to_pylist(), t.column("source").to_pylist(), range(t.num_rows)))
+    base = fs.path(out.dir) / fmt / "validation" / spec["name"][: -len(".parquet")]
+    res = formats.write(fmt, base, docs, p["dtype"], p["tokenizer_name"], meta)
+    res["files"].update(_provenance(base, docs, meta, [None] * len(docs), np.zeros(len(docs), np.int64)))
+    rel = f"{fmt}/validation/{spec['name'][: -len('.parquet')]}"
+    return {"rows": len(docs), "tokens": res["tokens"],
+            "files": [{"file": rel, "documents": res["documents"], "tokens": res["tokens"], "files": res["files"]}]}
+
+
 def _provenance(base, docs, meta, cells, epochs) -> dict:
     """`<file>.docs.parquet` beside a token file: per document (in file order) its Curate id,
     source, cell, epoch, row in the mixture file and token range [start, end) in the file,

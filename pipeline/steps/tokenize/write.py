@@ -32,6 +32,17 @@ def plan(ctx: Context) -> list[Step]:
 
         out.append(Step(f"tokens-{fmt}", "tokens", {"format": fmt, "params": params, "tokenizer": st["identity"]},
                         list(write.inputs), tasks.write_shard, shards=shards))
+        held = ctx.step("validation")
+        if held is not None:  # validation/ as token files too, under <format>/validation/
+            def vshards(step, stats, fmt=fmt, params=params, held=held):
+                return [{"input": str(held.dir(ctx.store) / "docs" / m["held"]["file"]), "name": m["held"]["file"],
+                         "format": fmt, "params": params, "tokenizer": st["tokenizer"],
+                         "describe": f"{fmt}: validation/{m['held']['file']}"}
+                        for m in sorted(stats[held.name].values(), key=lambda m: (m["source"], m["part"])) if m.get("held")]
+
+            out.append(Step(f"tokens-{fmt}-validation", "tokens", {"format": fmt, "params": params, "tokenizer": st["identity"],
+                                                                   "split": "validation"},
+                            [held], tasks.validation_shard, shards=vshards))
     return out
 
 
@@ -48,6 +59,8 @@ def publish(ctx: Context, stats: dict) -> dict:
     pairs, body = [], {}
     for step in steps:
         fmt = step.config["format"]
+        split = step.config.get("split")
+        body.setdefault(fmt, {}).update({"dtype": st["dtypes"][fmt], "extensions": list(formats.EXTENSIONS[fmt])})
         files, total = [], 0
         for i in sorted(stats[step.name]):
             m = stats[step.name][i]
@@ -58,8 +71,8 @@ def publish(ctx: Context, stats: dict) -> dict:
                 files.append({"path": f"tokenized/{f['file']}", "documents": f["documents"], "tokens": f["tokens"],
                               "files": {n: v for n, v in f["files"].items()}})
                 total += f["tokens"]
-        body[fmt] = {"dtype": st["dtypes"][fmt], "files": files, "tokens": total,
-                     "extensions": list(formats.EXTENSIONS[fmt])}
+        body.setdefault(fmt, {}).update({f"{split}_files": files, f"{split}_tokens": total} if split else
+                                        {"files": files, "tokens": total})
     atomic.link_tree(pairs, ctx.run_dir / "tokenized")
     for fmt, b in body.items():
         b["trainer"] = _trainer_config(ctx, fmt, b)
