@@ -110,11 +110,12 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_run_yaml, 
     actions = {ln.split()[0]: ln.split()[2:] for ln in plan.stdout.splitlines() if ln.split()[:1] and "-" in ln.split()[0]
                and ln.split()[0][0].islower() and len(ln.split()) > 3 and ln.split()[2] in ("run", "skip")}
     assert actions["mix-select"] == ["run", "config", "changed"]
-    assert all(v == ["skip", "done"] for k, v in actions.items() if not k.startswith(("mix", "samples"))), actions
+    assert all(v == ["skip", "done"] for k, v in actions.items() if not k.startswith(("mix", "samples", "tokens-"))), actions
     assert "expected mixture" in plan.stdout and "0.400" in plan.stdout
     assert r.returncode == 0, r.stderr
     steps = atomic.read_json(tmp_path / "demo" / "run.json")["steps"]
-    assert {k for k, s in steps.items() if s["status"] == "SUCCESS"} == {"mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix", "samples-pick", "samples"}
+    assert {k for k, s in steps.items() if s["status"] == "SUCCESS"} == {"mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix",
+                                                                        "tokens-megatron", "tokens-memmap", "samples-pick", "samples"}
     man = atomic.read_json(tmp_path / "demo" / "manifest.json")
     assert len(man["files"]) > len(first) and abs(man["sources"]["wiki"]["realized_weight"] - 0.4) < 0.005
     assert sorted(p.name for p in (tmp_path / "demo" / "mixture").iterdir()) == sorted(Path(f["path"]).name for f in man["files"])

@@ -16,7 +16,8 @@ from pipeline.engine.step import read_markers
 from pipeline.io import atomic
 from tests.conftest import curate, mixture_shas, write_yaml
 
-MIX_AND_SAMPLES = {"mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix", "samples-pick", "samples"}
+MIX_AND_SAMPLES = {"mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix", "tokens-megatron", "tokens-memmap",
+                   "samples-pick", "samples"}  # the demo writes token files: a weights edit gathers them again
 
 
 def _variant(demo_run, demo_run_yaml, name: str, old: str, new: str, env: dict | None = None):
