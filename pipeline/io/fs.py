@@ -170,7 +170,28 @@ def commit(tmp, final) -> None:
         # the client's listing cache may predate the temporary file (a listing of its folder that an
         # earlier request, or a retried one, left behind): the move would then see no such file
         final.fs.invalidate_cache(tmp.path)
-        final.fs.mv(tmp.path, final.path)
+        final.fs.copy(tmp.path, final.path)  # a server-side copy: the final key only ever holds a whole object
+        _remove_retrying(tmp)
+
+
+def _remove_retrying(tmp) -> None:
+    """Delete a committed temporary object, retrying transient faults: a delete that failed
+    once (a throttled or reset request) would otherwise leave the object behind, since the
+    caller's retry writes a new temporary name."""
+    import time
+
+    from pipeline.io.faults import transient
+
+    for attempt in range(5):
+        try:
+            tmp.fs.rm_file(tmp.path)
+            return
+        except FileNotFoundError:
+            return
+        except Exception as e:  # noqa: BLE001 -- retried only when transient
+            if attempt == 4 or not transient(e):
+                raise
+            time.sleep(0.1 * 2 ** attempt)
 
 
 def write_table(table, final, **kw) -> None:
