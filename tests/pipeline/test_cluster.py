@@ -174,9 +174,13 @@ def faulted(demo_run_yaml, tmp_path_factory):
     # fault 3: the driver, mid-run: dedup under way, with some of its shards done and others not, and
     # every step that was unfinished when either worker died finished by this driver (so the killed
     # tasks, whichever steps they were in, were retried: _wait_for fails if the run ends first)
+    def half_done() -> list[str]:  # steps under way: some shards done (markers), not committed
+        return [p.name for p in (run_dir / "steps").glob("*") if any((p / "_markers").glob("*.json"))
+                and not (p / "_SUCCESS").exists()]
+
     _wait_for(lambda: list((run_dir / "steps").glob("dedup-fuzzy-signatures-*/_markers/*.json"))
-              and all((run_dir / "steps" / s / "_SUCCESS").exists() for s in running), 300,
-              "the first fuzzy-dedup shard, every step unfinished at the workers' deaths done", proc)
+              and all((run_dir / "steps" / s / "_SUCCESS").exists() for s in running) and half_done(), 300,
+              "the first fuzzy-dedup shard, every step unfinished at the workers' deaths done, a step half done", proc)
     out["filters_done"] = {p.name: (p / "_SUCCESS").exists() for p in (run_dir / "steps").glob("filter-*")}
     out["running_done"] = {s: (run_dir / "steps" / s / "_SUCCESS").exists() for s in running}
     os.kill(proc.pid, signal.SIGKILL)
