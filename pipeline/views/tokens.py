@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import UsageError
 from pipeline.io import atomic
+from pipeline.steps.tokenize.tasks import PROVENANCE
 
-PROVENANCE = ".docs.parquet"  # pipeline/steps/tokenize/tasks.py
 _DATA = {"megatron": ".bin", "datatrove": ".ds", "memmap": ".npy"}
 _SPLIT = re.compile(r"^(.*part-\d{5})-\d{5}$")
 

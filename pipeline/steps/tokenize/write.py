@@ -24,7 +24,7 @@ def plan(ctx: Context) -> list[Step]:
     out = []
     for fmt in tz.formats:
         params = {"dtype": st["dtypes"][fmt], "bos_id": st["bos_id"], "eos_id": st["eos_id"],
-                  "max_file_tokens": tz.max_file_tokens, "tokenizer_name": _name(st["tokenizer"])}
+                  "max_file_tokens": tz.max_file_tokens, "tokenizer_name": st["tokenizer"]}  # a .ds.metadata names it: gpt2, or the tokenizer.json
 
         def shards(step, stats, fmt=fmt, params=params):
             return [{**{k: v for k, v in sp.items() if k != "describe"}, "format": fmt, "params": params,
@@ -44,11 +44,6 @@ def plan(ctx: Context) -> list[Step]:
                                                                    "split": "validation"},
                             [held], tasks.validation_shard, shards=vshards))
     return out
-
-
-def _name(spec: str) -> str:
-    """What a .ds.metadata calls the tokenizer: `gpt2`, or the tokenizer.json's path."""
-    return spec
 
 
 def publish(ctx: Context, stats: dict) -> dict:
