@@ -167,11 +167,24 @@ def commit(tmp, final) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, final)
     else:
-        # the client's listing cache may predate the temporary file (a listing of its folder that an
-        # earlier request, or a retried one, left behind): the move would then see no such file
-        final.fs.invalidate_cache(tmp.path)
-        final.fs.copy(tmp.path, final.path)  # a server-side copy: the final key only ever holds a whole object
+        _copy_fresh(tmp, final)  # a server-side copy: the final key only ever holds a whole object
         _remove_retrying(tmp)
+
+
+def _copy_fresh(tmp, final) -> None:
+    """Copy `tmp` to `final` past the client's listing cache. The copy looks the source up in
+    the cache of its folder's listing, which may predate the temporary file: a listing that an
+    earlier request left, or that another thread of this process (a lease's heartbeat) made
+    between our write and the copy. The copy would then report the new file missing; forget
+    the listing and copy again, and only a file still missing after that is an error."""
+    for attempt in range(4):
+        final.fs.invalidate_cache(tmp.path)
+        try:
+            final.fs.copy(tmp.path, final.path)
+            return
+        except FileNotFoundError:
+            if attempt == 3:
+                raise
 
 
 def _remove_retrying(tmp) -> None:
