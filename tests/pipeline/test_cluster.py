@@ -122,7 +122,7 @@ def _short_tmp(prefix: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def faulted(demo_run_yaml, tmp_path_factory):
+def faulted(demo_run_yaml, tmp_path_factory, joined_1cpu):
     """One run of the demo from scratch with three faults in turn, then its resume: a worker
     SIGKILLed inside a shard once the filters run (Ray retries the shard), another while a dedup
     shuffle's reducers run (mid-shuffle), then the driver SIGKILLed once dedup is under way
@@ -196,8 +196,9 @@ def faulted(demo_run_yaml, tmp_path_factory):
     out["before"] = _markers(run_dir)
     out["done_steps"] = sorted(p.parent.name for p in (run_dir / "steps").glob("*/_SUCCESS"))
     out["partial"] = sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
-    # resumed with a different worker count: the split into shards never depends on it
-    r = curate("run", str(demo_run_yaml), "--workers", "1", "--output", str(tmp_path), timeout=600)
+    # resumed with a different worker count (the session's Ray of 1 CPU: the killed run's own Ray is
+    # gone, and a fresh embedded one would cost its start): the split into shards never depends on it
+    r = curate("run", str(demo_run_yaml), "--workers", "1", "--output", str(tmp_path), env=joined_1cpu, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out["after"] = _markers(run_dir)
     out["finished_at"] = time.time() - t0
@@ -285,11 +286,14 @@ def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_corp
             urllib.request.urlopen(f"{api}/api/jobs/", timeout=5)
         assert e.value.code == 401
         t0 = time.time()
-        for attempt in range(10):  # the job server answers a few seconds before its agent can take jobs
+        # the job server answers before its agent can take jobs: seconds, and on a loaded 2-core machine
+        # (the other pytest process busy) over 30 s were seen
+        deadline = time.time() + 90
+        for attempt in range(60):
             r = subprocess.run([str(ray_bin), "job", "submit", "--address", api, "--working-dir", str(ROOT), "--",
                                 "python", "-m", "pipeline", "run", str(yaml), "--output", str(tmp_path)],
                                env=env, capture_output=True, text=True, timeout=600)
-            if "No available agent to submit job" not in r.stdout + r.stderr:
+            if "No available agent to submit job" not in r.stdout + r.stderr or time.time() > deadline:
                 break
             print(f"job server not ready yet (attempt {attempt + 1}): retrying in 2 s")
             time.sleep(2)
