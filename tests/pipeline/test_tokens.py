@@ -27,3 +27,17 @@ def test_gpt2_matches_hf_tokenizers_and_tokenizer_json_paths_work(tmp_path, wiki
     hf.save(str(tmp_path / "tokenizer.json"))
     spec = tokens.check("tokenizer.json", tmp_path)
     assert tokens.count(spec, texts[:20]) == expected[:20]
+
+
+def test_gpt2_ranks_are_cached_once_converted_and_a_damaged_cache_is_replaced(tmp_path, monkeypatch):
+    import tiktoken.load
+
+    monkeypatch.setenv("CURATE_CACHE_DIR", str(tmp_path))
+    data = tokens._gpt2_files()
+    want = tiktoken.load.data_gym_to_mergeable_bpe_ranks(str(data / "vocab.bpe"), str(data / "encoder.json"))
+    assert tokens._gpt2_ranks(data) == want  # converted, then written to the cache folder
+    [cached] = tmp_path.glob("gpt2-*.tiktoken")
+    assert tokens._gpt2_ranks(data) == want  # read back from it
+    cached.write_bytes(cached.read_bytes()[:1000])  # cut short: not taken, converted again and rewritten
+    assert tokens._gpt2_ranks(data) == want
+    assert len(cached.read_bytes().splitlines()) == 50256
