@@ -144,10 +144,11 @@ filters:""", 1)
 
 
 @pytest.fixture(scope="session")
-def demo_run(demo_run_yaml) -> Path:
-    """One real run of that mixture with 2 workers, shared by the tests that only read it."""
+def demo_run(demo_run_yaml, joined) -> Path:
+    """One real run of that mixture with 2 workers, shared by the tests that only read it (on
+    the session's Ray: its point is the run directory, not an embedded Ray's start)."""
     out = demo_run_yaml.parent / "w2"
-    r = curate("run", str(demo_run_yaml), "--workers", "2", "--output", str(out))
+    r = curate("run", str(demo_run_yaml), "--workers", "2", "--output", str(out), env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
     return out / "demo"
 

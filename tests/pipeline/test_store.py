@@ -124,14 +124,15 @@ def _writers(store_step) -> dict[int, str]:
 
 
 @pytest.fixture(scope="module")
-def together(demo_run_yaml, tmp_path_factory):
+def together(demo_run_yaml, tmp_path_factory, joined):
     """Two variants started at the same moment into one fresh output (and a third start of
-    the first while it runs)."""
+    the first while it runs). Both drivers submit to the session's Ray, as two users' runs
+    submit to one cluster; each has its own leases and run directory."""
     tmp_path = tmp_path_factory.mktemp("together")
     out = tmp_path / "out"
     y1 = _copy(demo_run_yaml, tmp_path, "c1")  # the demo under another name: the same mixture
     y2 = _copy(demo_run_yaml, tmp_path, "c2", "weights: {web/q5: 0.25, web/q3-q4: 0.35, wiki: 0.3, code: 0.1}", "weights: {web/q5: 0.2, web/q3-q4: 0.3, wiki: 0.4, code: 0.1}")
-    p1, p2 = _start(y1, out, tmp_path / "c1.log"), _start(y2, out, tmp_path / "c2.log")
+    p1, p2 = _start(y1, out, tmp_path / "c1.log", joined), _start(y2, out, tmp_path / "c2.log", joined)
     while not (out / "c1" / "_lease").exists() and p1.poll() is None:
         time.sleep(0.1)
     again = curate("run", str(y1), "--workers", "1", "--output", str(out))
@@ -167,7 +168,7 @@ def test_two_runs_started_together_compute_every_shard_once_and_match_a_single_r
     assert abs(atomic.read_json(out / "c2" / "manifest.json")["sources"]["wiki"]["realized_weight"] - 0.4) < 0.01
 
 
-def test_a_run_killed_halfway_leaves_its_steps_to_the_other_after_the_lease_expires(demo_run, demo_run_yaml, tmp_path):
+def test_a_run_killed_halfway_leaves_its_steps_to_the_other_after_the_lease_expires(demo_run, demo_run_yaml, tmp_path, joined):
     out = tmp_path / "out"
     env = {"CURATE_LEASE_SECONDS": "10"}
     y1, y2 = _copy(demo_run_yaml, tmp_path, "k1"), _copy(demo_run_yaml, tmp_path, "k2")
@@ -184,7 +185,7 @@ def test_a_run_killed_halfway_leaves_its_steps_to_the_other_after_the_lease_expi
                 continue
             done = len(list((step / "_markers").glob("*.json"))) if (step / "_markers").is_dir() else 0
             if p2 is None:
-                p2 = _start(y2, out, tmp_path / "k2.log", env)  # k2 now finds k1 at work
+                p2 = _start(y2, out, tmp_path / "k2.log", {**env, **joined})  # k2 now finds k1 at work (k1 has its own Ray: the kill takes it)
             # halfway through a step with more shards left than k1 can have in flight (4): a shard k1's
             # dying workers finish still counts as k1's; the rest must be k2's
             if held_by == "k1" and done >= 1 and total - done >= 5 and not (step / "_SUCCESS").exists():
