@@ -34,9 +34,9 @@ demo: setup
 	$(BIN)/curate demo-data data/demo --wheel-dir $(WHEELS)
 	$(BIN)/curate run mixtures/demo.yaml
 
-# two pytest processes, a test file each at a time (module fixtures stay in one process): half
-# the suite's time waits on Ray starting, leases expiring and subprocesses, so two share 2 cores
-# well (19.7 -> 10.8 min). TEST_WORKERS=0 runs it in one process.
+# two pytest processes, a test file each at a time (module fixtures stay in one process) keep
+# 2 cores busy (95% of their CPU seconds on a clean clone: 17.1 min of tests, 18.1 with setup;
+# three processes were slower, 21.8 min). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 test: setup browser
 	$(BIN)/lint-imports --no-cache  # the layers and the no-cycle rule (pyproject.toml)

@@ -8,7 +8,9 @@ with boilerplate, spam, exact and near copies) in input files of a fixed 5,000 d
 at N, 2N and 4N; `dedup.partitions` grows with N (one per 20,000 documents, as the
 defaults would at scale, where a partition holds 4M shuffle rows). The full chain runs:
 language + Gopher + C4 filters, exact / fuzzy / paragraph dedup, a fastText classifier
-trained in the run, the mixture, samples, report.
+trained in the run (wiki its positives), the mixture of the web source alone (so that it grows
+with N: wiki's documents do not), its token files (Megatron and OLMo memmap, encoded per
+document shard by `tokenize-*`, written per mixture shard by `tokens-*`), samples, report.
 
 Each scale runs `curate` in a child process of its own (the driver), with `--workers`
 Ray workers. Printed per step: files written, tasks, longest and total task seconds,
@@ -97,6 +99,7 @@ def mixture_yaml(corpus: Path, out: Path, partitions: int, wiki_shard_rows: int 
     y = out / "scale.yaml"
     y.write_text(f"""name: scale
 seed: 0
+tokenizer: gpt2
 sources:
   web:
     paths: ["{corpus}/web/*.jsonl.zst"]
@@ -119,8 +122,10 @@ dedup:
 classifiers:
   wiki_vs_web: {{type: fasttext, positive: [wiki], negative: [web], max_examples_per_class: 5000, epochs: 3}}
 mixture:
-  weights: {{web: 0.7, wiki: 0.3}}
-  shard_rows: 20000
+  weights: {{web: 1.0}}
+  shard_rows: 5000
+tokenize:
+  formats: [megatron, memmap]
 """)
     return y
 
@@ -194,7 +199,7 @@ def _markers(d: Path) -> dict:
 
 def _step_group(name: str) -> str:
     """Per-source steps folded into one row: filter-web, filter-wiki -> filter-*."""
-    for pre in ("ids-", "unique-ids-", "id-index-", "ingest-", "filter-", "quality-"):
+    for pre in ("ids-", "unique-ids-", "id-index-", "ingest-", "filter-", "quality-", "tokenize-"):
         if name.startswith(pre):
             rest = name[len(pre):]
             return pre + "*" + ("-threshold" if rest.endswith("-threshold") else "")
