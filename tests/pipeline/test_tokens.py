@@ -38,6 +38,12 @@ def test_gpt2_ranks_are_cached_once_converted_and_a_damaged_cache_is_replaced(tm
     assert tokens._gpt2_ranks(data) == want  # converted, then written to the cache folder
     [cached] = tmp_path.glob("gpt2-*.tiktoken")
     assert tokens._gpt2_ranks(data) == want  # read back from it
+    lines = cached.read_bytes().splitlines()
+    a, b = lines[0].split(), lines[1].split()  # a cache whose first two ranks are swapped is what a process gets:
+    cached.write_bytes(b"\n".join([a[0] + b" " + b[1], b[0] + b" " + a[1], *lines[2:]]) + b"\n")  # the cache is read,
+    got = tokens._gpt2_ranks(data)  # not the files converted again
+    assert got != want and got[next(k for k, v in want.items() if v == 0)] == 1
+    cached.write_bytes(b"\n".join(lines) + b"\n")
     cached.write_bytes(cached.read_bytes()[:1000])  # cut short: not taken, converted again and rewritten
     assert tokens._gpt2_ranks(data) == want
     assert len(cached.read_bytes().splitlines()) == 50256
