@@ -288,14 +288,15 @@ def test_ray_job_submit_with_token_auth_gives_the_bytes_of_a_local_run(demo_corp
         t0 = time.time()
         # the job server answers before its agent can take jobs: seconds, and on a loaded 2-core machine
         # (the other pytest process busy) over 30 s were seen
-        deadline = time.time() + 90
-        for attempt in range(60):
+        deadline, attempt = time.time() + 90, 0
+        while True:
+            attempt += 1
             r = subprocess.run([str(ray_bin), "job", "submit", "--address", api, "--working-dir", str(ROOT), "--",
                                 "python", "-m", "pipeline", "run", str(yaml), "--output", str(tmp_path)],
                                env=env, capture_output=True, text=True, timeout=600)
             if "No available agent to submit job" not in r.stdout + r.stderr or time.time() > deadline:
                 break
-            print(f"job server not ready yet (attempt {attempt + 1}): retrying in 2 s")
+            print(f"job server not ready yet (attempt {attempt}): retrying in 2 s")
             time.sleep(2)
         took = time.time() - t0
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
