@@ -58,6 +58,13 @@ class ClassifierParams(BaseModel):
     max_examples_per_class: int = Field(20_000, ge=1, description="cap on training examples per class")
     seed: int = Field(0, description="sampling seed")
 
+    pretrained_key: ClassVar[str] = "model"  # the key naming a pretrained model file of the family (then no training)
+
+    @property
+    def pretrained(self) -> str | None:
+        """The pretrained model file the classifier scores with instead of training, or None."""
+        return getattr(self, self.pretrained_key)
+
 
 class ClassifierFamily:
     """Subclass, set `Params`, implement train, load, labels, score and predict; `evaluate`
@@ -118,7 +125,7 @@ class ClassifierFamily:
 # The module that registers each built-in family (registry() imports them all; a worker only
 # the one it uses); the first is the default `type`. tests/filters/test_classifiers.py checks
 # it against the registrations.
-BUILTIN_MODULES = {"fasttext": "filters.fasttext_family"}
+BUILTIN_MODULES = {"fasttext": "filters.fasttext_family", "embedding": "filters.embedding_family"}
 DEFAULT_TYPE = next(iter(BUILTIN_MODULES))
 FAMILIES = Registry("classifier", BUILTIN_MODULES, hint=" (`curate classifiers` lists them with their parameters)",
                     builtin_first=True)

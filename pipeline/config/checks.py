@@ -103,12 +103,12 @@ def check_classifier_files(lm: "LoadedMixture") -> list[str]:
     for name, c in lm.mixture.classifiers.items():
         if name not in used:
             continue
-        if c.model and not fs.path(c.model).is_file():
+        if c.pretrained and not fs.path(c.pretrained).is_file():
             fam = classifier_registry.family(c.type)
-            out.append(f"{lm.where(('classifiers', name, 'model'))}: no such model file: {c.model}; point it at a "
-                       f"{fam.title} {Path(fam.model_file).suffix}, or remove `model` to train the classifier from "
-                       "`positive` and `negative`")
-        if c.model:
+            out.append(f"{lm.where(('classifiers', name, c.pretrained_key))}: no such model file: {c.pretrained}; point it "
+                       f"at a {fam.title} {Path(fam.model_file).suffix}, or remove `{c.pretrained_key}` to train the "
+                       "classifier from `positive` and `negative`")
+        if c.pretrained:
             continue
         sides = [((side,), getattr(c, side)) for side in ("positive", "negative")]
         sides += [(("labels", lab), v) for lab, v in (c.labels or {}).items()]
@@ -138,7 +138,7 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
     for sname, src in m.sources.items():
         if src.topic and src.topic.classifier not in m.classifiers:
             out.append((("sources", sname, "topic", "classifier"), f"unknown classifier {src.topic.classifier!r}; defined: {defined_cls}"))
-        elif src.topic and m.classifiers[src.topic.classifier].labels is None and m.classifiers[src.topic.classifier].model is None:
+        elif src.topic and m.classifiers[src.topic.classifier].labels is None and m.classifiers[src.topic.classifier].pretrained is None:
             out.append((("sources", sname, "topic", "classifier"), f"{src.topic.classifier} is a positive/negative classifier; "
                         "a topic classifier has `labels: {topic: [sources or files], ...}` (or a pretrained multi-class `model`)"))
         if src.quality and src.quality.classifier in m.classifiers and m.classifiers[src.quality.classifier].labels is not None:
@@ -155,19 +155,20 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
         if c.labels is not None:
             if c.positive or c.negative:
                 out.append((("classifiers", cname), "give labels (a topic classifier) or positive/negative, not both"))
-            if c.model is not None:
-                out.append((("classifiers", cname), "give labels (to train a topic classifier) or model (a pretrained "
-                            "one, whose labels are the topics), not both"))
+            if c.pretrained is not None:
+                out.append((("classifiers", cname), f"give labels (to train a topic classifier) or {c.pretrained_key} (a "
+                            "pretrained one, whose labels are the topics), not both"))
             for lab, v in c.labels.items():
                 if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lab) or re.fullmatch(r"q\d+", lab):
                     out.append((("classifiers", cname, "labels", lab), f"label {lab!r} must be letters, digits, '_', '.', '-' "
                                 "and not q<number> (that names a quality bucket in a cell)"))
-                if not v and c.model is None:
+                if not v and c.pretrained is None:
                     out.append((("classifiers", cname, "labels", lab), "a label needs at least one source or file of examples"))
             if len(c.labels) < 2:
                 out.append((("classifiers", cname, "labels"), "a topic classifier needs at least two labels"))
-        elif c.model is None and (not c.positive or not c.negative):
-            out.append((("classifiers", cname), "a trained classifier needs both `positive` and `negative` sources (or set `model:`)"))
+        elif c.pretrained is None and (not c.positive or not c.negative):
+            out.append((("classifiers", cname), "a trained classifier needs both `positive` and `negative` sources (or set "
+                        f"`{c.pretrained_key}:`)"))
     if m.dedup and m.dedup.priority:
         for i, s in enumerate(m.dedup.priority):
             if s not in m.sources:

@@ -240,7 +240,7 @@ def _resolve_classifier_paths(m: Mixture, base: Path) -> Mixture:
                                            "negative": [absolute(v) for v in c.negative],
                                            "labels": {k: [absolute(v) for v in vs] for k, vs in c.labels.items()}
                                            if c.labels is not None else None,
-                                           "model": absolute(c.model) if c.model else None})
+                                           c.pretrained_key: absolute(c.pretrained) if c.pretrained else None})
     return m.model_copy(update={"classifiers": fixed})
 
 

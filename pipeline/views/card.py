@@ -20,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+from filters.classifiers import DEFAULT_TYPE
+from filters.classifiers import family as classifier_family
 from pipeline.shards import ledger
 from pipeline.views import report
 from pipeline.io import atomic, fs
@@ -239,10 +241,12 @@ def render(c: Context) -> str:
             ev = _eval(c, cn)
             used = [s for s, v in cfg["sources"].items() if (v.get("quality") or {}).get("classifier") == cn
                     or (v.get("topic") or {}).get("classifier") == cn]
-            how = (f"pretrained model `{cv['model']}`" if cv.get("model") else
-                   f"fastText trained in the run: labels {', '.join(f'`{k}` ← {_names(v)}' for k, v in cv['labels'].items())}"
+            fam = classifier_family(cv.get("type") or DEFAULT_TYPE)
+            pre = cv.get(fam.Params.pretrained_key)
+            how = (f"pretrained model `{pre}`" if pre else
+                   f"{fam.title} trained in the run: labels {', '.join(f'`{k}` ← {_names(v)}' for k, v in cv['labels'].items())}"
                    if cv.get("labels") else
-                   f"fastText trained in the run: positive {_names(cv.get('positive'))}, negative {_names(cv.get('negative'))}")
+                   f"{fam.title} trained in the run: positive {_names(cv.get('positive'))}, negative {_names(cv.get('negative'))}")
             L += [f"- `{cn}` ({how}), used by {', '.join(f'`{u}`' for u in used) or 'no source'}."]
             if ev and "roc_auc" in ev:
                 ex = ev.get("examples", {})

@@ -252,3 +252,42 @@ def test_sources_named_train_and_examples_are_scored_by_steps_of_their_own(demo_
         rows = _attrs(run, source)
         assert rows and all(x["score"] is not None for x in rows)
         assert sum(led["sources"][source]["removed"]["quality:c"].values()) == len(rows) - round(0.5 * len(rows))
+
+
+def test_an_embedding_probe_classifies_in_a_run_and_scores_again_from_its_probe_file(demo_corpus, tmp_path, joined,
+                                                                                     ray_local):
+    """`type: embedding` (WordLlama's shipped weights and a logistic probe) through the same
+    stage as fastText: trained from the sources, evaluated, exact keep fraction; then the
+    probe file it wrote, given as `probe:`, scores every row the same without training."""
+    y = write_yaml(tmp_path / "e.yaml", f"""
+        name: emb
+        tokenizer: null
+        sources:
+          wiki: {{paths: ["{demo_corpus}/wiki/summaries_en.parquet"], id_field: id,
+                  quality: {{classifier: wiki_vs_web, keep_fraction: 0.3}}}}
+          web: {{paths: ["{demo_corpus}/web/*.jsonl.zst"]}}
+        classifiers:
+          wiki_vs_web: {{type: embedding, positive: [wiki], negative: [web], max_examples_per_class: 2000}}
+    """)
+    r = curate("run", str(y), "--workers", "2", "--output", str(tmp_path / "one"), env=joined)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "one" / "emb"
+    steps = atomic.read_json(run / "run.json")["steps"]
+    train = run / steps["classify-wiki_vs_web-train"]["dir"]
+    ev = atomic.read_json(train / "eval.json")
+    print(f"\nwiki vs web, embedding probe: ROC AUC {ev['roc_auc']:.4f}, F1 {ev['f1']:.4f}")
+    assert ev["roc_auc"] >= 0.95 and ev["examples"]["train"]["positive"] == 1800
+    probe = atomic.read_json(train / "probe.json")
+    assert probe["embedding"]["backend"] == "wordllama" and probe["classes"] == ["__label__hq", "negative"]
+    rows = _attrs(run, "wiki")
+    assert all(x["score"] is not None for x in rows) and sum(x["keep"] is True for x in rows) == round(0.3 * len(rows))
+    pub = curate("publish", str(run), str(tmp_path / "pub"))
+    assert pub.returncode == 0, pub.stderr[-2000:]
+    assert "(an embedding probe trained in the run: positive `wiki`" in (tmp_path / "pub" / "README.md").read_text()
+    y2 = write_yaml(tmp_path / "p.yaml", y.read_text().replace("positive: [wiki], negative: [web], max_examples_per_class: 2000",
+                                                               f"probe: {train / 'probe.json'}"))
+    runner.run(config.load(y2), workers=2, output=str(tmp_path / "two"), log=lambda m: None, quiet=True)
+    steps2 = atomic.read_json(tmp_path / "two" / "emb" / "run.json")["steps"]
+    assert "classify-wiki_vs_web-train" not in steps2
+    assert [(x["id"], x["score"], x["keep"]) for x in _attrs(tmp_path / "two" / "emb", "wiki")] == \
+        [(x["id"], x["score"], x["keep"]) for x in rows]

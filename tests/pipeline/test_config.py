@@ -126,8 +126,19 @@ samples: {kept_per_source: 5}
 
 def test_unknown_classifier_type_names_the_key_and_lists_the_registered_types(tmp_path):
     msg = _err(tmp_path, GOOD + "classifiers:\n  q: {type: xgboost, positive: [web], negative: [web]}\n")
-    assert msg == ("x.yaml:10: classifiers.q.type: unknown classifier type 'xgboost'; known types: fasttext "
-                   "(`curate classifiers` lists them with their parameters)")
+    assert msg == ("x.yaml:10: classifiers.q.type: unknown classifier type 'xgboost'; known types: fasttext, "
+                   "embedding (`curate classifiers` lists them with their parameters)")
+
+
+def test_an_embedding_classifier_names_its_embedding_and_its_probe_file(tmp_path):
+    """`type: embedding`: `model` is the embedding (a backend name), `probe` a pretrained probe file."""
+    msg = _err(tmp_path, GOOD + "classifiers:\n  q: {type: embedding, model: bert, positive: [web], negative: [web]}\n")
+    assert msg.startswith("x.yaml:10: classifiers.q.model: unknown embedding 'bert'; known backends: wordllama")
+    msg = _err(tmp_path, GOOD + "classifiers:\n  q: {type: embedding, epochs: 3, positive: [web], negative: [web]}\n")
+    assert msg.startswith("x.yaml:10: classifiers.q.epochs: unknown key 'epochs'; allowed keys: c, label, labels, ")
+    lm = config.load(write_yaml(tmp_path / "e.yaml", GOOD + "classifiers:\n  q: {type: embedding, positive: [web], negative: [web]}\n"))
+    c = lm.mixture.classifiers["q"]
+    assert (c.model, c.probe, c.pretrained, c.max_tokens) == ("wordllama", None, None, 2048)
 
 
 def test_a_classifier_without_type_is_fasttext_with_every_key_of_before(tmp_path):

@@ -38,10 +38,11 @@ def plan(ctx: Context) -> list[Step]:
     models: dict[str, tuple[Step | None, str, str]] = {}  # classifier -> (train step, model path, model id)
     for cname in sorted({q.classifier for q in list(used.values()) + list(topics.values())}):
         c = m.classifiers[cname]
-        if c.model:
-            models[cname] = (None, c.model, atomic.file_digest(fs.path(c.model))[1])
+        if c.pretrained:
+            models[cname] = (None, c.pretrained, atomic.file_digest(fs.path(c.pretrained))[1])
             continue
         params = c.model_dump(mode="json")
+        params.pop(c.pretrained_key, None)  # None here: a pretrained model is not trained
         sides = {}
         for side, entries in (c.labels or {"positive": c.positive, "negative": c.negative}).items():
             names = [v for v in entries if v in m.sources]
@@ -49,11 +50,11 @@ def plan(ctx: Context) -> list[Step]:
             sides[side] = (names, files)
         digests = {f: atomic.file_digest(fs.path(f))[1] for names, files in sides.values() for f in files}
         if c.labels:  # per label: its sources and its files' digests (moving a file to another label retrains)
-            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model", "labels", "label")},
+            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "labels", "label")},
                    "labels": {lab: names + [digests[f] for f in files] for lab, (names, files) in sides.items()}}
         else:  # the keys a binary classifier always had (without files, its steps keep their hashes)
             per_side = {side: {f: digests[f] for f in files} for side, (_, files) in sides.items()}  # which side a file is on
-            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "model", "labels")},
+            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "labels")},
                    "positive": sides["positive"][0], "negative": sides["negative"][0], "files": per_side if digests else {}}
 
         def side_docs(stats, sides=sides, cap=params["max_examples_per_class"]):
@@ -141,7 +142,7 @@ def plan(ctx: Context) -> list[Step]:
     for sname, tp in topics.items():
         c = m.classifiers[tp.classifier]
         train, model_path, model_id = models[tp.classifier]
-        ctx.topic_labels[sname] = list(c.labels) if c.labels else _model_labels(ctx, tp.classifier, c.model, model_id)
+        ctx.topic_labels[sname] = list(c.labels) if c.labels else _model_labels(ctx, tp.classifier, c.pretrained, model_id)
         before = [ctx.quality[sname]] if sname in ctx.quality else []
         options = family(c.type).options(c.model_dump(mode="json"))
 
@@ -200,6 +201,7 @@ def _model_labels(ctx: Context, cname: str, path: str, digest: str) -> list[str]
             pass
     bad = [lab for lab in labels if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lab) or re.fullmatch(r"q\d+", lab)]
     if bad:
-        raise UsageError(f"{ctx.lm.where(('classifiers', cname, 'model'))}: the model's labels {bad} cannot name a "
+        key = ctx.mixture.classifiers[cname].pretrained_key
+        raise UsageError(f"{ctx.lm.where(('classifiers', cname, key))}: the model's labels {bad} cannot name a "
                          "topic cell (letters, digits, '_', '.', '-', not q<number>); retrain it with such labels")
     return labels

@@ -1,0 +1,154 @@
+"""The embedding classifier family (`classifiers.<name>.type: embedding`): a linear probe
+on document embeddings.
+
+Why: a fastText model learns its own features from the examples, which for a few thousand
+examples means mostly their words. A probe on a pretrained embedding (filters/embeddings.py,
+WordLlama's by default) starts from features that already place paraphrases and related
+topics together, so a small example set generalises further; and the same vectors serve
+semantic dedup and clusters. Binary (quality: positive against negative) or multinomial
+(topics: one class per label), scikit-learn's logistic regression over standardised
+embeddings, with a fixed solver and seed, so the same sample gives the same probe bytes.
+
+The probe file (`probe.json`) is plain JSON: the embedding's identity (backend, model,
+files' sha256), `max_tokens`, the classes, the standardisation and the coefficients. A probe
+scored with another embedding than it was trained on is an error naming both.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import ClassVar, Literal
+
+import numpy as np
+import orjson
+from pydantic import Field, field_validator
+
+from filters import embeddings
+from filters.classifiers import ClassifierFamily, ClassifierParams, register_classifier
+
+FORMAT = "curate-embedding-probe"
+
+
+class EmbeddingParams(ClassifierParams):
+    """A logistic probe on document embeddings (WordLlama's by default): quality from positive and negative
+    examples, or topics from labels."""
+
+    type: Literal["embedding"] = Field("embedding", description="the classifier kind")
+    model: str = Field(embeddings.DEFAULT_BACKEND, description="the embedding: a backend name (`curate embeddings` "
+                       "lists them)")
+    probe: str | None = Field(None, description="a probe file this family wrote before (probe.json in the train step's "
+                              "folder; relative to the YAML file) instead of training")
+    max_tokens: int = Field(embeddings.DEFAULT_MAX_TOKENS, ge=1, description="tokens of a document embedded (the rest "
+                            "is cut, so one huge page costs no more than a long one)")
+    c: float = Field(1.0, gt=0, description="inverse regularisation strength of the logistic regression (higher: "
+                     "fits the examples closer)")
+    max_iter: int = Field(1000, ge=10, description="the solver's iterations at most")
+
+    pretrained_key: ClassVar[str] = "probe"
+
+    @field_validator("model")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        if v not in embeddings.BACKENDS.all():
+            raise ValueError(f"unknown embedding {v!r}; known backends: {', '.join(embeddings.BACKENDS.all())} "
+                             "(`curate embeddings`). Embedding models from a local folder (onnx, sentence-transformers) "
+                             "are not supported yet")
+        return v
+
+
+def _to_json(probe: dict) -> bytes:
+    return orjson.dumps(probe, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _logits(probe: dict, x: np.ndarray) -> np.ndarray:
+    z = (x.astype(np.float64) - probe["mean"]) / probe["scale"]
+    return z @ probe["coef"].T + probe["intercept"]
+
+
+def probabilities(probe: dict, texts: list[str]) -> np.ndarray:
+    """(texts, classes) probabilities, float64."""
+    x = embeddings.embed(probe["embedding"]["backend"], texts, probe["max_tokens"])
+    z = _logits(probe, x)
+    if len(probe["classes"]) == 2:  # scikit-learn's binary model: one row of coefficients, for classes[1]
+        p1 = 1.0 / (1.0 + np.exp(-z[:, 0]))
+        return np.stack([1.0 - p1, p1], axis=1)
+    z -= z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _f32(p: np.ndarray) -> np.ndarray:
+    out = np.clip(p.astype(np.float32), 0.0, 1.0)
+    out[out <= 0] = 0.0  # never -0.0: thresholds compare the float bits
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def load(path: str) -> dict:
+    """A probe file, once per worker process and path; its embedding checked against the installed one."""
+    from pipeline.io import fs
+
+    from pipeline.errors import InputError
+
+    raw = orjson.loads(fs.path(path).read_bytes())
+    if raw.get("format") != FORMAT:
+        raise InputError(f"{path} is not a probe of the embedding family (no \"format\": {FORMAT!r}); point `probe` at "
+                         "a probe.json a run of `type: embedding` wrote, or remove it to train one")
+    have = embeddings.identity(raw["embedding"]["backend"])
+    if have["files"] != raw["embedding"]["files"]:
+        raise InputError(f"{path} was trained on embeddings of {raw['embedding']['model']} with files "
+                         f"{raw['embedding']['files']}, but the installed {have['backend']} has {have['files']}: "
+                         "install the version it was trained with, or train the probe again (remove `probe`)")
+    return {**raw, "mean": np.array(raw["mean"]), "scale": np.array(raw["scale"]), "coef": np.array(raw["coef"]),
+            "intercept": np.array(raw["intercept"])}
+
+
+@register_classifier("embedding", version="1", libraries=("wordllama", "sklearn"))
+class Embedding(ClassifierFamily):
+    """Logistic probes on document embeddings (WordLlama's by default): binary quality or multinomial topics."""
+
+    Params = EmbeddingParams
+    title = "an embedding probe"
+    model_file = "probe.json"
+
+    def options(self, params: dict) -> dict:
+        return {"embedding": params["model"], "max_tokens": params["max_tokens"]}
+
+    def train(self, examples: list[tuple[str, str]], params: dict, seed: int, path) -> dict:
+        from sklearn.linear_model import LogisticRegression
+
+        from pipeline.io import atomic
+
+        labels = [lab for lab, _ in examples]
+        x = embeddings.embed(params["model"], [t for _, t in examples], params["max_tokens"]).astype(np.float64)
+        mean, scale = x.mean(axis=0), x.std(axis=0)
+        scale[scale == 0] = 1.0
+        lr = LogisticRegression(C=params["c"], max_iter=params["max_iter"], solver="lbfgs", random_state=seed)
+        lr.fit((x - mean) / scale, labels)
+        probe = {"format": FORMAT, "version": 1, "embedding": embeddings.identity(params["model"]),
+                 "max_tokens": params["max_tokens"], "classes": [str(c) for c in lr.classes_],
+                 **{k: np.ascontiguousarray(v) for k, v in
+                    {"mean": mean, "scale": scale, "coef": lr.coef_, "intercept": lr.intercept_}.items()}}
+        atomic.write_bytes(path, _to_json(probe))
+        return load.__wrapped__(str(path))
+
+    def load(self, path: str) -> dict:
+        return load(path)
+
+    def labels(self, path: str) -> list[str]:
+        return list(load.__wrapped__(path)["classes"])
+
+    def score(self, model: dict, texts: list[str], label: str, options: dict) -> np.ndarray:
+        if not texts:
+            return np.zeros(0, np.float32)
+        if label not in model["classes"]:
+            raise ValueError(f"the probe's classes are {model['classes']}, not {label!r}: set the classifier's `label` "
+                             "to one of them")
+        return _f32(probabilities(model, texts)[:, model["classes"].index(label)])
+
+    def predict(self, model: dict, texts: list[str], options: dict) -> tuple[list[str], np.ndarray]:
+        if not texts:
+            return [], np.zeros(0, np.float32)
+        p = probabilities(model, texts)
+        top = p.argmax(axis=1)
+        return [model["classes"][i] for i in top.tolist()], _f32(p[np.arange(len(top)), top])
