@@ -206,10 +206,33 @@ class ParagraphDedupSpec(Model):
     min_doc_chars: int = Field(0, ge=0, description="a document left shorter than this after cuts is removed (empty ones always are)")
 
 
+class SemanticDedupSpec(Model):
+    threshold: float = Field(0.97, gt=0, le=1, description="cosine similarity of two documents' embeddings at which "
+                             "the later one (by source priority, then id hash) is a semantic duplicate")
+    clusters: int | None = Field(None, ge=1, description="k-means clusters; neighbours are only looked for inside a "
+                                 "cluster; default: one per 2,000 documents that reach the stage, at most one per 20 sampled")
+    sample: int = Field(100_000, ge=2, description="documents (a seeded hash sample) k-means is fitted on")
+    model: str = Field("wordllama", description="the embedding backend (`curate embeddings`)")
+    max_tokens: int = Field(2048, ge=1, description="tokens of a document embedded (the rest is cut)")
+    seed: int = Field(0, description="the sample's and k-means' seed")
+
+    @field_validator("model")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        from filters import embeddings
+
+        if v not in embeddings.BACKENDS.all():
+            raise ValueError(f"unknown embedding {v!r}; known backends: {', '.join(embeddings.BACKENDS.all())} "
+                             "(`curate embeddings`)")
+        return v
+
+
 class DedupSpec(Model):
     exact: ExactDedupSpec | None = Field(None, description="exact duplicates of normalised text")
     fuzzy: FuzzyDedupSpec | None = Field(None, description="near-duplicates: MinHash LSH, verified")
     paragraph: ParagraphDedupSpec | None = Field(None, description="repeated paragraphs")
+    semantic: SemanticDedupSpec | None = Field(None, description="semantic duplicates: documents whose embeddings are "
+                                               "within a cosine threshold, looked for inside k-means clusters")
     priority: list[str] | None = Field(None, description="source order for choosing survivors; default: YAML order")
     partitions: int | None = Field(None, ge=1, description="shuffle partitions, at least; more where the data needs them (4M rows, 64 MB of verify text or 5M edges a partition)")
 

@@ -57,6 +57,8 @@ class Context:
     # filter stage
     filter: dict[str, Step] = field(default_factory=dict)  # source -> filter-<source> (sources with a chain)
     chains: dict[str, list[str]] = field(default_factory=dict)  # source -> its filter step's stages, in order
+    # embed stage: source -> embed-<source> (its documents' embeddings, an attribute per document shard)
+    embed: dict[str, Step] = field(default_factory=dict)
     # global attribute layers, in order (dedup kinds, decontaminate, validation): one file per document
     # shard; `add_layer` appends one with its ledger stage (layer_stage)
     layers: list[Step] = field(default_factory=list)

@@ -18,7 +18,7 @@ TEXT_COPIES = 6
 TEXT_KINDS = frozenset({
     "ingest", "filter", "decontaminate", "validation", "dedup-fuzzy-signatures", "dedup-fuzzy-fetch",
     "dedup-fuzzy-verify", "dedup-paragraph-map", "dedup-paragraph", "classify-examples", "classify-train",
-    "classify-score", "topic", "mix-route", "mix", "samples-pick", "samples", "tokenize", "tokens",
+    "classify-score", "topic", "mix-route", "mix", "samples-pick", "samples", "tokenize", "tokens", "embed",
 })
 
 

@@ -23,7 +23,7 @@ from pipeline.plan import sources
 from pipeline.plan.context import Context
 from pipeline.plan.stage import Stage
 from pipeline.plan.tokens import identity
-from pipeline.steps import decontam, validation
+from pipeline.steps import decontam, embed, validation
 from pipeline.steps import filter as filter_stage
 from pipeline.steps.classify import plan as classify
 from pipeline.steps.dedup import plan as dedup
@@ -36,7 +36,8 @@ from pipeline.steps.tokenize import write as tokens
 STAGES: list[Stage] = [
     ingest.STAGE,        # inputs -> document shards, quarantine/
     filter_stage.STAGE,  # each source's filter chain -> keep/stage/reason attributes
-    dedup.STAGE,         # exact, fuzzy, paragraph -> global layers
+    embed.STAGE,         # embed-<source>: documents' embeddings (nothing without dedup.semantic)
+    dedup.STAGE,         # exact, fuzzy, paragraph, semantic -> global layers
     decontam.STAGE,      # eval items -> a global layer
     validation.STAGE,    # held-out documents -> a global layer, validation/
     classify.STAGE,      # quality and topic classifiers -> per-source steps after dedup

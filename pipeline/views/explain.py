@@ -98,7 +98,9 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["stages"].append({"stage": stage, "result": "removed", "reason": rec["reason"]})
             info["status"] = "removed"
             info["removed_by"] = {"stage": stage, "reason": rec["reason"]}
-            if rec.get("cluster"):
+            if stage == "dedup:semantic":
+                info["semantic"] = _semantic(run_dir, rj, rec)
+            elif rec.get("cluster"):
                 info["cluster"] = _cluster(run_dir, rj, rec["cluster"])
             if rec.get("eval_id") is not None:
                 info["contamination"] = _contamination(run_dir, rj, part, row, rec)
@@ -152,6 +154,21 @@ def _cluster(run_dir: Path, rj: dict, cluster: str) -> dict | None:
     if not t.num_rows:
         return None
     return t.to_pylist()[0]
+
+
+def _semantic(run_dir: Path, rj: dict, rec: dict) -> dict:
+    """A semantic duplicate's cluster: its size, and the members it removed that share this
+    document's closest earlier member, with their cosines (the reduce step's clusters/ files)."""
+    out = {"cluster": rec["cluster"], "size": rec["cluster_size"], "of": rec["duplicate_of"], "cosine": rec["cosine"],
+           "same": []}
+    st = rj["steps"].get("dedup-semantic-reduce")
+    try:
+        t = fs.read_table(fs.join(run_dir, st["dir"]) / "clusters",
+                          filters=[("cluster", "=", rec["cluster"]), ("duplicate_of", "=", rec["duplicate_of"])])
+        out["same"] = [(r["id"], r["cosine"]) for r in t.to_pylist()]
+    except (TypeError, FileNotFoundError):  # no reduce step in run.json, or its folder gone (gc)
+        pass
+    return out
 
 
 def _read_row(path: Path, row: int, columns: list[str]) -> dict:
@@ -223,6 +240,11 @@ def render(infos: list[dict], doc_id: str, run_dir: Path | None = None) -> str:
                              f"{ct['units_flagged']} unit(s) flagged): {' '.join((ct['eval_text'] or '').split())[:300]!r}")
                 lines.append(f"  the unit: {' '.join(ct['unit'].split())[:300]!r}")
                 lines.append("  shared n-grams: " + "; ".join(ct["shared_ngrams"][:5]) + (" ..." if len(ct["shared_ngrams"]) > 5 else ""))
+            sm = info.get("semantic")
+            if sm:
+                same = ", ".join(f"{i} ({c:.3f})" for i, c in sm["same"][:10]) + (" ..." if len(sm["same"]) > 10 else "")
+                lines.append(f"  cluster {sm['cluster']} of {sm['size']:,} documents; closest earlier member {sm['of']} "
+                             f"(cosine {sm['cosine']:.3f}); {len(sm['same'])} removed as its duplicates: {same}")
             cl = info.get("cluster")
             if cl:
                 lines.append(f"  cluster of {cl['size']} (survivor first): " + ", ".join(cl["members"][:10])

@@ -16,13 +16,17 @@ from pipeline.io import fs
 from pipeline.plan import code
 from pipeline.plan.context import Context
 from pipeline.shards import apply, combine
-from pipeline.steps.dedup import exact, fuzzy, paragraph
+from pipeline.steps import embed
+from pipeline.steps.dedup import exact, fuzzy, paragraph, semantic
 from pipeline.steps.merge import merge_step, read_from
 from pipeline.plan.stage import Stage
 
 PARTITION_ROWS = 4_000_000
 PARAGRAPHS_PER_DOC = 8  # a planning guess: web pages have a few to a few dozen
 VERIFY_TEXT_BYTES = 64 << 20  # text per fuzzy verify partition (its shingle sets take about as much again)
+SEMANTIC_ROWS = 500_000  # documents per semantic reduce partition (~600 bytes each: vector, id, keys)
+SEMANTIC_DOCS_PER_CLUSTER = 2_000  # default k-means clusters: one per this many documents ...
+SEMANTIC_SAMPLE_PER_CLUSTER = 20  # ... and at least this many sampled documents per centroid
 
 
 def outputs(stats: dict, step: Step) -> int:
@@ -167,7 +171,49 @@ def plan(ctx: Context) -> list[Step]:
         ctx.add_layer(apply_step("paragraph", rd, paragraph.apply_shard, None, prev,
                                  {"params": params, "tokenizer_id": ctx.tokenizer_id}, {"tokenizer": ctx.tokenizer}, combined=mp),
                       "dedup:paragraph")
+    if dd.semantic:
+        semantic_steps(ctx, dd, add, per_doc, reducer, apply_step, base)
     return steps
+
+
+def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) -> None:
+    """sample -> centroids -> map -> reduce -> apply (pipeline/steps/dedup/semantic.py)."""
+    from filters import embeddings
+
+    prev = list(ctx.layers)
+    sem = dd.semantic
+    params = sem.model_dump(mode="json")
+    fit = {k: v for k, v in params.items() if k != "threshold"}  # a threshold edit re-runs the reduce and apply only
+    common = {"ranks": ctx.ranks(), "partitions": dd.partitions}
+    emb = [ctx.embed[s] for s in ctx.mixture.sources]
+    dim = embeddings.identity(sem.model)["dim"]
+
+    def emb_path(d: dict) -> str:
+        return embed.embedding_path(ctx.embed[d["source"]], ctx.store, d["source"], d["part"])
+
+    sample = add(Step("dedup-semantic-sample", "dedup-semantic-sample", {"params": fit, **common}, base + prev + emb,
+                      semantic.sample_shard, shards=per_doc(lambda kept, d, stats: {
+                          "embedding": emb_path(d), "seed": sem.seed, "rate": sem.sample / max(1, kept)}, prev)))
+
+    def centroid_shards(st, stats):
+        kept = sum(m["rows"] for m in stats[sample.name].values())
+        sampled = sum(m["sampled"] for m in stats[sample.name].values())
+        k = sem.clusters or max(1, min(math.ceil(kept / SEMANTIC_DOCS_PER_CLUSTER), sampled // SEMANTIC_SAMPLE_PER_CLUSTER))
+        return [{"samples": [str(sample.dir(ctx.store) / f"{shard_name(i)}.parquet") for i in sorted(stats[sample.name])],
+                 "clusters": k, "seed": sem.seed, "dim": dim, "describe": "k-means"}]
+
+    cents = add(Step("dedup-semantic-centroids", "dedup-semantic-centroids", {"params": fit}, [sample],
+                     semantic.centroids_shard, shards=centroid_shards))
+
+    def map_extra(kept, d, stats):
+        k = stats[cents.name][0]["clusters"]
+        return {"embedding": emb_path(d), "centroids": stats[cents.name][0]["centroids"], "dim": dim,
+                "partitions": max(1, min(k, max(dd.partitions or 1, math.ceil(kept / SEMANTIC_ROWS))))}
+
+    mp = add(Step("dedup-semantic-map", "dedup-semantic-map", {"params": fit, **common}, base + prev + emb + [cents],
+                  semantic.map_shard, shards=per_doc(map_extra, prev)))
+    rd = reducer("dedup-semantic-reduce", {"params": params}, mp, semantic.reduce_shard, {"params": params})
+    ctx.add_layer(apply_step("semantic", rd, apply.run_shard, semantic.COLUMNS, prev), "dedup:semantic")
 
 
 STAGE = Stage("dedup", plan)

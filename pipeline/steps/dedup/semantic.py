@@ -1,0 +1,205 @@
+"""Semantic dedup (`dedup.semantic`): documents whose embeddings are within a cosine
+threshold of an earlier document's, looked for inside k-means clusters (SemDeDup's idea).
+
+sample (per document shard): the documents that reach the stage whose seeded hash of
+    (source, id) falls below `sample / documents`, with their embedding (embed-<source>)
+    and the hash: a sample that does not depend on sharding.
+centroids (one task): spherical k-means on the sample, in hash order, seeded: `clusters`
+    centroids (fewer when the sample is smaller), written as centroids.npy.
+map (per document shard): each document's nearest centroid; rows (cluster, priority key,
+    gid, id, embedding) hash-partitioned by cluster, so a cluster is one reducer's.
+reduce (per partition): each cluster's members in priority order (source priority, then
+    120 bits of id hashes, as fuzzy dedup orders them: pipeline/steps/dedup/fuzzy.py
+    `okey`); a member whose cosine with an earlier member is at or above `threshold` is
+    removed, `semantic_duplicate_of:<that member's id> (cosine=0.981)` naming the closest;
+    `clusters/part-XXXXX.parquet` lists every removed member by cluster, for `curate explain`.
+    The similarities are computed a block of BLOCK members at a time against the members
+    before them, so a task holds its partition's vectors and one block's row of
+    similarities, never a cluster's square.
+
+Every choice (sample, order, centroids, clusters, survivors) is a function of the
+documents and the seed, not of shards or workers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from pipeline.engine.step import task
+from pipeline.io import atomic, fs
+from pipeline.shards import shuffle, view
+from pipeline.steps.dedup.fuzzy import okey
+
+VERSION = "1"
+COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string", "cosine": "float64",
+           "cluster": "int64", "cluster_size": "int64"}
+BLOCK = 1024  # members whose similarities to the earlier members are computed at once
+CHUNK = 8192  # sample rows per k-means distance pass
+ITERATIONS = 10  # Lloyd iterations of the spherical k-means (fixed: the same centroids on every run)
+
+
+def sample_keys(seed: int, source: str, ids: list[str]) -> np.ndarray:
+    return np.array([xxhash.xxh3_64_intdigest(f"semantic:{seed}:{source}:{i}") for i in ids], np.uint64)
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    v = v.astype(np.float32)
+    n = np.linalg.norm(v, axis=1, keepdims=True)
+    np.divide(v, n, out=v, where=n > 0)
+    return v
+
+
+def _vectors(col: pa.Array) -> np.ndarray:
+    """A fixed-size list column of float16 -> (n, dim) float32 unit rows."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    dim = col.type.list_size
+    return _unit(col.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim))
+
+
+def _kept(doc: dict, embedding: str) -> tuple[np.ndarray, list[str], pa.Array]:
+    """Rows that reach the stage, their ids and their embeddings."""
+    rows, ids = [], []
+    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["id"]):
+        rows.append(r)
+        ids += b.column("id").to_pylist()
+    rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    emb = fs.read_table(embedding, columns=["embedding"]).column("embedding").combine_chunks().take(pa.array(rows))
+    if emb.null_count:
+        raise ValueError(f"{embedding}: rows kept by the stages before semantic dedup have no embedding")
+    return rows, ids, emb
+
+
+@task(version=VERSION)
+def sample_shard(spec: dict, out) -> dict:
+    doc = spec["doc"]
+    rows, ids, emb = _kept(doc, spec["embedding"])
+    keys = sample_keys(spec["seed"], doc["source"], ids)
+    bound = int(spec["rate"] * 2**64)  # keys below it: a share `rate` of the documents
+    take = np.arange(len(keys)) if bound >= 2**64 else np.flatnonzero(keys < np.uint64(bound))
+    fs.write_table(pa.table({"key": keys[take], "embedding": emb.take(pa.array(take))}), out.path(".parquet"))
+    return {"rows": len(rows), "sampled": len(take)}
+
+
+def kmeans(x: np.ndarray, k: int, seed: int, iterations: int = ITERATIONS) -> np.ndarray:
+    """Spherical k-means: centroids are unit means of their members; started from k sample
+    rows picked by the seed; an emptied cluster keeps its centroid."""
+    rng = np.random.default_rng(seed)
+    c = x[np.sort(rng.choice(len(x), size=k, replace=False))].copy()
+    for _ in range(iterations):
+        assign = nearest(x, c)
+        sums = np.zeros_like(c)
+        np.add.at(sums, assign, x)
+        counts = np.bincount(assign, minlength=k)
+        full = counts > 0
+        c[full] = _unit(sums[full])
+    return c
+
+
+def nearest(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Each row's most similar centroid (the lowest index on a tie), CHUNK rows at a time, in
+    float64: a row's products must not depend on which other rows share its chunk (a shard's
+    rows do), and float64 keeps a matrix kernel's rounding (~1e-16) far below any real tie."""
+    out = np.empty(len(x), np.int64)
+    c64 = c.astype(np.float64)
+    for lo in range(0, len(x), CHUNK):
+        out[lo : lo + CHUNK] = np.argmax(x[lo : lo + CHUNK].astype(np.float64) @ c64.T, axis=1)
+    return out
+
+
+@task(version=VERSION)
+def centroids_shard(spec: dict, out) -> dict:
+    tables = fs.read_many(lambda p: fs.read_table(p), spec["samples"]) if spec["samples"] else []
+    t = pa.concat_tables(tables) if tables else None
+    final = fs.path(out.dir) / "centroids.npy"
+    if t is None or t.num_rows == 0:
+        atomic.write_bytes(final, np.zeros((0, spec["dim"]), np.float32).tobytes())
+        return {"rows": 0, "clusters": 0, "centroids": str(final), "dim": spec["dim"]}
+    t = t.take(pa.compute.sort_indices(t, [("key", "ascending")]))  # hash order: the same for any sharding
+    x = _vectors(t.column("embedding"))
+    k = max(1, min(spec["clusters"], len(x)))
+    c = kmeans(x, k, spec["seed"])
+    atomic.write_bytes(final, np.ascontiguousarray(c, np.float32).tobytes())
+    return {"rows": len(x), "clusters": k, "planned_clusters": spec["clusters"], "centroids": str(final),
+            "dim": int(c.shape[1])}
+
+
+def read_centroids(path: str, dim: int) -> np.ndarray:
+    return np.frombuffer(fs.path(path).read_bytes(), np.float32).reshape(-1, dim)
+
+
+@task(version=VERSION)
+def map_shard(spec: dict, out) -> dict:
+    doc = spec["doc"]
+    rows, ids, emb = _kept(doc, spec["embedding"])
+    base = shuffle.map_file(fs.path(out.dir) / "buckets", out.index)
+    nparts = spec["partitions"]
+    if not len(rows):
+        return {"rows": 0, "partitions": nparts, "segments": shuffle.write_empty(nparts, base)}
+    c = read_centroids(spec["centroids"], spec["dim"])
+    cluster = nearest(_vectors(emb), c)
+    ok, ok2 = okey(doc["rank"], ids)
+    table = pa.table({"cluster": cluster, "okey": ok, "okey2": ok2, "gid": shuffle.gid(doc["src"], doc["part"], rows),
+                      "id": pa.array(ids, pa.string()), "embedding": emb})
+    segments = shuffle.write_partitions(table, shuffle.partition_of(cluster.astype(np.uint64), nparts), nparts, base)
+    return {"rows": len(rows), "partitions": nparts, "segments": segments}
+
+
+def duplicates(v: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For members in priority order: which are removed, the earlier member each is closest
+    to, and that cosine (rows >= threshold with an earlier member are removed)."""
+    m = len(v)
+    best = np.full(m, -1, np.int64)
+    cos = np.full(m, -np.inf, np.float32)
+    for lo in range(1, m, BLOCK):
+        hi = min(m, lo + BLOCK)
+        s = v[lo:hi] @ v[:hi].T  # (block, members up to the block's end)
+        s[np.arange(hi - lo)[:, None] + lo <= np.arange(hi)[None, :]] = -np.inf  # only earlier members
+        best[lo:hi] = np.argmax(s, axis=1)
+        cos[lo:hi] = s[np.arange(hi - lo), best[lo:hi]]
+    return cos >= threshold, best, cos
+
+
+@task(version=VERSION)
+def reduce_shard(spec: dict, out) -> dict:
+    p = spec["params"]
+    t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
+    target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
+    if t is None or t.num_rows == 0:
+        shuffle.write_empty(spec["ndocs"], target)
+        fs.write_table(pa.table({"cluster": pa.array([], pa.int64()), "id": pa.array([], pa.string()),
+                                 "duplicate_of": pa.array([], pa.string()), "cosine": pa.array([], pa.float64())}),
+                       fs.path(out.dir) / "clusters" / f"{out.name}.parquet")
+        return {"rows": 0, "clusters": 0, "removed": 0, "largest": 0}
+    cluster, g = t.column("cluster").to_numpy(), t.column("gid").to_numpy()
+    order = np.lexsort((g, t.column("okey2").to_numpy(), t.column("okey").to_numpy(), cluster))
+    t = t.take(pa.array(order))
+    cluster, g = cluster[order], g[order]
+    ids = t.column("id").to_pylist()
+    vecs = _vectors(t.column("embedding"))
+    src = shuffle.split_gid(g)[0]
+    cuts = np.flatnonzero(np.r_[True, cluster[1:] != cluster[:-1], True])
+    out_rows, of, cosine, size = [], [], [], []
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        gone, best, cos = duplicates(vecs[a:b], p["threshold"])
+        for i in np.flatnonzero(gone).tolist():
+            out_rows.append(a + i)
+            of.append(a + int(best[i]))
+            cosine.append(float(cos[i]))
+            size.append(b - a)
+    r = np.array(out_rows, np.int64)
+    o = np.array(of, np.int64)
+    table = pa.table({
+        "reason": [f"semantic_duplicate_of:{ids[j]} (cosine={c:.3f})" for j, c in zip(o.tolist(), cosine)],
+        "duplicate_of": pa.array([ids[j] for j in o.tolist()], pa.string()),
+        "duplicate_of_source": pa.array([spec["sources"][s] for s in src[o].tolist()], pa.string()),
+        "cosine": pa.array(np.round(np.array(cosine, np.float64), 6), pa.float64()),
+        "cluster": pa.array(cluster[r] if len(r) else np.zeros(0, np.int64), pa.int64()),
+        "cluster_size": pa.array(np.array(size, np.int64), pa.int64())})
+    fs.write_table(pa.table({"cluster": table.column("cluster"), "id": pa.array([ids[j] for j in r.tolist()], pa.string()),
+                             "duplicate_of": table.column("duplicate_of"), "cosine": table.column("cosine")}),
+                   fs.path(out.dir) / "clusters" / f"{out.name}.parquet")  # for explain: who else a cluster removed
+    shuffle.write_to_shards(table, g[r] if len(r) else np.zeros(0, np.int64), spec["offsets"], spec["ndocs"], target)
+    sizes = np.diff(cuts)
+    return {"rows": t.num_rows, "clusters": len(sizes), "removed": len(r), "largest": int(sizes.max())}

@@ -1,0 +1,131 @@
+"""Semantic dedup (`dedup.semantic`) on a real Ray, on planted copies built from real text.
+
+The corpus: 300 base documents (three Wikipedia summaries each) in source `a`; in source
+`b`, the sentences of 100 of them shuffled (the same words: MinHash's 5-grams across
+sentence boundaries change, the embedding hardly does) and 100 others with a tenth of
+their words replaced by stopwords; and 60 other base documents. Distinct bases are at
+cosine <= 0.81 of each other with WordLlama's embeddings, the copies at >= 0.97.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import config
+from pipeline.io import atomic
+from pipeline.run import runner
+from tests.conftest import curate, write_yaml
+
+
+@pytest.fixture(scope="module")
+def planted(wiki_texts, tmp_path_factory):
+    rng = random.Random(11)
+    d = tmp_path_factory.mktemp("semantic")
+    texts = [t for t in wiki_texts if len(t.split()) >= 60]
+    bases = [" ".join(texts[3 * i : 3 * i + 3]) for i in range(360)]
+    a = [{"id": f"a{i:04d}", "text": t} for i, t in enumerate(bases[:300])]
+    b, copies = [], {}
+    for i in range(200):
+        if i < 100:
+            sentences = [s for s in bases[i].replace("\n", " ").split(". ") if s]
+            rng.shuffle(sentences)
+            text = ". ".join(sentences)
+        else:
+            words = bases[i].split(" ")
+            for _ in range(len(words) // 10):
+                words[rng.randrange(len(words))] = rng.choice(["the", "of", "and", "a", "in"])
+            text = " ".join(words)
+        b.append({"id": f"s{i:04d}", "text": text})
+        copies[f"s{i:04d}"] = f"a{i:04d}"
+    b += [{"id": f"b{i:04d}", "text": t} for i, t in enumerate(bases[300:], 300)]
+    for name, recs in (("a", a), ("b", b)):
+        rng.shuffle(recs)
+        (d / name).mkdir()
+        for k in range(3):
+            with open(d / name / f"part-{k}.jsonl", "w") as f:
+                for r in recs[k::3]:
+                    f.write(json.dumps(r) + "\n")
+    return {"dir": d, "copies": copies}
+
+
+def _yaml(path: Path, data: Path, threshold: float = 0.95, extra: str = "", max_shard_bytes: int = 1 << 26) -> Path:
+    return write_yaml(path, f"""
+        name: sem
+        tokenizer: null
+        sources:
+          a: {{paths: ["{data}/a/*.jsonl"], id_field: id, max_shard_bytes: {max_shard_bytes}}}
+          b: {{paths: ["{data}/b/*.jsonl"], id_field: id, max_shard_bytes: {max_shard_bytes}}}
+        dedup:
+          semantic: {{threshold: {threshold}, clusters: 4, sample: 400}}
+        {extra}
+    """)
+
+
+def _decisions(run_dir: Path) -> dict[str, dict]:
+    st = atomic.read_json(run_dir / "run.json")["steps"]["dedup-semantic"]
+    return {r["id"]: r for f in sorted((run_dir / st["dir"]).glob("*/part-*.parquet"))
+            for r in pq.read_table(f).to_pylist() if r["keep"] is not None}
+
+
+@pytest.fixture(scope="module")
+def runs(ray_local, planted, tmp_path_factory):
+    d = tmp_path_factory.mktemp("runs")
+    runner.run(config.load(_yaml(d / "one.yaml", planted["dir"])), workers=2, output=str(d / "w2"), log=lambda m: None,
+               quiet=True)
+    runner.run(config.load(_yaml(d / "two.yaml", planted["dir"], extra="  partitions: 3", max_shard_bytes=20_000)),
+               workers=1, output=str(d / "w1"), log=lambda m: None, quiet=True)
+    return d, d / "w2" / "sem", d / "w1" / "sem"
+
+
+def test_planted_copies_are_removed_for_their_base_and_nothing_else(planted, runs):
+    _, run, _ = runs
+    dec = _decisions(run)
+    removed = {i: r for i, r in dec.items() if r["keep"] is False}
+    wrong = {i: r["duplicate_of"] for i, r in removed.items() if planted["copies"].get(i) != r["duplicate_of"]}
+    shuffled = sum(1 for i in removed if int(i[1:]) < 100)
+    print(f"\nremoved {len(removed)}: {shuffled}/100 sentence-shuffled and {len(removed) - shuffled}/100 edited copies; "
+          f"{len(wrong)} not a planted pair")
+    assert not wrong  # precision: every removal is a planted copy, pointing at its own base in `a`
+    assert shuffled == 100 and len(removed) >= 195  # recall, with 4 clusters cutting a few pairs apart at most
+    r = removed["s0000"]
+    assert r["reason"].startswith("semantic_duplicate_of:a0000 (cosine=") and r["cosine"] >= 0.99
+    assert r["duplicate_of_source"] == "a" and 0 <= r["cluster"] < 4 and r["cluster_size"] >= 2
+    led = atomic.read_json(run / "ledger.json")
+    assert led["conservation"] is True
+    assert led["sources"]["b"]["removed"]["dedup:semantic"] == {"semantic_duplicate": len(removed)}
+    assert "dedup:semantic" not in led["sources"]["a"]["removed"]  # the first source's documents survive
+
+
+def test_same_decisions_for_any_workers_shards_and_partitions(runs):
+    _, one, two = runs
+    steps = atomic.read_json(two / "run.json")["steps"]
+    assert steps["ingest-a"]["shards"] > 3 and steps["dedup-semantic-reduce"]["shards"] == 3  # really other shards
+    a = {i: (r["keep"], r["reason"], r["cluster"]) for i, r in _decisions(one).items()}
+    b = {i: (r["keep"], r["reason"], r["cluster"]) for i, r in _decisions(two).items()}
+    assert a == b
+    ma = pq.read_table(sorted((one / "mixture").glob("*.parquet"))).column("id").to_pylist()
+    mb = pq.read_table(sorted((two / "mixture").glob("*.parquet"))).column("id").to_pylist()
+    assert sorted(ma) == sorted(mb)
+
+
+def test_a_threshold_edit_embeds_nothing_again_and_explain_shows_the_cluster(planted, runs, joined):
+    d, run, _ = runs
+    y = _yaml(d / "one.yaml", planted["dir"], threshold=0.99)
+    r = curate("run", str(y), "--workers", "2", "--output", str(d / "w2"), env=joined)
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = atomic.read_json(run / "run.json")["steps"]
+    for name in ("embed-a", "embed-b", "dedup-semantic-sample", "dedup-semantic-centroids", "dedup-semantic-map"):
+        assert steps[name]["status"] == "SKIPPED", name
+    assert steps["dedup-semantic-reduce"]["status"] == "SUCCESS"
+    dec = _decisions(run)
+    assert all(r["cosine"] >= 0.99 for r in dec.values() if r["keep"] is False)
+    assert dec["s0000"]["keep"] is False and dec["s0150"]["keep"] is True  # an edited copy is below 0.99
+    e = curate("explain", str(run), "--id", "s0001")
+    assert e.returncode == 0, e.stderr
+    assert "dedup:semantic               removed semantic_duplicate_of:a0001 (cosine=" in e.stdout
+    assert "closest earlier member a0001 (cosine " in e.stdout and "removed as its duplicates: s0001 (" in e.stdout
