@@ -67,6 +67,30 @@ class TopicSpec(Model):
                             "multi-class `model`)")
 
 
+def known_embedding(v: str) -> str:
+    """An embedding backend's name, checked against the registry (a miss lists the known ones)."""
+    from filters import embeddings
+
+    if v not in embeddings.BACKENDS.all():
+        raise ValueError(f"unknown embedding {v!r}; known backends: {', '.join(embeddings.BACKENDS.all())} "
+                         "(`curate embeddings`)")
+    return v
+
+
+class TopicClustersSpec(Model):
+    clusters: int = Field(ge=2, le=10_000, description="k-means clusters of the source's document embeddings: cells "
+                          "<source>/c0 .. <source>/c<clusters-1>")
+    sample: int = Field(100_000, ge=2, description="documents (a seeded hash sample of the kept ones) k-means is fitted on")
+    model: str = Field("wordllama", description="the embedding backend (`curate embeddings`)")
+    max_tokens: int = Field(2048, ge=1, description="tokens of a document embedded (the rest is cut)")
+    seed: int = Field(0, description="the sample's and k-means' seed")
+
+    @field_validator("model")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        return known_embedding(v)
+
+
 class _ExtractBase(Model):
     timeout: float = Field(5.0, gt=0, description="CPU seconds one page may take; a page over it is quarantined as "
                            "extract_timeout (a wall-clock guard of 4x this + 10 s catches pages that hang without computing)")
@@ -142,6 +166,10 @@ class SourceSpec(Model):
     topic: TopicSpec | None = Field(None, description="label every kept document with a multi-class classifier's top "
                                     "label (topic, topic_score); `mixture.weights` may then weight `source/<topic>` "
                                     "and `source/<topic>/q<k>`")
+    topics: TopicClustersSpec | None = Field(None, description="label every kept document with its nearest of `clusters` "
+                                             "k-means centroids of the source's document embeddings (topic c<k>, "
+                                             "topic_score the cosine); `mixture.weights` may then weight `source/c<k>` "
+                                             "and `source/c<k>/q<j>`")
     on_bad_record: Literal["quarantine", "fail"] = Field(
         "quarantine", description="quarantine: keep going and record file, line and error; fail: stop at the first bad record"
     )
@@ -219,12 +247,7 @@ class SemanticDedupSpec(Model):
     @field_validator("model")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        from filters import embeddings
-
-        if v not in embeddings.BACKENDS.all():
-            raise ValueError(f"unknown embedding {v!r}; known backends: {', '.join(embeddings.BACKENDS.all())} "
-                             "(`curate embeddings`)")
-        return v
+        return known_embedding(v)
 
 
 class DedupSpec(Model):

@@ -67,7 +67,14 @@ def topics_of(m) -> dict[str, list[str] | None]:
         if spec.topic and spec.topic.classifier in m.classifiers:
             labels = m.classifiers[spec.topic.classifier].labels
             out[s] = list(labels) if labels else None
+        elif spec.topics:  # embedding clusters
+            out[s] = cluster_labels(spec.topics.clusters)
     return out
+
+
+def cluster_labels(k: int) -> list[str]:
+    """The topics of a source's embedding clusters: c0 .. c<k-1>."""
+    return [f"c{i}" for i in range(k)]
 
 
 def _overlap(a: tuple, b: tuple) -> bool:
@@ -114,11 +121,16 @@ def problems(m, field: str = "weights", topics: dict | None = None) -> list[tupl
         if topic is not None:
             if source not in topics:
                 out.append((loc, f"{key} names a topic, but source {source} has no topic classifier; set "
-                                 f"sources.{source}.topic.classifier (a classifier with labels)"))
+                                 f"sources.{source}.topic.classifier (a classifier with labels) or "
+                                 f"sources.{source}.topics.clusters (embedding clusters)"))
                 continue
             if topics[source] is not None and topic not in topics[source]:
-                out.append((loc, f"{key}: {topic!r} is not a topic of {source}'s classifier; its labels: "
-                                 f"{', '.join(topics[source])}"))
+                if spec.topics:
+                    out.append((loc, f"{key}: {topic!r} is not a cluster of {source}; its clusters: c0 .. "
+                                     f"c{spec.topics.clusters - 1} (sources.{source}.topics.clusters)"))
+                else:
+                    out.append((loc, f"{key}: {topic!r} is not a topic of {source}'s classifier; its labels: "
+                                     f"{', '.join(topics[source])}"))
                 continue
         rect = (topic, lo, hi)
         clash = next((other for r, other in taken.get(source, []) if _overlap(rect, r)), None)

@@ -117,7 +117,7 @@ class Context:
             if s in self.quality:
                 rows.append([f"quality:{spec.quality.classifier}", self.quality[s].name])
             if s in self.topic:
-                rows.append([f"topic:{spec.topic.classifier}", self.topic[s].name])
+                rows.append([f"topic:{spec.topic.classifier}" if spec.topic else "topic:clusters", self.topic[s].name])
             out[s] = rows
         return out
 

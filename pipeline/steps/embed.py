@@ -1,7 +1,7 @@
 """The embed stage: `embed-<source>`, one embedding attribute per document shard.
 
 Why a step of its own: an embedding is the expensive part of everything that uses one
-(semantic dedup today; probes and clusters can read the same attribute), and it depends
+(semantic dedup, embedding clusters as topics), and it depends
 only on the documents after their filters and on the model, so a threshold, a cluster
 count or a dedup edit never embeds again. The step's hash holds the backend, its version,
 its files' sha256 and `max_tokens`.
@@ -64,19 +64,23 @@ def embedding_path(step: Step, store, source: str, part: int) -> str:
 
 
 def plan(ctx: Context) -> list[Step]:
-    """`embed-<source>` for every source, when something reads embeddings (dedup.semantic)."""
+    """`embed-<source>` for every source when dedup.semantic reads embeddings, else for the
+    sources with `topics` (embedding clusters); one model per run (config/checks.py)."""
     from filters import embeddings
     from pipeline.plan import code
 
-    sem = ctx.mixture.dedup.semantic if ctx.mixture.dedup else None
-    if sem is None:
+    m = ctx.mixture
+    sem = m.dedup.semantic if m.dedup else None
+    clustered = [s for s, spec in m.sources.items() if spec.topics]
+    spec = sem or (m.sources[clustered[0]].topics if clustered else None)
+    if spec is None:
         return []
-    ident = embeddings.identity(sem.model)
-    e = {"model": sem.model, "max_tokens": sem.max_tokens, "dim": ident["dim"]}
+    ident = embeddings.identity(spec.model)
+    e = {"model": spec.model, "max_tokens": spec.max_tokens, "dim": ident["dim"]}
     cfg = {"embedding": {**e, "files": ident["files"]}, "dtype": "float16"}
-    cls = type(embeddings.backend(sem.model))
+    cls = type(embeddings.backend(spec.model))
     steps = []
-    for sname in ctx.mixture.sources:
+    for sname in (list(m.sources) if sem else clustered):
         ing, flt = ctx.ingest[sname], ctx.filter.get(sname)
 
         def shards(st, stats, sname=sname, ing=ing, flt=flt):  # this source's shards only: no other source waits
@@ -85,7 +89,7 @@ def plan(ctx: Context) -> list[Step]:
                      "embedding": e, "describe": f"{sname}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
 
         step = Step(f"embed-{sname}", "embed", cfg, [ing, flt] if flt else [ing], embed_shard, shards=shards,
-                    code=code.code({"embedding": {sem.model: cls.version}}, cls.libraries))
+                    code=code.code({"embedding": {spec.model: cls.version}}, cls.libraries))
         ctx.embed[sname] = step
         steps.append(step)
     return steps

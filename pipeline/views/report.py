@@ -57,13 +57,25 @@ def _topics(run: dec.Run, source: str) -> dict | None:
     if not d:
         return None
     cells: dict[str, dict[str, list[int]]] = {}
+    titles: dict[str, list] = {}
     for m in read_markers(d).values():
         for topic, bucket, docs, toks in m.get("groups", []):
             c = cells.setdefault(topic, {}).setdefault(f"q{bucket}" if bucket > 0 else "all", [0, 0])
             c[0] += docs
             c[1] += toks
-    return {t: {b: {"documents": v[0], "tokens": v[1]} for b, v in sorted(bs.items(), key=lambda kv: (len(kv[0]), kv[0]))}
-            for t, bs in sorted(cells.items())}
+        for topic, ts in (m.get("titles") or {}).items():  # embedding clusters: each shard's first titles by hash
+            titles[topic] = sorted(titles.get(topic, []) + ts)[:3]
+    out = {t: {b: {"documents": v[0], "tokens": v[1]} for b, v in sorted(bs.items(), key=lambda kv: (len(kv[0]), kv[0]))}
+           for t, bs in sorted(cells.items(), key=lambda kv: _topic_order(kv[0]))}
+    for t, ts in titles.items():
+        if t in out:
+            out[t]["titles"] = [x for _, x in ts]
+    return out
+
+
+def _topic_order(t: str):
+    """Clusters c0, c1, ..., c10 in number order; other topics by name."""
+    return (0, int(t[1:]), "") if t[:1] == "c" and t[1:].isdigit() else (1, 0, t)
 
 
 def _languages(run: dec.Run, source: str) -> dict[str, int]:
@@ -270,9 +282,14 @@ def render(rep: dict) -> str:
                              [[f"q{i + 1}", a, b, t] for i, (a, b, t) in enumerate(zip(qb["reached"], qb["kept"], qb["kept_tokens"]))])]
         tp = e.get("topics")
         if tp:
-            cols = sorted({b for v in tp.values() for b in v}, key=lambda b: (len(b), b))
+            cols = sorted({b for v in tp.values() for b in v if b != "titles"}, key=lambda b: (len(b), b))
             parts += ["<h3>Kept tokens by topic x quality bucket (before the mixture's weights)</h3>",
                       _table(["topic", *cols], [[t, *[v.get(b, {}).get("tokens", 0) for b in cols]] for t, v in tp.items()])]
+            if any("titles" in v for v in tp.values()):
+                parts += ["<h3>Embedding clusters: size and three titles (kept train documents)</h3>",
+                          _table(["cluster", "documents", "titles"],
+                                 [[t, sum(x["documents"] for b, x in v.items() if b != "titles"), " | ".join(v.get("titles", []))]
+                                  for t, v in tp.items()])]
         if e["languages"]:
             parts += ["<h3>Languages (language ID's best label)</h3>",
                       _table(["language", "documents"], list(e["languages"].items())[:15])]

@@ -19,6 +19,7 @@ from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
 from pipeline.plan import code
 from pipeline.plan.context import Context
+from pipeline.steps.classify import clusters
 from pipeline.steps.classify import tasks as classify
 from pipeline.plan.stage import Stage
 
@@ -29,7 +30,8 @@ def plan(ctx: Context) -> list[Step]:
     m = ctx.mixture
     used = {s: spec.quality for s, spec in m.sources.items() if spec.quality}
     topics = {s: spec.topic for s, spec in m.sources.items() if spec.topic}
-    if not used and not topics:
+    clustered = [s for s, spec in m.sources.items() if spec.topics]
+    if not used and not topics and not clustered:
         return []
     base = dict(zip(m.sources, ctx.base(), strict=True))
     dedup = list(ctx.layers)
@@ -157,6 +159,11 @@ def plan(ctx: Context) -> list[Step]:
                     shards=topic_shards, code=code.family_code(c.type))
         steps.append(step)
         ctx.topic[sname] = step
+    for sname in clustered:  # embedding clusters as topics (clusters.py)
+        before = [ctx.quality[sname]] if sname in ctx.quality else []
+        cl = clusters.steps(ctx, sname, before, dedup, base[sname])
+        steps += cl
+        ctx.topic[sname] = cl[-1]
     return steps
 
 

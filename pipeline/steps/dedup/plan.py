@@ -15,7 +15,7 @@ from pipeline.engine.step import Step, shard_name
 from pipeline.io import fs
 from pipeline.plan import code
 from pipeline.plan.context import Context
-from pipeline.shards import apply, combine
+from pipeline.shards import apply, combine, kmeans
 from pipeline.steps import embed
 from pipeline.steps.dedup import exact, fuzzy, paragraph, semantic
 from pipeline.steps.merge import merge_step, read_from
@@ -192,7 +192,7 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) ->
         return embed.embedding_path(ctx.embed[d["source"]], ctx.store, d["source"], d["part"])
 
     sample = add(Step("dedup-semantic-sample", "dedup-semantic-sample", {"params": fit, **common}, base + prev + emb,
-                      semantic.sample_shard, shards=per_doc(lambda kept, d, stats: {
+                      kmeans.sample_shard, shards=per_doc(lambda kept, d, stats: {
                           "embedding": emb_path(d), "seed": sem.seed, "rate": sem.sample / max(1, kept)}, prev)))
 
     def centroid_shards(st, stats):
@@ -203,7 +203,7 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) ->
                  "clusters": k, "seed": sem.seed, "dim": dim, "describe": "k-means"}]
 
     cents = add(Step("dedup-semantic-centroids", "dedup-semantic-centroids", {"params": fit}, [sample],
-                     semantic.centroids_shard, shards=centroid_shards))
+                     kmeans.centroids_shard, shards=centroid_shards))
 
     def map_extra(kept, d, stats):
         k = stats[cents.name][0]["clusters"]

@@ -1,0 +1,111 @@
+"""A seeded sample of document embeddings, spherical k-means on it, and the nearest
+centroid of each document: what semantic dedup (pipeline/steps/dedup/semantic.py) and
+embedding clusters as topics (pipeline/steps/classify/clusters.py) share.
+
+The sample is the documents whose seeded hash of (source, id) falls below a rate, and
+k-means reads it in hash order from a seeded start: the centroids depend on the documents
+and the seed, never on shards or workers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from pipeline.engine.step import task
+from pipeline.io import atomic, fs
+from pipeline.shards import view
+
+VERSION = "1"
+CHUNK = 8192  # rows per distance pass
+ITERATIONS = 10  # Lloyd iterations of the spherical k-means (fixed: the same centroids on every run)
+
+
+def sample_keys(seed: int, source: str, ids: list[str]) -> np.ndarray:
+    return np.array([xxhash.xxh3_64_intdigest(f"semantic:{seed}:{source}:{i}") for i in ids], np.uint64)
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    v = v.astype(np.float32)
+    n = np.linalg.norm(v, axis=1, keepdims=True)
+    np.divide(v, n, out=v, where=n > 0)
+    return v
+
+
+def vectors(col: pa.Array) -> np.ndarray:
+    """A fixed-size list column of float16 -> (n, dim) float32 unit rows."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    dim = col.type.list_size
+    return unit(col.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim))
+
+
+def kept(doc: dict, embedding: str) -> tuple[np.ndarray, list[str], pa.Array]:
+    """Rows that reach the stage, their ids and their embeddings."""
+    rows, ids = [], []
+    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["id"]):
+        rows.append(r)
+        ids += b.column("id").to_pylist()
+    rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    emb = fs.read_table(embedding, columns=["embedding"]).column("embedding").combine_chunks().take(pa.array(rows))
+    if emb.null_count:
+        raise ValueError(f"{embedding}: rows kept by the stages before semantic dedup have no embedding")
+    return rows, ids, emb
+
+
+@task(version=VERSION)
+def sample_shard(spec: dict, out) -> dict:
+    doc = spec["doc"]
+    rows, ids, emb = kept(doc, spec["embedding"])
+    keys = sample_keys(spec["seed"], doc["source"], ids)
+    bound = int(spec["rate"] * 2**64)  # keys below it: a share `rate` of the documents
+    take = np.arange(len(keys)) if bound >= 2**64 else np.flatnonzero(keys < np.uint64(bound))
+    fs.write_table(pa.table({"key": keys[take], "embedding": emb.take(pa.array(take))}), out.path(".parquet"))
+    return {"rows": len(rows), "sampled": len(take)}
+
+
+def kmeans(x: np.ndarray, k: int, seed: int, iterations: int = ITERATIONS) -> np.ndarray:
+    """Spherical k-means: centroids are unit means of their members; started from k sample
+    rows picked by the seed; an emptied cluster keeps its centroid."""
+    rng = np.random.default_rng(seed)
+    c = x[np.sort(rng.choice(len(x), size=k, replace=False))].copy()
+    for _ in range(iterations):
+        assign = nearest(x, c)
+        sums = np.zeros_like(c)
+        np.add.at(sums, assign, x)
+        counts = np.bincount(assign, minlength=k)
+        full = counts > 0
+        c[full] = unit(sums[full])
+    return c
+
+
+def nearest(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Each row's most similar centroid (the lowest index on a tie), CHUNK rows at a time, in
+    float64: a row's products must not depend on which other rows share its chunk (a shard's
+    rows do), and float64 keeps a matrix kernel's rounding (~1e-16) far below any real tie."""
+    out = np.empty(len(x), np.int64)
+    c64 = c.astype(np.float64)
+    for lo in range(0, len(x), CHUNK):
+        out[lo : lo + CHUNK] = np.argmax(x[lo : lo + CHUNK].astype(np.float64) @ c64.T, axis=1)
+    return out
+
+
+@task(version=VERSION)
+def centroids_shard(spec: dict, out) -> dict:
+    tables = fs.read_many(lambda p: fs.read_table(p), spec["samples"]) if spec["samples"] else []
+    t = pa.concat_tables(tables) if tables else None
+    final = fs.path(out.dir) / "centroids.npy"
+    if t is None or t.num_rows == 0:
+        atomic.write_bytes(final, np.zeros((0, spec["dim"]), np.float32).tobytes())
+        return {"rows": 0, "clusters": 0, "centroids": str(final), "dim": spec["dim"]}
+    t = t.take(pa.compute.sort_indices(t, [("key", "ascending")]))  # hash order: the same for any sharding
+    x = vectors(t.column("embedding"))
+    k = max(1, min(spec["clusters"], len(x)))
+    c = kmeans(x, k, spec["seed"])
+    atomic.write_bytes(final, np.ascontiguousarray(c, np.float32).tobytes())
+    return {"rows": len(x), "clusters": k, "planned_clusters": spec["clusters"], "centroids": str(final),
+            "dim": int(c.shape[1])}
+
+
+def read_centroids(path: str, dim: int) -> np.ndarray:
+    return np.frombuffer(fs.path(path).read_bytes(), np.float32).reshape(-1, dim)
