@@ -59,6 +59,7 @@ class ClassifierParams(BaseModel):
     seed: int = Field(0, description="sampling seed")
 
     pretrained_key: ClassVar[str] = "model"  # the key naming a pretrained model file of the family (then no training)
+    graded: ClassVar[bool] = False  # trained from an `annotations` file of graded documents, not from classes
 
     @property
     def pretrained(self) -> str | None:
@@ -125,7 +126,8 @@ class ClassifierFamily:
 # The module that registers each built-in family (registry() imports them all; a worker only
 # the one it uses); the first is the default `type`. tests/filters/test_classifiers.py checks
 # it against the registrations.
-BUILTIN_MODULES = {"fasttext": "filters.fasttext_family", "embedding": "filters.embedding_family"}
+BUILTIN_MODULES = {"fasttext": "filters.fasttext_family", "embedding": "filters.embedding_family",
+                   "regression": "filters.regression_family"}
 DEFAULT_TYPE = next(iter(BUILTIN_MODULES))
 FAMILIES = Registry("classifier", BUILTIN_MODULES, hint=" (`curate classifiers` lists them with their parameters)",
                     builtin_first=True)

@@ -384,6 +384,12 @@ def _classifier_lines(run_dir: Path) -> list[str]:
             continue
         ev = atomic.read_json(fs.join(run_dir, st["dir"]) / "eval.json")
         ex = ev["examples"]
+        if "spearman" in ev:  # a graded classifier
+            f = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+            out.append(f"classifier {cname}: validation Spearman {f(ev['spearman'])}, Pearson {f(ev['pearson'])}, "
+                       f"MAE {f(ev['mae'])} on {ex['validation']:,} held-out annotations; trained on {ex['train']:,} "
+                       f"({st['dir']}/eval.json)")
+            continue
         if "labels" in ev:  # a topic classifier
             per = ", ".join(f"{lab} {v['precision']:.2f}/{v['recall']:.2f}" for lab, v in ev["labels"].items())
             out.append(f"classifier {cname}: validation accuracy {ev['accuracy']:.3f} on "

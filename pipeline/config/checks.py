@@ -110,6 +110,8 @@ def check_classifier_files(lm: "LoadedMixture") -> list[str]:
                        "classifier from `positive` and `negative`")
         if c.pretrained:
             continue
+        if c.graded and c.annotations and not fs.path(c.annotations).is_file():
+            out.append(f"{lm.where(('classifiers', name, 'annotations'))}: no such file: {c.annotations}")
         sides = [((side,), getattr(c, side)) for side in ("positive", "negative")]
         sides += [(("labels", lab), v) for lab, v in (c.labels or {}).items()]
         for loc, values in sides:
@@ -155,9 +157,13 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
     for sname, src in m.sources.items():
         if src.topic and src.topic.classifier not in m.classifiers:
             out.append((("sources", sname, "topic", "classifier"), f"unknown classifier {src.topic.classifier!r}; defined: {defined_cls}"))
-        elif src.topic and m.classifiers[src.topic.classifier].labels is None and m.classifiers[src.topic.classifier].pretrained is None:
+        elif src.topic and m.classifiers[src.topic.classifier].labels is None and m.classifiers[src.topic.classifier].pretrained is None \
+                and not m.classifiers[src.topic.classifier].graded:
             out.append((("sources", sname, "topic", "classifier"), f"{src.topic.classifier} is a positive/negative classifier; "
                         "a topic classifier has `labels: {topic: [sources or files], ...}` (or a pretrained multi-class `model`)"))
+        if src.topic and src.topic.classifier in m.classifiers and m.classifiers[src.topic.classifier].graded:
+            out.append((("sources", sname, "topic", "classifier"), f"{src.topic.classifier} grades documents; a topic "
+                        "classifier has `labels`: use it under `quality:` instead"))
         if src.quality and src.quality.classifier in m.classifiers and m.classifiers[src.quality.classifier].labels is not None:
             out.append((("sources", sname, "quality", "classifier"), f"{src.quality.classifier} has labels (topics); quality "
                         "needs a positive/negative classifier: use it under `topic:` instead"))
@@ -169,6 +175,14 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
                 if s not in m.sources and not any(ch in s for ch in "/*."):
                     out.append(((*loc, i), f"unknown source {s!r}; defined: {defined_sources} "
                                 "(a file path needs a '/' or an extension)"))
+        if c.graded:
+            if c.positive or c.negative or c.labels:
+                out.append((("classifiers", cname), f"a {c.type} classifier learns from `annotations` (id, score, text), "
+                            "not from positive, negative or labels: remove them"))
+            elif c.annotations is None and c.pretrained is None:
+                out.append((("classifiers", cname), f"a {c.type} classifier needs `annotations: FILE` (id, score, text "
+                            f"rows) or a trained `{c.pretrained_key}:`"))
+            continue
         if c.labels is not None:
             if c.positive or c.negative:
                 out.append((("classifiers", cname), "give labels (a topic classifier) or positive/negative, not both"))

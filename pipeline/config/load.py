@@ -240,7 +240,9 @@ def _resolve_classifier_paths(m: Mixture, base: Path) -> Mixture:
                                            "negative": [absolute(v) for v in c.negative],
                                            "labels": {k: [absolute(v) for v in vs] for k, vs in c.labels.items()}
                                            if c.labels is not None else None,
-                                           c.pretrained_key: absolute(c.pretrained) if c.pretrained else None})
+                                           c.pretrained_key: absolute(c.pretrained) if c.pretrained else None,
+                                           **({"annotations": absolute(c.annotations)} if getattr(c, "annotations", None)
+                                              else {})})
     return m.model_copy(update={"classifiers": fixed})
 
 

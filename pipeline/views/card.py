@@ -246,6 +246,8 @@ def render(c: Context) -> str:
             how = (f"pretrained model `{pre}`" if pre else
                    f"{fam.title} trained in the run: labels {', '.join(f'`{k}` ← {_names(v)}' for k, v in cv['labels'].items())}"
                    if cv.get("labels") else
+                   f"{fam.title} trained in the run from the graded annotations `{Path(cv['annotations']).name}`"
+                   if cv.get("annotations") else
                    f"{fam.title} trained in the run: positive {_names(cv.get('positive'))}, negative {_names(cv.get('negative'))}")
             L += [f"- `{cn}` ({how}), used by {', '.join(f'`{u}`' for u in used) or 'no source'}."]
             if ev and "roc_auc" in ev:
@@ -255,6 +257,11 @@ def render(c: Context) -> str:
                                   [[cn, f"{_n(ex.get('train', {}).get('positive'))} + {_n(ex.get('train', {}).get('negative'))}",
                                     f"{_n(ev.get('positives'))} + {_n(ev.get('negatives'))}", ev["roc_auc"], ev["f1"],
                                     ev["precision"], ev["recall"]]])]
+            elif ev and "spearman" in ev:
+                ex = ev.get("examples", {})
+                L += ["", *_table(["classifier", "train annotations", "held-out annotations", "Spearman", "Pearson", "MAE"],
+                                  [[cn, _n(ex.get("train")), _n(ex.get("validation")), ev["spearman"], ev["pearson"],
+                                    ev["mae"]]])]
             elif ev and "labels" in ev:
                 L += ["", *_table(["label", "precision", "recall", "F1", "held-out support"],
                                   [[k, v.get("precision"), v.get("recall"), v.get("f1"), v.get("support")]

@@ -45,6 +45,17 @@ def plan(ctx: Context) -> list[Step]:
             continue
         params = c.model_dump(mode="json")
         params.pop(c.pretrained_key, None)  # None here: a pretrained model is not trained
+        if c.graded:  # from an annotations file (graded.py): one train step, no examples step
+            digest = atomic.file_digest(fs.path(c.annotations))[1]
+            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "labels", "annotations")},
+                   "annotations": digest}
+            train = Step(f"classify-{cname}-train", "classify-train", cfg, [], classify.train_shard,
+                         shards=lambda st, stats, cname=cname, params=params, path=c.annotations: [
+                             {"name": cname, "params": params, "annotations": path,
+                              "describe": f"train classifier {cname}"}], code=code.family_code(c.type))
+            steps.append(train)
+            models[cname] = (train, str(train.dir(ctx.store) / family(c.type).model_file), None)
+            continue
         sides = {}
         for side, entries in (c.labels or {"positive": c.positive, "negative": c.negative}).items():
             names = [v for v in entries if v in m.sources]

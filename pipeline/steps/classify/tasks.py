@@ -174,6 +174,10 @@ def _sample(side: dict, k: int, seed: int) -> list[tuple[int, str, str]]:
 
 @task(version="4")  # 2: samples from the examples step's candidates; 3: example files by content, not path; 4: their texts
 def train_shard(spec: dict, out) -> dict:
+    if "annotations" in spec:  # a graded classifier (type: regression)
+        from pipeline.steps.classify.graded import train_graded
+
+        return train_graded(spec, out)
     if "classes" in spec:
         return _train_topics(spec, out)
     p, seed = spec["params"], spec["params"]["seed"]
