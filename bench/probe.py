@@ -52,9 +52,14 @@ def main(argv=None) -> int:
     variant = dict(raw, name=raw["name"] + "-probe", classifiers={name: probe})
     vpath = src.with_name(src.stem + "-probe-bench.yaml")  # beside the original: its relative paths still hold
     vpath.write_text(yaml.safe_dump(variant, sort_keys=False))
+    ens = {"type": "ensemble", "members": {f"{name}_ft": 1.0, f"{name}_probe": 1.0}, "positive": c["positive"],
+           "negative": c["negative"], "max_examples_per_class": c.get("max_examples_per_class", 20000)}
+    evariant = dict(raw, name=raw["name"] + "-ensemble", classifiers={f"{name}_ft": c, f"{name}_probe": probe, name: ens})
+    epath = src.with_name(src.stem + "-ensemble-bench.yaml")
+    epath.write_text(yaml.safe_dump(evariant, sort_keys=False))
     rows = []
     try:
-        for path in (src, vpath):
+        for path in (src, vpath, epath):
             t = time.time()
             run = Path(runner.run(config.load(path), workers=a.workers, output=a.out, log=lambda m: None, quiet=True))
             steps = atomic.read_json(run / "run.json")["steps"]
@@ -63,16 +68,21 @@ def main(argv=None) -> int:
             rows.append((path, tdir, ev, steps[f"classify-{name}-train"].get("seconds"), time.time() - t))
     finally:
         vpath.unlink(missing_ok=True)
+        epath.unlink(missing_ok=True)
     fams = {}
     for path, tdir, ev, train_s, wall in rows:
-        typ = "fasttext" if path == src else "embedding"
+        typ = "fasttext" if path == src else "embedding" if path == vpath else "ensemble"
         fams[typ] = (tdir, ev)
+        if typ == "ensemble":
+            print(f"ensemble   ROC AUC {ev['roc_auc']:.4f}  F1 {ev['f1']:.4f}  (mean of percentile ranks); its members on "
+                  f"the same held-out examples: {ev['members']}")
+            continue
         print(f"{typ:<10} ROC AUC {ev['roc_auc']:.4f}  F1 {ev['f1']:.4f}  precision {ev['precision']:.4f}  "
               f"recall {ev['recall']:.4f}  train {ev['examples']['train']}  validation {ev['examples']['validation']}  "
               f"train step {train_s} s")
     va = [sorted(r["hash"] for r in pq.read_table(fams[f][0] / "sample.parquet").to_pylist() if r["split"] == "validation")
-          for f in ("fasttext", "embedding")]
-    print(f"the same validation examples for both: {va[0] == va[1]} ({len(va[0]):,})")
+          for f in ("fasttext", "embedding", "ensemble")]
+    print(f"the same validation examples for all three: {va[0] == va[1] == va[2]} ({len(va[0]):,})")
     # scoring speed per core on the five kinds of text, each family's trained model
     from bench import textkinds
 

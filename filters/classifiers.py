@@ -127,7 +127,7 @@ class ClassifierFamily:
 # the one it uses); the first is the default `type`. tests/filters/test_classifiers.py checks
 # it against the registrations.
 BUILTIN_MODULES = {"fasttext": "filters.fasttext_family", "embedding": "filters.embedding_family",
-                   "regression": "filters.regression_family"}
+                   "regression": "filters.regression_family", "ensemble": "filters.ensemble_family"}
 DEFAULT_TYPE = next(iter(BUILTIN_MODULES))
 FAMILIES = Registry("classifier", BUILTIN_MODULES, hint=" (`curate classifiers` lists them with their parameters)",
                     builtin_first=True)

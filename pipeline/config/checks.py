@@ -175,6 +175,15 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
                 if s not in m.sources and not any(ch in s for ch in "/*."):
                     out.append(((*loc, i), f"unknown source {s!r}; defined: {defined_sources} "
                                 "(a file path needs a '/' or an extension)"))
+        for x, w in (getattr(c, "members", None) or {}).items():
+            other = m.classifiers.get(x)
+            if other is None:
+                out.append((("classifiers", cname, "members", x), f"unknown classifier {x!r}; defined: {defined_cls}"))
+            elif getattr(other, "members", None) is not None or other.labels is not None:
+                out.append((("classifiers", cname, "members", x), f"{x} is {'an ensemble' if getattr(other, 'members', None) else 'a topic classifier'}; "
+                            "an ensemble's members score documents: fastText, embedding probes, regressions"))
+            if not w > 0:
+                out.append((("classifiers", cname, "members", x), f"weight {w}: a member's weight is above 0"))
         if c.graded:
             if c.positive or c.negative or c.labels:
                 out.append((("classifiers", cname), f"a {c.type} classifier learns from `annotations` (id, score, text), "

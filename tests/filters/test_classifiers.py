@@ -19,7 +19,7 @@ def test_the_registry_lists_fasttext_and_a_miss_lists_the_known_types():
     assert next(iter(classifiers.registry())) == "fasttext"  # the first is the default `type`
     assert classifiers.registry()["fasttext"] is FastText
     assert isinstance(classifiers.family("fasttext"), FastText)
-    with pytest.raises(KeyError, match=r"unknown classifier type 'xgboost'; known types: fasttext, embedding, regression \(`curate classifiers`"):
+    with pytest.raises(KeyError, match=r"unknown classifier type 'xgboost'; known types: fasttext, embedding, regression, ensemble \(`curate classifiers`"):
         classifiers.family("xgboost")
 
 

@@ -291,3 +291,40 @@ def test_an_embedding_probe_classifies_in_a_run_and_scores_again_from_its_probe_
     assert "classify-wiki_vs_web-train" not in steps2
     assert [(x["id"], x["score"], x["keep"]) for x in _attrs(tmp_path / "two" / "emb", "wiki")] == \
         [(x["id"], x["score"], x["keep"]) for x in rows]
+
+
+def test_an_ensemble_is_at_least_as_good_as_its_best_member_on_the_same_held_out_examples(demo_corpus, tmp_path, joined):
+    """`type: ensemble` over a fastText classifier and an embedding probe: the members trained
+    first (their steps are the ensemble's inputs), each member's score mapped to its
+    percentile rank on the ensemble's training examples, the weighted mean; eval.json gives
+    the ensemble's and each member's metrics on the same held-out examples."""
+    y = write_yaml(tmp_path / "e.yaml", f"""
+        name: ens
+        tokenizer: null
+        sources:
+          wiki: {{paths: ["{demo_corpus}/wiki/summaries_en.parquet"], id_field: id,
+                  quality: {{classifier: both, keep_fraction: 0.3}}}}
+          web: {{paths: ["{demo_corpus}/web/*.jsonl.zst"]}}
+        classifiers:
+          ft: {{positive: [wiki], negative: [web], max_examples_per_class: 1500, dim: 16, bucket: 20000, epochs: 2}}
+          probe: {{type: embedding, positive: [wiki], negative: [web], max_examples_per_class: 1500}}
+          both: {{type: ensemble, members: {{ft: 1, probe: 2}}, positive: [wiki], negative: [web],
+                  max_examples_per_class: 1500}}
+    """)
+    r = curate("run", str(y), "--workers", "2", "--output", str(tmp_path / "out"), env=joined)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "out" / "ens"
+    steps = atomic.read_json(run / "run.json")["steps"]
+    train = run / steps["classify-both-train"]["dir"]
+    ev = atomic.read_json(train / "eval.json")
+    best = max(v["roc_auc"] for v in ev["members"].values())
+    print(f"\nensemble ROC AUC {ev['roc_auc']:.4f}; members {ev['members']}")
+    assert set(ev["members"]) == {"ft", "probe"} and ev["roc_auc"] >= best
+    ens = atomic.read_json(train / "ensemble.json")
+    assert [(x["name"], x["type"], x["weight"]) for x in ens["members"]] == [("ft", "fasttext", 1.0), ("probe", "embedding", 2.0)]
+    assert all(len(x["quantiles"]) == 1001 and x["quantiles"] == sorted(x["quantiles"]) for x in ens["members"])
+    rows = _attrs(run, "wiki")
+    assert sum(x["keep"] is True for x in rows) == round(0.3 * len(rows)) and all(0 <= x["score"] <= 1 for x in rows)
+    bad = write_yaml(tmp_path / "bad.yaml", y.read_text().replace("members: {ft: 1, probe: 2}", "members: {ft: 1, nope: 2}"))
+    v = curate("validate", str(bad))
+    assert v.returncode == 2 and "classifiers.both.members.nope: unknown classifier 'nope'; defined: ft, probe, both" in v.stderr

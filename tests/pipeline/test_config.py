@@ -127,7 +127,7 @@ samples: {kept_per_source: 5}
 def test_unknown_classifier_type_names_the_key_and_lists_the_registered_types(tmp_path):
     msg = _err(tmp_path, GOOD + "classifiers:\n  q: {type: xgboost, positive: [web], negative: [web]}\n")
     assert msg == ("x.yaml:10: classifiers.q.type: unknown classifier type 'xgboost'; known types: fasttext, "
-                   "embedding, regression (`curate classifiers` lists them with their parameters)")
+                   "embedding, regression, ensemble (`curate classifiers` lists them with their parameters)")
 
 
 def test_an_embedding_classifier_names_its_embedding_and_its_probe_file(tmp_path):

@@ -38,7 +38,9 @@ def plan(ctx: Context) -> list[Step]:
     steps: list[Step] = []
     everything = list(base.values()) + dedup
     models: dict[str, tuple[Step | None, str, str]] = {}  # classifier -> (train step, model path, model id)
-    for cname in sorted({q.classifier for q in list(used.values()) + list(topics.values())}):
+    named = {q.classifier for q in list(used.values()) + list(topics.values())}
+    named |= {x for n in list(named) for x in (getattr(m.classifiers[n], "members", None) or {})}  # an ensemble's members
+    for cname in sorted(named, key=lambda n: (bool(getattr(m.classifiers[n], "members", None)), n)):  # members first
         c = m.classifiers[cname]
         if c.pretrained:
             models[cname] = (None, c.pretrained, atomic.file_digest(fs.path(c.pretrained))[1])
@@ -69,6 +71,15 @@ def plan(ctx: Context) -> list[Step]:
             per_side = {side: {f: digests[f] for f in files} for side, (_, files) in sides.items()}  # which side a file is on
             cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "labels")},
                    "positive": sides["positive"][0], "negative": sides["negative"][0], "files": per_side if digests else {}}
+
+        after_members = []
+        if getattr(c, "members", None):  # an ensemble: its members' models, trained above (or pretrained)
+            cfg["members"] = {x: models[x][2] for x in sorted(c.members)}  # a pretrained member's digest; else its step
+            after_members = [models[x][0] for x in sorted(c.members) if models[x][0] is not None]
+            params = {**params, "member_models": {
+                x: {"type": m.classifiers[x].type, "path": models[x][1], "label": m.classifiers[x].label,
+                    "options": family(m.classifiers[x].type).options(m.classifiers[x].model_dump(mode="json"))}
+                for x in sorted(c.members)}}
 
         def side_docs(stats, sides=sides, cap=params["max_examples_per_class"]):
             """(side, its document shards, its hash bound) for each class."""
@@ -101,7 +112,7 @@ def plan(ctx: Context) -> list[Step]:
                               "digests": {f: digests[f] for f in sides[side][1]}}
             return [spec]
 
-        train = Step(f"classify-{cname}-train", "classify-train", cfg, [ex], classify.train_shard,
+        train = Step(f"classify-{cname}-train", "classify-train", cfg, [ex] + after_members, classify.train_shard,
                      shards=train_shards, code=code.family_code(c.type))
         steps += [ex, train]
         models[cname] = (train, str(train.dir(ctx.store) / family(c.type).model_file), None)
