@@ -94,6 +94,9 @@ def build_corpus(n_docs: int, skew: str | None = None, wiki_docs: int | None = N
     return out
 
 
+SEMANTIC = [False]  # --semantic: dedup.semantic with its defaults too (embed-<source>, dedup-semantic-*)
+
+
 def mixture_yaml(corpus: Path, out: Path, partitions: int, wiki_shard_rows: int | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     y = out / "scale.yaml"
@@ -118,7 +121,7 @@ dedup:
   partitions: {partitions}
   exact: {{}}
   fuzzy: {{ngram: 5, num_perm: 112, bands: 14, threshold: 0.8, verify: true}}
-  paragraph: {{min_chars: 50, max_occurrences: 5}}
+  paragraph: {{min_chars: 50, max_occurrences: 5}}{chr(10) + "  semantic: {}" if SEMANTIC[0] else ""}
 classifiers:
   wiki_vs_web: {{type: fasttext, positive: [wiki], negative: [web], max_examples_per_class: 5000, epochs: 3}}
 mixture:
@@ -199,7 +202,7 @@ def _markers(d: Path) -> dict:
 
 def _step_group(name: str) -> str:
     """Per-source steps folded into one row: filter-web, filter-wiki -> filter-*."""
-    for pre in ("ids-", "unique-ids-", "id-index-", "ingest-", "filter-", "quality-", "tokenize-"):
+    for pre in ("ids-", "unique-ids-", "id-index-", "ingest-", "filter-", "quality-", "tokenize-", "embed-"):
         if name.startswith(pre):
             rest = name[len(pre):]
             return pre + "*" + ("-threshold" if rest.endswith("-threshold") else "")
@@ -288,11 +291,13 @@ def main(argv=None):
     ap.add_argument("--partitions-x", type=int, default=0, help="also run the largest scale with this many times the partitions")
     ap.add_argument("--skew", action="store_true", help="also run skewed corpora at the smallest scale")
     ap.add_argument("--json", help="write every figure here")
+    ap.add_argument("--semantic", action="store_true", help="add dedup.semantic (its defaults) to the mixture")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--output", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         return _child(a.child, a.workers, a.output)
+    SEMANTIC[0] = a.semantic
     scales = [int(x) for x in a.scales.split(",")]
     work = CACHE / "scale-runs"
     results, labels = [], []

@@ -131,3 +131,30 @@ def test_a_probe_of_another_embedding_or_not_a_probe_is_a_clear_error(tmp_path):
     (tmp_path / "junk.json").write_bytes(b"{}")
     with pytest.raises(InputError, match=r"junk.json is not a probe of the embedding family"):
         fam.load(str(tmp_path / "junk.json"))
+
+
+def test_embeddings_probes_and_heads_need_no_network(tmp_path):
+    """In a network namespace with no interfaces up: WordLlama's weights come from its wheel, and
+    the probe and the regression head train and score offline."""
+    import subprocess
+    import sys
+
+    code = (
+        "import socket\n"
+        "try:\n    socket.create_connection(('pypi.org', 443), timeout=3); print('NETWORK')\n"
+        "except OSError:\n    print('no network')\n"
+        "from filters import classifiers, embeddings\n"
+        "from filters.embedding_family import EmbeddingParams\n"
+        "from filters.regression_family import RegressionParams\n"
+        "print(embeddings.embed('wordllama', ['a cat', 'ein Hund']).shape)\n"
+        "ex = [('__label__hq' if i % 2 else 'negative', ('court judge verdict ' if i % 2 else 'oven flour sugar ') * (i % 5 + 1))"
+        " for i in range(40)]\n"
+        f"p = classifiers.family('embedding').train(ex, EmbeddingParams(positive=['p'], negative=['n']).model_dump(mode='json'), 0, '{tmp_path}/probe.json')\n"
+        "g = [(float(i % 5), 'word ' * (i % 5 + 1)) for i in range(40)]\n"
+        f"h = classifiers.family('regression').train(g, RegressionParams(annotations='a').model_dump(mode='json'), 0, '{tmp_path}/head.json')\n"
+        "print(p['classes'], h['head'])\n"
+    )
+    r = subprocess.run(["unshare", "-n", sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["no network", "(2, 256)", "['__label__hq', 'negative'] ridge"]
