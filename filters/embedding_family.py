@@ -26,6 +26,11 @@ from pydantic import Field, field_validator
 from filters import embeddings
 from filters.classifiers import ClassifierFamily, ClassifierParams, register_classifier
 
+def _ref(model: dict) -> str:
+    """The embedding a model file was trained on: a backend's name or a local folder."""
+    return model["embedding"].get("ref", model["embedding"]["backend"])
+
+
 FORMAT = "curate-embedding-probe"
 
 
@@ -35,7 +40,7 @@ class EmbeddingParams(ClassifierParams):
 
     type: Literal["embedding"] = Field("embedding", description="the classifier kind")
     model: str = Field(embeddings.DEFAULT_BACKEND, description="the embedding: a backend name (`curate embeddings` "
-                       "lists them)")
+                       "lists them) or a local folder with model.onnx and tokenizer.json")
     probe: str | None = Field(None, description="a probe file this family wrote before (probe.json in the train step's "
                               "folder; relative to the YAML file) instead of training")
     max_tokens: int = Field(embeddings.DEFAULT_MAX_TOKENS, ge=1, description="tokens of a document embedded (the rest "
@@ -49,11 +54,7 @@ class EmbeddingParams(ClassifierParams):
     @field_validator("model")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        if v not in embeddings.BACKENDS.all():
-            raise ValueError(f"unknown embedding {v!r}; known backends: {', '.join(embeddings.BACKENDS.all())} "
-                             "(`curate embeddings`). Embedding models from a local folder (onnx, sentence-transformers) "
-                             "are not supported yet")
-        return v
+        return embeddings.check_ref(v)
 
 
 def _to_json(probe: dict) -> bytes:
@@ -67,7 +68,7 @@ def _logits(probe: dict, x: np.ndarray) -> np.ndarray:
 
 def probabilities(probe: dict, texts: list[str]) -> np.ndarray:
     """(texts, classes) probabilities, float64."""
-    x = embeddings.embed(probe["embedding"]["backend"], texts, probe["max_tokens"])
+    x = embeddings.embed(_ref(probe), texts, probe["max_tokens"])
     z = _logits(probe, x)
     if len(probe["classes"]) == 2:  # scikit-learn's binary model: one row of coefficients, for classes[1]
         p1 = 1.0 / (1.0 + np.exp(-z[:, 0]))
@@ -94,7 +95,7 @@ def load(path: str) -> dict:
     if raw.get("format") != FORMAT:
         raise InputError(f"{path} is not a probe of the embedding family (no \"format\": {FORMAT!r}); point `probe` at "
                          "a probe.json a run of `type: embedding` wrote, or remove it to train one")
-    have = embeddings.identity(raw["embedding"]["backend"])
+    have = embeddings.identity(_ref(raw))
     if have["files"] != raw["embedding"]["files"]:
         raise InputError(f"{path} was trained on embeddings of {raw['embedding']['model']} with files "
                          f"{raw['embedding']['files']}, but the installed {have['backend']} has {have['files']}: "

@@ -54,7 +54,7 @@ class EmbeddingBackend:
         raise NotImplementedError
 
 
-BUILTIN_MODULES = {"wordllama": "filters.embeddings"}
+BUILTIN_MODULES = {"wordllama": "filters.embeddings", "onnx": "filters.embeddings"}
 DEFAULT_BACKEND = "wordllama"
 BACKENDS = Registry("embedding backend", BUILTIN_MODULES, hint=" (`curate embeddings` lists them)", builtin_first=True)
 
@@ -69,17 +69,41 @@ def backend(name: str) -> EmbeddingBackend:
     return BACKENDS.get(name)()
 
 
+def resolve(ref: str) -> tuple[str, str | None]:
+    """(backend, folder) of a model reference: a registered backend's name (its own model),
+    or a local folder holding `model.onnx` and `tokenizer.json` (the onnx backend)."""
+    if ref in BACKENDS.all():
+        return ref, None
+    if "/" in ref or Path(ref).is_dir():
+        if (Path(ref) / "model.onnx").is_file():
+            return "onnx", ref
+        raise ValueError(f"{ref}: no model.onnx in this folder; a local embedding model is a folder with model.onnx "
+                         "and tokenizer.json (an ONNX export of a sentence encoder)")
+    raise KeyError(f"unknown embedding {ref!r}; known backends: {', '.join(BACKENDS.all())} (`curate embeddings`), "
+                   "or a local folder with model.onnx and tokenizer.json")
+
+
+def check_ref(ref: str) -> str:
+    """A config value naming an embedding: a backend's name, or a path (checked once it is
+    resolved against the YAML file's folder: config/checks.py)."""
+    if ref not in BACKENDS.all() and "/" not in ref:
+        raise ValueError(f"unknown embedding {ref!r}; known backends: {', '.join(BACKENDS.all())} (`curate embeddings`), "
+                         "or a local folder with model.onnx and tokenizer.json (a path with a '/')")
+    return ref
+
+
 @functools.lru_cache(maxsize=4)
-def loaded(name: str, model: str | None = None) -> Any:
-    """A backend's model, loaded once per worker process (not per batch or per shard)."""
-    return backend(name).load(model)
+def loaded(ref: str) -> Any:
+    """A model, loaded once per worker process (not per batch or per shard)."""
+    name, folder = resolve(ref)
+    return backend(name).load(folder)
 
 
-def embed(name: str, texts: list[str], max_tokens: int = DEFAULT_MAX_TOKENS, model: str | None = None) -> np.ndarray:
-    """Unit-length float32 embeddings of `texts` with backend `name`, in batches of at most
-    BATCH_CHARS characters of text (the first text of a batch whatever its length: its
-    tokens are cut at `max_tokens` anyway)."""
-    b, handle = backend(name), loaded(name, model)
+def embed(ref: str, texts: list[str], max_tokens: int = DEFAULT_MAX_TOKENS) -> np.ndarray:
+    """Unit-length float32 embeddings of `texts` with the model `ref` (a backend's name or a
+    local folder), in batches of at most BATCH_CHARS characters of text (the first text of
+    a batch whatever its length: its tokens are cut at `max_tokens` anyway)."""
+    b, handle = backend(resolve(ref)[0]), loaded(ref)
     out = []
     lo = 0
     while lo < len(texts):
@@ -89,13 +113,14 @@ def embed(name: str, texts: list[str], max_tokens: int = DEFAULT_MAX_TOKENS, mod
             hi += 1
         out.append(b.embed(handle, texts[lo:hi], max_tokens))
         lo = hi
-    dim = identity(name, model)["dim"]
-    return np.concatenate(out) if out else np.zeros((0, dim), np.float32)
+    return np.concatenate(out) if out else np.zeros((0, identity(ref)["dim"]), np.float32)
 
 
 @functools.lru_cache(maxsize=4)
-def identity(name: str, model: str | None = None) -> dict:
-    return backend(name).identity(model)
+def identity(ref: str) -> dict:
+    """{"backend", "model", "dim", "files", "ref"}: what names the model's bytes."""
+    name, folder = resolve(ref)
+    return {**backend(name).identity(folder), "ref": ref}
 
 
 def normalise(v: np.ndarray) -> np.ndarray:
@@ -110,7 +135,9 @@ def describe_registry() -> str:
     for name, cls in BACKENDS.all().items():
         lines.append(f"{name} (v{cls.version}): {cls.description}")
     lines.append("")
-    lines.append(f"classifiers.<name>.model picks one for `type: embedding` (default: {DEFAULT_BACKEND})")
+    lines.append(f"classifiers.<name>.model (type: embedding or regression), dedup.semantic.model and "
+                 f"sources.<name>.topics.model pick one (default: {DEFAULT_BACKEND}), or name a local folder with "
+                 "model.onnx and tokenizer.json (the onnx backend)")
     return "\n".join(lines)
 
 
@@ -175,3 +202,62 @@ class WordLlamaBackend(EmbeddingBackend):
             out = np.asarray(counts @ table, dtype=np.float32)
             out /= np.maximum(lengths, 1)[:, None].astype(np.float32)
         return normalise(out)
+
+
+# ---------------------------------------------------------------- onnx (a local folder)
+
+
+@register_backend("onnx", version="1", libraries=("onnxruntime", "tokenizers"))
+class OnnxBackend(EmbeddingBackend):
+    """A sentence encoder exported to ONNX, from a local folder (model.onnx, tokenizer.json); token outputs mean-pooled. Needs `pip install curate[onnx]`."""
+
+    def load(self, folder: str | None):
+        if folder is None:
+            raise ValueError("the onnx backend reads a local folder: set `model:` to a folder with model.onnx and tokenizer.json")
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise ImportError("the onnx embedding backend needs onnxruntime: pip install 'curate[onnx]'") from None
+        from tokenizers import Tokenizer
+
+        for f in ("model.onnx", "tokenizer.json"):
+            if not (Path(folder) / f).is_file():
+                raise FileNotFoundError(f"{folder}/{f} is missing: a local embedding model is a folder with model.onnx and "
+                                        "tokenizer.json (models are never downloaded at run time)")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1  # one core per task, as Ray schedules it
+        opts.inter_op_num_threads = 1
+        sess = ort.InferenceSession(str(Path(folder) / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+        tok = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+        tok.no_padding()
+        tok.no_truncation()
+        return tok, sess, [i.name for i in sess.get_inputs()]
+
+    def identity(self, folder: str | None) -> dict:
+        from filters.models import sha256
+
+        tok, sess, _ = loaded(folder) if folder else (None, None, None)
+        dim = sess.get_outputs()[0].shape[-1]
+        return {"backend": "onnx", "model": Path(folder).name, "dim": int(dim),
+                "files": {f: sha256(Path(folder) / f) for f in ("model.onnx", "tokenizer.json")}}
+
+    def embed(self, handle, texts: list[str], max_tokens: int) -> np.ndarray:
+        tok, sess, names = handle
+        dim = int(sess.get_outputs()[0].shape[-1])
+        if not texts:
+            return np.zeros((0, dim), np.float32)
+        ids = [e.ids[:max_tokens] for e in tok.encode_batch(texts)]
+        width = max(1, max(len(x) for x in ids))
+        input_ids = np.zeros((len(ids), width), np.int64)
+        mask = np.zeros((len(ids), width), np.int64)
+        for i, x in enumerate(ids):
+            input_ids[i, : len(x)] = x
+            mask[i, : len(x)] = 1
+        feed = {"input_ids": input_ids, "attention_mask": mask}
+        if "token_type_ids" in names:
+            feed["token_type_ids"] = np.zeros_like(input_ids)
+        out = sess.run(None, {k: v for k, v in feed.items() if k in names})[0].astype(np.float32)
+        if out.ndim == 3:  # token outputs: mean over the text's own tokens
+            m = mask[..., None].astype(np.float32)
+            out = (out * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
+        return normalise(np.ascontiguousarray(out))

@@ -28,6 +28,11 @@ from pydantic import Field, field_validator
 from filters import embeddings
 from filters.classifiers import ClassifierFamily, ClassifierParams, register_classifier
 
+def _ref(model: dict) -> str:
+    """The embedding a model file was trained on: a backend's name or a local folder."""
+    return model["embedding"].get("ref", model["embedding"]["backend"])
+
+
 FORMAT = "curate-regression-head"
 
 
@@ -39,7 +44,7 @@ class RegressionParams(ClassifierParams):
     annotations: str | None = Field(None, description="a file of graded documents (CSV, JSONL or Parquet with columns "
                                     "id, score, text; relative to the YAML file)")
     model: str = Field(embeddings.DEFAULT_BACKEND, description="the embedding: a backend name (`curate embeddings` "
-                       "lists them)")
+                       "lists them) or a local folder with model.onnx and tokenizer.json")
     probe: str | None = Field(None, description="a head file this family wrote before (head.json) instead of training")
     head: Literal["ridge", "mlp"] = Field("ridge", description="ridge regression, or an MLP with one hidden layer")
     alpha: float = Field(1.0, gt=0, description="L2 penalty (ridge's alpha, the MLP's weight decay)")
@@ -54,15 +59,12 @@ class RegressionParams(ClassifierParams):
     @field_validator("model")
     @classmethod
     def _known_backend(cls, v: str) -> str:
-        if v not in embeddings.BACKENDS.all():
-            raise ValueError(f"unknown embedding {v!r}; known backends: {', '.join(embeddings.BACKENDS.all())} "
-                             "(`curate embeddings`)")
-        return v
+        return embeddings.check_ref(v)
 
 
 def predict_raw(model: dict, texts: list[str]) -> np.ndarray:
     """The head's predictions, in the annotations' units (float64)."""
-    x = embeddings.embed(model["embedding"]["backend"], texts, model["max_tokens"]).astype(np.float64)
+    x = embeddings.embed(_ref(model), texts, model["max_tokens"]).astype(np.float64)
     z = (x - model["mean"]) / model["scale_x"]
     if model["head"] == "ridge":
         return z @ model["coef"] + model["intercept"]
@@ -79,7 +81,7 @@ def load(path: str) -> dict:
     if raw.get("format") != FORMAT:
         raise InputError(f"{path} is not a head of the regression family (no \"format\": {FORMAT!r}); point `probe` at "
                          "a head.json a run of `type: regression` wrote, or remove it to train one")
-    have = embeddings.identity(raw["embedding"]["backend"])
+    have = embeddings.identity(_ref(raw))
     if have["files"] != raw["embedding"]["files"]:
         raise InputError(f"{path} was trained on embeddings of {raw['embedding']['model']} with other files than the "
                          f"installed {have['backend']}: install the version it was trained with, or train it again")

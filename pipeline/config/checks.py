@@ -22,7 +22,8 @@ from pipeline.io import fs
 
 def environment(lm: LoadedMixture) -> list[str]:
     """Every problem between the file and this machine, each naming the key and the fix."""
-    return check_filter_files(lm) + check_extractors(lm) + check_classifier_files(lm) + check_eval_files(lm)
+    return (check_filter_files(lm) + check_extractors(lm) + check_classifier_files(lm) + check_eval_files(lm)
+            + check_embedding_folders(lm))
 
 
 def check_filter_files(lm: "LoadedMixture") -> list[str]:
@@ -93,6 +94,22 @@ def eval_files(lm: "LoadedMixture", pattern: str) -> list[str]:
     if fs.is_url(p):
         return [p] if fs.path(p).exists() else []
     return sorted(x for x in glob.glob(p) if Path(x).is_file())
+
+
+def check_embedding_folders(lm: "LoadedMixture") -> list[str]:
+    """An embedding model given as a local folder must hold model.onnx and tokenizer.json."""
+    m = lm.mixture
+    refs = [(("dedup", "semantic", "model"), m.dedup.semantic.model)] if m.dedup and m.dedup.semantic else []
+    refs += [(("sources", s, "topics", "model"), spec.topics.model) for s, spec in m.sources.items() if spec.topics]
+    refs += [(("classifiers", n, "model"), c.model) for n, c in m.classifiers.items()
+             if c.pretrained_key != "model" and isinstance(getattr(c, "model", None), str)]
+    out = []
+    for loc, ref in refs:
+        missing = [f for f in ("model.onnx", "tokenizer.json") if "/" in ref and not (Path(ref) / f).is_file()]
+        if missing:
+            out.append(f"{lm.where(loc)}: {ref}: no {' or '.join(missing)} there; a local embedding model is a folder "
+                       "with model.onnx and tokenizer.json (an ONNX export of a sentence encoder)")
+    return out
 
 
 def check_classifier_files(lm: "LoadedMixture") -> list[str]:

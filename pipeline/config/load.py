@@ -225,6 +225,7 @@ def load(path: str | Path) -> LoadedMixture:
         problems.extend(check_references(mixture))
         mixture = _resolve_filter_paths(mixture, path.parent.resolve())
         mixture = _resolve_classifier_paths(mixture, path.parent.resolve())
+        mixture = _resolve_embedding_paths(mixture, path.parent.resolve())
     if problems:
         raise UsageError(format_problems(path, lines, problems))
     return LoadedMixture(mixture, path, lines, raw)
@@ -244,6 +245,26 @@ def _resolve_classifier_paths(m: Mixture, base: Path) -> Mixture:
                                            **({"annotations": absolute(c.annotations)} if getattr(c, "annotations", None)
                                               else {})})
     return m.model_copy(update={"classifiers": fixed})
+
+
+def _folder(v: str, base: Path) -> str:
+    """An embedding model given as a local folder (a path with a '/'), made absolute."""
+    return str((base / v).resolve()) if "/" in v and "://" not in v and not Path(v).is_absolute() else v
+
+
+def _resolve_embedding_paths(m: Mixture, base: Path) -> Mixture:
+    """Embedding models named by a local folder (dedup.semantic.model, sources.<name>.topics.model and the
+    `model` of embedding classifiers) are relative to the YAML file."""
+    update: dict = {}
+    if m.dedup and m.dedup.semantic:
+        sem = m.dedup.semantic.model_copy(update={"model": _folder(m.dedup.semantic.model, base)})
+        update["dedup"] = m.dedup.model_copy(update={"semantic": sem})
+    sources = {s: spec.model_copy(update={"topics": spec.topics.model_copy(update={"model": _folder(spec.topics.model, base)})})
+               if spec.topics else spec for s, spec in m.sources.items()}
+    classifiers = {n: c.model_copy(update={"model": _folder(c.model, base)})
+                   if c.pretrained_key != "model" and isinstance(getattr(c, "model", None), str) else c
+                   for n, c in m.classifiers.items()}
+    return m.model_copy(update={**update, "sources": sources, "classifiers": classifiers})
 
 
 def _resolve_filter_paths(m: Mixture, base: Path) -> Mixture:

@@ -68,20 +68,18 @@ class TopicSpec(Model):
 
 
 def known_embedding(v: str) -> str:
-    """An embedding backend's name, checked against the registry (a miss lists the known ones)."""
+    """An embedding backend's name (a miss lists the known ones), or a local folder (a path)."""
     from filters import embeddings
 
-    if v not in embeddings.BACKENDS.all():
-        raise ValueError(f"unknown embedding {v!r}; known backends: {', '.join(embeddings.BACKENDS.all())} "
-                         "(`curate embeddings`)")
-    return v
+    return embeddings.check_ref(v)
 
 
 class TopicClustersSpec(Model):
     clusters: int = Field(ge=2, le=10_000, description="k-means clusters of the source's document embeddings: cells "
                           "<source>/c0 .. <source>/c<clusters-1>")
     sample: int = Field(100_000, ge=2, description="documents (a seeded hash sample of the kept ones) k-means is fitted on")
-    model: str = Field("wordllama", description="the embedding backend (`curate embeddings`)")
+    model: str = Field("wordllama", description="the embedding: a backend (`curate embeddings`), or a local folder with "
+                       "model.onnx and tokenizer.json (relative to the YAML file)")
     max_tokens: int = Field(2048, ge=1, description="tokens of a document embedded (the rest is cut)")
     seed: int = Field(0, description="the sample's and k-means' seed")
 
@@ -240,7 +238,8 @@ class SemanticDedupSpec(Model):
     clusters: int | None = Field(None, ge=1, description="k-means clusters; neighbours are only looked for inside a "
                                  "cluster; default: one per 2,000 documents that reach the stage, at most one per 20 sampled")
     sample: int = Field(100_000, ge=2, description="documents (a seeded hash sample) k-means is fitted on")
-    model: str = Field("wordllama", description="the embedding backend (`curate embeddings`)")
+    model: str = Field("wordllama", description="the embedding: a backend (`curate embeddings`), or a local folder with "
+                       "model.onnx and tokenizer.json (relative to the YAML file)")
     max_tokens: int = Field(2048, ge=1, description="tokens of a document embedded (the rest is cut)")
     seed: int = Field(0, description="the sample's and k-means' seed")
 

@@ -77,8 +77,9 @@ def plan(ctx: Context) -> list[Step]:
         return []
     ident = embeddings.identity(spec.model)
     e = {"model": spec.model, "max_tokens": spec.max_tokens, "dim": ident["dim"]}
-    cfg = {"embedding": {**e, "files": ident["files"]}, "dtype": "float16"}
-    cls = type(embeddings.backend(spec.model))
+    named = spec.model if "/" not in spec.model else f"{ident['backend']}:{ident['model']}"  # a folder: by its files
+    cfg = {"embedding": {**e, "model": named, "files": ident["files"]}, "dtype": "float16"}
+    cls = type(embeddings.backend(embeddings.resolve(spec.model)[0]))
     steps = []
     for sname in (list(m.sources) if sem else clustered):
         ing, flt = ctx.ingest[sname], ctx.filter.get(sname)
@@ -89,7 +90,7 @@ def plan(ctx: Context) -> list[Step]:
                      "embedding": e, "describe": f"{sname}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
 
         step = Step(f"embed-{sname}", "embed", cfg, [ing, flt] if flt else [ing], embed_shard, shards=shards,
-                    code=code.code({"embedding": {spec.model: cls.version}}, cls.libraries))
+                    code=code.code({"embedding": {cls.name: cls.version}}, cls.libraries))
         ctx.embed[sname] = step
         steps.append(step)
     return steps

@@ -70,9 +70,9 @@ def test_the_model_loads_once_per_process_and_names_its_files():
 
 
 def test_an_unknown_backend_lists_the_known_ones():
-    with pytest.raises(KeyError, match=r"unknown embedding backend type 'bert'; known types: wordllama \(`curate embeddings`"):
+    with pytest.raises(KeyError, match=r"unknown embedding backend type 'bert'; known types: wordllama, onnx \(`curate embeddings`"):
         embeddings.backend("bert")
-    with pytest.raises(ValidationError, match=r"unknown embedding 'bert'; known backends: wordllama"):
+    with pytest.raises(ValidationError, match=r"unknown embedding 'bert'; known backends: wordllama, onnx"):
         EmbeddingParams(model="bert", positive=["a"], negative=["b"])
     r = curate("embeddings")
     assert r.returncode == 0 and r.stdout.startswith("wordllama (v1): WordLlama's static token embeddings")
