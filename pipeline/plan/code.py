@@ -120,3 +120,17 @@ def extract_code(spec: dict) -> dict:
     extractor is the user's function."""
     libs = ["resiliparse"] + (["trafilatura"] if spec["type"] == "trafilatura" else [])
     return code(None, libs, [spec["callable"]] if spec["type"] == "python" else [])
+
+
+def portable(d: dict) -> dict:
+    """`d` with an embedding given as a local folder (`model`, `embedding`) replaced by its
+    files' identity, so a step's hash names the model's bytes, not where the folder lies."""
+    from filters import embeddings
+
+    out = dict(d)
+    for k in ("model", "embedding"):
+        v = out.get(k)
+        if isinstance(v, str) and "/" in v and "://" not in v:
+            ident = embeddings.identity(v)
+            out[k] = f"{ident['backend']}:" + ",".join(f"{n}={h}" for n, h in sorted(ident["files"].items()))
+    return out

@@ -77,7 +77,7 @@ def plan(ctx: Context) -> list[Step]:
         return []
     ident = embeddings.identity(spec.model)
     e = {"model": spec.model, "max_tokens": spec.max_tokens, "dim": ident["dim"]}
-    named = spec.model if "/" not in spec.model else f"{ident['backend']}:{ident['model']}"  # a folder: by its files
+    named = spec.model if "/" not in spec.model else f"{ident['backend']}:local"  # a folder: by its files (below)
     cfg = {"embedding": {**e, "model": named, "files": ident["files"]}, "dtype": "float16"}
     cls = type(embeddings.backend(embeddings.resolve(spec.model)[0]))
     steps = []

@@ -82,3 +82,18 @@ def test_a_probe_trains_on_a_local_model_and_the_config_resolves_its_folder(fold
     problems = checks.environment(config.load(bad))
     assert len(problems) == 1 and re.search(r"b.yaml:5: dedup.semantic.model: .*/nothing-here: no model.onnx or "
                                             r"tokenizer.json there", problems[0])
+
+
+def test_a_model_folder_enters_step_hashes_by_its_files_not_its_place(folder, tmp_path):
+    import shutil
+
+    from pipeline.plan.code import portable
+
+    d, _ = folder
+    moved = shutil.copytree(d, tmp_path / "elsewhere")
+    assert portable({"model": str(d), "c": 1}) == portable({"model": str(moved), "c": 1})
+    assert portable({"model": str(d)})["model"].startswith("onnx:model.onnx=")
+    (moved / "tokenizer.json").write_text((moved / "tokenizer.json").read_text().replace('"bake"', '"cake"'))
+    embeddings.identity.cache_clear()
+    assert portable({"model": str(d)}) != portable({"model": str(moved)})  # other bytes, another hash
+    assert portable({"model": "wordllama"}) == {"model": "wordllama"}

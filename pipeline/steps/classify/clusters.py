@@ -32,6 +32,7 @@ import xxhash
 from pipeline.engine.step import Step, shard_name, task
 from pipeline.io import fs
 from pipeline.shards import kmeans, view
+from pipeline.plan.code import portable
 from pipeline.shards.apply import scatter, stage_stats, write_attributes
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ def steps(ctx: Context, sname: str, before: list[Step], dedup: list[Step], base:
     from pipeline.mixing.cells import cluster_labels
 
     tp = ctx.mixture.sources[sname].topics
-    params = tp.model_dump(mode="json")
+    params = portable(tp.model_dump(mode="json"))  # a model folder by its files, not its place
     emb = ctx.embed[sname]
     dim = embeddings.identity(tp.model)["dim"]
 

@@ -18,6 +18,7 @@ from filters.classifiers import family
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
 from pipeline.plan import code
+from pipeline.plan.code import portable
 from pipeline.plan.context import Context
 from pipeline.steps.classify import clusters
 from pipeline.steps.classify import tasks as classify
@@ -49,7 +50,7 @@ def plan(ctx: Context) -> list[Step]:
         params.pop(c.pretrained_key, None)  # None here: a pretrained model is not trained
         if c.graded:  # from an annotations file (graded.py): one train step, no examples step
             digest = atomic.file_digest(fs.path(c.annotations))[1]
-            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "labels", "annotations")},
+            cfg = {"params": portable({k: v for k, v in params.items() if k not in ("positive", "negative", "labels", "annotations")}),
                    "annotations": digest}
             train = Step(f"classify-{cname}-train", "classify-train", cfg, [], classify.train_shard,
                          shards=lambda st, stats, cname=cname, params=params, path=c.annotations: [
@@ -65,11 +66,11 @@ def plan(ctx: Context) -> list[Step]:
             sides[side] = (names, files)
         digests = {f: atomic.file_digest(fs.path(f))[1] for names, files in sides.values() for f in files}
         if c.labels:  # per label: its sources and its files' digests (moving a file to another label retrains)
-            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "labels", "label")},
+            cfg = {"params": portable({k: v for k, v in params.items() if k not in ("positive", "negative", "labels", "label")}),
                    "labels": {lab: names + [digests[f] for f in files] for lab, (names, files) in sides.items()}}
         else:  # the keys a binary classifier always had (without files, its steps keep their hashes)
             per_side = {side: {f: digests[f] for f in files} for side, (_, files) in sides.items()}  # which side a file is on
-            cfg = {"params": {k: v for k, v in params.items() if k not in ("positive", "negative", "labels")},
+            cfg = {"params": portable({k: v for k, v in params.items() if k not in ("positive", "negative", "labels")}),
                    "positive": sides["positive"][0], "negative": sides["negative"][0], "files": per_side if digests else {}}
 
         after_members = []
@@ -125,7 +126,7 @@ def plan(ctx: Context) -> list[Step]:
         def source_docs(stats, sname=sname):
             return [d for d in ctx.doc_shards(stats, dedup) if d["source"] == sname]
 
-        score_cfg = {"model": model_id, "label": c.label, **options}
+        score_cfg = {"model": model_id, "label": c.label, **portable(options)}
         score = Step(
             score_name(q.classifier, sname), "classify-score", score_cfg,
             ([train] if train else []) + [base[sname]] + dedup, classify.score_shard,
@@ -176,7 +177,7 @@ def plan(ctx: Context) -> list[Step]:
                      "describe": f"{d['source']}/{shard_name(d['part'])}"}
                     for d in ctx.doc_shards(stats, dedup, after) if d["source"] == sname]
 
-        step = Step(f"topic-{sname}", "topic", {"model": model_id, **options},
+        step = Step(f"topic-{sname}", "topic", {"model": model_id, **portable(options)},
                     ([train] if train else []) + [base[sname]] + dedup + before, classify.topic_shard,
                     shards=topic_shards, code=code.family_code(c.type))
         steps.append(step)

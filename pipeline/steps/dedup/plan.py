@@ -182,7 +182,7 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) ->
 
     prev = list(ctx.layers)
     sem = dd.semantic
-    params = sem.model_dump(mode="json")
+    params = code.portable(sem.model_dump(mode="json"))  # a model folder by its files, not its place
     fit = {k: v for k, v in params.items() if k != "threshold"}  # a threshold edit re-runs the reduce and apply only
     common = {"ranks": ctx.ranks(), "partitions": dd.partitions}
     emb = [ctx.embed[s] for s in ctx.mixture.sources]
