@@ -20,16 +20,10 @@ import functools
 from typing import ClassVar, Literal
 
 import numpy as np
-import orjson
 from pydantic import Field, field_validator
 
 from filters import embeddings
 from filters.classifiers import ClassifierFamily, ClassifierParams, register_classifier
-
-def _ref(model: dict) -> str:
-    """The embedding a model file was trained on: a backend's name or a local folder."""
-    return model["embedding"].get("ref", model["embedding"]["backend"])
-
 
 FORMAT = "curate-embedding-probe"
 
@@ -57,10 +51,6 @@ class EmbeddingParams(ClassifierParams):
         return embeddings.check_ref(v)
 
 
-def _to_json(probe: dict) -> bytes:
-    return orjson.dumps(probe, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-
-
 def _logits(probe: dict, x: np.ndarray) -> np.ndarray:
     z = (x.astype(np.float64) - probe["mean"]) / probe["scale"]
     return z @ probe["coef"].T + probe["intercept"]
@@ -68,7 +58,7 @@ def _logits(probe: dict, x: np.ndarray) -> np.ndarray:
 
 def probabilities(probe: dict, texts: list[str]) -> np.ndarray:
     """(texts, classes) probabilities, float64."""
-    x = embeddings.embed(_ref(probe), texts, probe["max_tokens"])
+    x = embeddings.embed(embeddings.model_ref(probe), texts, probe["max_tokens"])
     z = _logits(probe, x)
     if len(probe["classes"]) == 2:  # scikit-learn's binary model: one row of coefficients, for classes[1]
         p1 = 1.0 / (1.0 + np.exp(-z[:, 0]))
@@ -87,21 +77,7 @@ def _f32(p: np.ndarray) -> np.ndarray:
 @functools.lru_cache(maxsize=4)
 def load(path: str) -> dict:
     """A probe file, once per worker process and path; its embedding checked against the installed one."""
-    from pipeline.io import fs
-
-    from pipeline.errors import InputError
-
-    raw = orjson.loads(fs.path(path).read_bytes())
-    if raw.get("format") != FORMAT:
-        raise InputError(f"{path} is not a probe of the embedding family (no \"format\": {FORMAT!r}); point `probe` at "
-                         "a probe.json a run of `type: embedding` wrote, or remove it to train one")
-    have = embeddings.identity(_ref(raw))
-    if have["files"] != raw["embedding"]["files"]:
-        raise InputError(f"{path} was trained on embeddings of {raw['embedding']['model']} with files "
-                         f"{raw['embedding']['files']}, but the installed {have['backend']} has {have['files']}: "
-                         "install the version it was trained with, or train the probe again (remove `probe`)")
-    return {**raw, "mean": np.array(raw["mean"]), "scale": np.array(raw["scale"]), "coef": np.array(raw["coef"]),
-            "intercept": np.array(raw["intercept"])}
+    return embeddings.read_head(path, FORMAT, "a probe of the embedding family (probe.json)", "probe")
 
 
 @register_classifier("embedding", version="1", libraries=("wordllama", "sklearn"))
@@ -118,8 +94,6 @@ class Embedding(ClassifierFamily):
     def train(self, examples: list[tuple[str, str]], params: dict, seed: int, path) -> dict:
         from sklearn.linear_model import LogisticRegression
 
-        from pipeline.io import atomic
-
         labels = [lab for lab, _ in examples]
         x = embeddings.embed(params["model"], [t for _, t in examples], params["max_tokens"]).astype(np.float64)
         mean, scale = x.mean(axis=0), x.std(axis=0)
@@ -128,9 +102,8 @@ class Embedding(ClassifierFamily):
         lr.fit((x - mean) / scale, labels)
         probe = {"format": FORMAT, "version": 1, "embedding": embeddings.identity(params["model"]),
                  "max_tokens": params["max_tokens"], "classes": [str(c) for c in lr.classes_],
-                 **{k: np.ascontiguousarray(v) for k, v in
-                    {"mean": mean, "scale": scale, "coef": lr.coef_, "intercept": lr.intercept_}.items()}}
-        atomic.write_bytes(path, _to_json(probe))
+                 "mean": mean, "scale": scale, "coef": lr.coef_, "intercept": lr.intercept_}
+        embeddings.write_head(path, probe)
         return load.__wrapped__(str(path))
 
     def load(self, path: str) -> dict:

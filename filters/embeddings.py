@@ -123,6 +123,43 @@ def identity(ref: str) -> dict:
     return {**backend(name).identity(folder), "ref": ref}
 
 
+def model_ref(model: dict) -> str:
+    """The embedding a head's model file was trained on: a backend's name or a local folder."""
+    return model["embedding"].get("ref", model["embedding"]["backend"])
+
+
+def write_head(path, head: dict) -> None:
+    """A head on embeddings (a probe, a regression) as plain JSON, written atomically: the
+    same bytes for the same arrays."""
+    import orjson
+
+    from pipeline.io import atomic
+
+    head = {k: np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v for k, v in head.items()}
+    atomic.write_bytes(path, orjson.dumps(head, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY))
+
+
+def read_head(path: str, fmt: str, what: str, key: str) -> dict:
+    """A head's model file, checked: its `format` is `fmt`, and the embedding it was trained
+    on has the installed files' sha256; lists become arrays. `what` names the file in
+    messages, `key` the config key that points at it."""
+    import orjson
+
+    from pipeline.errors import InputError
+    from pipeline.io import fs
+
+    raw = orjson.loads(fs.path(path).read_bytes())
+    if raw.get("format") != fmt:
+        raise InputError(f"{path} is not {what} (no \"format\": {fmt!r}); point `{key}` at one a run wrote, or remove "
+                         "it to train one")
+    have = identity(model_ref(raw))
+    if have["files"] != raw["embedding"]["files"]:
+        raise InputError(f"{path} was trained on embeddings of {raw['embedding']['model']} with files "
+                         f"{raw['embedding']['files']}, but the installed {have['backend']} has {have['files']}: "
+                         f"install the version it was trained with, or train it again (remove `{key}`)")
+    return {k: np.array(v) if isinstance(v, list) and k != "classes" else v for k, v in raw.items()}
+
+
 def normalise(v: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length in place (a zero row stays zero)."""
     n = np.linalg.norm(v, axis=1, keepdims=True)

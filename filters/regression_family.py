@@ -22,16 +22,10 @@ import functools
 from typing import ClassVar, Literal
 
 import numpy as np
-import orjson
 from pydantic import Field, field_validator
 
 from filters import embeddings
 from filters.classifiers import ClassifierFamily, ClassifierParams, register_classifier
-
-def _ref(model: dict) -> str:
-    """The embedding a model file was trained on: a backend's name or a local folder."""
-    return model["embedding"].get("ref", model["embedding"]["backend"])
-
 
 FORMAT = "curate-regression-head"
 
@@ -64,7 +58,7 @@ class RegressionParams(ClassifierParams):
 
 def predict_raw(model: dict, texts: list[str]) -> np.ndarray:
     """The head's predictions, in the annotations' units (float64)."""
-    x = embeddings.embed(_ref(model), texts, model["max_tokens"]).astype(np.float64)
+    x = embeddings.embed(embeddings.model_ref(model), texts, model["max_tokens"]).astype(np.float64)
     z = (x - model["mean"]) / model["scale_x"]
     if model["head"] == "ridge":
         return z @ model["coef"] + model["intercept"]
@@ -74,18 +68,8 @@ def predict_raw(model: dict, texts: list[str]) -> np.ndarray:
 
 @functools.lru_cache(maxsize=4)
 def load(path: str) -> dict:
-    from pipeline.errors import InputError
-    from pipeline.io import fs
-
-    raw = orjson.loads(fs.path(path).read_bytes())
-    if raw.get("format") != FORMAT:
-        raise InputError(f"{path} is not a head of the regression family (no \"format\": {FORMAT!r}); point `probe` at "
-                         "a head.json a run of `type: regression` wrote, or remove it to train one")
-    have = embeddings.identity(_ref(raw))
-    if have["files"] != raw["embedding"]["files"]:
-        raise InputError(f"{path} was trained on embeddings of {raw['embedding']['model']} with other files than the "
-                         f"installed {have['backend']}: install the version it was trained with, or train it again")
-    return {k: np.array(v) if isinstance(v, list) and k not in ("embedding",) else v for k, v in raw.items()}
+    """A head file, once per worker process and path; its embedding checked against the installed one."""
+    return embeddings.read_head(path, FORMAT, "a head of the regression family (head.json)", "probe")
 
 
 @register_classifier("regression", version="1", libraries=("wordllama", "sklearn"))
@@ -100,8 +84,6 @@ class Regression(ClassifierFamily):
         return {"embedding": params["model"], "max_tokens": params["max_tokens"]}
 
     def train(self, examples: list[tuple[float, str]], params: dict, seed: int, path) -> dict:
-        from pipeline.io import atomic
-
         y = np.array([float(s) for s, _ in examples])
         x = embeddings.embed(params["model"], [t for _, t in examples], params["max_tokens"]).astype(np.float64)
         mean, sx = x.mean(axis=0), x.std(axis=0)
@@ -121,8 +103,7 @@ class Regression(ClassifierFamily):
             r = MLPRegressor(hidden_layer_sizes=(params["hidden"],), alpha=params["alpha"], random_state=seed,
                              max_iter=500, early_stopping=False).fit(z, y)
             head.update(w1=r.coefs_[0], b1=r.intercepts_[0], w2=r.coefs_[1], b2=r.intercepts_[1])
-        head = {k: np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v for k, v in head.items()}
-        atomic.write_bytes(path, orjson.dumps(head, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY))
+        embeddings.write_head(path, head)
         return load.__wrapped__(str(path))
 
     def load(self, path: str) -> dict:

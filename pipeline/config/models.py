@@ -74,10 +74,10 @@ def known_embedding(v: str) -> str:
     return embeddings.check_ref(v)
 
 
-class TopicClustersSpec(Model):
-    clusters: int = Field(ge=2, le=10_000, description="k-means clusters of the source's document embeddings: cells "
-                          "<source>/c0 .. <source>/c<clusters-1>")
-    sample: int = Field(100_000, ge=2, description="documents (a seeded hash sample of the kept ones) k-means is fitted on")
+class _EmbeddingKMeans(Model):
+    """What semantic dedup and embedding clusters share: the embedding, and the seeded sample k-means is fitted on."""
+
+    sample: int = Field(100_000, ge=2, description="documents (a seeded hash sample) k-means is fitted on")
     model: str = Field("wordllama", description="the embedding: a backend (`curate embeddings`), or a local folder with "
                        "model.onnx and tokenizer.json (relative to the YAML file)")
     max_tokens: int = Field(2048, ge=1, description="tokens of a document embedded (the rest is cut)")
@@ -87,6 +87,11 @@ class TopicClustersSpec(Model):
     @classmethod
     def _known_backend(cls, v: str) -> str:
         return known_embedding(v)
+
+
+class TopicClustersSpec(_EmbeddingKMeans):
+    clusters: int = Field(ge=2, le=10_000, description="k-means clusters of the source's document embeddings: cells "
+                          "<source>/c0 .. <source>/c<clusters-1>")
 
 
 class _ExtractBase(Model):
@@ -232,21 +237,11 @@ class ParagraphDedupSpec(Model):
     min_doc_chars: int = Field(0, ge=0, description="a document left shorter than this after cuts is removed (empty ones always are)")
 
 
-class SemanticDedupSpec(Model):
+class SemanticDedupSpec(_EmbeddingKMeans):
     threshold: float = Field(0.97, gt=0, le=1, description="cosine similarity of two documents' embeddings at which "
                              "the later one (by source priority, then id hash) is a semantic duplicate")
     clusters: int | None = Field(None, ge=1, description="k-means clusters; neighbours are only looked for inside a "
                                  "cluster; default: one per 2,000 documents that reach the stage, at most one per 20 sampled")
-    sample: int = Field(100_000, ge=2, description="documents (a seeded hash sample) k-means is fitted on")
-    model: str = Field("wordllama", description="the embedding: a backend (`curate embeddings`), or a local folder with "
-                       "model.onnx and tokenizer.json (relative to the YAML file)")
-    max_tokens: int = Field(2048, ge=1, description="tokens of a document embedded (the rest is cut)")
-    seed: int = Field(0, description="the sample's and k-means' seed")
-
-    @field_validator("model")
-    @classmethod
-    def _known_backend(cls, v: str) -> str:
-        return known_embedding(v)
 
 
 class DedupSpec(Model):

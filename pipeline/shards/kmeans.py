@@ -40,23 +40,27 @@ def vectors(col: pa.Array) -> np.ndarray:
     return unit(col.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim))
 
 
-def kept(doc: dict, embedding: str) -> tuple[np.ndarray, list[str], pa.Array]:
-    """Rows that reach the stage, their ids and their embeddings."""
-    rows, ids = [], []
-    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["id"]):
+def kept(doc: dict, embedding: str, columns: tuple[str, ...] = ()) -> tuple[np.ndarray, list[str], pa.Array, dict]:
+    """Rows that reach the stage, their ids, their embeddings, and their current values of
+    `columns` (as the layers left them: a paragraph cut rewrites n_chars), in one pass."""
+    rows, ids, more = [], [], {c: [] for c in columns}
+    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["id", *columns]):
         rows.append(r)
         ids += b.column("id").to_pylist()
+        for c in columns:
+            more[c].append(b.column(c).fill_null(0).to_numpy(zero_copy_only=False))
     rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    extra = {c: np.concatenate(v).astype(np.int64) if v else np.zeros(0, np.int64) for c, v in more.items()}
     emb = fs.read_table(embedding, columns=["embedding"]).column("embedding").combine_chunks().take(pa.array(rows))
     if emb.null_count:
         raise ValueError(f"{embedding}: rows kept by the stages before semantic dedup have no embedding")
-    return rows, ids, emb
+    return rows, ids, emb, extra
 
 
 @task(version=VERSION)
 def sample_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
-    rows, ids, emb = kept(doc, spec["embedding"])
+    rows, ids, emb, _ = kept(doc, spec["embedding"])
     keys = sample_keys(spec["seed"], doc["source"], ids)
     bound = int(spec["rate"] * 2**64)  # keys below it: a share `rate` of the documents
     take = np.arange(len(keys)) if bound >= 2**64 else np.flatnonzero(keys < np.uint64(bound))
@@ -92,7 +96,8 @@ def nearest(x: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 @task(version=VERSION)
 def centroids_shard(spec: dict, out) -> dict:
-    tables = fs.read_many(lambda p: fs.read_table(p), spec["samples"]) if spec["samples"] else []
+    paths = [fs.path(spec["samples"]) / f"part-{i:05d}.parquet" for i in range(spec["shards"])]  # not listed in the spec
+    tables = list(fs.read_many(fs.read_table, paths)) if paths else []
     t = pa.concat_tables(tables) if tables else None
     final = fs.path(out.dir) / "centroids.npy"
     if t is None or t.num_rows == 0:

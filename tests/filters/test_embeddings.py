@@ -126,7 +126,7 @@ def test_a_probe_of_another_embedding_or_not_a_probe_is_a_clear_error(tmp_path):
     raw = orjson.loads((tmp_path / "probe.json").read_bytes())
     raw["embedding"]["files"]["weights"] = "0" * 64
     (tmp_path / "other.json").write_bytes(orjson.dumps(raw))
-    with pytest.raises(InputError, match=r"other.json was trained on embeddings of l2_supercat .* train the probe again"):
+    with pytest.raises(InputError, match=r"other.json was trained on embeddings of l2_supercat .* train it again \(remove `probe`\)"):
         fam.load(str(tmp_path / "other.json"))
     (tmp_path / "junk.json").write_bytes(b"{}")
     with pytest.raises(InputError, match=r"junk.json is not a probe of the embedding family"):

@@ -51,7 +51,7 @@ def title(text: str) -> str:
 @task(version=VERSION)
 def cluster_topic_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
-    rows, ids, emb = kmeans.kept(doc, spec["embedding"])
+    rows, ids, emb, sizes = kmeans.kept(doc, spec["embedding"], ("n_chars", "n_tokens"))
     n = view.num_rows(doc["documents"])
     c = kmeans.read_centroids(spec["centroids"], spec["dim"])
     if len(rows) and len(c):
@@ -61,7 +61,7 @@ def cluster_topic_shard(spec: dict, out) -> dict:
     else:
         near, cos = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.float32)
     labels = [f"c{k}" for k in near.tolist()]
-    chars, toks = _sizes(doc, len(rows))
+    chars, toks = sizes["n_chars"], sizes["n_tokens"]
     seen = np.zeros(n, bool)
     seen[rows] = True
     all_ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
@@ -80,18 +80,6 @@ def cluster_topic_shard(spec: dict, out) -> dict:
     return {**stage_stats(doc, rows, chars, toks, np.ones(len(rows), bool), {}),
             "groups": [[t, b, v[0], v[1]] for (t, b), v in sorted(groups.items())],
             "titles": _titles(doc, rows, ids, near)}
-
-
-def _sizes(doc: dict, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Characters and tokens of the kept rows (in row order) as the layers left them (a
-    paragraph cut rewrites them)."""
-    chars, toks = [], []
-    for _, b in view.kept_batches(doc["documents"], doc["layers"], ["n_chars", "n_tokens"]):
-        chars.append(b.column("n_chars").to_numpy(zero_copy_only=False).astype(np.int64))
-        toks.append(b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64))
-    if not chars:
-        return np.zeros(n, np.int64), np.zeros(n, np.int64)
-    return np.concatenate(chars), np.concatenate(toks)
 
 
 def _titles(doc: dict, rows: np.ndarray, ids: list[str], near: np.ndarray) -> dict[str, list]:
@@ -143,8 +131,7 @@ def steps(ctx: Context, sname: str, before: list[Step], dedup: list[Step], base:
     sample = Step(f"topics-{sname}-sample", "topics-sample", {"params": params}, inputs, kmeans.sample_shard,
                   shards=sample_shards)
     cents = Step(f"topics-{sname}-centroids", "topics-centroids", {"params": params}, [sample], kmeans.centroids_shard,
-                 shards=lambda st, stats: [{"samples": [str(sample.dir(ctx.store) / f"{shard_name(i)}.parquet")
-                                                        for i in sorted(stats[sample.name])],
+                 shards=lambda st, stats: [{"samples": str(sample.dir(ctx.store)), "shards": len(stats[sample.name]),
                                             "clusters": tp.clusters, "seed": tp.seed, "dim": dim, "describe": "k-means"}])
 
     def topic_shards(st, stats):

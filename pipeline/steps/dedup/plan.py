@@ -199,7 +199,7 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) ->
         kept = sum(m["rows"] for m in stats[sample.name].values())
         sampled = sum(m["sampled"] for m in stats[sample.name].values())
         k = sem.clusters or max(1, min(math.ceil(kept / SEMANTIC_DOCS_PER_CLUSTER), sampled // SEMANTIC_SAMPLE_PER_CLUSTER))
-        return [{"samples": [str(sample.dir(ctx.store) / f"{shard_name(i)}.parquet") for i in sorted(stats[sample.name])],
+        return [{"samples": str(sample.dir(ctx.store)), "shards": len(stats[sample.name]),
                  "clusters": k, "seed": sem.seed, "dim": dim, "describe": "k-means"}]
 
     cents = add(Step("dedup-semantic-centroids", "dedup-semantic-centroids", {"params": fit}, [sample],

@@ -42,7 +42,7 @@ BLOCK = 1024  # members whose similarities to the earlier members are computed a
 @task(version=VERSION)
 def map_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
-    rows, ids, emb = kept(doc, spec["embedding"])
+    rows, ids, emb, _ = kept(doc, spec["embedding"])
     base = shuffle.map_file(fs.path(out.dir) / "buckets", out.index)
     nparts = spec["partitions"]
     if not len(rows):
