@@ -29,6 +29,8 @@ a typical session:
   curate diff out/demo out/demo-b     what the edit changed: config, steps, weights, removals, documents
   curate gc out --dry-run             store steps no run directory uses (after you delete one)
   curate publish out/demo hub/demo    an HF dataset folder (datasets.load_dataset) with a card made from the run
+  curate sweep mixtures/demo.yaml --runs 8 --run      variants over the feasible weights, each run (proxy mixtures)
+  curate fit mixtures/demo-sweep results.csv --metric loss --minimize   weights proposed from your proxies' metrics
 
 on a cluster (token auth on; see docs/clusters.md):
   RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=~/.ray/curate_token \
@@ -166,6 +168,9 @@ def _parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="(re)write report.html and report.json of a run and print the path")
     rp.add_argument("run_dir")
+    from pipeline.tune import commands as tune
+
+    tune.add_parsers(sub)
     return p
 
 
@@ -289,6 +294,10 @@ def _dispatch(args) -> int:
         return 0
     if args.cmd == "samples":
         return _samples(args)
+    if args.cmd in ("sweep", "fit"):
+        from pipeline.tune import commands as tune
+
+        return tune.dispatch(args)
 
     lm = config.load(args.mixture)
     from pipeline.run import dryrun, runner
