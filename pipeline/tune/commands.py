@@ -59,10 +59,13 @@ def dispatch(args) -> int:
     if args.cmd == "sweep":
         from pipeline.tune import sweep
 
-        folder = sweep.sweep(args.mixture, args.runs, seed=args.seed, concentration=args.concentration, out=args.out,
-                             log=log)
-        if args.run:
-            _run_all(folder, args.workers, log)
+        try:  # the file's first run (to count its cells) and --run may start an embedded Ray: stopped on the way out
+            folder = sweep.sweep(args.mixture, args.runs, seed=args.seed, concentration=args.concentration,
+                                 out=args.out, log=log)
+            if args.run:
+                _run_all(folder, args.workers, log)
+        finally:
+            _stop_ray()
         print(folder)
         return 0
     from pipeline.tune import fit
@@ -76,19 +79,20 @@ def _run_all(folder: Path, workers, log) -> None:
     from pipeline.io import atomic
     from pipeline.tune import sweep
 
-    try:
-        times = sweep.run_variants(folder, log=log, workers=workers)
-    finally:
-        if "ray" in sys.modules:
-            import ray
-
-            if ray.is_initialized():
-                ray.shutdown()
+    times = sweep.run_variants(folder, log=log, workers=workers)
     info = atomic.read_json(folder / "sweep.json")
     first = _first_run_seconds(info)
     secs = [t["seconds"] for t in times]
     log(f"sweep: {len(secs)} variants ran in {sum(secs):.1f}s (median {sorted(secs)[len(secs) // 2]:.1f}s each)"
         + (f"; the file's own run took {first:.1f}s" if first else ""))
+
+
+def _stop_ray() -> None:
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
 
 
 def _first_run_seconds(info: dict) -> float | None:

@@ -88,3 +88,43 @@ def test_sweep_run_and_fit_on_the_demo(demo_run, demo_run_yaml, demo_corpus, joi
     assert all(0 <= fit["proposed"][c] <= caps[c] + 1e-9 for c in caps) and abs(sum(fit["proposed"].values()) - 1) < 1e-9
     best = min(json.loads(json.dumps(list(csv.DictReader(open(results))))), key=lambda x: float(x["unigram_bits"]))
     assert fit["best_observed"]["variant"] == best["variant"]
+
+
+def test_a_sweep_of_phases_runs_the_file_first(demo_corpus, tmp_path, joined):
+    """A mixture with two phases that has never run: the sweep runs it once to count the
+    cells, then draws each phase's weights on its own simplex within its caps (phase
+    `anneal` has a quarter of the tokens, so its caps are 4x as loose); the variants run."""
+    y = tmp_path / "ph.yaml"
+    y.write_text(f"""name: ph
+output: out
+sources:
+  wiki: {{paths: ["{demo_corpus}/wiki/summaries_es.parquet"], id_field: id, max_shard_rows: 2500}}
+  web: {{paths: ["{demo_corpus}/web/crawl-0000[01].jsonl.zst"]}}
+  code: {{paths: ["{demo_corpus}/code/*.jsonl.gz"], id_field: path}}
+mixture:
+  max_epochs: 1
+  phases:
+    - {{name: main, target_tokens: 400000, weights: {{web: 0.5, wiki: 0.3, code: 0.2}}}}
+    - {{name: anneal, target_tokens: 100000, weights: {{web: 0.2, wiki: 0.8}}}}
+""")
+    r = curate("sweep", str(y), "--runs", "3", "--run", env=joined, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"running {y} once" in r.stderr
+    info = atomic.read_json(tmp_path / "ph-sweep" / "sweep.json")
+    assert info["columns"] == ["main:web", "main:wiki", "main:code", "anneal:web", "anneal:wiki"]
+    main, anneal = info["groups"]
+    for g in (main, anneal):
+        for c in g["cells"]:  # cap = max_epochs (1) x available / the phase's target
+            assert g["caps"][c] == min(1.0, g["available"][c] / g["target"])
+    assert any(u < 1 for u in main["caps"].values())  # a cap that binds in the larger phase
+    for v in info["variants"]:
+        for g in (main, anneal):
+            ws = {c: v["weights"][f"{g['phase']}:{c}"] for c in g["cells"]}
+            assert abs(sum(ws.values()) - 1) < 1e-9 and all(ws[c] <= g["caps"][c] + 1e-9 for c in ws)
+        man = json.loads((tmp_path / "out" / v["name"] / "manifest.json").read_text())
+        for g in (main, anneal):
+            cells = man["phases"][g["phase"]]["cells"]
+            for c in g["cells"]:  # the variant's weights are the phase's targets; realised within a document or so
+                w = v["weights"][f"{g['phase']}:{c}"]
+                assert abs(cells[c]["target_weight"] - w) < 1e-9, (v["name"], g["phase"], c)
+                assert abs(cells[c]["realized_weight"] - w) < 0.06, (v["name"], g["phase"], c)
