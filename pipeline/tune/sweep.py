@@ -231,12 +231,21 @@ def rebase(lm: LoadedMixture, folder: Path) -> dict:
 
 def run_variants(folder: Path, log=print, workers: int | None = None) -> list[dict]:
     """Run every variant of a sweep folder in turn (each reuses every step but the mix);
-    returns each one's wall seconds."""
+    returns each one's wall seconds. A variant that fails does not stop the others: the
+    failures are listed at the end (rerun one with `curate run FILE`)."""
     info = atomic.read_json(folder / "sweep.json")
-    out = []
+    out, failed = [], []
     for v in info["variants"]:
         t0 = time.time()
-        runner.run(load(folder / v["file"]), workers=workers, log=lambda m: None, quiet=True)
+        try:
+            runner.run(load(folder / v["file"]), workers=workers, log=lambda m: None, quiet=True)
+        except (RunError, UsageError) as e:
+            failed.append(f"{v['file']}: {str(e).splitlines()[0]}")
+            log(f"{v['name']}: failed: {str(e).splitlines()[0]}")
+            continue
         out.append({"name": v["name"], "seconds": time.time() - t0})
         log(f"{v['name']}: ran in {out[-1]['seconds']:.1f}s")
+    if failed:
+        raise RunError(f"{len(failed)} of {len(info['variants'])} variants failed (the others ran):\n  "
+                       + "\n  ".join(failed) + f"\nfix the cause and run them again: curate run {folder}/<file>")
     return out

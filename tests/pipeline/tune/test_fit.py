@@ -124,6 +124,13 @@ def test_an_optimum_beyond_a_cap_lands_on_the_cap(tmp_path):
     assert all(v["weights"]["s0"] <= 0.5 + 1e-12 for v in info["variants"])  # the sweep is feasible too
     lm = config.load(tmp_path / "p.yaml")  # the proposal is a mixture file that loads, with its own name
     assert lm.mixture.name == "p" and lm.mixture.mixture.weights == r["proposed"]
+    fit.fit(str(folder), str(res), "loss", minimize=True, out=str(tmp_path / "p2.yaml"), log=lambda m: None)
+    assert (tmp_path / "p.yaml").read_text().replace("name: p\n", "") == \
+        (tmp_path / "p2.yaml").read_text().replace("name: p2\n", "")  # the same seed, the same proposal
+    # olmix's KL term pulls the proposal to the cells' natural shares of tokens (here cap/2 each, normalized)
+    prior = np.array([0.25, 0.5, 0.5]) / 1.25
+    r = fit.fit(str(folder), str(res), "loss", minimize=True, kl=100.0, out=str(tmp_path / "k.yaml"), log=lambda m: None)
+    assert np.abs(np.array([r["proposed"][c] for c in info["columns"]]) - prior).sum() < 0.02, r["proposed"]
 
 
 def test_sweep_files_their_tables_and_determinism(tmp_path):
