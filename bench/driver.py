@@ -17,6 +17,13 @@ is counted from the first task's submission (Ray's start is not per task).
 
     python -m bench.driver --tasks 2000
 
+`--chain K` measures a run, not a step: K chained steps of n shards each (every plan reads
+its input's markers, as a filter's reads its ingest's), all resumed at their ends, through
+the real `Executor.run`; the driver's peak and retained Python memory for K = 2 and K, per
+shard and step (flat in steps: the driver holds the markers of the steps in flight only).
+
+    python -m bench.driver --chain 8 --sizes 20000
+
 Not a test: timings never gate CI.
 """
 
@@ -117,12 +124,74 @@ def measure(n: int, root: Path) -> dict:
     return {"shards": n, "wall_s": wall, "cpu_s": cpu, "peak_mb": peak / 2**20, "step_json_mb": step_json / 2**20}
 
 
+def _chained(step, stats):
+    """A plan that reads its input's markers, then lists its shards."""
+    n = step.config["n"]
+    for i in step.inputs:
+        assert sum(m["rows"] for m in stats[i.name].values()) == 50_000 * n
+    return _specs(n)(step, stats)
+
+
+def measure_chain(n: int, k: int, root: Path) -> dict:
+    store = root / f"chain-{n}-{k}"
+    blob = orjson.dumps(MARKER)
+    steps: list[Step] = []
+    for j in range(k):
+        s = Step(f"step{j}", "filter", {"n": n, "j": j}, steps[-1:], synthetic_shard, shards=_chained)
+        d = s.dir(store)
+        (d / MARKERS).mkdir(parents=True)
+        for i in range(n):
+            (d / MARKERS / f"{shard_name(i)}.json").write_bytes(blob)
+        steps.append(s)
+    ex = Executor(store, progress=Progress(quiet=True))
+    tracemalloc.start()
+    c0 = time.process_time()
+    ex.run(steps)
+    cpu = time.process_time() - c0
+    retained, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert all(ex.status[s.name] == "SUCCESS" for s in steps)
+    del ex
+    again = Executor(store, progress=Progress(quiet=True))  # the run again: every step done (`curate run` twice)
+    tracemalloc.start()
+    c0 = time.process_time()
+    again.run(steps)
+    rerun_cpu = time.process_time() - c0
+    _, rerun_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert all(again.status[s.name] == "SKIPPED" for s in steps)
+    shutil.rmtree(store)
+    return {"steps": k, "shards": n, "cpu_s": cpu, "peak_mb": peak / 2**20, "retained_mb": retained / 2**20,
+            "rerun_cpu_s": rerun_cpu, "rerun_peak_mb": rerun_peak / 2**20}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs=2, default=[10_000, 100_000])
     ap.add_argument("--tasks", type=int, help="run N and 4N empty tasks on a local Ray instead (driver CPU per task)")
+    ap.add_argument("--chain", type=int, help="K chained steps of --sizes' first size (the driver's memory over a run)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="curate-driver-", dir=os.environ.get("TMPDIR")))
+    if args.chain:
+        n = args.sizes[0]
+        try:
+            measure_chain(200, 2, root)  # warm up
+            rows = [measure_chain(n, k, root) for k in (2, args.chain)]
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        print("| steps | shards a step | driver CPU s | µs a shard | peak MB | retained MB | KB a shard (peak) "
+              "| all done again: CPU s | peak MB |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in rows:
+            total = r["steps"] * r["shards"]
+            print(f"| {r['steps']} | {r['shards']:,} | {r['cpu_s']:.2f} | {1e6 * r['cpu_s'] / total:.1f} | "
+                  f"{r['peak_mb']:.1f} | {r['retained_mb']:.1f} | {1024 * r['peak_mb'] / total:.2f} | "
+                  f"{r['rerun_cpu_s']:.3f} | {r['rerun_peak_mb']:.2f} |")
+        a, b = rows
+        print(f"{b['steps'] // a['steps']}x the steps: driver peak memory x{b['peak_mb'] / a['peak_mb']:.2f}, retained "
+              f"x{b['retained_mb'] / max(a['retained_mb'], 1e-9):.2f}, CPU per shard "
+              f"x{(b['cpu_s'] / b['steps']) / (a['cpu_s'] / a['steps']):.2f}")
+        return
     if args.tasks:
         try:
             run_tasks(200, root)  # warm up: workers started, first imports

@@ -1,7 +1,9 @@
 """The scheduling loop: run steps in dependency order, the shards of every ready step
 sharing one bounded pool of Ray tasks.
 
-Shard specs and stats are small; documents never pass through the driver, except that a
+Shard specs and stats are small, and the driver holds those of the steps in flight only (a
+finished step's markers are read back from its index when a plan needs them:
+engine/markers.py); documents never pass through the driver, except that a
 small step runs in the driver's own process while no Ray is up (`inline_docs`: a step whose
 largest input holds at most that many rows; Ray starts at the first larger step): a
 1,000-document run or a weights-only variant then costs its work, not Ray's start and
@@ -30,6 +32,7 @@ import orjson
 
 from pipeline.engine.cluster import check_shared_output, start_ray
 from pipeline.engine.lease import LeaseLost, Leases, create_exclusive, describe
+from pipeline.engine.markers import pinned
 from pipeline.engine.progress import Progress
 from pipeline.engine.step import SUCCESS, Step, committed, read_markers, shard_name, success
 from pipeline.engine.task import run_shard, versions
@@ -270,7 +273,8 @@ class Executor:
         fs.makedirs(d)
         if success(d) is not None:  # a commit whose marker index is gone (a gc stopped halfway): not done
             (d / SUCCESS).unlink()
-        specs = s.shards(s, self.stats)
+        with pinned():  # every marker index the plan reads, read once, let go after
+            specs = s.shards(s, self.stats)
         atomic.write_json(
             d / "step.json",
             {
@@ -306,9 +310,10 @@ class Executor:
             except LeaseLost as e:
                 raise self._lost(e) from None
         markers = self.stats.get(s.name, {})
-        mine = commit(d, s.hash, fence, markers)
-        if not mine:  # another holder of an earlier or later generation committed the same step
-            self.stats[s.name] = committed(s, self.store) or markers
+        commit(d, s.hash, fence, markers)  # False: another holder committed the same step (same bytes)
+        # the step's markers from its index from now on, read when a plan needs them: the driver
+        # holds the markers of the steps in flight, not of every step of the run
+        self.stats[s.name] = committed(s, self.store) or markers
         atomic.clean_tmp(d, fence)
         if self.leases is not None:
             self.leases.release(self.lease_dir(s))

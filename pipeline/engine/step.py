@@ -30,13 +30,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from pipeline.engine.markers import StepMarkers
 from pipeline.errors import RunError
 from pipeline.io import atomic, fs
 
@@ -178,9 +179,11 @@ def success(step_dir: Path) -> dict | None:
     return rec if isinstance(rec, dict) else None
 
 
-def committed(step: Step, store: Path) -> dict[int, dict] | None:
+def committed(step: Step, store: Path) -> Mapping[int, dict] | None:
     """The markers of `step` when its folder holds it finished, else None (not finished, or
-    partly deleted: then it runs again, resuming from the shard markers that remain).
+    partly deleted: then it runs again, resuming from the shard markers that remain). They
+    are a StepMarkers, read from the marker index when first used: checking that a step is
+    done costs the `_SUCCESS` read and a look for its index, whatever its number of shards.
 
     The full hash is compared, not only the folder's prefix: a folder holding another
     step is an error, never reused."""
@@ -198,6 +201,9 @@ def committed(step: Step, store: Path) -> dict[int, dict] | None:
         raise StoreError(f"{d} holds another step (hash {found[:16]}..., this plan's is {step.hash[:16]}...): two "
                          "hashes share the folder's prefix, or the folder was copied in by hand; move it away (or run "
                          "`curate gc`) and run again")
+    if isinstance(rec.get("shards"), int) and rec.get("markers"):  # read when a plan needs them (engine/markers.py)
+        index = d / rec["markers"]
+        return StepMarkers(index, rec["shards"]) if index.exists() else None  # gone: a gc stopped halfway, not done
     try:
         markers = _marker_index(d, rec)
     except (FileNotFoundError, ValueError):

@@ -1,0 +1,112 @@
+"""A finished step's markers, read from its marker index when something asks, not held.
+
+The driver used to keep every shard's marker of every step of a run: at 5x10^5 shards a
+step and ~30 steps, tens of GB. A committed step's markers are now a `StepMarkers`, a
+read-only mapping shard index -> marker over the step's `_markers-<fence>.json`: its length
+comes from `_SUCCESS` (no read), and its contents are read on first use and kept in a small
+cache, so the driver holds the markers of the steps it is planning from, not of the run.
+
+Plans index markers shard by shard across a source's steps (ingest, filter, every layer);
+while a step is planned the cache is `pinned()`: whatever the plan reads stays until it
+returns, so no loop reads an index twice. Outside, the last `KEEP` (2) steps read stay.
+
+Example:
+
+    m = StepMarkers(step_dir / "_markers-abc.json", 3)
+    len(m)            # 3, nothing read
+    m[0]["rows"]      # reads the index once
+    with pinned():
+        plan(stats)   # every index the plan reads, read once
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from pipeline.errors import RunError
+from pipeline.io import atomic
+
+KEEP = 2  # indexes kept outside pinned(): a loop over two steps' markers (ingest and filter) reads each once
+
+_lock = threading.RLock()
+_cache: OrderedDict[str, dict[int, dict]] = OrderedDict()
+_pins = 0
+
+
+class StepMarkers(Mapping):
+    """The markers of a committed step (shard index -> marker), read when first used."""
+
+    __slots__ = ("index", "count")
+
+    def __init__(self, index: Path, count: int):
+        self.index = index
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __contains__(self, i) -> bool:  # a committed step has every shard
+        return isinstance(i, int) and 0 <= i < self.count
+
+    def __getitem__(self, i: int) -> dict:
+        return self._load()[i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.count))
+
+    def values(self):
+        return self._load().values()
+
+    def items(self):
+        return self._load().items()
+
+    def __repr__(self) -> str:
+        return f"StepMarkers({self.index}, {self.count} shards)"
+
+    def _load(self) -> dict[int, dict]:
+        key = str(self.index)
+        with _lock:
+            got = _cache.get(key)
+            if got is not None:
+                _cache.move_to_end(key)
+                return got
+        try:
+            got = {int(k): v for k, v in atomic.read_json(self.index).items()}
+        except (FileNotFoundError, ValueError) as e:
+            raise RunError(f"{self.index}: the marker index of a finished step cannot be read ({type(e).__name__}); "
+                           "delete its _SUCCESS so the step resumes from its shard markers, and run again") from None
+        if len(got) != self.count:
+            raise RunError(f"{self.index}: {len(got)} markers where _SUCCESS says {self.count}; delete the step's "
+                           "_SUCCESS so it resumes from its shard markers, and run again")
+        with _lock:
+            _cache[key] = got
+            _evict()
+        return got
+
+
+def _evict() -> None:
+    while _pins == 0 and len(_cache) > KEEP:
+        _cache.popitem(last=False)
+
+
+@contextmanager
+def pinned():
+    """Keep every index read inside, until the outermost pinned() ends."""
+    global _pins
+    with _lock:
+        _pins += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _pins -= 1
+            _evict()
+
+
+def cached() -> int:
+    """Indexes held now (for the driver bench and tests)."""
+    return len(_cache)
