@@ -113,6 +113,19 @@ class ClassifierFamily:
         """The top label (a topic name) of each text and its probability (float32 in [0, 1])."""
         raise NotImplementedError
 
+    # Families on document embeddings (reads_vectors): the scoring and topic steps hand them the
+    # `embed-<source>` attribute's vectors (float16 as stored, in float32) instead of the texts,
+    # when the run embeds that source with the embedding of `options` ({"embedding", "max_tokens"})
+    reads_vectors: ClassVar[bool] = False
+
+    def score_vectors(self, model, x: np.ndarray, label: str, options: dict) -> np.ndarray:
+        """As `score`, from the documents' stored embeddings (n, dim)."""
+        raise NotImplementedError
+
+    def predict_vectors(self, model, x: np.ndarray, options: dict) -> tuple[list[str], np.ndarray]:
+        """As `predict`, from the documents' stored embeddings (n, dim)."""
+        raise NotImplementedError
+
     def evaluate(self, model, texts: list[str], positive: np.ndarray, label: str, options: dict) -> dict:
         """eval.json of a binary classifier: `positive` says which held-out texts are positive."""
         return binary_metrics(positive, self.score(model, texts, label, options))

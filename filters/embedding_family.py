@@ -58,7 +58,11 @@ def _logits(probe: dict, x: np.ndarray) -> np.ndarray:
 
 def probabilities(probe: dict, texts: list[str]) -> np.ndarray:
     """(texts, classes) probabilities, float64."""
-    x = embeddings.embed(embeddings.model_ref(probe), texts, probe["max_tokens"])
+    return probabilities_of(probe, embeddings.stored(embeddings.model_ref(probe), texts, probe["max_tokens"]))
+
+
+def probabilities_of(probe: dict, x: np.ndarray) -> np.ndarray:
+    """(documents, classes) probabilities of stored embeddings, float64."""
     z = _logits(probe, x)
     if len(probe["classes"]) == 2:  # scikit-learn's binary model: one row of coefficients, for classes[1]
         p1 = 1.0 / (1.0 + np.exp(-z[:, 0]))
@@ -80,13 +84,14 @@ def load(path: str) -> dict:
     return embeddings.read_head(path, FORMAT, "a probe of the embedding family (probe.json)", "probe")
 
 
-@register_classifier("embedding", version="1", libraries=("wordllama", "sklearn"))
+@register_classifier("embedding", version="2", libraries=("wordllama", "sklearn"))  # 2: float16 vectors, as stored
 class Embedding(ClassifierFamily):
     """Logistic probes on document embeddings (WordLlama's by default): binary quality or multinomial topics."""
 
     Params = EmbeddingParams
     title = "an embedding probe"
     model_file = "probe.json"
+    reads_vectors = True
 
     def options(self, params: dict) -> dict:
         return {"embedding": params["model"], "max_tokens": params["max_tokens"]}
@@ -95,7 +100,7 @@ class Embedding(ClassifierFamily):
         from sklearn.linear_model import LogisticRegression
 
         labels = [lab for lab, _ in examples]
-        x = embeddings.embed(params["model"], [t for _, t in examples], params["max_tokens"]).astype(np.float64)
+        x = embeddings.stored(params["model"], [t for _, t in examples], params["max_tokens"]).astype(np.float64)
         mean, scale = x.mean(axis=0), x.std(axis=0)
         scale[scale == 0] = 1.0
         lr = LogisticRegression(C=params["c"], max_iter=params["max_iter"], solver="lbfgs", random_state=seed)
@@ -113,16 +118,24 @@ class Embedding(ClassifierFamily):
         return list(load.__wrapped__(path)["classes"])
 
     def score(self, model: dict, texts: list[str], label: str, options: dict) -> np.ndarray:
-        if not texts:
+        return self.score_vectors(model, embeddings.stored(embeddings.model_ref(model), texts, model["max_tokens"]),
+                                  label, options)
+
+    def score_vectors(self, model: dict, x: np.ndarray, label: str, options: dict) -> np.ndarray:
+        if not len(x):
             return np.zeros(0, np.float32)
         if label not in model["classes"]:
             raise ValueError(f"the probe's classes are {model['classes']}, not {label!r}: set the classifier's `label` "
                              "to one of them")
-        return _f32(probabilities(model, texts)[:, model["classes"].index(label)])
+        return _f32(probabilities_of(model, x)[:, model["classes"].index(label)])
 
     def predict(self, model: dict, texts: list[str], options: dict) -> tuple[list[str], np.ndarray]:
-        if not texts:
+        return self.predict_vectors(model, embeddings.stored(embeddings.model_ref(model), texts, model["max_tokens"]),
+                                    options)
+
+    def predict_vectors(self, model: dict, x: np.ndarray, options: dict) -> tuple[list[str], np.ndarray]:
+        if not len(x):
             return [], np.zeros(0, np.float32)
-        p = probabilities(model, texts)
+        p = probabilities_of(model, x)
         top = p.argmax(axis=1)
         return [model["classes"][i] for i in top.tolist()], _f32(p[np.arange(len(top)), top])

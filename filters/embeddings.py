@@ -116,6 +116,13 @@ def embed(ref: str, texts: list[str], max_tokens: int = DEFAULT_MAX_TOKENS) -> n
     return np.concatenate(out) if out else np.zeros((0, identity(ref)["dim"]), np.float32)
 
 
+def stored(ref: str, texts: list[str], max_tokens: int = DEFAULT_MAX_TOKENS) -> np.ndarray:
+    """`embed`'s vectors as the `embed-<source>` step stores them (float16), back in float32:
+    what the heads train and score on, so a score from the step's attribute is the score
+    from the text."""
+    return embed(ref, texts, max_tokens).astype(np.float16).astype(np.float32)
+
+
 @functools.lru_cache(maxsize=4)
 def identity(ref: str) -> dict:
     """{"backend", "model", "dim", "files", "ref"}: what names the model's bytes."""

@@ -58,8 +58,12 @@ class RegressionParams(ClassifierParams):
 
 def predict_raw(model: dict, texts: list[str]) -> np.ndarray:
     """The head's predictions, in the annotations' units (float64)."""
-    x = embeddings.embed(embeddings.model_ref(model), texts, model["max_tokens"]).astype(np.float64)
-    z = (x - model["mean"]) / model["scale_x"]
+    return predict_of(model, embeddings.stored(embeddings.model_ref(model), texts, model["max_tokens"]))
+
+
+def predict_of(model: dict, x: np.ndarray) -> np.ndarray:
+    """The head's predictions from stored embeddings (float64)."""
+    z = (x.astype(np.float64) - model["mean"]) / model["scale_x"]
     if model["head"] == "ridge":
         return z @ model["coef"] + model["intercept"]
     h = np.maximum(0.0, z @ model["w1"] + model["b1"])
@@ -72,20 +76,21 @@ def load(path: str) -> dict:
     return embeddings.read_head(path, FORMAT, "a head of the regression family (head.json)", "probe")
 
 
-@register_classifier("regression", version="1", libraries=("wordllama", "sklearn"))
+@register_classifier("regression", version="2", libraries=("wordllama", "sklearn"))  # 2: float16 vectors, as stored
 class Regression(ClassifierFamily):
     """Regression heads (ridge or a small MLP) on document embeddings, trained from graded annotations (FineWeb-Edu style)."""
 
     Params = RegressionParams
     title = "a regression head"
     model_file = "head.json"
+    reads_vectors = True
 
     def options(self, params: dict) -> dict:
         return {"embedding": params["model"], "max_tokens": params["max_tokens"]}
 
     def train(self, examples: list[tuple[float, str]], params: dict, seed: int, path) -> dict:
         y = np.array([float(s) for s, _ in examples])
-        x = embeddings.embed(params["model"], [t for _, t in examples], params["max_tokens"]).astype(np.float64)
+        x = embeddings.stored(params["model"], [t for _, t in examples], params["max_tokens"]).astype(np.float64)
         mean, sx = x.mean(axis=0), x.std(axis=0)
         sx[sx == 0] = 1.0
         z = (x - mean) / sx
@@ -113,9 +118,13 @@ class Regression(ClassifierFamily):
         return []
 
     def score(self, model: dict, texts: list[str], label: str, options: dict) -> np.ndarray:
-        if not texts:
+        return self.score_vectors(model, embeddings.stored(embeddings.model_ref(model), texts, model["max_tokens"]),
+                                  label, options)
+
+    def score_vectors(self, model: dict, x: np.ndarray, label: str, options: dict) -> np.ndarray:
+        if not len(x):
             return np.zeros(0, np.float32)
-        out = np.clip((predict_raw(model, texts) / model["scale"]).astype(np.float32), 0.0, 1.0)
+        out = np.clip((predict_of(model, x) / model["scale"]).astype(np.float32), 0.0, 1.0)
         out[out <= 0] = 0.0  # never -0.0: thresholds compare the float bits
         return out
 

@@ -9,7 +9,8 @@ its files' sha256 and `max_tokens`.
 `<step>/<source>/part-XXXXX.parquet` has every row of the document shard, in order: `id`
 and `embedding`, a fixed-size list of float16 (unit-length vectors: float16 keeps ~3
 decimal digits, cosine errors below 1e-3), null where the source's filters removed the
-row. A task holds one shard's vectors (512 bytes a document with WordLlama's 256
+row (every row, removed ones too, when an embedding classifier scores the source: it
+reads them instead of embedding again). A task holds one shard's vectors (512 bytes a document with WordLlama's 256
 dimensions) and one batch of text (filters/embeddings.py: BATCH_CHARS).
 """
 
@@ -36,6 +37,17 @@ def vectors_type(dim: int) -> pa.DataType:
     return pa.list_(pa.float16(), dim)
 
 
+def _every_batch(documents: str, layers: list[str]):
+    """(rows, batch) of every row of the shard, with the filters' rewrites: what a classifier
+    scores (pipeline/steps/classify/tasks.py score_shard scores removed documents too)."""
+    pf = fs.parquet_file(documents)
+    state = view.Layers(layers, pf.metadata.num_rows, ["text"])
+    start = 0
+    for batch in pf.iter_batches(batch_size=TEXT_BATCH, columns=["text"]):
+        yield np.arange(start, start + batch.num_rows), state.apply(batch, start)
+        start += batch.num_rows
+
+
 @task(version=VERSION)
 def embed_shard(spec: dict, out) -> dict:
     from filters import embeddings
@@ -46,7 +58,9 @@ def embed_shard(spec: dict, out) -> dict:
     vecs = np.zeros((n, dim), np.float16)
     seen = np.zeros(n, bool)
     nbytes = 0
-    for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["text"], batch_rows=TEXT_BATCH):
+    batches = _every_batch(doc["documents"], doc["layers"]) if spec.get("every_row") else \
+        view.kept_batches(doc["documents"], doc["layers"], ["text"], batch_rows=TEXT_BATCH)
+    for rows, batch in batches:
         texts = batch.column("text").to_pylist()
         nbytes += sum(len(t) for t in texts)
         vecs[rows] = embeddings.embed(e["model"], texts, e["max_tokens"]).astype(np.float16)
@@ -63,9 +77,26 @@ def embedding_path(step: Step, store, source: str, part: int) -> str:
     return str(apply.attribute_path(step.dir(store), source, part))
 
 
+def vector_readers(m) -> dict[str, tuple[str, int]]:
+    """Source -> (model, max_tokens) of the classifier that scores it (quality or topic) from
+    document embeddings (a family with `reads_vectors`: embedding probes, regression heads)."""
+    from filters.classifiers import family
+
+    out = {}
+    for sname, src in m.sources.items():
+        for use in (src.quality, src.topic):
+            c = m.classifiers.get(use.classifier) if use else None
+            if c is not None and family(c.type).reads_vectors:
+                out.setdefault(sname, (c.model, c.max_tokens))
+    return out
+
+
 def plan(ctx: Context) -> list[Step]:
-    """`embed-<source>` for every source when dedup.semantic reads embeddings, else for the
-    sources with `topics` (embedding clusters); one model per run (config/checks.py)."""
+    """`embed-<source>` for every source when dedup.semantic reads embeddings, for the
+    sources with `topics` (embedding clusters), and for the sources an embedding classifier
+    scores with the run's embedding (then every row is embedded, removed ones too, as the
+    score step scores them: they read these vectors instead of embedding the texts again).
+    One model per run (config/checks.py); a classifier on another embedding embeds its texts."""
     from filters import embeddings
     from pipeline.plan import code
 
@@ -73,27 +104,43 @@ def plan(ctx: Context) -> list[Step]:
     sem = m.dedup.semantic if m.dedup else None
     clustered = [s for s, spec in m.sources.items() if spec.topics]
     spec = sem or (m.sources[clustered[0]].topics if clustered else None)
-    if spec is None:
+    readers = vector_readers(m)
+    ref = (spec.model, spec.max_tokens) if spec is not None else next(iter(readers.values()), None)
+    if ref is None:
         return []
-    ident = embeddings.identity(spec.model)
-    e = {"model": spec.model, "max_tokens": spec.max_tokens, "dim": ident["dim"]}
-    named = spec.model if "/" not in spec.model else f"{ident['backend']}:local"  # a folder: by its files (below)
-    cfg = {"embedding": {**e, "model": named, "files": ident["files"]}, "dtype": "float16"}
-    cls = type(embeddings.backend(embeddings.resolve(spec.model)[0]))
+    model, max_tokens = ref
+    scored = {s for s, r in readers.items() if r == ref}
+    ident = embeddings.identity(model)
+    e = {"model": model, "max_tokens": max_tokens, "dim": ident["dim"]}
+    named = model if "/" not in model else f"{ident['backend']}:local"  # a folder: by its files (below)
+    cls = type(embeddings.backend(embeddings.resolve(model)[0]))
     steps = []
-    for sname in (list(m.sources) if sem else clustered):
+    wanted = list(m.sources) if sem else [s for s in m.sources if s in clustered or s in scored]
+    for sname in wanted:
         ing, flt = ctx.ingest[sname], ctx.filter.get(sname)
+        every = sname in scored
+        cfg = {"embedding": {**e, "model": named, "files": ident["files"]}, "dtype": "float16",
+               **({"rows": "all"} if every else {})}  # only then: a run without probes keeps its hashes
 
-        def shards(st, stats, sname=sname, ing=ing, flt=flt):  # this source's shards only: no other source waits
+        def shards(st, stats, sname=sname, ing=ing, flt=flt, every=every):  # this source's only: no other waits
             return [{"doc": {"source": sname, "part": i, "documents": str(ing.dir(ctx.store) / f"{shard_name(i)}.parquet"),
                              "layers": [str(flt.dir(ctx.store) / f"{shard_name(i)}.parquet")] if flt else []},
-                     "embedding": e, "describe": f"{sname}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
+                     "embedding": e, "every_row": every, "describe": f"{sname}/{shard_name(i)}"}
+                    for i in sorted(stats[ing.name])]
 
         step = Step(f"embed-{sname}", "embed", cfg, [ing, flt] if flt else [ing], embed_shard, shards=shards,
                     code=code.code({"embedding": {cls.name: cls.version}}, cls.libraries))
+        step.meta["ref"] = ref
         ctx.embed[sname] = step
         steps.append(step)
     return steps
+
+
+def vectors_step(ctx: Context, sname: str, model: str, max_tokens: int) -> Step | None:
+    """The `embed-<source>` step a classifier on (model, max_tokens) reads its vectors from,
+    when the run embeds every row of the source with that embedding; else None."""
+    st = ctx.embed.get(sname)
+    return st if st is not None and st.meta.get("ref") == (model, max_tokens) and st.config.get("rows") == "all" else None
 
 
 STAGE = Stage("embed", plan)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from filters.classifiers import binary_metrics
+from filters.classifiers import binary_metrics, family
 from pipeline import config
 from pipeline.run import graph, runner
 from pipeline.shards import select
@@ -281,6 +281,14 @@ def test_an_embedding_probe_classifies_in_a_run_and_scores_again_from_its_probe_
     assert probe["embedding"]["backend"] == "wordllama" and probe["classes"] == ["__label__hq", "negative"]
     rows = _attrs(run, "wiki")
     assert all(x["score"] is not None for x in rows) and sum(x["keep"] is True for x in rows) == round(0.3 * len(rows))
+    # the scores come from embed-wiki's vectors (every row embedded once), and equal the probe's scores of the texts
+    rec = atomic.read_json(run / steps["classify-wiki_vs_web-wiki"]["dir"] / "step.json")
+    assert any(n.startswith("embed-wiki") for n in rec["inputs"]) and all("vectors" in sp for sp in rec["shards"])
+    assert atomic.read_json(run / steps["embed-wiki"]["dir"] / "step.json")["config"]["rows"] == "all"
+    fam = family("embedding")
+    texts = pq.read_table(demo_corpus / "wiki" / "summaries_en.parquet", columns=["text"])["text"].to_pylist()[:300]
+    again = fam.score(fam.load(str(train / "probe.json")), texts, "__label__hq", {})
+    assert [x["score"] for x in rows[:300]] == again.tolist()
     pub = curate("publish", str(run), str(tmp_path / "pub"))
     assert pub.returncode == 0, pub.stderr[-2000:]
     assert "(an embedding probe trained in the run: positive `wiki`" in (tmp_path / "pub" / "README.md").read_text()

@@ -20,6 +20,7 @@ from pipeline.io import atomic, fs
 from pipeline.plan import code
 from pipeline.plan.code import portable
 from pipeline.plan.context import Context
+from pipeline.steps import embed
 from pipeline.steps.classify import clusters
 from pipeline.steps.classify import tasks as classify
 from pipeline.plan.stage import Stage
@@ -127,11 +128,13 @@ def plan(ctx: Context) -> list[Step]:
             return [d for d in ctx.doc_shards(stats, dedup) if d["source"] == sname]
 
         score_cfg = {"model": model_id, "label": c.label, **portable(options)}
+        vec = _vectors(ctx, sname, c)
         score = Step(
             score_name(q.classifier, sname), "classify-score", score_cfg,
-            ([train] if train else []) + [base[sname]] + dedup, classify.score_shard,
-            shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c, options=options: [
+            ([train] if train else []) + [base[sname]] + dedup + ([vec] if vec else []), classify.score_shard,
+            shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c, options=options, vec=vec: [
                 {"doc": d, "model": model_path, "type": c.type, "label": c.label, "options": options,
+                 **({"vectors": embed.embedding_path(vec, ctx.store, d["source"], d["part"])} if vec else {}),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)],
             code=code.family_code(c.type),
         )
@@ -171,14 +174,18 @@ def plan(ctx: Context) -> list[Step]:
         before = [ctx.quality[sname]] if sname in ctx.quality else []
         options = family(c.type).options(c.model_dump(mode="json"))
 
-        def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c, options=options):
+        vec = _vectors(ctx, sname, c)
+
+        def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c, options=options, vec=vec):
             after = {sname: before} if before else None
             return [{"doc": d, "model": model_path, "type": c.type, "options": options,
+                     **({"vectors": embed.embedding_path(vec, ctx.store, d["source"], d["part"])} if vec else {}),
                      "describe": f"{d['source']}/{shard_name(d['part'])}"}
                     for d in ctx.doc_shards(stats, dedup, after) if d["source"] == sname]
 
         step = Step(f"topic-{sname}", "topic", {"model": model_id, **portable(options)},
-                    ([train] if train else []) + [base[sname]] + dedup + before, classify.topic_shard,
+                    ([train] if train else []) + [base[sname]] + dedup + before + ([vec] if vec else []),
+                    classify.topic_shard,
                     shards=topic_shards, code=code.family_code(c.type))
         steps.append(step)
         ctx.topic[sname] = step
@@ -193,6 +200,14 @@ def plan(ctx: Context) -> list[Step]:
 STAGE = Stage("classify", plan)
 
 OWN_STEPS = ("examples", "train")  # classify-<name>-examples, classify-<name>-train
+
+
+def _vectors(ctx: Context, sname: str, c) -> Step | None:
+    """The embed step whose vectors classifier `c` scores `sname` from (an embedding family on
+    the run's embedding), or None: it embeds the texts itself."""
+    if not family(c.type).reads_vectors:
+        return None
+    return embed.vectors_step(ctx, sname, c.model, c.max_tokens)
 
 
 def score_name(cname: str, source: str) -> str:

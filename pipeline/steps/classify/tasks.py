@@ -267,8 +267,11 @@ def topic_shard(spec: dict, out) -> dict:
     n = view.num_rows(doc["documents"])
     buckets = view.shard_buckets(doc)
     rows, labels, probs, toks, chars = [], [], [], [], []
-    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["text", "n_tokens", "n_chars"]):
-        lab, pr = fam.predict(model, b.column("text").to_pylist(), options)
+    vectors = stored_vectors(spec["vectors"]) if spec.get("vectors") else None  # embedded once, by embed-<source>
+    cols = ["n_tokens", "n_chars"] + ([] if vectors is not None else ["text"])
+    for r, b in view.kept_batches(doc["documents"], doc["layers"], cols):
+        lab, pr = fam.predict_vectors(model, vectors[r], options) if vectors is not None else \
+            fam.predict(model, b.column("text").to_pylist(), options)
         rows.append(r)
         labels += lab
         probs.append(pr)
@@ -303,19 +306,38 @@ def _tie(ids: list[str]) -> np.ndarray:
     return np.array([xxhash.xxh32_intdigest(i) for i in ids], np.uint32)
 
 
+def stored_vectors(path: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """The `embed-<source>` attribute's vectors of a document shard (all rows, or `rows`), as
+    float32; an error naming the file when one of them was not embedded."""
+    col = fs.read_table(path, columns=["embedding"]).column("embedding").combine_chunks()
+    dim = col.type.list_size
+    x = np.asarray(col.values.to_numpy(zero_copy_only=False)).reshape(-1, dim)
+    missing = col.is_null().to_numpy(zero_copy_only=False)
+    if rows is not None:
+        x, missing = x[rows], missing[rows]
+    if missing.any():
+        raise ValueError(f"{path}: {int(missing.sum())} of the rows to score have no embedding (the embed step "
+                         "embedded other rows); run again after removing that step's folder")
+    return x.astype(np.float32)
+
+
 @task(version="2")  # 2: also writes keys/, the kept rows' keys for the threshold's merge
 def score_shard(spec: dict, out) -> dict:
     fam = family(spec["type"])
     model, options = fam.load(spec["model"]), spec["options"]  # what changes a score (the plan's fam.options)
     doc = spec["doc"]
     pf = fs.parquet_file(doc["documents"])
-    state = view.Layers(doc["layers"], pf.metadata.num_rows, ["text"])
+    vectors = stored_vectors(spec["vectors"]) if spec.get("vectors") else None  # embedded once, by embed-<source>
+    state = view.Layers(doc["layers"], pf.metadata.num_rows, [] if vectors is not None else ["text"])
     parts_s, parts_t, ids = [], [], []
     start = 0
-    for batch in pf.iter_batches(batch_size=view.BATCH_ROWS, columns=["id", "text"]):
+    for batch in pf.iter_batches(batch_size=view.BATCH_ROWS, columns=["id"] if vectors is not None else ["id", "text"]):
         batch = state.apply(batch, start)
+        if vectors is not None:
+            parts_s.append(fam.score_vectors(model, vectors[start:start + batch.num_rows], spec["label"], options))
+        else:
+            parts_s.append(fam.score(model, batch.column("text").to_pylist(), spec["label"], options))
         start += batch.num_rows
-        parts_s.append(fam.score(model, batch.column("text").to_pylist(), spec["label"], options))
         i = batch.column("id").to_pylist()
         parts_t.append(_tie(i))
         ids += i
