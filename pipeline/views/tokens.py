@@ -13,6 +13,8 @@ verify-tokens, per format and file:
 - the specials: EOS (and BOS) exactly at every document's boundary and nowhere inside;
 - the texts: a seeded sample of documents (`--sample`, default 200) decodes to its row of
   the mixture file;
+a token file is read once, front to back, 16M tokens at a time (never whole: a file may be
+many GB); what is held per file is its provenance sidecar (16 bytes a document) and index;
 - the sources: every document's source is one the mixture mixes (never an eval source).
 """
 
@@ -94,40 +96,45 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
             if not data_path.exists():
                 problems.append(f"{where}{_DATA[fmt]}: missing")
                 continue
-            raw = data_path.read_bytes()
-            if len(raw) % dtype.itemsize:
-                problems.append(f"{where}{_DATA[fmt]}: {len(raw):,} bytes is not a whole number of {body['dtype']} tokens (truncated?)")
+            size = data_path.stat().st_size
+            if size % dtype.itemsize:
+                problems.append(f"{where}{_DATA[fmt]}: {size:,} bytes is not a whole number of {body['dtype']} tokens (truncated?)")
                 continue
-            data = np.frombuffer(raw, dtype.newbyteorder("<"))
+            n = size // dtype.itemsize
             side = pq.read_table(base.with_name(base.name + PROVENANCE))
             starts, ends = side.column("start").to_numpy(), side.column("end").to_numpy()
-            layout = _layout(fmt, base, data, dtype, starts, ends)
+            layout = _layout(fmt, base, n, dtype, starts, ends)
             problems += [f"{where}: {p}" for p in layout]
-            if len(data) != f["tokens"] or side.num_rows != f["documents"]:
-                problems.append(f"{where}: {len(data):,} tokens and {side.num_rows:,} documents, the manifest says "
+            if n != f["tokens"] or side.num_rows != f["documents"]:
+                problems.append(f"{where}: {n:,} tokens and {side.num_rows:,} documents, the manifest says "
                                 f"{f['tokens']:,} and {f['documents']:,}")
-            total += 0 if held else len(data)
+            total += 0 if held else n
             docs_seen += 0 if held else side.num_rows
             if layout:  # the documents' places are not to be trusted: their contents are not read
                 continue
-            if len(data) and int(data.max()) >= tz["vocab_size"]:
-                problems.append(f"{where}: token id {int(data.max()):,} is past the vocabulary ({tz['vocab_size']:,})")
-            problems += [f"{where}: {p}" for p in _specials(data, starts, ends, tz["bos_id"], tz["eos_id"])]
+            picks = sorted(rng.sample(range(side.num_rows), min(sample, side.num_rows))) \
+                if enc is not None and side.num_rows and sample else []
+            scan = _Scan(starts, ends, tz["bos_id"], tz["eos_id"], picks)
+            for off, chunk in _chunks(data_path, dtype, n):
+                scan.add(off, chunk)
+            if scan.max_id >= tz["vocab_size"]:
+                problems.append(f"{where}: token id {scan.max_id:,} is past the vocabulary ({tz['vocab_size']:,})")
+            problems += [f"{where}: {p}" for p in scan.problems()]
             bad = sorted(set(side.column("source").to_pylist()) - mixed) if mixed and not held else []  # validation: eval sources too
             if bad:
                 problems.append(f"{where}: documents from sources the mixture does not mix: {bad}")
-            if enc is not None and side.num_rows and sample:
-                problems += [f"{where}: {p}" for p in _texts(run_dir, f["path"], fmt, data, side, tz, enc, rng, sample)]
+            if picks:
+                problems += [f"{where}: {p}" for p in _texts(run_dir, f["path"], fmt, scan.docs, side, tz, enc)]
         if total != body["tokens"]:
             problems.append(f"{fmt}: {total:,} tokens in its files, the manifest says {body['tokens']:,}")
         summary[fmt] = {"files": len(body["files"]), "tokens": total, "documents": docs_seen}
     return problems, summary
 
 
-def _layout(fmt: str, base: Path, data: np.ndarray, dtype: np.dtype, starts: np.ndarray, ends: np.ndarray) -> list[str]:
+def _layout(fmt: str, base: Path, n_tokens: int, dtype: np.dtype, starts: np.ndarray, ends: np.ndarray) -> list[str]:
     out = []
-    if len(starts) and (starts[0] != 0 or np.any(starts[1:] != ends[:-1]) or ends[-1] != len(data)):
-        out.append(f"its {PROVENANCE} ranges do not tile the file's {len(data):,} tokens")
+    if len(starts) and (starts[0] != 0 or np.any(starts[1:] != ends[:-1]) or ends[-1] != n_tokens):
+        out.append(f"its {PROVENANCE} ranges do not tile the file's {n_tokens:,} tokens")
     if fmt == "megatron":
         idx = base.with_name(base.name + ".idx").read_bytes()
         if idx[:9] != b"MMIDIDX\x00\x00" or np.frombuffer(idx[9:17], "<u8")[0] != 1:
@@ -143,13 +150,13 @@ def _layout(fmt: str, base: Path, data: np.ndarray, dtype: np.dtype, starts: np.
         doc_idx = np.frombuffer(idx, "<i8", nd, 34 + 12 * n)
         if nd != n + 1 or doc_idx[0] != 0 or np.any(doc_idx != np.arange(nd)):
             out.append("document_indices are not 0..n (one sequence a document, document_indices[0] == 0)")
-        if n and (np.any(ptrs != np.r_[0, np.cumsum(sizes)[:-1]] * dtype.itemsize) or sizes.sum() != len(data)):
-            out.append(f"sequence lengths and pointers do not tile the .bin's {len(data):,} tokens")
+        if n and (np.any(ptrs != np.r_[0, np.cumsum(sizes)[:-1]] * dtype.itemsize) or sizes.sum() != n_tokens):
+            out.append(f"sequence lengths and pointers do not tile the .bin's {n_tokens:,} tokens")
         if n != len(starts) or (n and np.any(sizes != ends - starts)):
             out.append("the .idx's sequences are not the documents of the sidecar")
     elif fmt == "datatrove":
         index = np.frombuffer(base.with_name(base.name + ".ds.index").read_bytes(), "<u8")
-        if len(index) != len(ends) or (len(index) and (np.any(index != ends) or index[-1] != len(data))):
+        if len(index) != len(ends) or (len(index) and (np.any(index != ends) or index[-1] != n_tokens)):
             out.append(".ds.index's document ends do not match the .ds")
     else:
         import csv
@@ -157,30 +164,76 @@ def _layout(fmt: str, base: Path, data: np.ndarray, dtype: np.dtype, starts: np.
         import io
 
         rows = list(csv.reader(io.StringIO(gzip.decompress(base.with_name(base.name + ".csv.gz").read_bytes()).decode())))
-        if len(rows) != len(ends) or (rows and (int(rows[-1][1]) != len(data)
+        if len(rows) != len(ends) or (rows and (int(rows[-1][1]) != n_tokens
                                                  or [int(r[1]) for r in rows] != ends.tolist())):
             out.append(".csv.gz's start/end do not match the .npy")
     return out
 
 
-def _specials(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, bos: int | None, eos: int | None) -> list[str]:
-    out = []
-    for name, tid, at in (("EOS", eos, ends - 1), ("BOS", bos, starts)):
-        if tid is None or not len(starts):
-            continue
-        wrong = np.flatnonzero(data[at] != tid)
-        if len(wrong):
-            out.append(f"{len(wrong):,} documents lack {name} ({tid}) at their boundary, the first document {int(wrong[0])}")
-        inside = np.zeros(len(data), bool)
-        inside[data == tid] = True
-        inside[at] = False
-        if inside.any():
-            out.append(f"{name} ({tid}) inside a document at token {int(np.flatnonzero(inside)[0]):,}")
-    return out
+CHUNK_TOKENS = 1 << 24  # tokens read at a time: a token file is streamed, never held (32-64 MB a chunk)
 
 
-def _texts(run_dir: Path, rel: str, fmt: str, data, side, tz: dict, enc, rng: random.Random, sample: int) -> list[str]:
-    """A seeded sample of the file's documents, decoded against the mixture file's text."""
+def _chunks(path, dtype: np.dtype, n: int, size: int = CHUNK_TOKENS):
+    """(first token, its tokens) of a token file, `size` tokens at a time, from the start."""
+    with path.open("rb") as f:
+        off = 0
+        while off < n:
+            raw = f.read(min(size, n - off) * dtype.itemsize)
+            if not raw:
+                break
+            chunk = np.frombuffer(raw, dtype.newbyteorder("<"))
+            yield off, chunk
+            off += len(chunk)
+
+
+class _Scan:
+    """One pass over a token file's chunks: the largest id, the specials at and away from the
+    documents' boundaries, and the tokens of the sampled documents (`picks`)."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, bos: int | None, eos: int | None, picks: list[int]):
+        self.max_id = -1
+        self.checks = [(name, tid, at) for name, tid, at in (("EOS", eos, ends - 1), ("BOS", bos, starts))
+                       if tid is not None and len(starts)]
+        self.wrong = {name: [0, None] for name, _, _ in self.checks}  # count, first document
+        self.inside: dict[str, int | None] = {name: None for name, _, _ in self.checks}  # first token
+        self.starts, self.ends, self.picks = starts, ends, picks
+        self.docs: dict[int, list[np.ndarray]] = {k: [] for k in picks}
+
+    def add(self, off: int, chunk: np.ndarray) -> None:
+        hi = off + len(chunk)
+        if len(chunk):
+            self.max_id = max(self.max_id, int(chunk.max()))
+        for name, tid, at in self.checks:
+            lo_i, hi_i = np.searchsorted(at, off), np.searchsorted(at, hi)
+            here = at[lo_i:hi_i]
+            bad = np.flatnonzero(chunk[here - off] != tid)
+            if len(bad):
+                w = self.wrong[name]
+                w[0] += len(bad)
+                w[1] = int(lo_i + bad[0]) if w[1] is None else w[1]
+            hits = np.flatnonzero(chunk == tid) + off
+            stray = np.setdiff1d(hits, here, assume_unique=True)
+            if len(stray) and self.inside[name] is None:
+                self.inside[name] = int(stray[0])
+        for k in self.picks:
+            a, b = max(int(self.starts[k]), off), min(int(self.ends[k]), hi)
+            if a < b:
+                self.docs[k].append(chunk[a - off:b - off].copy())
+
+    def problems(self) -> list[str]:
+        out = []
+        for name, tid, _ in self.checks:
+            count, first = self.wrong[name]
+            if count:
+                out.append(f"{count:,} documents lack {name} ({tid}) at their boundary, the first document {first}")
+            if self.inside[name] is not None:
+                out.append(f"{name} ({tid}) inside a document at token {self.inside[name]:,}")
+        return out
+
+
+def _texts(run_dir: Path, rel: str, fmt: str, docs: dict, side, tz: dict, enc) -> list[str]:
+    """The sampled documents (`docs`: their tokens, from the scan), decoded against the
+    mixture file's text."""
     stem = rel[len(f"tokenized/{fmt}/"):]
     mm = _SPLIT.match(stem)
     if stem.startswith("validation/"):  # a held-out file: its texts are validation/<source>/part-XXXXX.parquet
@@ -190,12 +243,12 @@ def _texts(run_dir: Path, rel: str, fmt: str, data, side, tz: dict, enc, rng: ra
     if not mixture.exists():
         return [f"its mixture file {mixture} is missing"]
     texts = pq.read_table(mixture, columns=["text"]).column("text")
-    picks = sorted(rng.sample(range(side.num_rows), min(sample, side.num_rows)))
-    starts, ends, rows = (side.column(c).to_numpy() for c in ("start", "end", "row"))
+    rows = side.column("row").to_numpy()
     lo = 1 if tz["bos_id"] is not None else 0
     hi = 1 if tz["eos_id"] is not None else 0
-    for k in picks:
-        ids = data[starts[k] + lo: ends[k] - hi].tolist()
+    for k, parts in docs.items():
+        whole = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        ids = whole[lo: len(whole) - hi].tolist()
         text = enc.decode(ids) if tz["tokenizer"] == "gpt2" else enc.decode(ids, skip_special_tokens=False)
         if text != texts[int(rows[k])].as_py():
             return [f"document {k} (mixture row {int(rows[k])}) does not decode to its mixture text"]
