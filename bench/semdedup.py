@@ -88,13 +88,14 @@ def main(argv=None) -> int:
     ap.add_argument("--center", action="store_true", help="subtract the corpus's mean vector before cosines")
     ap.add_argument("--residual", action="store_true", help="cosines of the members without their centroid's direction")
     ap.add_argument("--docs-per-cluster", type=int, default=0, help="clusters: one per this many documents (default: the stage's)")
+    ap.add_argument("--overlaps", default="none", help="min_overlap values to try (none: cosine alone), e.g. none,0.3,0.5")
     a = ap.parse_args(argv)
 
     from bench import textkinds
     from filters import embeddings
     from pipeline.shards import kmeans
     from pipeline.steps.dedup import plan as dedup_plan
-    from pipeline.steps.dedup.semantic import duplicates
+    from pipeline.steps.dedup.semantic import duplicates, sketches
 
     rng = random.Random(3)
     texts, kind_of, partner, how = [], [], [], []
@@ -133,14 +134,16 @@ def main(argv=None) -> int:
     c = kmeans.kmeans(kmeans.unit(x.copy()), k, 0)
     cl = kmeans.nearest(x, c)
     thresholds = [float(t) for t in a.thresholds.split(",")]
+    overlaps = [None if o == "none" else float(o) for o in a.overlaps.split(",")]
+    sk = sketches(texts)
     print(f"{n:,} documents ({a.docs} per kind plus {int((partner >= 0).sum() / 2):,} planted copies), {k} clusters; "
           f"{int(lexical.sum()):,} with a lexical partner; documents without one per kind: "
           f"{ {kd: int(((partner < 0) & ~lexical & (kind_of == kd)).sum()) for kd in dict.fromkeys(kind_of.tolist())} }\n")
     kinds = list(dict.fromkeys(kind_of.tolist()))
-    print("| threshold | " + " | ".join(f"recall: {e}" for e in ("word edits", "substitutions", "reorders"))
+    print("| threshold | min_overlap | " + " | ".join(f"recall: {e}" for e in ("word edits", "substitutions", "reorders"))
           + " | " + " | ".join(f"collateral: {kd}" for kd in kinds) + " | collateral, all |")
-    print("| ---: |" + " ---: |" * (3 + len(kinds) + 1))
-    for thr in thresholds:
+    print("| ---: | ---: |" + " ---: |" * (3 + len(kinds) + 1))
+    for thr, ov in [(t, o) for o in overlaps for t in thresholds]:
         removed = np.zeros(n, bool)
         dup_of = np.full(n, -1)
         for cid in range(k):
@@ -148,7 +151,8 @@ def main(argv=None) -> int:
             v = x[members]
             if a.residual:  # each member without its cluster centroid's direction
                 v = v - (v @ c[cid])[:, None] * c[cid][None, :]
-            gone, best, _ = duplicates(v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12), thr)
+            gone, best, _ = duplicates(v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12), thr,
+                                       sk[members], ov)
             removed[members[gone]] = True
             dup_of[members[gone]] = members[best[gone]]
         found = removed | removed[np.maximum(partner, 0)]  # a planted pair is found when one of it is removed
@@ -156,7 +160,7 @@ def main(argv=None) -> int:
         rec = [found[planted & (how == e)].mean() for e in ("word edits", "substitutions", "reorders")]
         alone = (partner < 0) & ~lexical
         coll = [removed[alone & (kind_of == kd)].mean() if (alone & (kind_of == kd)).any() else float("nan") for kd in kinds]
-        print(f"| {thr:.3f} | " + " | ".join(f"{r:.3f}" for r in rec) + " | " + " | ".join(f"{v:.3f}" for v in coll)
+        print(f"| {thr:.3f} | {'-' if ov is None else ov} | " + " | ".join(f"{r:.3f}" for r in rec) + " | " + " | ".join(f"{v:.3f}" for v in coll)
               + f" | {removed[alone].mean():.3f} |")
     return 0
 

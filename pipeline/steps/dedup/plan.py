@@ -183,7 +183,9 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) ->
     prev = list(ctx.layers)
     sem = dd.semantic
     params = code.portable(sem.model_dump(mode="json"))  # a model folder by its files, not its place
-    fit = {k: v for k, v in params.items() if k != "threshold"}  # a threshold edit re-runs the reduce and apply only
+    # a threshold or overlap edit re-runs the reduce and apply only (the map's sketches do not depend on the value)
+    fit = {**{k: v for k, v in params.items() if k not in ("threshold", "min_overlap")},
+           **({"sketch": True} if sem.min_overlap is not None else {})}
     common = {"ranks": ctx.ranks(), "partitions": dd.partitions}
     emb = [ctx.embed[s] for s in ctx.mixture.sources]
     dim = embeddings.identity(sem.model)["dim"]
@@ -208,6 +210,7 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) ->
     def map_extra(kept, d, stats):
         k = stats[cents.name][0]["clusters"]
         return {"embedding": emb_path(d), "centroids": stats[cents.name][0]["centroids"], "dim": dim,
+                "sketch": sem.min_overlap is not None,
                 "partitions": max(1, min(k, max(dd.partitions or 1, math.ceil(kept / SEMANTIC_ROWS))))}
 
     mp = add(Step("dedup-semantic-map", "dedup-semantic-map", {"params": fit, **common}, base + prev + emb + [cents],

@@ -13,6 +13,10 @@ reduce (per partition): each cluster's members in priority order (source priorit
     120 bits of id hashes, as fuzzy dedup orders them: pipeline/steps/dedup/fuzzy.py
     `okey`); a member whose cosine with an earlier member is at or above `threshold` is
     removed, `semantic_duplicate_of:<that member's id> (cosine=0.981)` naming the closest;
+    with `min_overlap` (default 0.5) an earlier member counts only when the two also share
+    that share of their words (Jaccard of word sets, from 128 MinHash values the map computes
+    from the texts): WordLlama's static vectors put unrelated pages of one language (French,
+    Spanish) above any useful cosine, and their words tell them apart;
     `clusters/part-XXXXX.parquet` lists every removed member by cluster, for `curate explain`.
     The similarities are computed a block of BLOCK members at a time against the members
     before them, so a task holds its partition's vectors and one block's row of
@@ -29,14 +33,16 @@ import pyarrow as pa
 
 from pipeline.engine.step import task
 from pipeline.io import fs
-from pipeline.shards import shuffle
+from pipeline.shards import shuffle, view
+from pipeline.shards import text as text_hash
 from pipeline.shards.kmeans import kept, nearest, read_centroids, vectors
 from pipeline.steps.dedup.fuzzy import okey
 
-VERSION = "1"
+VERSION = "2"  # 2: word sketches for min_overlap
 COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string", "cosine": "float64",
            "cluster": "int64", "cluster_size": "int64"}
 BLOCK = 1024  # members whose similarities to the earlier members are computed at once
+SKETCH, SKETCH_SEED = 128, 0x5E  # MinHash values of a document's words, for `min_overlap`
 
 
 @task(version=VERSION)
@@ -50,15 +56,34 @@ def map_shard(spec: dict, out) -> dict:
     c = read_centroids(spec["centroids"], spec["dim"])
     cluster = nearest(vectors(emb), c)
     ok, ok2 = okey(doc["rank"], ids)
-    table = pa.table({"cluster": cluster, "okey": ok, "okey2": ok2, "gid": shuffle.gid(doc["src"], doc["part"], rows),
-                      "id": pa.array(ids, pa.string()), "embedding": emb})
+    cols = {"cluster": cluster, "okey": ok, "okey2": ok2, "gid": shuffle.gid(doc["src"], doc["part"], rows),
+            "id": pa.array(ids, pa.string()), "embedding": emb}
+    if spec.get("sketch"):  # the kept rows' word sketches, in the same order (the same kept mask)
+        sk = [sketches(b.column("text").to_pylist()) for _, b in view.kept_batches(doc["documents"], doc["layers"], ["text"])]
+        flat = np.concatenate(sk).ravel() if sk else np.zeros(0, np.uint32)
+        cols["sketch"] = pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.uint32()), SKETCH)
+    table = pa.table(cols)
     segments = shuffle.write_partitions(table, shuffle.partition_of(cluster.astype(np.uint64), nparts), nparts, base)
     return {"rows": len(rows), "partitions": nparts, "segments": segments}
 
 
-def duplicates(v: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sketches(texts: list[str]) -> np.ndarray:
+    """(texts, SKETCH) MinHash values of each text's set of words (folded as fuzzy dedup
+    folds them): the share of equal values estimates two texts' word-set Jaccard. A text
+    without words gets all-ones (overlapping only another such text)."""
+    out = np.full((len(texts), SKETCH), 0xFFFFFFFF, np.uint32)
+    h, d = text_hash.shingles(texts, 1)
+    sig, which = text_hash.minhash(h, d, len(texts), *text_hash.permutations(SKETCH, SKETCH_SEED))
+    out[which] = sig
+    return out
+
+
+def duplicates(v: np.ndarray, threshold: float, sk: np.ndarray | None = None, min_overlap: float | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For members in priority order: which are removed, the earlier member each is closest
-    to, and that cosine (rows >= threshold with an earlier member are removed)."""
+    to, and that cosine (rows >= threshold with an earlier member are removed). With
+    `min_overlap`, an earlier member counts only when the two sketches (`sk`) also share at
+    least that share of their words (estimated): the closest such member is named."""
     m = len(v)
     best = np.full(m, -1, np.int64)
     cos = np.full(m, -np.inf, np.float32)
@@ -66,6 +91,11 @@ def duplicates(v: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray,
         hi = min(m, lo + BLOCK)
         s = v[lo:hi] @ v[:hi].T  # (block, members up to the block's end)
         s[np.arange(hi - lo)[:, None] + lo <= np.arange(hi)[None, :]] = -np.inf  # only earlier members
+        if min_overlap is not None:  # candidates above the cosine whose words do not overlap enough are no match
+            for r in np.flatnonzero((s >= threshold).any(axis=1)).tolist():
+                cand = np.flatnonzero(s[r] >= threshold)
+                low = (sk[cand] == sk[lo + r]).mean(axis=1) < min_overlap
+                s[r, cand[low]] = -np.inf
         best[lo:hi] = np.argmax(s, axis=1)
         cos[lo:hi] = s[np.arange(hi - lo), best[lo:hi]]
     return cos >= threshold, best, cos
@@ -88,11 +118,13 @@ def reduce_shard(spec: dict, out) -> dict:
     cluster, g = cluster[order], g[order]
     ids = t.column("id").to_pylist()
     vecs = vectors(t.column("embedding"))
+    ov = p.get("min_overlap")
+    sk = np.asarray(t.column("sketch").combine_chunks().flatten().to_numpy()).reshape(-1, SKETCH) if ov is not None else None
     src = shuffle.split_gid(g)[0]
     cuts = np.flatnonzero(np.r_[True, cluster[1:] != cluster[:-1], True])
     out_rows, of, cosine, size = [], [], [], []
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-        gone, best, cos = duplicates(vecs[a:b], p["threshold"])
+        gone, best, cos = duplicates(vecs[a:b], p["threshold"], sk[a:b] if sk is not None else None, ov)
         for i in np.flatnonzero(gone).tolist():
             out_rows.append(a + i)
             of.append(a + int(best[i]))

@@ -13,6 +13,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -129,3 +130,20 @@ def test_a_threshold_edit_embeds_nothing_again_and_explain_shows_the_cluster(pla
     assert e.returncode == 0, e.stderr
     assert "dedup:semantic               removed semantic_duplicate_of:a0001 (cosine=" in e.stdout
     assert "closest earlier member a0001 (cosine " in e.stdout and "removed as its duplicates: s0001 (" in e.stdout
+
+
+def test_min_overlap_keeps_close_vectors_whose_words_differ():
+    """Two unrelated French pages can sit at a cosine above the threshold with static
+    embeddings; their word sketches tell them apart. A reordered copy shares every word."""
+    from pipeline.steps.dedup.semantic import duplicates, sketches
+
+    a = "La ville est située au bord du fleuve et compte de nombreux monuments historiques du Moyen Âge."
+    b = "Le joueur a commencé sa carrière dans un petit club avant de rejoindre la sélection nationale en 1998."
+    c = "Du Moyen Âge, la ville compte de nombreux monuments historiques et est située au bord du fleuve."
+    v = np.ones((3, 4), np.float32) / 2  # the same vector: cosine 1 between all three
+    sk = sketches([a, b, c])
+    gone, best, _ = duplicates(v, 0.93)
+    assert gone.tolist() == [False, True, True]  # the cosine alone removes b and c
+    gone, best, _ = duplicates(v, 0.93, sk, 0.5)
+    assert gone.tolist() == [False, False, True] and best[2] == 0  # b shares too few words; c is a's copy
+    assert (sk[0] == sk[2]).mean() > 0.9 and (sk[0] == sk[1]).mean() < 0.3
