@@ -5,6 +5,7 @@
       eos: true                        # the tokenizer's end-of-text after every document
       dtype: auto                      # uint16 when the vocabulary fits, else each format's wide type
       max_file_tokens: 100000000       # a mixture shard's file split past this many tokens
+      layout: mixture                  # or cells: a dataset per cell, the trainer's blend beside them
 
 Its own module so that the models file stays one screen of sections; models.py imports it.
 """
@@ -33,6 +34,11 @@ class TokenizeSpec(BaseModel):
                             "has no uint32 code) and uint32 for datatrove and memmap")
     max_file_tokens: int | None = Field(None, ge=1, description="split a mixture shard's token file past this many "
                                                                "tokens (part-XXXXX-YYYYY); default: one file a shard")
+    layout: Literal["mixture", "cells"] = Field(
+        "mixture", description="mixture: the mixture's files as they are; cells: one dataset per cell "
+                               "(tokenized/<format>/[<phase>/]<cell>/part-XXXXX.*, each the cell's documents of a mixture shard "
+                               "in the mixture's order) with the trainer's blend of the cells' weights beside them, so a "
+                               "trainer can reweight the cells without a new run")
 
     @field_validator("formats")
     @classmethod

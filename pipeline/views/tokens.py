@@ -124,7 +124,8 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
             if bad:
                 problems.append(f"{where}: documents from sources the mixture does not mix: {bad}")
             if picks:
-                problems += [f"{where}: {p}" for p in _texts(run_dir, f["path"], fmt, scan.docs, side, tz, enc)]
+                problems += [f"{where}: {p}" for p in _texts(run_dir, f["path"], fmt, scan.docs, side, tz, enc,
+                                                             f.get("mixture"))]
         if total != body["tokens"]:
             problems.append(f"{fmt}: {total:,} tokens in its files, the manifest says {body['tokens']:,}")
         summary[fmt] = {"files": len(body["files"]), "tokens": total, "documents": docs_seen}
@@ -231,12 +232,14 @@ class _Scan:
         return out
 
 
-def _texts(run_dir: Path, rel: str, fmt: str, docs: dict, side, tz: dict, enc) -> list[str]:
+def _texts(run_dir: Path, rel: str, fmt: str, docs: dict, side, tz: dict, enc, named: str | None = None) -> list[str]:
     """The sampled documents (`docs`: their tokens, from the scan), decoded against the
-    mixture file's text."""
+    mixture file's text (`named`: the mixture file the manifest names, `layout: cells`)."""
     stem = rel[len(f"tokenized/{fmt}/"):]
     mm = _SPLIT.match(stem)
-    if stem.startswith("validation/"):  # a held-out file: its texts are validation/<source>/part-XXXXX.parquet
+    if named is not None:
+        mixture = run_dir / "mixture" / named
+    elif stem.startswith("validation/"):  # a held-out file: its texts are validation/<source>/part-XXXXX.parquet
         mixture = run_dir / f"{stem}.parquet"
     else:
         mixture = run_dir / "mixture" / f"{mm.group(1) if mm else stem}.parquet"

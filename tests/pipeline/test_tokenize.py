@@ -245,3 +245,56 @@ def test_verify_tokens_passes_and_catches_planted_faults(tok_runs, tmp_path, mon
     atomic.write_json(d / "manifest.json", m)
     r = curate("verify-tokens", str(d), "--sample", "5")
     assert r.returncode == 1 and "cannot hold the tokenizer's 70,000 ids" in r.stdout, r.stdout
+
+
+def test_layout_cells_writes_a_dataset_per_cell_and_the_trainers_blends(tok_runs, demo_corpus, joined):
+    """`layout: cells` on the same mixture and store: the encoders are reused; each cell's
+    files hold exactly the mixture's documents of that cell (epochs included), in the
+    mixture's order; the blends weigh each cell by its share of the tokens; verify-tokens
+    checks every file against its mixture file."""
+    import yaml
+
+    run = tok_runs[0]
+    d = run.parent.parent
+    y = write_yaml(d / "c.yaml", _mixture(demo_corpus).replace("name: remote", "name: cells").replace(
+        "formats: [megatron, datatrove, memmap]}", "formats: [megatron, datatrove, memmap], layout: cells}"))
+    r = curate("run", str(y), "--workers", "2", env=joined)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cells_run = d / "out" / "cells"
+    rec = atomic.read_json(cells_run / "run.json")["steps"]
+    assert all(rec[n]["status"] == "SKIPPED" for n in rec if n.startswith("tokenize-"))  # encoded once, reused
+    man = atomic.read_json(cells_run / "manifest.json")["tokenized"]["formats"]
+    mixed = atomic.read_json(cells_run / "manifest.json")["cells"]
+    for fmt in ("megatron", "datatrove", "memmap"):
+        got, want = [], []
+        for f in man[fmt]["files"]:
+            side = pq.read_table(cells_run / (f["path"] + ".docs.parquet")).to_pylist()
+            assert f["path"].startswith(f"tokenized/{fmt}/{f['cell']}/part-") and {x["cell"] for x in side} == {f["cell"]}
+            assert [x["row"] for x in side] == sorted(x["row"] for x in side)  # the mixture's order inside a cell
+            got += [(f["mixture"], x["row"], x["id"], x["epoch"], x["end"] - x["start"]) for x in side]
+        for f in atomic.read_json(run / "manifest.json")["tokenized"]["formats"][fmt]["files"]:
+            side = pq.read_table(run / (f["path"] + ".docs.parquet")).to_pylist()
+            want += [(f["path"].rsplit("/", 1)[1] + ".parquet", x["row"], x["id"], x["epoch"], x["end"] - x["start"])
+                     for x in side]
+        assert sorted(got) == sorted(want)  # the same documents, each where the mixture has it
+        table = man[fmt]["cells"][""]
+        assert set(table) == {c for c in mixed if mixed[c]["tokens"]}
+        total = sum(t["tokens"] for t in table.values())
+        for c, t in table.items():
+            assert t["tokens"] == sum(f["tokens"] for f in man[fmt]["files"] if f["cell"] == c)
+            assert abs(t["weight"] - t["tokens"] / total) < 1e-6
+    parts = (cells_run / "tokenized" / "megatron" / "data-path.txt").read_text().split()
+    weights = {}
+    for w, p in zip(parts[::2], parts[1::2], strict=True):
+        cell = Path(p).parent.name
+        weights[cell] = weights.get(cell, 0.0) + float(w)
+    cells_json = json.loads((cells_run / "tokenized" / "megatron" / "cells.json").read_text())
+    assert all(abs(weights[c] - cells_json[c]["weight"]) < 1e-4 for c in cells_json)  # a cell's weight over its files
+    mix = yaml.safe_load((cells_run / "tokenized" / "memmap" / "olmo-mix.yaml").read_text())
+    assert {s["source_name"]: s["target_ratio"] for s in mix["source_mixture"]["sources"]} == \
+        {c: t["weight"] for c, t in man["memmap"]["cells"][""].items()}
+    folders = json.loads((cells_run / "tokenized" / "datatrove" / "folders.json").read_text())
+    assert all(Path(v["folder"]).is_dir() for v in folders.values())
+    r = curate("verify-tokens", str(cells_run))
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr[-2000:]
+

@@ -53,7 +53,8 @@ def encode_shard(spec: dict, out) -> dict:
 @task(version="1")
 def write_shard(spec: dict, out) -> dict:
     """One mixture shard's documents, in the mixture's order, as token files of one format:
-    `<format>/[<phase>/]part-XXXXX.*`, split as part-XXXXX-YYYYY past `max_file_tokens`."""
+    `<format>/[<phase>/]part-XXXXX.*`, split as part-XXXXX-YYYYY past `max_file_tokens`; with
+    `layout: cells`, one file per cell: `<format>/[<phase>/]<cell>/part-XXXXX.*`."""
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     fmt, p = spec["format"], spec["params"]
     name = spec["file"][: -len(".parquet")] if spec.get("file") else shard_name(out.index)
@@ -69,15 +70,29 @@ def write_shard(spec: dict, out) -> dict:
         cells = t.column("cell").to_pylist()
         meta = list(zip(t.column("id").to_pylist(), t.column("source").to_pylist(), range(t.num_rows)))
         epochs = t.column("epoch").to_numpy()
-    groups = _split(docs, p["max_file_tokens"])
+    mixture = spec.get("file") or f"{shard_name(out.index)}.parquet"  # the mixture file these documents are rows of
+    if p.get("layout") == "cells":  # a dataset per cell: the cell's documents of this shard, in the mixture's order
+        head, _, shard = name.rpartition("/")
+        by_cell: dict[str, list[int]] = {}
+        for i, c in enumerate(cells):
+            by_cell.setdefault(c, []).append(i)
+        runs = [(c, f"{head + '/' if head else ''}{c}/{shard}", ix) for c, ix in sorted(by_cell.items())]
+    else:
+        runs = [(None, name, list(range(len(docs))))]
     files, per_cell, total = [], {}, 0
-    for k, (a, b) in enumerate(groups):
-        stem = name if len(groups) == 1 else f"{name}-{k:05d}"
-        base = fs.path(out.dir) / fmt / stem
-        res = formats.write(fmt, base, docs[a:b], p["dtype"], p["tokenizer_name"], meta[a:b])
-        res["files"].update(_provenance(base, docs[a:b], meta[a:b], cells[a:b], epochs[a:b]))
-        files.append({"file": f"{fmt}/{stem}", "documents": res["documents"], "tokens": res["tokens"], "files": res["files"]})
-        total += res["tokens"]
+    for cell, stem0, ix in runs:
+        sub = [docs[i] for i in ix]
+        groups = _split(sub, p["max_file_tokens"])
+        for k, (a, b) in enumerate(groups):
+            pick = ix[a:b]
+            stem = stem0 if len(groups) == 1 else f"{stem0}-{k:05d}"
+            base = fs.path(out.dir) / fmt / stem
+            res = formats.write(fmt, base, sub[a:b], p["dtype"], p["tokenizer_name"], [meta[i] for i in pick])
+            res["files"].update(_provenance(base, sub[a:b], [meta[i] for i in pick], [cells[i] for i in pick],
+                                            epochs[pick] if len(pick) else np.zeros(0, np.int64)))
+            files.append({"file": f"{fmt}/{stem}", "documents": res["documents"], "tokens": res["tokens"],
+                          "files": res["files"], **({"cell": cell, "mixture": mixture} if cell is not None else {})})
+            total += res["tokens"]
     for c, d in zip(cells, docs):
         e = per_cell.setdefault(c, {"documents": 0, "tokens": 0})
         e["documents"] += 1

@@ -11,7 +11,7 @@ from pipeline.engine.step import Step
 from pipeline.io import atomic
 from pipeline.plan.context import Context
 from pipeline.plan.stage import Stage
-from pipeline.steps.tokenize import formats, tasks
+from pipeline.steps.tokenize import blends, formats, tasks
 from pipeline.steps.tokenize.plan import settings
 
 
@@ -24,7 +24,8 @@ def plan(ctx: Context) -> list[Step]:
     out = []
     for fmt in tz.formats:
         params = {"dtype": st["dtypes"][fmt], "bos_id": st["bos_id"], "eos_id": st["eos_id"],
-                  "max_file_tokens": tz.max_file_tokens, "tokenizer_name": st["tokenizer"]}  # a .ds.metadata names it: gpt2, or the tokenizer.json
+                  "max_file_tokens": tz.max_file_tokens, "tokenizer_name": st["tokenizer"],  # a .ds.metadata names it
+                  **({"layout": "cells"} if tz.layout == "cells" else {})}  # only then: the mixture layout keeps its hashes
 
         def shards(step, stats, fmt=fmt, params=params):
             return [{**{k: v for k, v in sp.items() if k != "describe"}, "format": fmt, "params": params,
@@ -64,7 +65,8 @@ def publish(ctx: Context, stats: dict) -> dict:
                     rel = f"{f['file'].rsplit('/', 1)[0]}/{name}"
                     pairs.append((step.dir(ctx.store) / rel, rel))
                 files.append({"path": f"tokenized/{f['file']}", "documents": f["documents"], "tokens": f["tokens"],
-                              "files": {n: v for n, v in f["files"].items()}})
+                              "files": {n: v for n, v in f["files"].items()},
+                              **{k: f[k] for k in ("cell", "mixture") if f.get(k) is not None}})
                 total += f["tokens"]
         body.setdefault(fmt, {}).update({f"{split}_files": files, f"{split}_tokens": total} if split else
                                         {"files": files, "tokens": total})
@@ -76,6 +78,13 @@ def publish(ctx: Context, stats: dict) -> dict:
 
 
 def _trainer_config(ctx: Context, fmt: str, b: dict) -> str | None:
+    if ctx.mixture.tokenize.layout == "cells":
+        name, b["cells"] = blends.write(ctx.run_dir / "tokenized" / fmt, fmt, b)
+        return name
+    return _mixture_config(ctx, fmt, b)
+
+
+def _mixture_config(ctx: Context, fmt: str, b: dict) -> str | None:
     """What a trainer reads, written beside the files: Megatron's `--data-path` (each file's
     prefix weighted by its tokens: the files are the mixture already, so sampling them by
     size keeps its weights), OLMo's `data:` section (memmap paths and dtype); datatrove's
