@@ -143,6 +143,18 @@ def measure_chain(n: int, k: int, root: Path) -> dict:
         for i in range(n):
             (d / MARKERS / f"{shard_name(i)}.json").write_bytes(blob)
         steps.append(s)
+    status, cpu, retained, peak = _run_measured(store, steps)
+    assert set(status) == {"SUCCESS"}
+    status, rerun_cpu, _, rerun_peak = _run_measured(store, steps)  # the run again: every step done (`curate run` twice)
+    assert set(status) == {"SKIPPED"}
+    shutil.rmtree(store)
+    return {"steps": k, "shards": n, "cpu_s": cpu, "peak_mb": peak / 2**20, "retained_mb": retained / 2**20,
+            "rerun_cpu_s": rerun_cpu, "rerun_peak_mb": rerun_peak / 2**20}
+
+
+def _run_measured(store: Path, steps: list[Step]) -> tuple[list[str], float, int, int]:
+    """The steps through a fresh Executor: their statuses, the driver's CPU seconds, and the
+    Python memory it retains at the end (the Executor still alive) and at its peak."""
     ex = Executor(store, progress=Progress(quiet=True))
     tracemalloc.start()
     c0 = time.process_time()
@@ -150,19 +162,7 @@ def measure_chain(n: int, k: int, root: Path) -> dict:
     cpu = time.process_time() - c0
     retained, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert all(ex.status[s.name] == "SUCCESS" for s in steps)
-    del ex
-    again = Executor(store, progress=Progress(quiet=True))  # the run again: every step done (`curate run` twice)
-    tracemalloc.start()
-    c0 = time.process_time()
-    again.run(steps)
-    rerun_cpu = time.process_time() - c0
-    _, rerun_peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    assert all(again.status[s.name] == "SKIPPED" for s in steps)
-    shutil.rmtree(store)
-    return {"steps": k, "shards": n, "cpu_s": cpu, "peak_mb": peak / 2**20, "retained_mb": retained / 2**20,
-            "rerun_cpu_s": rerun_cpu, "rerun_peak_mb": rerun_peak / 2**20}
+    return [ex.status[s.name] for s in steps], cpu, retained, peak
 
 
 def main() -> None:
