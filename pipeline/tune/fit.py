@@ -50,11 +50,12 @@ def _normed(w) -> np.ndarray:
 def read_results(path: Path, info: dict, metric: str, log=print) -> tuple[list[str], np.ndarray]:
     """(variants, metric values) of the runs the sweep wrote, NaN rows named and left out."""
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a spreadsheet's byte-order mark
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = [h for h in (reader.fieldnames or []) if h is not None]
     except FileNotFoundError:
         raise UsageError(f"{path}: no such results file (a CSV with a `variant` column and one column per metric)") from None
-    header = list(rows[0]) if rows else []
     if "variant" not in header:
         raise UsageError(f"{path}:1: no `variant` column (found: {', '.join(header) or 'nothing'}); name each row's "
                          "variant as the sweep did (its mixture `name`)")
