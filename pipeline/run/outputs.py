@@ -22,10 +22,16 @@ def ledger_of(ctx: Context, stats: dict) -> dict:
     chosen = mix_publish.chosen_docs(stats[ctx.mix.route.name]) if phases[0][0] is not None else None
     entries = {}
     layers = ctx.layer_stages()
+    read: dict[str, list[dict]] = {}  # a global layer's markers read once (its index), not once per source
+
+    def of_source(name: str, sname: str) -> list[dict]:
+        if name not in read:
+            read[name] = list(stats[name].values())
+        return [m for m in read[name] if m.get("source", sname) == sname]
+
     for sname, spec in ctx.mixture.sources.items():
         flt = ctx.filter.get(sname)
-        later = [(stage, [m for m in stats[name].values() if m.get("source", sname) == sname])
-                 for stage, name in layers[sname] if stage != "filter"]
+        later = [(stage, of_source(name, sname)) for stage, name in layers[sname] if stage != "filter"]
         sel = selection.get(sname)
         r = rows.get(sname, {"docs": 0, "tokens": 0, "repeats": 0})
         mix = {"rows": r["docs"], "tokens": r["tokens"], "repeats": r["repeats"]}

@@ -77,11 +77,21 @@ def embedding_path(step: Step, store, source: str, part: int) -> str:
     return str(apply.attribute_path(step.dir(store), source, part))
 
 
+def texts_cut_later(m) -> bool:
+    """Whether a layer after the filters rewrites documents' texts (paragraph dedup, a
+    decontamination that cuts): then a classifier's text is not the one embed-<source>
+    embedded, and it embeds its own."""
+    return bool((m.dedup and m.dedup.paragraph) or (m.decontaminate and m.decontaminate.action == "cut"))
+
+
 def vector_readers(m) -> dict[str, tuple[str, int]]:
     """Source -> (model, max_tokens) of the classifier that scores it (quality or topic) from
-    document embeddings (a family with `reads_vectors`: embedding probes, regression heads)."""
+    document embeddings (a family with `reads_vectors`: embedding probes, regression heads),
+    when it can read embed-<source>'s vectors (no later layer rewrites the texts)."""
     from filters.classifiers import family
 
+    if texts_cut_later(m):
+        return {}
     out = {}
     for sname, src in m.sources.items():
         for use in (src.quality, src.topic):
@@ -95,7 +105,8 @@ def plan(ctx: Context) -> list[Step]:
     """`embed-<source>` for every source when dedup.semantic reads embeddings, for the
     sources with `topics` (embedding clusters), and for the sources an embedding classifier
     scores with the run's embedding (then every row is embedded, removed ones too, as the
-    score step scores them: they read these vectors instead of embedding the texts again).
+    score step scores them: they read these vectors instead of embedding the texts again;
+    not when paragraph dedup or a cutting decontamination rewrites the texts after the filters).
     One model per run (config/checks.py); a classifier on another embedding embeds its texts."""
     from filters import embeddings
     from pipeline.plan import code

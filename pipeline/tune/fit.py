@@ -125,8 +125,14 @@ def propose(sur: Surrogate, space: Space, sign: float, seed: int, kl: float = 0.
 
 def fit(folder: str, results: str, metric: str, minimize: bool = False, model: str = "auto", out: str | None = None,
         seed: int = 0, kl: float = 0.0, log=print) -> dict:
-    folder_p = Path(folder)
+    folder_p = Path(folder).resolve()
     info, space = read_sweep(folder_p)
+    name = f"{info['name']}-fit"
+    out_p = (Path(out) if out else folder_p.parent / f"{name}.yaml").resolve()
+    if out_p.parent == folder_p:
+        raise UsageError(f"--out {out_p}: not inside the sweep folder (it holds the sweep's variants only)")
+    if kl < 0:
+        raise UsageError(f"--kl {kl}: give a penalty >= 0 (0: none)")
     names, y = read_results(Path(results), info, metric, log)
     need = min(min_runs(m, space.dim) for m in AUTO) if model == "auto" else min_runs(model, space.dim)
     if len(y) < need:
@@ -151,10 +157,6 @@ def fit(folder: str, results: str, metric: str, minimize: bool = False, model: s
     w = space.rounded(propose(sur, space, sign, seed, kl, start=X))
     pred, std = float(sur.predict(w)[0]), sur.uncertainty(w)
     base = load(info["mixture"])
-    name = f"{info['name']}-fit"
-    out_p = Path(out) if out else folder_p.parent / f"{name}.yaml"
-    if out_p.resolve().parent == folder_p.resolve():
-        raise UsageError(f"--out {out_p}: not inside the sweep folder (it holds the sweep's variants only)")
     raw = rebase(base, out_p.parent)
     raw["name"] = out_p.stem if out else name
     set_weights(raw, space, w)

@@ -4,7 +4,7 @@
                error on these runs (each fitted without the runs it predicts)
     quadratic  Scheffe's quadratic mixture model, y = sum b_i w_i + sum b_ij w_i w_j,
                ridge-regularised (alpha by leave-one-out): the smallest model whose optimum
-               can lie inside the simplex; 1 + k(k+1)/2 terms, so 24 runs fit 3 cells, 64 fit 8
+               can lie inside the simplex; it needs 1 + k(k+1)/2 runs (7 for 3 cells, 37 for 8)
     gp         a Gaussian process (constant x RBF with a length per cell, plus noise), its
                hyperparameters by maximum likelihood from seeded restarts
     loglinear  olmix's and the data mixing laws' y = c + exp(b + sum t_i w_i) (robust least squares)

@@ -30,7 +30,7 @@ from pipeline.errors import RunError, UsageError
 from pipeline.io import atomic, fs
 from pipeline.run import graph, runner
 from pipeline.steps.mix.plan import cell_available, upstream_steps
-from pipeline.tune.space import Group, Space
+from pipeline.tune.space import DECIMALS, Group, Space
 
 
 def availability(lm: LoadedMixture, log=print) -> list[dict]:
@@ -87,6 +87,9 @@ def space_of(groups: list[dict]) -> Space:
             rows = ", ".join(f"{c} at most {u:.3f}" for c, u in zip(g["cells"], caps, strict=True))
             raise UsageError(f"no weights are feasible{'' if g['phase'] is None else ' in phase ' + g['phase']}: "
                              f"within max_epochs {rows} (sum {caps.sum():.3f} < 1); lower target_tokens or raise max_epochs")
+        if (np.floor(caps * 10**DECIMALS + 1e-9) / 10**DECIMALS).sum() < 1 - 1e-12:
+            raise UsageError(f"the cells' max_epochs caps sum to {caps.sum():.6f}: no weights of {DECIMALS} decimals fit "
+                             "under them; lower mixture.target_tokens or raise max_epochs")
         w = np.array([g["weights"][c] for c in g["cells"]], float)
         gs.append(Group(g["phase"], g["cells"], caps, w / w.sum() if w.sum() > 0 else np.full(len(w), 1 / len(w))))
     return Space(gs)
@@ -132,6 +135,7 @@ def write_sweep(lm: LoadedMixture, groups: list[dict], folder: Path, runs: int, 
         vname = f"{name}-sweep-{i:03d}"
         raw = rebase(lm, folder)
         raw["name"] = vname
+        raw.pop("publish", None)  # a proxy's mixture is not a dataset to publish (nor to write over another's)
         set_weights(raw, space, w)
         text = (f"# variant {i} of {runs} from {os.path.relpath(lm.path.resolve(), folder.resolve())} by `curate sweep "
                 f"--runs {runs} --seed {seed} --concentration {concentration:g}`: only the weights differ\n"
@@ -201,16 +205,21 @@ def rebase(lm: LoadedMixture, folder: Path) -> dict:
         r = os.path.relpath(os.path.normpath(base / v), new)
         return r if "/" in r else f"./{r}"
 
-    for key in ("output", "store"):
-        if key in raw:
-            raw[key] = rel(raw[key])
+    raw["output"] = rel(raw.get("output", lm.mixture.output))  # also the default's: the same run folders and store
+    if "store" in raw:
+        raw["store"] = rel(raw["store"])
     if isinstance(raw.get("publish"), dict) and "dir" in raw["publish"]:
         raw["publish"]["dir"] = rel(raw["publish"]["dir"])
     for src in (raw.get("sources") or {}).values():
         if isinstance(src, dict) and "paths" in src:
             src["paths"] = [rel(p) for p in src["paths"]] if isinstance(src["paths"], list) else rel(src["paths"])
-    if isinstance(raw.get("tokenizer"), str) and raw["tokenizer"] != "gpt2" and (base / raw["tokenizer"]).exists():
-        raw["tokenizer"] = rel(raw["tokenizer"])
+    for holder in (raw, raw.get("tokenize") if isinstance(raw.get("tokenize"), dict) else {}):  # a tokenizer.json
+        if isinstance(holder.get("tokenizer"), str) and holder["tokenizer"] != "gpt2" and (base / holder["tokenizer"]).exists():
+            holder["tokenizer"] = rel(holder["tokenizer"])
+    dc = raw.get("decontaminate")
+    for item in (dc.get("against") or []) if isinstance(dc, dict) else []:  # eval sets given by their files
+        if isinstance(item, dict) and isinstance(item.get("paths"), list):
+            item["paths"] = [rel(x) for x in item["paths"]]
     loaded = lm.canonical()
 
     def walk(r, m):
@@ -221,6 +230,8 @@ def rebase(lm: LoadedMixture, folder: Path) -> dict:
                 elif isinstance(v, list) and isinstance(m.get(k), list):
                     r[k] = [rel(x) if isinstance(x, str) and isinstance(y, str) and y != x and y == str((base / x).resolve())
                             else x for x, y in zip(v, m[k], strict=False)] + v[len(m[k]):]
+                    for x, y in zip(v, m[k], strict=False):
+                        walk(x, y)  # a list of sections
                 else:
                     walk(v, m.get(k))
 

@@ -213,7 +213,8 @@ class _Scan:
                 w[0] += len(bad)
                 w[1] = int(lo_i + bad[0]) if w[1] is None else w[1]
             hits = np.flatnonzero(chunk == tid) + off
-            stray = np.setdiff1d(hits, here, assume_unique=True)
+            same = [a[np.searchsorted(a, off):np.searchsorted(a, hi)] for _, t, a in self.checks if t == tid]
+            stray = np.setdiff1d(hits, np.concatenate(same))  # BOS and EOS may be one token: both boundaries are its
             if len(stray) and self.inside[name] is None:
                 self.inside[name] = int(stray[0])
         for k in self.picks:

@@ -298,3 +298,24 @@ def test_layout_cells_writes_a_dataset_per_cell_and_the_trainers_blends(tok_runs
     r = curate("verify-tokens", str(cells_run))
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr[-2000:]
 
+
+
+def test_a_bos_that_is_the_eos_is_not_a_special_inside_a_document():
+    """`bos: '<|endoftext|>'` with GPT-2: one id at both ends of every document; the scan
+    (any chunking) finds nothing wrong, and still finds one planted inside a document."""
+    from pipeline.views.tokens import _Scan
+
+    eos = 50256
+    docs = [[eos, 5, 6, eos], [eos, 7, eos], [eos, 8, 9, 10, eos]]
+    data = np.array([t for d in docs for t in d], np.uint16)
+    ends = np.cumsum([len(d) for d in docs])
+    starts = ends - [len(d) for d in docs]
+    for size in (1, 3, len(data)):
+        scan = _Scan(starts, ends, eos, eos, [])
+        for off in range(0, len(data), size):
+            scan.add(off, data[off:off + size])
+        assert scan.problems() == []
+    data[5] = eos  # inside the second document
+    scan = _Scan(starts, ends, eos, eos, [])
+    scan.add(0, data)
+    assert any("inside a document at token 5" in p for p in scan.problems())

@@ -184,8 +184,7 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) ->
     sem = dd.semantic
     params = code.portable(sem.model_dump(mode="json"))  # a model folder by its files, not its place
     # a threshold or overlap edit re-runs the reduce and apply only (the map's sketches do not depend on the value)
-    fit = {**{k: v for k, v in params.items() if k not in ("threshold", "min_overlap")},
-           **({"sketch": True} if sem.min_overlap is not None else {})}
+    fit = {k: v for k, v in params.items() if k not in ("threshold", "min_overlap")}
     common = {"ranks": ctx.ranks(), "partitions": dd.partitions}
     emb = [ctx.embed[s] for s in ctx.mixture.sources]
     dim = embeddings.identity(sem.model)["dim"]
@@ -213,7 +212,9 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) ->
                 "sketch": sem.min_overlap is not None,
                 "partitions": max(1, min(k, max(dd.partitions or 1, math.ceil(kept / SEMANTIC_ROWS))))}
 
-    mp = add(Step("dedup-semantic-map", "dedup-semantic-map", {"params": fit, **common}, base + prev + emb + [cents],
+    sketch = {"sketch": True} if sem.min_overlap is not None else {}  # words for min_overlap: the map alone
+    mp = add(Step("dedup-semantic-map", "dedup-semantic-map", {"params": {**fit, **sketch}, **common},
+                  base + prev + emb + [cents],
                   semantic.map_shard, shards=per_doc(map_extra, prev)))
     rd = reducer("dedup-semantic-reduce", {"params": params}, mp, semantic.reduce_shard, {"params": params})
     ctx.add_layer(apply_step("semantic", rd, apply.run_shard, semantic.COLUMNS, prev), "dedup:semantic")

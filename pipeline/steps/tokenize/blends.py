@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from pipeline.io import atomic
 
 
@@ -52,10 +54,10 @@ def write(root: Path, fmt: str, b: dict) -> tuple[str, dict]:
             text = " ".join(f"{t['weight'] * n / g['tokens']:.6g} {root / rel}" for c, t in table.items()
                             for g in [cells[c]] for rel, n in g["files"]) + "\n"
         elif fmt == "memmap":
-            text = f"# OLMo-core source mixture: a cell's target_ratio is its share of the mixture's tokens\n" \
-                   f"memmap_dtype: {b['dtype']}\nsource_mixture:\n  sources:\n" + "".join(
-                       f"    - source_name: {c}\n      target_ratio: {t['weight']}\n      paths:\n"
-                       + "".join(f"        - {p}.npy\n" for p in t["files"]) for c, t in table.items() if t["files"])
+            text = "# OLMo-core source mixture: a cell's target_ratio is its share of the mixture's tokens\n" + yaml.safe_dump(
+                {"memmap_dtype": b["dtype"], "source_mixture": {"sources": [
+                    {"source_name": c, "target_ratio": t["weight"], "paths": [f"{p}.npy" for p in t["files"]]}
+                    for c, t in table.items() if t["files"]]}}, sort_keys=False)
         else:
             text = json.dumps({c: {"folder": str(where / c), "weight": t["weight"]} for c, t in table.items()},
                               indent=1) + "\n"

@@ -201,3 +201,30 @@ def test_the_fit_command_and_its_errors(tmp_path):
     assert r.returncode == 2 and "--model quadratic over 3 weights needs at least 7 runs" in r.stderr
     r = curate("fit", str(folder), str(tmp_path / "none.csv"), "--metric", "loss")
     assert r.returncode == 2 and "no such results file" in r.stderr
+
+
+def test_a_variant_reads_and_writes_where_its_file_does(tmp_path):
+    """Paths the loader leaves relative (eval sets, a tokenizer.json) and a file without
+    `output:` (the default `out` beside it): a variant in another folder means the same files."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "tok.json").write_text("{}")
+    y = tmp_path / "m" / "x.yaml"
+    y.write_text("""name: x
+sources:
+  a: {paths: ["data/a/*.jsonl"]}
+  b: {paths: ["data/b/*.jsonl"]}
+decontaminate: {against: [{name: ev, paths: ["evals/ev.jsonl"]}]}
+tokenize: {tokenizer: tok.json}
+publish: {dir: pub}
+mixture: {target_tokens: 1000, weights: {a: 0.5, b: 0.5}}
+""")
+    lm = config.load(y)
+    folder = sweep.write_sweep(lm, groups(["a", "b"], [1.0, 1.0], [0.5, 0.5]), tmp_path / "elsewhere" / "sw", 2, 0, 1.0,
+                               log=lambda m: None)
+    v = config.load(folder / "x-sweep-000.yaml")
+    assert v.output_dir() == (tmp_path / "m" / "out" / "x-sweep-000").resolve()
+    assert v.store_dir() == lm.store_dir()
+    ev = v.mixture.decontaminate.against[0].paths[0]
+    assert (folder / ev).resolve() == (tmp_path / "m" / "evals" / "ev.jsonl").resolve()
+    assert (folder / v.mixture.tokenize.tokenizer).resolve() == (tmp_path / "m" / "tok.json").resolve()
+    assert v.mixture.publish is None  # a proxy's mixture is not published
