@@ -126,6 +126,13 @@ class ClassifierFamily:
         """As `predict`, from the documents' stored embeddings (n, dim)."""
         raise NotImplementedError
 
+    # A family that scores with other families (an ensemble) takes both: the texts, and the
+    # stored embeddings of `ref` ((model, max_tokens)) for its members on that embedding
+    mixed_inputs: ClassVar[bool] = False
+
+    def score_mixed(self, model, texts: list[str], x: np.ndarray, ref: tuple, label: str, options: dict) -> np.ndarray:
+        return self.score(model, texts, label, options)
+
     def evaluate(self, model, texts: list[str], positive: np.ndarray, label: str, options: dict) -> dict:
         """eval.json of a binary classifier: `positive` says which held-out texts are positive."""
         return binary_metrics(positive, self.score(model, texts, label, options))

@@ -43,20 +43,26 @@ class EnsembleParams(ClassifierParams):
     members_key: ClassVar[str] = "members"
 
 
-def _score_members(ens: dict, texts: list[str]) -> np.ndarray:
-    """(members, texts) percentile ranks of each member's score."""
+def _score_members(ens: dict, texts: list[str], x: np.ndarray | None = None, ref: tuple | None = None) -> np.ndarray:
+    """(members, texts) percentile ranks of each member's score; a member on the embedding
+    `ref` scores the stored embeddings `x` instead of embedding the texts again (the same
+    scores: heads score the vectors as stored)."""
     out = []
     for m in ens["members"]:
         fam = family(m["type"])
-        s = fam.score(fam.load(m["path"]), texts, m["label"], m["options"]).astype(np.float64)
+        o = m["options"]
+        if x is not None and fam.reads_vectors and (o.get("embedding"), o.get("max_tokens")) == tuple(ref):
+            s = fam.score_vectors(fam.load(m["path"]), x, m["label"], o).astype(np.float64)
+        else:
+            s = fam.score(fam.load(m["path"]), texts, m["label"], o).astype(np.float64)
         q = np.asarray(m["quantiles"])
         # the share of the reference at or below the score, interpolated between quantiles
         out.append(np.interp(s, q, np.linspace(0.0, 1.0, len(q))))
     return np.array(out)
 
 
-def combined(ens: dict, texts: list[str]) -> np.ndarray:
-    r = _score_members(ens, texts)
+def combined(ens: dict, texts: list[str], x: np.ndarray | None = None, ref: tuple | None = None) -> np.ndarray:
+    r = _score_members(ens, texts, x, ref)
     w = np.array([m["weight"] for m in ens["members"]], np.float64)
     if ens["combine"] == "max":
         s = r.max(axis=0)
@@ -97,6 +103,7 @@ class Ensemble(ClassifierFamily):
     Params = EnsembleParams
     title = "an ensemble"
     model_file = "ensemble.json"
+    mixed_inputs = True
 
     def options(self, params: dict) -> dict:
         return {}
@@ -127,6 +134,11 @@ class Ensemble(ClassifierFamily):
         if not texts:
             return np.zeros(0, np.float32)
         return combined(model, texts)
+
+    def score_mixed(self, model: dict, texts: list[str], x: np.ndarray, ref: tuple, label: str, options: dict) -> np.ndarray:
+        if not texts:
+            return np.zeros(0, np.float32)
+        return combined(model, texts, x, ref)
 
     def predict(self, model, texts, options):
         raise ValueError("an ensemble scores documents; it has no topics (use it under `quality:`)")

@@ -88,17 +88,25 @@ def vector_readers(m) -> dict[str, tuple[str, int]]:
     """Source -> (model, max_tokens) of the classifier that scores it (quality or topic) from
     document embeddings (a family with `reads_vectors`: embedding probes, regression heads),
     when it can read embed-<source>'s vectors (no later layer rewrites the texts)."""
-    from filters.classifiers import family
-
     if texts_cut_later(m):
         return {}
     out = {}
     for sname, src in m.sources.items():
         for use in (src.quality, src.topic):
             c = m.classifiers.get(use.classifier) if use else None
-            if c is not None and family(c.type).reads_vectors:
-                out.setdefault(sname, (c.model, c.max_tokens))
+            for r in embeddings_of(m, c) if c is not None else []:
+                out.setdefault(sname, r)
     return out
+
+
+def embeddings_of(m, c) -> list[tuple[str, int]]:
+    """(model, max_tokens) of the embeddings classifier `c` scores from: its own, or its
+    members' (an ensemble)."""
+    from filters.classifiers import family
+
+    if family(c.type).reads_vectors:
+        return [(c.model, c.max_tokens)]
+    return [r for n in (getattr(c, "members", None) or {}) for r in embeddings_of(m, m.classifiers[n])]
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -147,11 +155,13 @@ def plan(ctx: Context) -> list[Step]:
     return steps
 
 
-def vectors_step(ctx: Context, sname: str, model: str, max_tokens: int) -> Step | None:
-    """The `embed-<source>` step a classifier on (model, max_tokens) reads its vectors from,
+def vectors_step(ctx: Context, sname: str, c) -> Step | None:
+    """The `embed-<source>` step classifier `c` (or one of its members) reads vectors from,
     when the run embeds every row of the source with that embedding; else None."""
     st = ctx.embed.get(sname)
-    return st if st is not None and st.meta.get("ref") == (model, max_tokens) and st.config.get("rows") == "all" else None
+    if st is None or st.config.get("rows") != "all" or texts_cut_later(ctx.mixture):
+        return None
+    return st if st.meta.get("ref") in embeddings_of(ctx.mixture, c) else None
 
 
 STAGE = Stage("embed", plan)

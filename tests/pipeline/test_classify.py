@@ -333,6 +333,12 @@ def test_an_ensemble_is_at_least_as_good_as_its_best_member_on_the_same_held_out
     assert all(len(x["quantiles"]) == 1001 and x["quantiles"] == sorted(x["quantiles"]) for x in ens["members"])
     rows = _attrs(run, "wiki")
     assert sum(x["keep"] is True for x in rows) == round(0.3 * len(rows)) and all(0 <= x["score"] <= 1 for x in rows)
+    # the probe member read embed-wiki's vectors (the fastText member the texts), and scored as from the texts
+    rec = atomic.read_json(run / steps["classify-both-wiki"]["dir"] / "step.json")
+    assert any(n.startswith("embed-wiki") for n in rec["inputs"]) and all("vectors" in sp for sp in rec["shards"])
+    fam = family("ensemble")
+    texts = pq.read_table(demo_corpus / "wiki" / "summaries_en.parquet", columns=["text"])["text"].to_pylist()[:200]
+    assert [x["score"] for x in rows[:200]] == fam.score(fam.load(str(train / "ensemble.json")), texts, "", {}).tolist()
     bad = write_yaml(tmp_path / "bad.yaml", y.read_text().replace("members: {ft: 1, probe: 2}", "members: {ft: 1, nope: 2}"))
     v = curate("validate", str(bad))
     assert v.returncode == 2 and "classifiers.both.members.nope: unknown classifier 'nope'; defined: ft, probe, both" in v.stderr

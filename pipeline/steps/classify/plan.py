@@ -134,7 +134,8 @@ def plan(ctx: Context) -> list[Step]:
             ([train] if train else []) + [base[sname]] + dedup + ([vec] if vec else []), classify.score_shard,
             shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c, options=options, vec=vec: [
                 {"doc": d, "model": model_path, "type": c.type, "label": c.label, "options": options,
-                 **({"vectors": embed.embedding_path(vec, ctx.store, d["source"], d["part"])} if vec else {}),
+                 **({"vectors": embed.embedding_path(vec, ctx.store, d["source"], d["part"]),
+                     "vectors_ref": list(vec.meta["ref"])} if vec else {}),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)],
             code=code.family_code(c.type),
         )
@@ -204,10 +205,8 @@ OWN_STEPS = ("examples", "train")  # classify-<name>-examples, classify-<name>-t
 
 def _vectors(ctx: Context, sname: str, c) -> Step | None:
     """The embed step whose vectors classifier `c` scores `sname` from (an embedding family on
-    the run's embedding), or None: it embeds the texts itself."""
-    if not family(c.type).reads_vectors:
-        return None
-    return embed.vectors_step(ctx, sname, c.model, c.max_tokens)
+    the run's embedding, or an ensemble with such members), or None: it embeds the texts itself."""
+    return embed.vectors_step(ctx, sname, c)
 
 
 def score_name(cname: str, source: str) -> str:

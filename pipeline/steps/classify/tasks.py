@@ -328,12 +328,16 @@ def score_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
     pf = fs.parquet_file(doc["documents"])
     vectors = stored_vectors(spec["vectors"]) if spec.get("vectors") else None  # embedded once, by embed-<source>
-    state = view.Layers(doc["layers"], pf.metadata.num_rows, [] if vectors is not None else ["text"])
+    texts = vectors is None or fam.mixed_inputs  # an ensemble's other members read the texts
+    state = view.Layers(doc["layers"], pf.metadata.num_rows, ["text"] if texts else [])
     parts_s, parts_t, ids = [], [], []
     start = 0
-    for batch in pf.iter_batches(batch_size=view.BATCH_ROWS, columns=["id"] if vectors is not None else ["id", "text"]):
+    for batch in pf.iter_batches(batch_size=view.BATCH_ROWS, columns=["id", "text"] if texts else ["id"]):
         batch = state.apply(batch, start)
-        if vectors is not None:
+        if vectors is not None and fam.mixed_inputs:
+            parts_s.append(fam.score_mixed(model, batch.column("text").to_pylist(), vectors[start:start + batch.num_rows],
+                                           tuple(spec["vectors_ref"]), spec["label"], options))
+        elif vectors is not None:
             parts_s.append(fam.score_vectors(model, vectors[start:start + batch.num_rows], spec["label"], options))
         else:
             parts_s.append(fam.score(model, batch.column("text").to_pylist(), spec["label"], options))
