@@ -55,13 +55,12 @@ def floor(texts: list[str]) -> tuple[float, int]:
 
 
 def curate(texts: list[str], tmp: Path) -> tuple[float, int]:
-    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from pipeline.engine.step import ShardOutput
     from pipeline.steps.tokenize import formats
-    from pipeline.steps.tokenize.tasks import encode_shard
+    from pipeline.steps.tokenize.tasks import encode_shard, with_specials
 
     doc = tmp / "doc.parquet"
     pq.write_table(pa.table({"id": [str(i) for i in range(len(texts))], "text": texts}), doc)
@@ -70,8 +69,7 @@ def curate(texts: list[str], tmp: Path) -> tuple[float, int]:
     t = pq.read_table(tmp / "enc" / "part-00000.parquet")
     lst = t.column("tokens").combine_chunks()
     offs, vals = lst.offsets.to_numpy(), lst.values.to_numpy()
-    eos = np.array([50256], np.uint32)
-    docs = [np.concatenate([vals[offs[i]:offs[i + 1]], eos]) for i in range(len(offs) - 1)]
+    docs = with_specials(offs, vals, None, 50256)  # as write_shard adds them
     res = formats.write("megatron", tmp / "out" / "part-00000", docs, "uint16", "gpt2")
     return _cpu() - c, res["tokens"]
 

@@ -10,11 +10,15 @@ tokenizer loads once per worker process.
 
 from __future__ import annotations
 
+import array
 import functools
 import importlib.metadata
 import importlib.util
+import itertools
 import os
 from pathlib import Path
+
+import numpy as np
 
 from pipeline.errors import UsageError
 
@@ -155,6 +159,25 @@ def end_of_text(spec: str) -> tuple[str, int] | None:
         if i is not None:
             return t, i
     return None
+
+
+def encode_flat(spec: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(lengths int64, ids uint32 back to back) of each text's tokens, as `encode` gives them,
+    without a Python int per token: tiktoken's `encode_to_numpy` with no special allowed
+    or refused is `encode_ordinary` into a buffer (25-35% less CPU than a list of ints)."""
+    if spec != "gpt2":
+        ids = encode(spec, texts)
+        lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+        return lengths, np.frombuffer(array.array("I", itertools.chain.from_iterable(ids)), np.uint32)
+    enc = load(spec)
+    parts = []
+    for t in texts:
+        try:
+            parts.append(enc.encode_to_numpy(t, allowed_special=set(), disallowed_special=()))
+        except UnicodeEncodeError:  # a lone surrogate: encode_ordinary's own repair
+            parts.append(np.array(enc.encode_ordinary(t), np.uint32))
+    lengths = np.fromiter(map(len, parts), np.int64, len(parts))
+    return lengths, (np.concatenate(parts).astype(np.uint32, copy=False) if parts else np.zeros(0, np.uint32))
 
 
 def encode(spec: str, texts: list[str]) -> list[list[int]]:

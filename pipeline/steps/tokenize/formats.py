@@ -53,10 +53,11 @@ def write(fmt: str, base: Path, docs: list[np.ndarray], dtype: str, tokenizer_na
     """One token file set at `base` (no extension) from `docs` (each document's ids, with
     its specials; `meta`: each one's id, source and row, for the memmap's csv); returns
     its files' bytes and sha256 and the token count."""
-    arrays = [np.asarray(d).astype(np.dtype(dtype).newbyteorder("<"), copy=False) for d in docs]
-    lengths = np.array([len(a) for a in arrays], np.int64)
+    lengths = np.fromiter(map(len, docs), np.int64, len(docs))
     tokens = int(lengths.sum())
-    data = np.concatenate(arrays).tobytes() if arrays else b""
+    # one concatenation and one cast for the file, not one a document
+    data = np.concatenate(docs).astype(np.dtype(dtype).newbyteorder("<"), copy=False).tobytes() if len(docs) else b""
+    arrays = docs
     if fmt == "megatron":
         size = np.dtype(dtype).itemsize
         idx = b"".join([b"MMIDIDX\x00\x00", np.uint64(1).tobytes(), np.uint8(MEGATRON_CODES[dtype]).tobytes(),
