@@ -13,6 +13,8 @@ and the writers only.
 
 from __future__ import annotations
 
+import re
+
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +28,7 @@ from pipeline.steps.tokenize import formats
 
 SCHEMA = pa.schema([("row", pa.int64()), ("tokens", pa.list_(pa.uint32()))])
 PROVENANCE = ".docs.parquet"  # beside every token file: which document holds which tokens
+_SAFE_CELL = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 
 
 @task(version="1")
@@ -70,6 +73,10 @@ def write_shard(spec: dict, out) -> dict:
         by_cell: dict[str, list[int]] = {}
         for i, c in enumerate(cells):
             by_cell.setdefault(c, []).append(i)
+        bad = [c for c in by_cell if not _SAFE_CELL.match(c or "") or ".." in c.split("/")]
+        if bad:  # a cell is a folder: a topic label of a pretrained model could be anything
+            raise ValueError(f"cells {bad[:3]} cannot be folder names under tokenized/{fmt}/ (letters, digits, "
+                             "'_', '.', '-', '/' only); rename the topic model's labels or use tokenize.layout: mixture")
         runs = [(c, f"{head + '/' if head else ''}{c}/{shard}", ix) for c, ix in sorted(by_cell.items())]
     else:
         runs = [(None, name, list(range(len(docs))))]
