@@ -57,6 +57,15 @@ def start_ray(workers: int | None) -> bool:
     return True
 
 
+def stop_ray() -> None:
+    """Disconnect (or stop the embedded Ray) now: Ray's own exit hook takes about 0.6 s longer."""
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
 def check_shared_output(run_dir) -> None:
     """On a cluster, every node writes into the run directory: a local path must be a shared
     filesystem. One zero-CPU task per node looks for a probe file the driver wrote."""

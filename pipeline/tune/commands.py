@@ -65,7 +65,9 @@ def dispatch(args) -> int:
             if args.run:
                 _run_all(folder, args.workers, log)
         finally:
-            _stop_ray()
+            from pipeline.engine.cluster import stop_ray
+
+            stop_ray()
         print(folder)
         return 0
     from pipeline.tune import fit
@@ -85,14 +87,6 @@ def _run_all(folder: Path, workers, log) -> None:
     secs = [t["seconds"] for t in times]
     log(f"sweep: {len(secs)} variants ran in {sum(secs):.1f}s (median {sorted(secs)[len(secs) // 2]:.1f}s each)"
         + (f"; the file's own run took {first:.1f}s" if first else ""))
-
-
-def _stop_ray() -> None:
-    if "ray" in sys.modules:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
 
 
 def _first_run_seconds(info: dict) -> float | None:
