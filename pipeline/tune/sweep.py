@@ -25,11 +25,10 @@ import numpy as np
 import yaml
 
 from pipeline.config import LoadedMixture, load
-from pipeline.engine.step import committed, read_markers
 from pipeline.errors import RunError, UsageError
 from pipeline.io import atomic, fs
 from pipeline.run import graph, runner
-from pipeline.steps.mix.plan import cell_available, upstream_steps
+from pipeline.steps.mix.plan import available_now, cell_max_epochs
 from pipeline.tune.space import DECIMALS, Group, Space
 
 
@@ -47,33 +46,29 @@ def availability(lm: LoadedMixture, log=print) -> list[dict]:
                          "sweep each phase as its own mixture file, or set disjoint: false")
     run_dir, store = lm.output_dir(None), lm.store_dir(None)
     ctx = graph.build(lm, run_dir, store)
-    ups = upstream_steps(ctx.mix.priority)
-    if any(committed(s, store) is None for s in ups):
+    pending, per_phase = available_now(ctx)
+    if pending:
         log(f"sweep: counting each cell's tokens needs the steps before the mix: running {lm.path} once")
         try:
             runner.run(lm, log=lambda m: None, quiet=True)
         except RunError as e:  # the file's own weights may be short: the counts may be there all the same
             log(f"sweep: the run of {lm.path} failed ({str(e).splitlines()[0]}); using the counts if they are done")
         ctx = graph.build(lm, run_dir, store)
-        missing = [s.name for s in ups if committed(s, store) is None]
-        if missing:
-            raise RunError(f"sweep: steps {', '.join(missing[:3])} did not finish; fix the run of {lm.path} first")
-    stats = {s.name: read_markers(s.dir(store)) for s in ups}
-    docs = ctx.mix.docs(stats)
+        pending, per_phase = available_now(ctx)
+        if pending:
+            raise RunError(f"sweep: steps {', '.join(pending[:3])} did not finish; fix the run of {lm.path} first")
     out = []
     specs = [(None, mx.weights, mx.target_tokens, mx.simulate_target_tokens)] if not mx.phases else \
         [(p.name, p.weights, p.target_tokens, None) for p in mx.phases]
-    for ph, (name, weights, target, simulate) in zip(ctx.mix.phases, specs, strict=True):
-        avail, _ = cell_available(docs, ph["cells"])
+    for ph, avail, (name, weights, target, simulate) in zip(ctx.mix.phases, per_phase, specs, strict=True):
         where = "mixture.weights" if name is None else f"mixture.phases[{name}].weights"
         unknown = [k for k in weights if k not in avail]
         if unknown:
             raise UsageError(f"{lm.path}: {where}: {', '.join(unknown)} not a cell the mix counts "
                              f"(cells: {', '.join(avail)})")
-        source_of = {c.name: c.source for c in ph["cells"]}
+        me = cell_max_epochs(ctx, ph)
         out.append({"phase": name, "target": simulate or target, "cells": list(weights),
-                    "available": {k: avail[k] for k in weights},
-                    "max_epochs": {k: lm.mixture.sources[source_of[k]].max_epochs or mx.max_epochs for k in weights},
+                    "available": {k: avail[k] for k in weights}, "max_epochs": {k: me[k] for k in weights},
                     "weights": dict(weights)})
     return out
 

@@ -164,12 +164,17 @@ def phases(ctx: Context) -> list[dict]:
                     "seed": seed})
     return out
 
+def cell_max_epochs(ctx: Context, ph: dict) -> dict[str, float | None]:
+    """Per cell of phase `ph`: its source's `max_epochs`, else the mixture's (None: no cap)."""
+    mx = ctx.mixture.mixture
+    return {c.name: (ctx.mixture.sources[c.source].max_epochs or mx.max_epochs) for c in ph["cells"]}
+
+
 def budget(ctx: Context, avail: dict[str, int], on_shortfall: str, ph: dict) -> dict[str, dict]:
     """Per cell of phase `ph`: its target tokens and epochs (pipeline/mixing/budget.py: weights, sample_rates,
     simulated epoching)."""
-    mx = ctx.mixture.mixture
-    max_epochs = {c.name: (ctx.mixture.sources[c.source].max_epochs or mx.max_epochs) for c in ph["cells"]}
-    return bm.cell_budget(avail, ph["weights"], ph["target"], max_epochs, on_shortfall, ph["rates"], ph["simulate"])
+    return bm.cell_budget(avail, ph["weights"], ph["target"], cell_max_epochs(ctx, ph), on_shortfall, ph["rates"],
+                          ph["simulate"])
 
 def cell_available(docs: list[dict], cell_list: list) -> tuple[dict[str, int], dict[str, int]]:
     """Kept tokens and documents per cell, from the document shards' markers (a
@@ -185,21 +190,28 @@ def cell_available(docs: list[dict], cell_list: list) -> tuple[dict[str, int], d
     return avail, avail_docs
 
 
-def expected(ctx: Context) -> list[str]:
-    """The mixture the current outputs would give: per source, kept tokens available, the
-    target and the epochs it needs; or which step must run first."""
+def available_now(ctx: Context) -> tuple[list[str], list[dict[str, int]]]:
+    """The kept tokens per cell of each phase as the mix would count them from the current
+    outputs: ([], one dict a phase), or (the steps the mix reads that are not done, [])."""
     upstream = upstream_steps(ctx.mix.priority)
     reads = {s.name for s in upstream}
     pending = [s.name for s in ctx.steps if s.name in reads and committed(s, ctx.store) is None]
     if pending:
+        return pending, []
+    docs = ctx.mix.docs({s.name: read_markers(s.dir(ctx.store)) for s in upstream})
+    return [], [cell_available(docs, ph["cells"])[0] for ph in ctx.mix.phases]
+
+
+def expected(ctx: Context) -> list[str]:
+    """The mixture the current outputs would give: per source, kept tokens available, the
+    target and the epochs it needs; or which step must run first."""
+    pending, per_phase = available_now(ctx)
+    if pending:
         return [f"expected mixture: unknown until {pending[0]} runs (and {len(pending) - 1} more steps)" if len(pending) > 1
                 else f"expected mixture: unknown until {pending[0]} runs"]
-    stats = {s.name: read_markers(s.dir(ctx.store)) for s in upstream}
     mx = ctx.mixture.mixture
-    docs = ctx.mix.docs(stats)
     lines = []
-    for ph in ctx.mix.phases:
-        avail, _ = cell_available(docs, ph["cells"])
+    for ph, avail in zip(ctx.mix.phases, per_phase, strict=True):
         try:
             b = budget(ctx, avail, "renormalize", ph)
             strict = budget(ctx, avail, "error", ph) if mx.on_shortfall == "error" else None
