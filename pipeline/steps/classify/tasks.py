@@ -308,7 +308,8 @@ def _tie(ids: list[str]) -> np.ndarray:
 
 def stored_vectors(path: str, rows: np.ndarray | None = None) -> np.ndarray:
     """The `embed-<source>` attribute's vectors of a document shard (all rows, or `rows`), as
-    float32; an error naming the file when one of them was not embedded."""
+    stored (float16: the families cast a batch at a time, so a task never holds the shard's
+    vectors twice); an error naming the file when one of them was not embedded."""
     col = fs.read_table(path, columns=["embedding"]).column("embedding").combine_chunks()
     dim = col.type.list_size
     x = np.asarray(col.values.to_numpy(zero_copy_only=False)).reshape(-1, dim)
@@ -318,7 +319,7 @@ def stored_vectors(path: str, rows: np.ndarray | None = None) -> np.ndarray:
     if missing.any():
         raise ValueError(f"{path}: {int(missing.sum())} of the rows to score have no embedding (the embed step "
                          "embedded other rows); run again after removing that step's folder")
-    return x.astype(np.float32)
+    return x
 
 
 @task(version="2")  # 2: also writes keys/, the kept rows' keys for the threshold's merge
