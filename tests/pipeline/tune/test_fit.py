@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from pipeline import config
+from pipeline.io import atomic
 from pipeline.tune import fit, space, sweep
 from tests.conftest import curate
 
@@ -65,13 +66,9 @@ def make_sweep(tmp: Path, k: int, runs: int, caps: list[float], seed: int = 0) -
     lm = config.load(mixture_file(d, k))
     cells = [f"s{i}" for i in range(k)]
     folder = sweep.write_sweep(lm, groups(cells, caps, [1 / k] * k), d / "syn-sweep", runs, seed, 1.0, log=lambda m: None)
-    return folder, atomic_json(folder / "sweep.json")
+    return folder, atomic.read_json(folder / "sweep.json")
 
 
-def atomic_json(p: Path) -> dict:
-    import json
-
-    return json.loads(p.read_text())
 
 
 def write_results(folder: Path, info: dict, f, noise: float, seed: int, extra: dict | None = None) -> Path:
@@ -184,7 +181,11 @@ def test_the_fit_command_and_its_errors(tmp_path):
     assert "cross-validated Spearman" in r.stdout and "the sweep's best" in r.stdout and "+-" in r.stdout
     proposed = folder.parent / "syn-fit.yaml"
     assert proposed.exists() and not (folder / "syn-fit.yaml").exists()
-    assert curate("validate", str(proposed)).returncode in (0, 2)  # loads (its input globs match nothing here)
+    for i in range(3):  # the inputs the file names, so that validate checks its globs too
+        (folder.parent / "data" / f"s{i}").mkdir(parents=True, exist_ok=True)
+        (folder.parent / "data" / f"s{i}" / "a.jsonl").write_text('{"text": "x"}\n')
+    v = curate("validate", str(proposed))
+    assert v.returncode == 0 and "ok (3 sources, 3 input files)" in v.stdout, v.stdout + v.stderr
     assert config.load(proposed).mixture.name == "syn-fit"
     svg = ET.parse(folder / "fit.svg").getroot()
     assert svg.tag.endswith("svg") and len(list(svg.iter("{http://www.w3.org/2000/svg}polyline"))) == 3  # a curve a cell
