@@ -40,17 +40,23 @@ def vectors(col: pa.Array) -> np.ndarray:
     return unit(col.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim))
 
 
-def kept(doc: dict, embedding: str, columns: tuple[str, ...] = ()) -> tuple[np.ndarray, list[str], pa.Array, dict]:
+def kept(doc: dict, embedding: str, columns: tuple[str, ...] = (), from_text=None) -> tuple[np.ndarray, list[str], pa.Array, dict]:
     """Rows that reach the stage, their ids, their embeddings, and their current values of
-    `columns` (as the layers left them: a paragraph cut rewrites n_chars), in one pass."""
-    rows, ids, more = [], [], {c: [] for c in columns}
-    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["id", *columns]):
+    `columns` (as the layers left them: a paragraph cut rewrites n_chars), in one pass; with
+    `from_text` (a function of a batch's texts to an array a row), its rows too, as
+    extra["from_text"] (semantic dedup's word sketches, read in the same pass)."""
+    rows, ids, more, derived = [], [], {c: [] for c in columns}, []
+    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["id", *columns, *(["text"] if from_text else [])]):
         rows.append(r)
         ids += b.column("id").to_pylist()
         for c in columns:
             more[c].append(b.column(c).fill_null(0).to_numpy(zero_copy_only=False))
+        if from_text:
+            derived.append(from_text(b.column("text").to_pylist()))
     rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     extra = {c: np.concatenate(v).astype(np.int64) if v else np.zeros(0, np.int64) for c, v in more.items()}
+    if from_text:
+        extra["from_text"] = np.concatenate(derived) if derived else None
     emb = fs.read_table(embedding, columns=["embedding"]).column("embedding").combine_chunks().take(pa.array(rows))
     if emb.null_count:
         raise ValueError(f"{embedding}: rows kept by the stages before semantic dedup have no embedding")

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from pipeline.engine.step import task
 from pipeline.io import fs
-from pipeline.shards import shuffle, view
+from pipeline.shards import shuffle
 from pipeline.shards import text as text_hash
 from pipeline.shards.kmeans import kept, nearest, read_centroids, vectors
 from pipeline.steps.dedup.fuzzy import okey
@@ -48,7 +48,7 @@ SKETCH, SKETCH_SEED = 128, 0x5E  # MinHash values of a document's words, for `mi
 @task(version=VERSION)
 def map_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
-    rows, ids, emb, _ = kept(doc, spec["embedding"])
+    rows, ids, emb, extra = kept(doc, spec["embedding"], from_text=sketches if spec.get("sketch") else None)
     base = shuffle.map_file(fs.path(out.dir) / "buckets", out.index)
     nparts = spec["partitions"]
     if not len(rows):
@@ -58,10 +58,8 @@ def map_shard(spec: dict, out) -> dict:
     ok, ok2 = okey(doc["rank"], ids)
     cols = {"cluster": cluster, "okey": ok, "okey2": ok2, "gid": shuffle.gid(doc["src"], doc["part"], rows),
             "id": pa.array(ids, pa.string()), "embedding": emb}
-    if spec.get("sketch"):  # the kept rows' word sketches, in the same order (the same kept mask)
-        sk = [sketches(b.column("text").to_pylist()) for _, b in view.kept_batches(doc["documents"], doc["layers"], ["text"])]
-        flat = np.concatenate(sk).ravel() if sk else np.zeros(0, np.uint32)
-        cols["sketch"] = pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.uint32()), SKETCH)
+    if spec.get("sketch"):  # the kept rows' word sketches, read in the same pass as their ids
+        cols["sketch"] = pa.FixedSizeListArray.from_arrays(pa.array(extra["from_text"].ravel(), pa.uint32()), SKETCH)
     table = pa.table(cols)
     segments = shuffle.write_partitions(table, shuffle.partition_of(cluster.astype(np.uint64), nparts), nparts, base)
     return {"rows": len(rows), "partitions": nparts, "segments": segments}
