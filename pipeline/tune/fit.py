@@ -91,11 +91,10 @@ def read_results(path: Path, info: dict, metric: str, log=print) -> tuple[list[s
     return names, np.array(values)
 
 
-def propose(sur: Surrogate, space: Space, sign: float, seed: int, kl: float = 0.0, start: np.ndarray | None = None) -> np.ndarray:
+def propose(sur: Surrogate, space: Space, sign: float, seed: int, kl: float = 0.0, prior: np.ndarray | None = None,
+            start: np.ndarray | None = None) -> np.ndarray:
     """The feasible weights of the best predicted metric (sign +1: lowest, -1: highest),
     with `kl` x KL(w || the cells' natural shares) added to the objective."""
-    prior = getattr(space, "prior", None)
-
     def objective(W: np.ndarray) -> np.ndarray:
         W = np.atleast_2d(W)
         val = sign * sur.predict(W)
@@ -142,7 +141,7 @@ def fit(folder: str, results: str, metric: str, minimize: bool = False, model: s
     by_name = {v["name"]: v for v in info["variants"]}
     cols = info["columns"]
     X = np.array([[by_name[n]["weights"][c] for c in cols] for n in names])
-    space.prior = np.concatenate([_normed([g["available"][c] for c in g["cells"]]) for g in info["groups"]])
+    prior = np.concatenate([_normed([g["available"][c] for c in g["cells"]]) for g in info["groups"]])  # natural shares
     sign = 1.0 if minimize else -1.0
     chosen, tried = (model, {}) if model != "auto" else select(X, y, seed)
     if model == "auto":
@@ -154,7 +153,7 @@ def fit(folder: str, results: str, metric: str, minimize: bool = False, model: s
     model = chosen
     sur = Surrogate(model, seed).fit(X, y)
     best_i = int(np.argmin(sign * y))
-    w = space.rounded(propose(sur, space, sign, seed, kl, start=X))
+    w = space.rounded(propose(sur, space, sign, seed, kl, prior, start=X))
     pred, std = float(sur.predict(w)[0]), sur.uncertainty(w)
     base = load(info["mixture"])
     raw = rebase(base, out_p.parent)
