@@ -60,17 +60,18 @@ def curate(texts: list[str], tmp: Path) -> tuple[float, int]:
 
     from pipeline.engine.step import ShardOutput
     from pipeline.steps.tokenize import formats
-    from pipeline.steps.tokenize.tasks import encode_shard, with_specials
+    from pipeline.steps.tokenize.tasks import encode_shard, ids_dtype, unpack_ids, with_specials
 
     doc = tmp / "doc.parquet"
     pq.write_table(pa.table({"id": [str(i) for i in range(len(texts))], "text": texts}), doc)
+    dtype = ids_dtype(50257)
     c = _cpu()
-    encode_shard({"doc": {"documents": str(doc), "layers": []}, "tokenizer": "gpt2"}, ShardOutput(str(tmp / "enc"), 0))
+    encode_shard({"doc": {"documents": str(doc), "layers": []}, "tokenizer": "gpt2", "ids": dtype.str},
+                 ShardOutput(str(tmp / "enc"), 0))
     t = pq.read_table(tmp / "enc" / "part-00000.parquet")
-    lst = t.column("tokens").combine_chunks()
-    offs, vals = lst.offsets.to_numpy(), lst.values.to_numpy()
-    docs = with_specials(offs, vals, None, 50256)  # as write_shard adds them
-    res = formats.write("megatron", tmp / "out" / "part-00000", docs, "uint16", "gpt2")
+    offs, vals = unpack_ids(t.column("tokens"), dtype)
+    ids, lengths = with_specials(offs, vals, None, 50256)  # as write_shard adds them
+    res = formats.write("megatron", tmp / "out" / "part-00000", ids, lengths, "uint16", "gpt2")
     return _cpu() - c, res["tokens"]
 
 

@@ -48,22 +48,20 @@ def dtype_for(fmt: str, dtype: str, vocab: int) -> str:
     return dtype
 
 
-def write(fmt: str, base: Path, docs: list[np.ndarray], dtype: str, tokenizer_name: str,
+def write(fmt: str, base: Path, ids: np.ndarray, lengths: np.ndarray, dtype: str, tokenizer_name: str,
           meta: list[tuple[str, str, int]] | None = None) -> dict:
-    """One token file set at `base` (no extension) from `docs` (each document's ids, with
-    its specials; `meta`: each one's id, source and row, for the memmap's csv); returns
-    its files' bytes and sha256 and the token count."""
-    lengths = np.fromiter(map(len, docs), np.int64, len(docs))
+    """One token file set at `base` (no extension) from documents packed back to back: `ids`
+    (with their specials) in `lengths` runs (`meta`: each one's id, source and row, for the
+    memmap's csv); returns its files' bytes and sha256 and the token count."""
+    lengths = np.asarray(lengths, np.int64)
     tokens = int(lengths.sum())
-    # one concatenation and one cast for the file, not one a document
-    data = np.concatenate(docs).astype(np.dtype(dtype).newbyteorder("<"), copy=False).tobytes() if len(docs) else b""
-    arrays = docs
+    data = ids.astype(np.dtype(dtype).newbyteorder("<"), copy=False).tobytes()  # one cast for the file
     if fmt == "megatron":
         size = np.dtype(dtype).itemsize
         idx = b"".join([b"MMIDIDX\x00\x00", np.uint64(1).tobytes(), np.uint8(MEGATRON_CODES[dtype]).tobytes(),
-                        np.uint64(len(arrays)).tobytes(), np.uint64(len(arrays) + 1).tobytes(),
+                        np.uint64(len(lengths)).tobytes(), np.uint64(len(lengths) + 1).tobytes(),
                         lengths.astype("<i4").tobytes(), (np.r_[0, np.cumsum(lengths)[:-1]] * size).astype("<i8").tobytes()
-                        if len(arrays) else b"", np.arange(len(arrays) + 1, dtype="<i8").tobytes()])
+                        if len(lengths) else b"", np.arange(len(lengths) + 1, dtype="<i8").tobytes()])
         files = {".bin": data, ".idx": idx}
     elif fmt == "memmap":
         ends = np.cumsum(lengths)
@@ -83,4 +81,4 @@ def write(fmt: str, base: Path, docs: list[np.ndarray], dtype: str, tokenizer_na
         fs.makedirs(p.parent)
         atomic.write_bytes(p, blob)
         out[p.name] = {"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
-    return {"files": out, "tokens": tokens, "documents": len(arrays)}
+    return {"files": out, "tokens": tokens, "documents": len(lengths)}

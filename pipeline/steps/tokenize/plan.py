@@ -47,7 +47,8 @@ def settings(ctx: Context) -> dict:
         except ValueError as e:
             raise UsageError(f"{ctx.lm.where(('tokenize', 'dtype'))}: {f}: {e}") from None
     return {"tokenizer": spec, "identity": tokens.identity(spec), "vocab_size": vocab, "eos_id": eos[1] if eos else None,
-            "eos": eos[0] if eos else None, "bos_id": bos, "bos": tz.bos, "dtypes": dtypes}
+            "eos": eos[0] if eos else None, "bos_id": bos, "bos": tz.bos, "dtypes": dtypes,
+            "ids": tasks.ids_dtype(vocab).str}  # the encoded attribute's width
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -59,7 +60,7 @@ def plan(ctx: Context) -> list[Step]:
     out = []
     for sname in mixed:
         def shards(step, stats, sname=sname):
-            return [{"doc": d, "tokenizer": st["tokenizer"], "describe": f"{sname} shard {d['part']}"}
+            return [{"doc": d, "tokenizer": st["tokenizer"], "ids": st["ids"], "describe": f"{sname} shard {d['part']}"}
                     for d in ctx.doc_shards(stats, layers) if d["source"] == sname]
 
         step = Step(f"tokenize-{sname}", "tokenize", {"source": sname, "tokenizer": st["identity"]}, ctx.base() + layers,

@@ -25,6 +25,7 @@ def plan(ctx: Context) -> list[Step]:
     for fmt in tz.formats:
         params = {"dtype": st["dtypes"][fmt], "bos_id": st["bos_id"], "eos_id": st["eos_id"],
                   "max_file_tokens": tz.max_file_tokens, "tokenizer_name": st["tokenizer"],  # a .ds.metadata names it
+                  "ids": st["ids"],  # the width of the ids the encode step stored
                   **({"layout": "cells"} if tz.layout == "cells" else {})}  # only then: the mixture layout keeps its hashes
 
         def shards(step, stats, fmt=fmt, params=params):
