@@ -34,7 +34,7 @@ class EmbeddingParams(ClassifierParams):
 
     type: Literal["embedding"] = Field("embedding", description="the classifier kind")
     model: str = Field(embeddings.DEFAULT_BACKEND, description="the embedding: a backend name (`curate embeddings` "
-                       "lists them) or a local folder with model.onnx and tokenizer.json")
+                       "lists them) or a local folder: a sentence-transformers model, or model.onnx and tokenizer.json")
     probe: str | None = Field(None, description="a probe file this family wrote before (probe.json in the train step's "
                               "folder; relative to the YAML file) instead of training")
     max_tokens: int = Field(embeddings.DEFAULT_MAX_TOKENS, ge=1, description="tokens of a document embedded (the rest "

@@ -54,7 +54,7 @@ class EmbeddingBackend:
         raise NotImplementedError
 
 
-BUILTIN_MODULES = {"wordllama": "filters.embeddings", "onnx": "filters.embeddings"}
+BUILTIN_MODULES = {"wordllama": "filters.embeddings", "onnx": "filters.embeddings", "sentence-transformers": "filters.st_encoder"}
 DEFAULT_BACKEND = "wordllama"
 BACKENDS = Registry("embedding backend", BUILTIN_MODULES, hint=" (`curate embeddings` lists them)", builtin_first=True)
 
@@ -71,14 +71,18 @@ def backend(name: str) -> EmbeddingBackend:
 
 def resolve(ref: str) -> tuple[str, str | None]:
     """(backend, folder) of a model reference: a registered backend's name (its own model),
+    a sentence-transformers model folder (modules.json: the sentence-transformers backend),
     or a local folder holding `model.onnx` and `tokenizer.json` (the onnx backend)."""
     if ref in BACKENDS.all():
         return ref, None
     if "/" in ref or Path(ref).is_dir():
+        if (Path(ref) / "modules.json").is_file():
+            return "sentence-transformers", ref
         if (Path(ref) / "model.onnx").is_file():
             return "onnx", ref
-        raise ValueError(f"{ref}: no model.onnx in this folder; a local embedding model is a folder with model.onnx "
-                         "and tokenizer.json (an ONNX export of a sentence encoder)")
+        raise ValueError(f"{ref}: neither modules.json nor model.onnx in this folder; a local embedding model is a "
+                         "folder SentenceTransformer.save wrote, or one with model.onnx and tokenizer.json (an ONNX "
+                         "export of a sentence encoder)")
     raise KeyError(f"unknown embedding {ref!r}; known backends: {', '.join(BACKENDS.all())} (`curate embeddings`), "
                    "or a local folder with model.onnx and tokenizer.json")
 
@@ -181,7 +185,7 @@ def describe_registry() -> str:
     lines.append("")
     lines.append(f"classifiers.<name>.model (type: embedding or regression), dedup.semantic.model and "
                  f"sources.<name>.topics.model pick one (default: {DEFAULT_BACKEND}), or name a local folder with "
-                 "model.onnx and tokenizer.json (the onnx backend)")
+                 "a sentence-transformers model folder (modules.json) or one with model.onnx and tokenizer.json (the onnx backend)")
     return "\n".join(lines)
 
 

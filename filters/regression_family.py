@@ -38,7 +38,7 @@ class RegressionParams(ClassifierParams):
     annotations: str | None = Field(None, description="a file of graded documents (CSV, JSONL or Parquet with columns "
                                     "id, score, text; relative to the YAML file)")
     model: str = Field(embeddings.DEFAULT_BACKEND, description="the embedding: a backend name (`curate embeddings` "
-                       "lists them) or a local folder with model.onnx and tokenizer.json")
+                       "lists them) or a local folder: a sentence-transformers model, or model.onnx and tokenizer.json")
     probe: str | None = Field(None, description="a head file this family wrote before (head.json) instead of training")
     head: Literal["ridge", "mlp"] = Field("ridge", description="ridge regression, or an MLP with one hidden layer")
     alpha: float = Field(1.0, gt=0, description="L2 penalty (ridge's alpha, the MLP's weight decay)")

@@ -97,7 +97,8 @@ def eval_files(lm: "LoadedMixture", pattern: str) -> list[str]:
 
 
 def check_embedding_folders(lm: "LoadedMixture") -> list[str]:
-    """An embedding model given as a local folder must hold model.onnx and tokenizer.json."""
+    """An embedding model given as a local folder must be a sentence-transformers folder
+    (modules.json) or hold model.onnx and tokenizer.json."""
     m = lm.mixture
     refs = [(("dedup", "semantic", "model"), m.dedup.semantic.model)] if m.dedup and m.dedup.semantic else []
     refs += [(("sources", s, "topics", "model"), spec.topics.model) for s, spec in m.sources.items() if spec.topics]
@@ -105,10 +106,13 @@ def check_embedding_folders(lm: "LoadedMixture") -> list[str]:
              if c.pretrained_key != "model" and isinstance(getattr(c, "model", None), str)]
     out = []
     for loc, ref in refs:
-        missing = [f for f in ("model.onnx", "tokenizer.json") if "/" in ref and not (Path(ref) / f).is_file()]
+        if "/" not in ref or (Path(ref) / "modules.json").is_file():  # a backend's name, or a sentence-transformers folder
+            continue
+        missing = [f for f in ("model.onnx", "tokenizer.json") if not (Path(ref) / f).is_file()]
         if missing:
             out.append(f"{lm.where(loc)}: {ref}: no {' or '.join(missing)} there; a local embedding model is a folder "
-                       "with model.onnx and tokenizer.json (an ONNX export of a sentence encoder)")
+                       "SentenceTransformer.save wrote (modules.json), or one with model.onnx and tokenizer.json "
+                       "(an ONNX export of a sentence encoder)")
     return out
 
 

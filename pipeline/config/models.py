@@ -78,8 +78,8 @@ class _EmbeddingKMeans(Model):
     """What semantic dedup and embedding clusters share: the embedding, and the seeded sample k-means is fitted on."""
 
     sample: int = Field(100_000, ge=2, description="documents (a seeded hash sample) k-means is fitted on")
-    model: str = Field("wordllama", description="the embedding: a backend (`curate embeddings`), or a local folder with "
-                       "model.onnx and tokenizer.json (relative to the YAML file)")
+    model: str = Field("wordllama", description="the embedding: a backend (`curate embeddings`), or a local folder: a "
+                       "sentence-transformers model, or model.onnx and tokenizer.json (relative to the YAML file)")
     max_tokens: int = Field(2048, ge=1, description="tokens of a document embedded (the rest is cut)")
     seed: int = Field(0, description="the sample's and k-means' seed")
 
