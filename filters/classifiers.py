@@ -115,7 +115,7 @@ class ClassifierFamily:
 
     # Families on document embeddings (reads_vectors): the scoring and topic steps hand them the
     # `embed-<source>` attribute's vectors (float16 as stored, in float32) instead of the texts,
-    # when the run embeds that source with the embedding of `options` ({"embedding", "max_tokens"})
+    # when the run embeds that source with the embedding of `options` ({"embedding", "max_tokens", "dtype"})
     reads_vectors: ClassVar[bool] = False
 
     def score_vectors(self, model, x: np.ndarray, label: str, options: dict) -> np.ndarray:
@@ -127,7 +127,7 @@ class ClassifierFamily:
         raise NotImplementedError
 
     # A family that scores with other families (an ensemble) takes both: the texts, and the
-    # stored embeddings of `ref` ((model, max_tokens)) for its members on that embedding
+    # stored embeddings of `ref` ((model, max_tokens, dtype)) for its members on that embedding
     mixed_inputs: ClassVar[bool] = False
 
     def score_mixed(self, model, texts: list[str], x: np.ndarray, ref: tuple, label: str, options: dict) -> np.ndarray:

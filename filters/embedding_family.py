@@ -39,6 +39,8 @@ class EmbeddingParams(ClassifierParams):
                               "folder; relative to the YAML file) instead of training")
     max_tokens: int = Field(embeddings.DEFAULT_MAX_TOKENS, ge=1, description="tokens of a document embedded (the rest "
                             "is cut, so one huge page costs no more than a long one)")
+    dtype: Literal["float16", "int8"] = Field("float16", description="the vectors as the embed-<source> attribute stores "
+                                              "them (float16, or int8 with a scale a row): trained and scored as stored")
     c: float = Field(1.0, gt=0, description="inverse regularisation strength of the logistic regression (higher: "
                      "fits the examples closer)")
     max_iter: int = Field(1000, ge=10, description="the solver's iterations at most")
@@ -58,7 +60,7 @@ def _logits(probe: dict, x: np.ndarray) -> np.ndarray:
 
 def probabilities(probe: dict, texts: list[str]) -> np.ndarray:
     """(texts, classes) probabilities, float64."""
-    return probabilities_of(probe, embeddings.stored(embeddings.model_ref(probe), texts, probe["max_tokens"]))
+    return probabilities_of(probe, embeddings.head_vectors(probe, texts))
 
 
 def probabilities_of(probe: dict, x: np.ndarray) -> np.ndarray:
@@ -94,19 +96,19 @@ class Embedding(ClassifierFamily):
     reads_vectors = True
 
     def options(self, params: dict) -> dict:
-        return {"embedding": params["model"], "max_tokens": params["max_tokens"]}
+        return {"embedding": params["model"], "max_tokens": params["max_tokens"], "dtype": params["dtype"]}
 
     def train(self, examples: list[tuple[str, str]], params: dict, seed: int, path) -> dict:
         from sklearn.linear_model import LogisticRegression
 
         labels = [lab for lab, _ in examples]
-        x = embeddings.stored(params["model"], [t for _, t in examples], params["max_tokens"]).astype(np.float64)
+        x = embeddings.stored(params["model"], [t for _, t in examples], params["max_tokens"], params["dtype"]).astype(np.float64)
         mean, scale = x.mean(axis=0), x.std(axis=0)
         scale[scale == 0] = 1.0
         lr = LogisticRegression(C=params["c"], max_iter=params["max_iter"], solver="lbfgs", random_state=seed)
         lr.fit((x - mean) / scale, labels)
         probe = {"format": FORMAT, "version": 1, "embedding": embeddings.identity(params["model"]),
-                 "max_tokens": params["max_tokens"], "classes": [str(c) for c in lr.classes_],
+                 "max_tokens": params["max_tokens"], "dtype": params["dtype"], "classes": [str(c) for c in lr.classes_],
                  "mean": mean, "scale": scale, "coef": lr.coef_, "intercept": lr.intercept_}
         embeddings.write_head(path, probe)
         return load.__wrapped__(str(path))
@@ -118,7 +120,7 @@ class Embedding(ClassifierFamily):
         return list(load.__wrapped__(path)["classes"])
 
     def score(self, model: dict, texts: list[str], label: str, options: dict) -> np.ndarray:
-        return self.score_vectors(model, embeddings.stored(embeddings.model_ref(model), texts, model["max_tokens"]),
+        return self.score_vectors(model, embeddings.head_vectors(model, texts),
                                   label, options)
 
     def score_vectors(self, model: dict, x: np.ndarray, label: str, options: dict) -> np.ndarray:
@@ -130,7 +132,7 @@ class Embedding(ClassifierFamily):
         return _f32(probabilities_of(model, x)[:, model["classes"].index(label)])
 
     def predict(self, model: dict, texts: list[str], options: dict) -> tuple[list[str], np.ndarray]:
-        return self.predict_vectors(model, embeddings.stored(embeddings.model_ref(model), texts, model["max_tokens"]),
+        return self.predict_vectors(model, embeddings.head_vectors(model, texts),
                                     options)
 
     def predict_vectors(self, model: dict, x: np.ndarray, options: dict) -> tuple[list[str], np.ndarray]:

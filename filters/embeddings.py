@@ -120,11 +120,43 @@ def embed(ref: str, texts: list[str], max_tokens: int = DEFAULT_MAX_TOKENS) -> n
     return np.concatenate(out) if out else np.zeros((0, identity(ref)["dim"]), np.float32)
 
 
-def stored(ref: str, texts: list[str], max_tokens: int = DEFAULT_MAX_TOKENS) -> np.ndarray:
-    """`embed`'s vectors as the `embed-<source>` step stores them (float16), back in float32:
+DTYPES = ("float16", "int8")  # how the embed-<source> attribute stores a vector
+
+
+def quantize(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 rows, float32 scales): q = round(v / s) with s = the row's largest |v| / 127 (0
+    for a zero row), so v ~ q * s. A scale a row, not one for the corpus: unit vectors'
+    largest components vary from ~0.1 to 1 between documents."""
+    s = (np.abs(v).max(axis=1) / np.float32(127.0)).astype(np.float32) if len(v) else np.zeros(0, np.float32)
+    q = np.zeros(v.shape, np.int8)
+    nz = s > 0
+    q[nz] = np.clip(np.rint(v[nz] / s[nz, None]), -127, 127).astype(np.int8)
+    return q, s
+
+
+def dequantize(q: np.ndarray, s: np.ndarray) -> np.ndarray:
+    return q.astype(np.float32) * s[:, None]
+
+
+def as_stored(v: np.ndarray, dtype: str) -> np.ndarray:
+    """Vectors as the attribute gives them back (float32): float16 rounded, or int8 with its
+    row scale (`quantize`)."""
+    if dtype == "int8":
+        return dequantize(*quantize(v))
+    return v.astype(np.float16).astype(np.float32)
+
+
+def stored(ref: str, texts: list[str], max_tokens: int = DEFAULT_MAX_TOKENS, dtype: str = "float16") -> np.ndarray:
+    """`embed`'s vectors as the `embed-<source>` step stores them (`dtype`), back in float32:
     what the heads train and score on, so a score from the step's attribute is the score
     from the text."""
-    return embed(ref, texts, max_tokens).astype(np.float16).astype(np.float32)
+    return as_stored(embed(ref, texts, max_tokens), dtype)
+
+
+def head_vectors(head: dict, texts: list[str]) -> np.ndarray:
+    """The texts' embeddings as a head (a probe, a regression) was trained on them: its
+    embedding, token cap and the attribute's dtype (float16 for heads from before int8)."""
+    return stored(model_ref(head), texts, head["max_tokens"], head.get("dtype", "float16"))
 
 
 @functools.lru_cache(maxsize=4)

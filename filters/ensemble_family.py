@@ -51,7 +51,7 @@ def _score_members(ens: dict, texts: list[str], x: np.ndarray | None = None, ref
     for m in ens["members"]:
         fam = family(m["type"])
         o = m["options"]
-        if x is not None and fam.reads_vectors and (o.get("embedding"), o.get("max_tokens")) == tuple(ref):
+        if x is not None and fam.reads_vectors and (o.get("embedding"), o.get("max_tokens"), o.get("dtype", "float16")) == tuple(ref):
             s = fam.score_vectors(fam.load(m["path"]), x, m["label"], o).astype(np.float64)
         else:
             s = fam.score(fam.load(m["path"]), texts, m["label"], o).astype(np.float64)

@@ -46,6 +46,8 @@ class RegressionParams(ClassifierParams):
     scale: float | None = Field(None, gt=0, description="the score a document scores 1.0 at; default: the largest "
                                 "score in the annotations")
     max_tokens: int = Field(embeddings.DEFAULT_MAX_TOKENS, ge=1, description="tokens of a document embedded")
+    dtype: Literal["float16", "int8"] = Field("float16", description="the vectors as the embed-<source> attribute stores "
+                                              "them (float16, or int8 with a scale a row): trained and scored as stored")
 
     pretrained_key: ClassVar[str] = "probe"
     graded: ClassVar[bool] = True
@@ -58,7 +60,7 @@ class RegressionParams(ClassifierParams):
 
 def predict_raw(model: dict, texts: list[str]) -> np.ndarray:
     """The head's predictions, in the annotations' units (float64)."""
-    return predict_of(model, embeddings.stored(embeddings.model_ref(model), texts, model["max_tokens"]))
+    return predict_of(model, embeddings.head_vectors(model, texts))
 
 
 def predict_of(model: dict, x: np.ndarray) -> np.ndarray:
@@ -86,16 +88,16 @@ class Regression(ClassifierFamily):
     reads_vectors = True
 
     def options(self, params: dict) -> dict:
-        return {"embedding": params["model"], "max_tokens": params["max_tokens"]}
+        return {"embedding": params["model"], "max_tokens": params["max_tokens"], "dtype": params["dtype"]}
 
     def train(self, examples: list[tuple[float, str]], params: dict, seed: int, path) -> dict:
         y = np.array([float(s) for s, _ in examples])
-        x = embeddings.stored(params["model"], [t for _, t in examples], params["max_tokens"]).astype(np.float64)
+        x = embeddings.stored(params["model"], [t for _, t in examples], params["max_tokens"], params["dtype"]).astype(np.float64)
         mean, sx = x.mean(axis=0), x.std(axis=0)
         sx[sx == 0] = 1.0
         z = (x - mean) / sx
         head = {"format": FORMAT, "version": 1, "embedding": embeddings.identity(params["model"]),
-                "max_tokens": params["max_tokens"], "head": params["head"], "mean": mean, "scale_x": sx,
+                "max_tokens": params["max_tokens"], "dtype": params["dtype"], "head": params["head"], "mean": mean, "scale_x": sx,
                 "scale": float(params["scale"] or max(float(y.max()), 1e-9))}
         if params["head"] == "ridge":
             from sklearn.linear_model import Ridge
@@ -118,7 +120,7 @@ class Regression(ClassifierFamily):
         return []
 
     def score(self, model: dict, texts: list[str], label: str, options: dict) -> np.ndarray:
-        return self.score_vectors(model, embeddings.stored(embeddings.model_ref(model), texts, model["max_tokens"]),
+        return self.score_vectors(model, embeddings.head_vectors(model, texts),
                                   label, options)
 
     def score_vectors(self, model: dict, x: np.ndarray, label: str, options: dict) -> np.ndarray:

@@ -158,7 +158,7 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
             )
         if src.quality and src.quality.keep_fraction is not None and src.quality.min_score is not None:
             out.append((("sources", sname, "quality"), "set keep_fraction or min_score, not both"))
-    models = {("dedup", "semantic"): (m.dedup.semantic.model, m.dedup.semantic.max_tokens)} \
+    models = {("dedup", "semantic"): (m.dedup.semantic.model, m.dedup.semantic.max_tokens, m.dedup.semantic.dtype)} \
         if m.dedup and m.dedup.semantic else {}
     for sname, src in m.sources.items():
         if src.topics and src.topic:
@@ -168,13 +168,14 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
             out.append((("sources", sname, "topics"), f"{sname} has role: {src.role}, which is never mixed: its documents "
                         "get no cells; remove topics"))
         if src.topics:
-            models[("sources", sname, "topics")] = (src.topics.model, src.topics.max_tokens)
+            models[("sources", sname, "topics")] = (src.topics.model, src.topics.max_tokens, src.topics.dtype)
     if len(set(models.values())) > 1:
         loc, first = next(iter(models.items()))
         for where, v in models.items():
             if v != first:
-                out.append((where, f"model {v[0]!r} with max_tokens {v[1]} differs from {'.'.join(loc)} (model {first[0]!r}, "
-                            f"max_tokens {first[1]}): a run embeds its documents once, with one model; use the same everywhere"))
+                out.append((where, f"model {v[0]!r} with max_tokens {v[1]} and dtype {v[2]} differs from {'.'.join(loc)} "
+                            f"(model {first[0]!r}, max_tokens {first[1]}, dtype {first[2]}): a run embeds its documents "
+                            "once, with one model; use the same everywhere"))
     for sname, src in m.sources.items():
         if src.topic and src.topic.classifier not in m.classifiers:
             out.append((("sources", sname, "topic", "classifier"), f"unknown classifier {src.topic.classifier!r}; defined: {defined_cls}"))

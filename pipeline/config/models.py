@@ -81,6 +81,9 @@ class _EmbeddingKMeans(Model):
     model: str = Field("wordllama", description="the embedding: a backend (`curate embeddings`), or a local folder: a "
                        "sentence-transformers model, or model.onnx and tokenizer.json (relative to the YAML file)")
     max_tokens: int = Field(2048, ge=1, description="tokens of a document embedded (the rest is cut)")
+    dtype: Literal["float16", "int8"] = Field("float16", description="how the embed-<source> attribute stores a vector: "
+                                              "float16, or int8 with a float32 scale a row (half the bytes; cosines "
+                                              "within ~0.01)")
     seed: int = Field(0, description="the sample's and k-means' seed")
 
     @field_validator("model")

@@ -40,6 +40,25 @@ def vectors(col: pa.Array) -> np.ndarray:
     return unit(col.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim))
 
 
+def read_vectors(path: str, float16: bool = False) -> tuple[pa.Array, np.ndarray]:
+    """(the `embedding` column, its rows as the heads were trained on them: float16 as
+    stored, or int8 times its row's scale in float32) of an `embed-<source>` file; with
+    `float16`, an int8 column comes back as float16 too, as the k-means steps carry it."""
+    t = fs.read_table(path)
+    col = t.column("embedding").combine_chunks()
+    dim = col.type.list_size
+    raw = np.asarray(col.values.to_numpy(zero_copy_only=False)).reshape(-1, dim)
+    if "embedding_scale" not in t.column_names:
+        return col, raw
+    from filters import embeddings
+
+    s = t.column("embedding_scale").combine_chunks().fill_null(0).to_numpy(zero_copy_only=False).astype(np.float32)
+    x = embeddings.dequantize(raw, s)
+    if float16:
+        col = pa.FixedSizeListArray.from_arrays(pa.array(x.astype(np.float16).reshape(-1)), dim, mask=col.is_null())
+    return col, x
+
+
 def kept(doc: dict, embedding: str, columns: tuple[str, ...] = (), from_text=None) -> tuple[np.ndarray, list[str], pa.Array, dict]:
     """Rows that reach the stage, their ids, their embeddings, and their current values of
     `columns` (as the layers left them: a paragraph cut rewrites n_chars), in one pass; with
@@ -57,7 +76,7 @@ def kept(doc: dict, embedding: str, columns: tuple[str, ...] = (), from_text=Non
     extra = {c: np.concatenate(v).astype(np.int64) if v else np.zeros(0, np.int64) for c, v in more.items()}
     if from_text:
         extra["from_text"] = np.concatenate(derived) if derived else None
-    emb = fs.read_table(embedding, columns=["embedding"]).column("embedding").combine_chunks().take(pa.array(rows))
+    emb = read_vectors(embedding, float16=True)[0].take(pa.array(rows))
     if emb.null_count:
         raise ValueError(f"{embedding}: rows kept by the stages before semantic dedup have no embedding")
     return rows, ids, emb, extra

@@ -8,8 +8,9 @@ its files' sha256 and `max_tokens`.
 
 `<step>/<source>/part-XXXXX.parquet` has every row of the document shard, in order: `id`
 and `embedding`, a fixed-size list of float16 (unit-length vectors: float16 keeps ~3
-decimal digits, cosine errors below 1e-3), null where the source's filters removed the
-row (every row, removed ones too, when an embedding classifier scores the source: it
+decimal digits, cosine errors below 1e-3), or with `dtype: int8` of int8 beside
+`embedding_scale` (float32, a row's largest |x| / 127: x = embedding x embedding_scale; half
+the bytes), null where the source's filters removed the row (every row, removed ones too, when an embedding classifier scores the source: it
 reads them instead of embedding again). A task holds one shard's vectors (512 bytes a document with WordLlama's 256
 dimensions) and one batch of text (filters/embeddings.py: BATCH_CHARS).
 """
@@ -33,8 +34,30 @@ VERSION = "1"
 TEXT_BATCH = 2048  # documents read at a time (the backend batches by characters inside)
 
 
-def vectors_type(dim: int) -> pa.DataType:
-    return pa.list_(pa.float16(), dim)
+class _Vectors:
+    """A shard's vectors as the attribute stores them, filled a batch at a time: float16, or
+    int8 and a scale a row (quantized from each batch's float32 vectors, as
+    `embeddings.as_stored` does, so a head scoring the attribute scores what it trained on)."""
+
+    def __init__(self, n: int, dim: int, dtype: str):
+        self.dtype, self.dim = dtype, dim
+        self.x = np.zeros((n, dim), np.int8 if dtype == "int8" else np.float16)
+        self.scale = np.zeros(n, np.float32) if dtype == "int8" else None
+
+    def put(self, rows: np.ndarray, v: np.ndarray) -> None:
+        from filters import embeddings
+
+        if self.scale is None:
+            self.x[rows] = v.astype(np.float16)
+        else:
+            self.x[rows], self.scale[rows] = embeddings.quantize(v)
+
+    def columns(self, seen: np.ndarray) -> dict[str, pa.Array]:
+        """`embedding` (and `embedding_scale`), null where not `seen`."""
+        col = pa.FixedSizeListArray.from_arrays(pa.array(self.x.reshape(-1)), self.dim, mask=pa.array(~seen))
+        if self.scale is None:
+            return {"embedding": col}
+        return {"embedding": col, "embedding_scale": pa.array(self.scale, pa.float32(), mask=~seen)}
 
 
 def _every_batch(documents: str, layers: list[str]):
@@ -55,7 +78,7 @@ def embed_shard(spec: dict, out) -> dict:
     doc, e = spec["doc"], spec["embedding"]
     n = view.num_rows(doc["documents"])
     dim = e["dim"]
-    vecs = np.zeros((n, dim), np.float16)
+    vecs = _Vectors(n, dim, e.get("dtype", "float16"))
     seen = np.zeros(n, bool)
     nbytes = 0
     batches = _every_batch(doc["documents"], doc["layers"]) if spec.get("every_row") else \
@@ -63,12 +86,10 @@ def embed_shard(spec: dict, out) -> dict:
     for rows, batch in batches:
         texts = batch.column("text").to_pylist()
         nbytes += sum(len(t) for t in texts)
-        vecs[rows] = embeddings.embed(e["model"], texts, e["max_tokens"]).astype(np.float16)
+        vecs.put(rows, embeddings.embed(e["model"], texts, e["max_tokens"]))
         seen[rows] = True
     ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
-    flat = pa.array(vecs.reshape(-1))
-    col = pa.FixedSizeListArray.from_arrays(flat, dim, mask=pa.array(~seen))
-    apply.write_attributes(out.dir, doc, pa.table({"id": ids, "embedding": col}))
+    apply.write_attributes(out.dir, doc, pa.table({"id": ids, **vecs.columns(seen)}))
     return {"rows": int(seen.sum()), "source": doc["source"], "part": doc["part"], "docs": int(seen.sum()),
             "chars": nbytes}
 
@@ -85,7 +106,7 @@ def texts_cut_later(m) -> bool:
 
 
 def vector_readers(m) -> dict[str, tuple[str, int]]:
-    """Source -> (model, max_tokens) of the classifier that scores it (quality or topic) from
+    """Source -> (model, max_tokens, dtype) of the classifier that scores it (quality or topic) from
     document embeddings (a family with `reads_vectors`: embedding probes, regression heads),
     when it can read embed-<source>'s vectors (no later layer rewrites the texts)."""
     if texts_cut_later(m):
@@ -100,12 +121,12 @@ def vector_readers(m) -> dict[str, tuple[str, int]]:
 
 
 def embeddings_of(m, c) -> list[tuple[str, int]]:
-    """(model, max_tokens) of the embeddings classifier `c` scores from: its own, or its
+    """(model, max_tokens, dtype) of the embeddings classifier `c` scores from: its own, or its
     members' (an ensemble)."""
     from filters.classifiers import family
 
     if family(c.type).reads_vectors:
-        return [(c.model, c.max_tokens)]
+        return [(c.model, c.max_tokens, c.dtype)]
     return [r for n in (getattr(c, "members", None) or {}) for r in embeddings_of(m, m.classifiers[n])]
 
 
@@ -124,13 +145,13 @@ def plan(ctx: Context) -> list[Step]:
     clustered = [s for s, spec in m.sources.items() if spec.topics]
     spec = sem or (m.sources[clustered[0]].topics if clustered else None)
     readers = vector_readers(m)
-    ref = (spec.model, spec.max_tokens) if spec is not None else next(iter(readers.values()), None)
+    ref = (spec.model, spec.max_tokens, spec.dtype) if spec is not None else next(iter(readers.values()), None)
     if ref is None:
         return []
-    model, max_tokens = ref
+    model, max_tokens, dtype = ref
     scored = {s for s, r in readers.items() if r == ref}
     ident = embeddings.identity(model)
-    e = {"model": model, "max_tokens": max_tokens, "dim": ident["dim"]}
+    e = {"model": model, "max_tokens": max_tokens, "dim": ident["dim"], **({"dtype": dtype} if dtype != "float16" else {})}
     named = model if "/" not in model else f"{ident['backend']}:local"  # a folder: by its files (below)
     cls = type(embeddings.backend(embeddings.resolve(model)[0]))
     steps = []
@@ -138,7 +159,7 @@ def plan(ctx: Context) -> list[Step]:
     for sname in wanted:
         ing, flt = ctx.ingest[sname], ctx.filter.get(sname)
         every = sname in scored
-        cfg = {"embedding": {**e, "model": named, "files": ident["files"]}, "dtype": "float16",
+        cfg = {"embedding": {**e, "model": named, "files": ident["files"]}, "dtype": dtype,
                **({"rows": "all"} if every else {})}  # only then: a run without probes keeps its hashes
 
         def shards(st, stats, sname=sname, ing=ing, flt=flt, every=every):  # this source's only: no other waits

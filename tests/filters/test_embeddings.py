@@ -70,9 +70,9 @@ def test_the_model_loads_once_per_process_and_names_its_files():
 
 
 def test_an_unknown_backend_lists_the_known_ones():
-    with pytest.raises(KeyError, match=r"unknown embedding backend type 'bert'; known types: wordllama, onnx \(`curate embeddings`"):
+    with pytest.raises(KeyError, match=r"unknown embedding backend type 'bert'; known types: wordllama, onnx, sentence-transformers \(`curate embeddings`"):
         embeddings.backend("bert")
-    with pytest.raises(ValidationError, match=r"unknown embedding 'bert'; known backends: wordllama, onnx"):
+    with pytest.raises(ValidationError, match=r"unknown embedding 'bert'; known backends: wordllama, onnx, sentence-transformers"):
         EmbeddingParams(model="bert", positive=["a"], negative=["b"])
     r = curate("embeddings")
     assert r.returncode == 0 and r.stdout.startswith("wordllama (v1): WordLlama's static token embeddings")
@@ -95,7 +95,7 @@ def test_the_probe_trains_scores_and_predicts_topics_and_rewrites_the_same_bytes
     texts = ["Preheat the oven and whisk the eggs with the sugar.", "The striker scored twice before half time.",
              "The judge dismissed the appeal and upheld the verdict."]
     opts = fam.options(params)
-    assert opts == {"embedding": "wordllama", "max_tokens": 2048}
+    assert opts == {"embedding": "wordllama", "max_tokens": 2048, "dtype": "float16"}
     top, prob = fam.predict(model, texts, opts)
     assert top == ["cooking", "sport", "law"] and prob.dtype == np.float32 and (prob > 0.5).all()
     s = fam.score(fam.load(str(probe)), texts, "sport", opts)
@@ -158,3 +158,47 @@ def test_embeddings_probes_and_heads_need_no_network(tmp_path):
                        cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == ["no network", "(2, 256)", "['__label__hq', 'negative'] ridge"]
+
+
+def test_an_int8_attribute_holds_half_the_bytes_and_a_head_scores_it_as_it_scores_the_text(tmp_path):
+    """`dtype: int8`: the embed step writes int8 vectors with a float32 scale a row; read
+    back (scaled) they are what `embeddings.stored(..., "int8")` gives, so a probe trained
+    with `dtype: int8` scores the attribute exactly as it scores the texts; cosines to the
+    float32 vectors stay within 0.01."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.engine.step import ShardOutput
+    from pipeline.shards import kmeans
+    from pipeline.steps.classify.tasks import stored_vectors
+    from pipeline.steps.embed import embed_shard
+
+    rng = np.random.default_rng(3)
+    ex = _examples(rng)
+    texts = [t for _, t in ex][:120] + [""]
+    doc = tmp_path / "doc.parquet"
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts}), doc)
+    sizes = {}
+    for dtype in ("float16", "int8"):
+        spec = {"doc": {"source": "s", "part": 0, "documents": str(doc), "layers": []}, "every_row": True,
+                "embedding": {"model": "wordllama", "max_tokens": 2048, "dim": 256, "dtype": dtype}}
+        embed_shard(spec, ShardOutput(str(tmp_path / dtype), 0))
+        path = next((tmp_path / dtype).rglob("*.parquet"))
+        sizes[dtype] = path.stat().st_size
+    t = pq.read_table(path)
+    assert t.schema.field("embedding").type == pa.list_(pa.int8(), 256) and t.schema.field("embedding_scale").type == pa.float32()
+    x = stored_vectors(str(path))
+    assert x.dtype == np.float32 and np.array_equal(x, embeddings.stored("wordllama", texts, 2048, "int8"))
+    full = embeddings.embed("wordllama", texts)
+    cos = np.einsum("ij,ij->i", kmeans.unit(x[:-1]), full[:-1])
+    assert cos.min() > 0.99 and not x[-1].any()  # the empty text: the zero vector, scale 0
+    col, _ = kmeans.read_vectors(str(path), float16=True)
+    assert col.type == pa.list_(pa.float16(), 256)  # as the k-means steps carry it
+    assert sizes["int8"] < 0.75 * sizes["float16"]
+    print(f"\nint8 attribute {sizes['int8']:,} bytes against float16 {sizes['float16']:,}; cosine to float32 >= {cos.min():.5f}")
+    fam = classifiers.family("embedding")
+    params = EmbeddingParams(labels={"cooking": [], "sport": [], "law": []}, dtype="int8").model_dump(mode="json")
+    model = fam.train(ex, params, 0, tmp_path / fam.model_file)
+    opts = fam.options(params)
+    assert opts["dtype"] == "int8" and model["dtype"] == "int8"
+    assert np.array_equal(fam.score_vectors(model, x, "law", opts), fam.score(model, texts, "law", opts))

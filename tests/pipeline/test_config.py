@@ -135,7 +135,7 @@ def test_an_embedding_classifier_names_its_embedding_and_its_probe_file(tmp_path
     msg = _err(tmp_path, GOOD + "classifiers:\n  q: {type: embedding, model: bert, positive: [web], negative: [web]}\n")
     assert msg.startswith("x.yaml:10: classifiers.q.model: unknown embedding 'bert'; known backends: wordllama")
     msg = _err(tmp_path, GOOD + "classifiers:\n  q: {type: embedding, epochs: 3, positive: [web], negative: [web]}\n")
-    assert msg.startswith("x.yaml:10: classifiers.q.epochs: unknown key 'epochs'; allowed keys: c, label, labels, ")
+    assert msg.startswith("x.yaml:10: classifiers.q.epochs: unknown key 'epochs'; allowed keys: c, dtype, label, labels, ")
     lm = config.load(write_yaml(tmp_path / "e.yaml", GOOD + "classifiers:\n  q: {type: embedding, positive: [web], negative: [web]}\n"))
     c = lm.mixture.classifiers["q"]
     assert (c.model, c.probe, c.pretrained, c.max_tokens) == ("wordllama", None, None, 2048)

@@ -94,6 +94,6 @@ def test_cluster_config_errors_name_the_key(pool, tmp_path):
     with pytest.raises(UsageError, match=r"x.yaml:7: mixture.weights.pool/c9: pool/c9: 'c9' is not a cluster of pool; its clusters: c0 .. c5 \(sources.pool.topics.clusters\)"):
         config.load(_yaml(tmp_path / "x.yaml", pool, weights="pool/c9: 1.0"))
     y = _yaml(tmp_path / "y.yaml", pool, extra="dedup: {semantic: {max_tokens: 512}}")
-    with pytest.raises(UsageError, match=r"sources.pool.topics: model 'wordllama' with max_tokens 2048 differs from "
-                                         r"dedup.semantic \(model 'wordllama', max_tokens 512\)"):
+    with pytest.raises(UsageError, match=r"sources.pool.topics: model 'wordllama' with max_tokens 2048 and dtype float16 "
+                                         r"differs from dedup.semantic \(model 'wordllama', max_tokens 512, dtype float16\)"):
         config.load(y)

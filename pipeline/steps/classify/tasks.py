@@ -29,7 +29,7 @@ from pipeline.errors import InputError
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
-from pipeline.shards import view
+from pipeline.shards import kmeans, view
 
 VALIDATION_EVERY = 10  # one example in ten, per class, is held out
 
@@ -309,10 +309,8 @@ def _tie(ids: list[str]) -> np.ndarray:
 def stored_vectors(path: str, rows: np.ndarray | None = None) -> np.ndarray:
     """The `embed-<source>` attribute's vectors of a document shard (all rows, or `rows`), as
     stored (float16: the families cast a batch at a time, so a task never holds the shard's
-    vectors twice); an error naming the file when one of them was not embedded."""
-    col = fs.read_table(path, columns=["embedding"]).column("embedding").combine_chunks()
-    dim = col.type.list_size
-    x = np.asarray(col.values.to_numpy(zero_copy_only=False)).reshape(-1, dim)
+    vectors twice; int8 attributes scaled back to float32, as the heads were trained on them); an error naming the file when one of them was not embedded."""
+    col, x = kmeans.read_vectors(path)  # float16 as stored, or int8 scaled back to float32
     missing = col.is_null().to_numpy(zero_copy_only=False)
     if rows is not None:
         x, missing = x[rows], missing[rows]
