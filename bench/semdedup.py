@@ -16,7 +16,7 @@ documents removed that have neither a planted partner nor a lexical one (word 5-
 Jaccard >= 0.5 with another document, e.g. the spam kind's templates, or tf-idf word
 vectors at cosine >= 0.8, e.g. pages drawn from one message catalogue), as a share of such documents.
 
-    python -m bench.semdedup [--docs 600] [--thresholds 0.9,0.93,0.95,0.96,0.97,0.98,0.99]
+    python -m bench.semdedup [--docs 600] [--thresholds 0.9,0.93,0.95,0.96,0.97,0.98,0.99] [--containment 0.5]
 
 Not a test: nothing here gates CI.
 """
@@ -54,10 +54,13 @@ def _shingles(t: str) -> set:
     return {xxhash.xxh3_64_intdigest(" ".join(w[i : i + 5])) for i in range(max(1, len(w) - 4))}
 
 
-def lexical_partners(texts: list[str], jaccard: float = 0.5, words: float = 0.8) -> np.ndarray:
+def lexical_partners(texts: list[str], jaccard: float = 0.5, words: float = 0.8,
+                     containment: float | None = None) -> np.ndarray:
     """Which documents have a lexical partner: another document at word 5-gram Jaccard >=
     `jaccard`, or whose tf-idf word vectors are at cosine >= `words` (pages drawn from one small
-    vocabulary: the spam kind's word soups, the message catalogues of the non-English kind)."""
+    vocabulary: the spam kind's word soups, the message catalogues of the non-English kind);
+    with `containment`, also a pair sharing that share of the smaller one's 5-grams (two
+    overlapping windows of one long text: Jaccard stays low when one is much larger)."""
     from scipy import sparse
     from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -73,7 +76,9 @@ def lexical_partners(texts: list[str], jaccard: float = 0.5, words: float = 0.8)
             for j in index[h]:
                 if j != i:
                     counts[j] = counts.get(j, 0) + 1
-        out[i] = any(c / (len(s) + len(sets[j]) - c) >= jaccard for j, c in counts.items())
+        out[i] = any(c / (len(s) + len(sets[j]) - c) >= jaccard
+                     or (containment is not None and c / max(1, min(len(s), len(sets[j]))) >= containment)
+                     for j, c in counts.items())
     bag = TfidfVectorizer(token_pattern=r"(?u)\b\w+\b", sublinear_tf=True).fit_transform(texts)
     sims = (bag @ bag.T).tocsr()
     sims.setdiag(0)
@@ -88,6 +93,8 @@ def main(argv=None) -> int:
     ap.add_argument("--center", action="store_true", help="subtract the corpus's mean vector before cosines")
     ap.add_argument("--residual", action="store_true", help="cosines of the members without their centroid's direction")
     ap.add_argument("--docs-per-cluster", type=int, default=0, help="clusters: one per this many documents (default: the stage's)")
+    ap.add_argument("--containment", type=float, default=None, help="also count as lexical partners two documents "
+                    "sharing this share of the smaller one's word 5-grams (e.g. 0.5: overlapping windows of one text)")
     ap.add_argument("--overlaps", default="none", help="min_overlap values to try (none: cosine alone), e.g. none,0.3,0.5")
     a = ap.parse_args(argv)
 
@@ -123,7 +130,7 @@ def main(argv=None) -> int:
     partner = np.array(partner)
     kind_of = np.array(kind_of)
     how = np.array(how)
-    lexical = lexical_partners(texts)
+    lexical = lexical_partners(texts, containment=a.containment)
     x = embeddings.embed("wordllama", texts).astype(np.float32)
     if a.center:
         x = kmeans.unit(x - x.mean(axis=0))

@@ -83,7 +83,7 @@ class _EmbeddingKMeans(Model):
     max_tokens: int = Field(2048, ge=1, description="tokens of a document embedded (the rest is cut)")
     dtype: Literal["float16", "int8"] = Field("float16", description="how the embed-<source> attribute stores a vector: "
                                               "float16, or int8 with a float32 scale a row (half the bytes; cosines "
-                                              "within ~0.01)")
+                                              "to float32 above 0.999)")
     seed: int = Field(0, description="the sample's and k-means' seed")
 
     @field_validator("model")

@@ -163,21 +163,28 @@ def end_of_text(spec: str) -> tuple[str, int] | None:
 
 def encode_flat(spec: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(lengths int64, ids uint32 back to back) of each text's tokens, as `encode` gives them,
-    without a Python int per token: tiktoken's `encode_to_numpy` with no special allowed
-    or refused is `encode_ordinary` into a buffer (25-35% less CPU than a list of ints)."""
+    without a Python int per token. GPT-2: the buffer tiktoken's `encode_to_numpy` wraps
+    (`encode_to_tiktoken_buffer`, no special allowed: `encode_ordinary` into a buffer), all
+    texts' buffers joined once instead of an array a text: on short texts the wrapper and
+    an array a text cost a third of the encoding (0.32 against 0.27 s for 20,000 texts of
+    ~100 tokens; a plain `encode_ordinary`, the floor, 0.25 s). Where that method is absent
+    (another tiktoken), `encode_to_numpy` a text."""
     if spec != "gpt2":
         ids = encode(spec, texts)
         lengths = np.fromiter(map(len, ids), np.int64, len(ids))
         return lengths, np.frombuffer(array.array("I", itertools.chain.from_iterable(ids)), np.uint32)
     enc = load(spec)
+    buffer = getattr(getattr(enc, "_core_bpe", None), "encode_to_tiktoken_buffer", None)
+    none: set = set()
     parts = []
     for t in texts:
         try:
-            parts.append(enc.encode_to_numpy(t, allowed_special=set(), disallowed_special=()))
+            parts.append(memoryview(buffer(t, none)) if buffer is not None else
+                         enc.encode_to_numpy(t, allowed_special=none, disallowed_special=()))
         except UnicodeEncodeError:  # a lone surrogate: encode_ordinary's own repair
-            parts.append(np.array(enc.encode_ordinary(t), np.uint32))
-    lengths = np.fromiter(map(len, parts), np.int64, len(parts))
-    return lengths, (np.concatenate(parts).astype(np.uint32, copy=False) if parts else np.zeros(0, np.uint32))
+            parts.append(memoryview(np.array(enc.encode_ordinary(t), np.uint32)))
+    lengths = np.fromiter((p.nbytes // 4 for p in parts), np.int64, len(parts))
+    return lengths, np.frombuffer(b"".join(parts), np.uint32) if parts else np.zeros(0, np.uint32)
 
 
 def encode(spec: str, texts: list[str]) -> list[list[int]]:
