@@ -13,7 +13,7 @@ reduce (per partition): each cluster's members in priority order (source priorit
     120 bits of id hashes, as fuzzy dedup orders them: pipeline/steps/dedup/fuzzy.py
     `okey`); a member whose cosine with an earlier member is at or above `threshold` is
     removed, `semantic_duplicate_of:<that member's id> (cosine=0.981)` naming the closest;
-    with `min_overlap` (default 0.5) an earlier member counts only when the two also share
+    with `min_overlap` (default 0.55) an earlier member counts only when the two also share
     that share of their words (Jaccard of word sets, from 128 MinHash values the map computes
     from the texts): WordLlama's static vectors put unrelated pages of one language (French,
     Spanish) above any useful cosine, and their words tell them apart;
