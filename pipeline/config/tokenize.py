@@ -6,6 +6,7 @@
       dtype: auto                      # uint16 when the vocabulary fits, else each format's wide type
       max_file_tokens: 100000000       # a mixture shard's file split past this many tokens
       layout: mixture                  # or cells: a dataset per cell, the trainer's blend beside them
+      pack: {seq_len: 2048, strategy: best_fit}   # optional: fixed sequences instead of one a document
 
 Its own module so that the models file stays one screen of sections; models.py imports it.
 """
@@ -17,6 +18,16 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 FORMATS = ("megatron", "datatrove", "memmap")
+
+
+class PackSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    seq_len: int = Field(..., ge=2, description="tokens a training sequence holds (the trainer's context length)")
+    strategy: Literal["concat", "best_fit"] = Field(
+        "best_fit", description="concat: the documents back to back, cut every seq_len tokens; best_fit: only documents "
+                                "longer than seq_len are cut, the pieces placed longest first into the sequence with the "
+                                "least room that holds them (best-fit decreasing); sequences padded with the end-of-text id")
 
 
 class TokenizeSpec(BaseModel):
@@ -39,6 +50,9 @@ class TokenizeSpec(BaseModel):
                                "(tokenized/<format>/[<phase>/]<cell>/part-XXXXX.*, each the cell's documents of a mixture shard "
                                "in the mixture's order) with the trainer's blend of the cells' weights beside them, so a "
                                "trainer can reweight the cells without a new run")
+
+    pack: PackSpec | None = Field(None, description="pack the documents into sequences of exactly seq_len tokens "
+                                  "(one sequence a document when unset); needs eos (the padding)")
 
     @field_validator("formats")
     @classmethod

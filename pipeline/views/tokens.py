@@ -65,6 +65,9 @@ def locate(run_dir: Path, where: str) -> dict:
     if k >= t.num_rows:
         raise UsageError(f"{stem}: offset {off} is past its last token ({int(ends[-1]) - 1 if len(ends) else -1})")
     row = t.slice(k, 1).to_pylist()[0]
+    if int(off) < row["start"]:  # packed files pad their sequences: no document holds the token
+        raise UsageError(f"{stem}: token {off} is padding (EOS) at the end of a packed sequence; the next document "
+                         f"starts at {row['start']}")
     return {"file": stem, "offset": int(off), "document": k, **row}
 
 
@@ -103,18 +106,21 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
             n = size // dtype.itemsize
             side = pq.read_table(base.with_name(base.name + PROVENANCE))
             starts, ends = side.column("start").to_numpy(), side.column("end").to_numpy()
-            layout = _layout(fmt, base, n, dtype, starts, ends)
+            seq_len = tz["pack"]["seq_len"] if tz.get("pack") else None
+            layout = _layout(fmt, base, n, dtype, starts, ends, seq_len)
             problems += [f"{where}: {p}" for p in layout]
-            if n != f["tokens"] or side.num_rows != f["documents"]:
-                problems.append(f"{where}: {n:,} tokens and {side.num_rows:,} documents, the manifest says "
-                                f"{f['tokens']:,} and {f['documents']:,}")
+            rows_want = f.get("pieces", f["documents"])  # packed: a sidecar row a piece of a document
+            if n != f["tokens"] or side.num_rows != rows_want:
+                problems.append(f"{where}: {n:,} tokens and {side.num_rows:,} {'pieces' if seq_len else 'documents'}, "
+                                f"the manifest says {f['tokens']:,} and {rows_want:,}")
             total += 0 if held else n
-            docs_seen += 0 if held else side.num_rows
             if layout:  # the documents' places are not to be trusted: their contents are not read
                 continue
-            picks = sorted(rng.sample(range(side.num_rows), min(sample, side.num_rows))) \
-                if enc is not None and side.num_rows and sample else []
-            scan = _Scan(starts, ends, tz["bos_id"], tz["eos_id"], picks)
+            doc = _Docs(side, seq_len is not None, n)
+            docs_seen += 0 if held else doc.count
+            chosen = sorted(rng.sample(range(doc.count), min(sample, doc.count))) if enc is not None and sample else []
+            picks = doc.pieces_of(chosen)
+            scan = _Scan(doc.first, doc.last, tz["bos_id"], tz["eos_id"], picks, doc.gaps, starts, ends)
             for off, chunk in _chunks(data_path, dtype, n):
                 scan.add(off, chunk)
             if scan.max_id >= tz["vocab_size"]:
@@ -124,18 +130,26 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
             if bad:
                 problems.append(f"{where}: documents from sources the mixture does not mix: {bad}")
             if picks:
-                problems += [f"{where}: {p}" for p in _texts(run_dir, f["path"], fmt, scan.docs, side, tz, enc,
-                                                             f.get("mixture"))]
+                problems += [f"{where}: {p}" for p in _texts(run_dir, f["path"], fmt, doc.whole(scan.docs, chosen),
+                                                             side, tz, enc, f.get("mixture"))]
         if total != body["tokens"]:
             problems.append(f"{fmt}: {total:,} tokens in its files, the manifest says {body['tokens']:,}")
         summary[fmt] = {"files": len(body["files"]), "tokens": total, "documents": docs_seen}
     return problems, summary
 
 
-def _layout(fmt: str, base: Path, n_tokens: int, dtype: np.dtype, starts: np.ndarray, ends: np.ndarray) -> list[str]:
+def _layout(fmt: str, base: Path, n_tokens: int, dtype: np.dtype, starts: np.ndarray, ends: np.ndarray,
+            seq_len: int | None = None) -> list[str]:
     out = []
-    if len(starts) and (starts[0] != 0 or np.any(starts[1:] != ends[:-1]) or ends[-1] != n_tokens):
+    piece_ends = ends  # the memmap csv has a row a document, or a piece of one when packed
+    if seq_len is None and len(starts) and (starts[0] != 0 or np.any(starts[1:] != ends[:-1]) or ends[-1] != n_tokens):
         out.append(f"its {PROVENANCE} ranges do not tile the file's {n_tokens:,} tokens")
+    if seq_len is not None:  # packed: pieces in order, apart, inside the file; the file whole sequences
+        if n_tokens % seq_len or (len(starts) and (np.any(starts[1:] < ends[:-1]) or np.any(ends <= starts)
+                                                   or ends[-1] > n_tokens or starts[0] < 0)):
+            out.append(f"its {n_tokens:,} tokens are not whole sequences of {seq_len:,} holding its {PROVENANCE} pieces")
+        seq = np.full(n_tokens // seq_len, seq_len, np.int64)
+        starts, ends = np.cumsum(seq) - seq, np.cumsum(seq)  # the sequences: what the index must list
     if fmt == "megatron":
         idx = base.with_name(base.name + ".idx").read_bytes()
         if idx[:9] != b"MMIDIDX\x00\x00" or np.frombuffer(idx[9:17], "<u8")[0] != 1:
@@ -154,7 +168,8 @@ def _layout(fmt: str, base: Path, n_tokens: int, dtype: np.dtype, starts: np.nda
         if n and (np.any(ptrs != np.r_[0, np.cumsum(sizes)[:-1]] * dtype.itemsize) or sizes.sum() != n_tokens):
             out.append(f"sequence lengths and pointers do not tile the .bin's {n_tokens:,} tokens")
         if n != len(starts) or (n and np.any(sizes != ends - starts)):
-            out.append("the .idx's sequences are not the documents of the sidecar")
+            out.append("the .idx's sequences are not the documents of the sidecar" if seq_len is None else
+                       f"the .idx's sequences are not {n_tokens // seq_len:,} sequences of {seq_len:,}")
     elif fmt == "datatrove":
         index = np.frombuffer(base.with_name(base.name + ".ds.index").read_bytes(), "<u8")
         if len(index) != len(ends) or (len(index) and (np.any(index != ends) or index[-1] != n_tokens)):
@@ -165,8 +180,8 @@ def _layout(fmt: str, base: Path, n_tokens: int, dtype: np.dtype, starts: np.nda
         import io
 
         rows = list(csv.reader(io.StringIO(gzip.decompress(base.with_name(base.name + ".csv.gz").read_bytes()).decode())))
-        if len(rows) != len(ends) or (rows and (int(rows[-1][1]) != n_tokens
-                                                 or [int(r[1]) for r in rows] != ends.tolist())):
+        if len(rows) != len(piece_ends) or (rows and ((seq_len is None and int(rows[-1][1]) != n_tokens)
+                                                       or [int(r[1]) for r in rows] != piece_ends.tolist())):
             out.append(".csv.gz's start/end do not match the .npy")
     return out
 
@@ -187,23 +202,77 @@ def _chunks(path, dtype: np.dtype, n: int, size: int = CHUNK_TOKENS):
             off += len(chunk)
 
 
+class _Docs:
+    """A file's documents from its sidecar: a row a document, or (packed) a row a piece, a
+    document's pieces sharing its mixture row. `first`/`last`: where each document starts
+    and ends in the file (BOS and EOS go there); `gaps`: the padding between pieces."""
+
+    def __init__(self, side, packed: bool, n_tokens: int):
+        starts, ends = side.column("start").to_numpy(), side.column("end").to_numpy()
+        self.packed = packed
+        if not packed:
+            self.count, self.first, self.last = side.num_rows, starts, ends
+            self.gaps = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+            self.by_doc = None
+            return
+        row, piece = side.column("row").to_numpy(), side.column("piece").to_numpy()
+        order = np.lexsort((piece, row))  # each document's pieces together, in piece order
+        new = np.r_[True, row[order][1:] != row[order][:-1]]
+        self.by_doc = np.split(order, np.flatnonzero(new)[1:]) if len(order) else []
+        self.count = len(self.by_doc)
+        self.first = np.sort(np.array([starts[g[0]] for g in self.by_doc], np.int64))
+        self.last = np.sort(np.array([ends[g[-1]] for g in self.by_doc], np.int64))
+        bounds_a, bounds_b = np.r_[0, ends], np.r_[starts, n_tokens]
+        keep = bounds_b > bounds_a
+        self.gaps = (bounds_a[keep], bounds_b[keep])
+
+    def pieces_of(self, docs: list[int]) -> list[int]:
+        return docs if not self.packed else sorted(int(k) for d in docs for k in self.by_doc[d])
+
+    def whole(self, pieces: dict[int, list[np.ndarray]], docs: list[int]) -> dict[int, list[np.ndarray]]:
+        """Each chosen document's tokens, its pieces joined in order, keyed by a row of it."""
+        if not self.packed:
+            return pieces
+        return {int(self.by_doc[d][0]): [c for k in self.by_doc[d] for c in pieces[int(k)]] for d in docs}
+
+
 class _Scan:
     """One pass over a token file's chunks: the largest id, the specials at and away from the
-    documents' boundaries, and the tokens of the sampled documents (`picks`)."""
+    documents' boundaries (`starts`, `ends`: where documents begin and end; padding, in
+    `gaps`, must be EOS and may be), and the tokens of the sampled pieces (`picks`, rows of
+    the sidecar whose ranges are `ranges`)."""
 
-    def __init__(self, starts: np.ndarray, ends: np.ndarray, bos: int | None, eos: int | None, picks: list[int]):
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, bos: int | None, eos: int | None, picks: list[int],
+                 gaps: tuple[np.ndarray, np.ndarray] | None = None, pstarts=None, pends=None):
         self.max_id = -1
         self.checks = [(name, tid, at) for name, tid, at in (("EOS", eos, ends - 1), ("BOS", bos, starts))
                        if tid is not None and len(starts)]
         self.wrong = {name: [0, None] for name, _, _ in self.checks}  # count, first document
         self.inside: dict[str, int | None] = {name: None for name, _, _ in self.checks}  # first token
-        self.starts, self.ends, self.picks = starts, ends, picks
+        self.starts = starts if pstarts is None else pstarts
+        self.ends = ends if pends is None else pends
+        self.picks = picks
+        self.gaps = gaps if gaps is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self.eos = eos
+        self.bad_pad: int | None = None  # the first padding token that is not EOS
         self.docs: dict[int, list[np.ndarray]] = {k: [] for k in picks}
+
+    def _padding(self, off: int, hi: int) -> np.ndarray:
+        """Positions of padding in [off, hi)."""
+        ga, gb = self.gaps
+        lo_i, hi_i = np.searchsorted(gb, off, side="right"), np.searchsorted(ga, hi)
+        parts = [np.arange(max(int(a), off), min(int(b), hi)) for a, b in zip(ga[lo_i:hi_i], gb[lo_i:hi_i])]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def add(self, off: int, chunk: np.ndarray) -> None:
         hi = off + len(chunk)
         if len(chunk):
             self.max_id = max(self.max_id, int(chunk.max()))
+        pads = self._padding(off, hi) if len(self.gaps[0]) else np.zeros(0, np.int64)
+        if len(pads) and self.bad_pad is None:
+            wrong = np.flatnonzero(chunk[pads - off] != self.eos)
+            if len(wrong):
+                self.bad_pad = int(pads[wrong[0]])
         for name, tid, at in self.checks:
             lo_i, hi_i = np.searchsorted(at, off), np.searchsorted(at, hi)
             here = at[lo_i:hi_i]
@@ -214,7 +283,7 @@ class _Scan:
                 w[1] = int(lo_i + bad[0]) if w[1] is None else w[1]
             hits = np.flatnonzero(chunk == tid) + off
             same = [a[np.searchsorted(a, off):np.searchsorted(a, hi)] for _, t, a in self.checks if t == tid]
-            stray = np.setdiff1d(hits, np.concatenate(same))  # BOS and EOS may be one token: both boundaries are its
+            stray = np.setdiff1d(hits, np.concatenate(same + [pads]))  # BOS and EOS may be one token; padding is EOS
             if len(stray) and self.inside[name] is None:
                 self.inside[name] = int(stray[0])
         for k in self.picks:
@@ -230,6 +299,8 @@ class _Scan:
                 out.append(f"{count:,} documents lack {name} ({tid}) at their boundary, the first document {first}")
             if self.inside[name] is not None:
                 out.append(f"{name} ({tid}) inside a document at token {self.inside[name]:,}")
+        if self.bad_pad is not None:
+            out.append(f"padding at token {self.bad_pad:,} is not EOS ({self.eos})")
         return out
 
 

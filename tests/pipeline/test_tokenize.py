@@ -319,3 +319,87 @@ def test_a_bos_that_is_the_eos_is_not_a_special_inside_a_document():
     scan = _Scan(starts, ends, eos, eos, [])
     scan.add(0, data)
     assert any("inside a document at token 5" in p for p in scan.problems())
+
+
+def test_packing_fills_fixed_sequences_cutting_only_long_documents(tok_runs, demo_corpus, joined):
+    """`pack: {seq_len: 256, strategy: best_fit}` on the same mixture and store: the encoders
+    are reused; every file is whole sequences of 256 (Megatron's .idx lists them); only
+    documents longer than a sequence are cut, and every document's pieces join to its tokens
+    in the unpacked run; padding is EOS; verify-tokens passes; concat on the same documents
+    cuts many more of them."""
+    from pipeline.steps.tokenize.pack import pack
+
+    run = tok_runs[0]
+    d = run.parent.parent
+    y = write_yaml(d / "p.yaml", _mixture(demo_corpus).replace("name: remote", "name: packed").replace(
+        "formats: [megatron, datatrove, memmap]}", "formats: [megatron, datatrove, memmap], pack: {seq_len: 256}}"))
+    r = curate("run", str(y), "--workers", "2", env=joined)
+    assert r.returncode == 0, r.stderr[-3000:]
+    packed = d / "out" / "packed"
+    rec = atomic.read_json(packed / "run.json")["steps"]
+    assert all(rec[n]["status"] == "SKIPPED" for n in rec if n.startswith("tokenize-"))  # encoded once, reused
+    man = atomic.read_json(packed / "manifest.json")["tokenized"]
+    assert man["pack"] == {"seq_len": 256, "strategy": "best_fit"}
+    unpacked = {}
+    for f in atomic.read_json(run / "manifest.json")["tokenized"]["formats"]["megatron"]["files"]:
+        data = np.fromfile(run / (f["path"] + ".bin"), np.uint16)
+        for x in pq.read_table(run / (f["path"] + ".docs.parquet")).to_pylist():
+            unpacked[(f["path"].rsplit("/", 1)[1], x["row"])] = data[x["start"]:x["end"]]
+    cut = pads = 0
+    for f in man["formats"]["megatron"]["files"]:
+        data = np.fromfile(packed / (f["path"] + ".bin"), np.uint16)
+        idx = (packed / (f["path"] + ".idx")).read_bytes()
+        n = int(np.frombuffer(idx[18:26], "<u8")[0])
+        assert len(data) == 256 * n == f["tokens"] and f["sequences"] == n
+        assert np.all(np.frombuffer(idx, "<i4", n, 34) == 256)
+        side = pq.read_table(packed / (f["path"] + ".docs.parquet")).to_pylist()
+        by_doc: dict[int, list] = {}
+        for x in side:
+            assert x["end"] - x["start"] <= 256 and x["start"] // 256 == (x["end"] - 1) // 256  # a piece in one sequence
+            by_doc.setdefault(x["row"], []).append(x)
+        for row, pieces in by_doc.items():
+            pieces.sort(key=lambda x: x["piece"])
+            whole = np.concatenate([data[x["start"]:x["end"]] for x in pieces])
+            assert np.array_equal(whole, unpacked[(f["path"].rsplit("/", 1)[1], row)])
+            assert (len(pieces) > 1) == (len(whole) > 256)  # best fit cuts only what a sequence cannot hold
+            cut += len(pieces) > 1
+        covered = np.zeros(len(data), bool)
+        for x in side:
+            covered[x["start"]:x["end"]] = True
+        assert np.all(data[~covered] == 50256)
+        pads += int((~covered).sum())
+        assert f["padding"] == int((~covered).sum()) and f["documents"] == len(by_doc)
+    docs = list(unpacked.values())
+    lengths = np.array([len(x) for x in docs])
+    _, pc = pack(np.concatenate(docs), lengths, 256, "concat", 50256)
+    concat_cut = int(np.sum(np.bincount(pc["doc"]) > 1))
+    total = int(lengths.sum())
+    print(f"\nbest_fit at 256: {cut} of {len(docs)} documents cut, padding {pads / (total + pads):.2%}; "
+          f"concat: {concat_cut} cut")
+    assert cut < concat_cut
+    r = curate("verify-tokens", str(packed))
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr[-2000:]
+    pad_at = int(np.flatnonzero(~covered)[0])  # of the last file
+    r = curate("explain", str(packed), "--token", f"{f['path']}.bin:{pad_at}")
+    assert r.returncode != 0 and "is padding" in r.stderr and "Traceback" not in r.stderr, r.stderr[-1000:]
+    import shutil
+
+    from pipeline.views import tokens as token_view
+
+    bad = d / "packed-bad"  # a padding token that is not EOS
+    shutil.copytree(packed, bad, symlinks=True)
+    b = bad / (f["path"] + ".bin")
+    data = data.copy()
+    data[pad_at] = 13
+    b.unlink()
+    data.tofile(b)
+    problems, _ = token_view.verify(bad, sample=5)
+    assert any(f"padding at token {pad_at:,} is not EOS" in p for p in problems), problems
+
+
+def test_pack_needs_an_end_of_text_to_pad_with(tmp_path, demo_corpus):
+    y = write_yaml(tmp_path / "x.yaml", small_mixture(str(demo_corpus), "out") +
+                   "\n        tokenize: {formats: [megatron], eos: false, pack: {seq_len: 128}}\n")
+    r = curate("plan", str(y))
+    assert r.returncode != 0 and "tokenize.pack: packing pads sequences with the end-of-text token" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr

@@ -49,10 +49,11 @@ def dtype_for(fmt: str, dtype: str, vocab: int) -> str:
 
 
 def write(fmt: str, base: Path, ids: np.ndarray, lengths: np.ndarray, dtype: str, tokenizer_name: str,
-          meta: list[tuple[str, str, int]] | None = None) -> dict:
-    """One token file set at `base` (no extension) from documents packed back to back: `ids`
-    (with their specials) in `lengths` runs (`meta`: each one's id, source and row, for the
-    memmap's csv); returns its files' bytes and sha256 and the token count."""
+          rows: list[tuple[int, int, str, str, int]] | None = None) -> dict:
+    """One token file set at `base` (no extension) from its sequences back to back: `ids` in
+    `lengths` runs (a document each, with its specials; or packed windows); `rows`: the
+    memmap csv's rows (start, end, id, source, row), a document or a piece of one each.
+    Returns its files' bytes and sha256 and the token count."""
     lengths = np.asarray(lengths, np.int64)
     tokens = int(lengths.sum())
     data = ids.astype(np.dtype(dtype).newbyteorder("<"), copy=False).tobytes()  # one cast for the file
@@ -64,11 +65,8 @@ def write(fmt: str, base: Path, ids: np.ndarray, lengths: np.ndarray, dtype: str
                         if len(lengths) else b"", np.arange(len(lengths) + 1, dtype="<i8").tobytes()])
         files = {".bin": data, ".idx": idx}
     elif fmt == "memmap":
-        ends = np.cumsum(lengths)
         text = io.StringIO()
-        w = csv.writer(text)
-        for (doc_id, source, row), a, b in zip(meta or [], (ends - lengths).tolist(), ends.tolist(), strict=True):
-            w.writerow([a, b, doc_id, source, row])
+        csv.writer(text).writerows(rows or [])
         files = {".npy": data, ".csv.gz": gzip.compress(text.getvalue().encode(), mtime=0)}
     else:
         import humanize  # datatrove's own dependency: its metadata's third line

@@ -35,6 +35,9 @@ def settings(ctx: Context) -> dict:
     if tz.eos and eos is None:
         raise UsageError(f"{ctx.lm.where(('tokenize', 'eos'))}: the tokenizer has no end-of-text token "
                          f"({', '.join(tokens.END_OF_TEXT)}); set eos: false or give a tokenizer that has one")
+    if tz.pack is not None and eos is None:
+        raise UsageError(f"{ctx.lm.where(('tokenize', 'pack'))}: packing pads sequences with the end-of-text token; "
+                         "set eos: true (with a tokenizer that has one) or remove pack")
     bos = None
     if tz.bos is not None:
         bos = tokens.special_id(spec, tz.bos)

@@ -28,7 +28,7 @@ from pipeline.io import atomic, fs
 from pipeline.plan import tokens
 from pipeline.shards import shuffle, view
 from pipeline.steps.mix.tasks import MIX_ORDER
-from pipeline.steps.tokenize import formats
+from pipeline.steps.tokenize import formats, pack
 
 SCHEMA = pa.schema([("row", pa.int64()), ("tokens", pa.large_binary())])  # ids back to back, `ids_dtype` little-endian
 PROVENANCE = ".docs.parquet"  # beside every token file: which document holds which tokens
@@ -115,18 +115,20 @@ def write_shard(spec: dict, out) -> dict:
     for cell, stem0, ix in runs:
         sub_ids, sub_len = (ids, lengths) if ix is None else gather(ids, lengths, ix)
         pick_all = np.arange(len(lengths)) if ix is None else ix
-        starts = np.r_[0, np.cumsum(sub_len)]
-        groups = _split(sub_len, p["max_file_tokens"])
-        for k, (a, b) in enumerate(groups):
-            pick = pick_all[a:b].tolist()
+        groups = _pieces(sub_ids, sub_len, p)
+        for k, (tok, seqs, pc) in enumerate(groups):
             stem = stem0 if len(groups) == 1 else f"{stem0}-{k:05d}"
             base = fs.path(out.dir) / fmt / stem
-            res = formats.write(fmt, base, sub_ids[starts[a]:starts[b]], sub_len[a:b], p["dtype"], p["tokenizer_name"],
-                                [meta[i] for i in pick])
-            res["files"].update(_provenance(base, sub_len[a:b], [meta[i] for i in pick], [cells[i] for i in pick],
-                                            epochs[pick] if len(pick) else np.zeros(0, np.int64)))
-            files.append({"file": f"{fmt}/{stem}", "documents": res["documents"], "tokens": res["tokens"],
-                          "files": res["files"], **({"cell": cell, "mixture": mixture} if cell is not None else {})})
+            docs = pick_all[pc["doc"]]  # each piece's document in this shard
+            pm = [meta[i] for i in docs.tolist()]
+            rows = [(int(x), int(y), m[0], m[1], m[2]) for x, y, m in zip(pc["start"], pc["end"], pm)]
+            res = formats.write(fmt, base, tok, seqs, p["dtype"], p["tokenizer_name"], rows)
+            res["files"].update(_provenance(base, pc, pm, [cells[i] for i in docs.tolist()],
+                                            epochs[docs] if len(docs) else np.zeros(0, np.int64), packed="pack" in p))
+            entry = {"file": f"{fmt}/{stem}", "documents": len(np.unique(docs)), "tokens": res["tokens"], "files": res["files"]}
+            if "pack" in p:  # sequences of seq_len: pieces of documents and padding
+                entry.update({"sequences": len(seqs), "pieces": len(docs), "padding": res["tokens"] - int((pc["end"] - pc["start"]).sum())})
+            files.append({**entry, **({"cell": cell, "mixture": mixture} if cell is not None else {})})
             total += res["tokens"]
     for c, n in zip(cells, lengths.tolist()):
         e = per_cell.setdefault(c, {"documents": 0, "tokens": 0})
@@ -146,11 +148,16 @@ def validation_shard(spec: dict, out) -> dict:
     ids, lengths = with_specials(np.r_[0, np.cumsum(n)], flat, p["bos_id"], p["eos_id"])
     meta = list(zip(t.column("id").to_pylist(), t.column("source").to_pylist(), range(t.num_rows)))
     base = fs.path(out.dir) / fmt / "validation" / spec["name"][: -len(".parquet")]
-    res = formats.write(fmt, base, ids, lengths, p["dtype"], p["tokenizer_name"], meta)
-    res["files"].update(_provenance(base, lengths, meta, [None] * len(lengths), np.zeros(len(lengths), np.int64)))
+    ((tok, seqs, pc),) = _pieces(ids, lengths, {**p, "max_file_tokens": None})  # one file a held-out file
+    pm = [meta[i] for i in pc["doc"].tolist()]
+    rows = [(int(x), int(y), m[0], m[1], m[2]) for x, y, m in zip(pc["start"], pc["end"], pm)]
+    res = formats.write(fmt, base, tok, seqs, p["dtype"], p["tokenizer_name"], rows)
+    res["files"].update(_provenance(base, pc, pm, [None] * len(pm), np.zeros(len(pm), np.int64), packed="pack" in p))
     rel = f"{fmt}/validation/{spec['name'][: -len('.parquet')]}"
-    return {"rows": len(lengths), "tokens": res["tokens"],
-            "files": [{"file": rel, "documents": res["documents"], "tokens": res["tokens"], "files": res["files"]}]}
+    entry = {"file": rel, "documents": len(lengths), "tokens": res["tokens"], "files": res["files"]}
+    if "pack" in p:
+        entry.update({"sequences": len(seqs), "pieces": len(pm), "padding": res["tokens"] - int((pc["end"] - pc["start"]).sum())})
+    return {"rows": len(lengths), "tokens": res["tokens"], "files": [entry]}
 
 
 def with_specials(offs: np.ndarray, vals: np.ndarray, bos: int | None, eos: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -184,19 +191,44 @@ def gather(ids: np.ndarray, lengths: np.ndarray, ix: np.ndarray) -> tuple[np.nda
     return ids[pos], sub
 
 
-def _provenance(base, lengths: np.ndarray, meta, cells, epochs) -> dict:
-    """`<file>.docs.parquet` beside a token file: per document (in file order) its Curate id,
-    source, cell, epoch, row in the mixture file and token range [start, end) in the file,
-    so that any token offset names its document (`curate explain RUN --token FILE:OFFSET`)."""
-    lengths = np.asarray(lengths, np.int64)
-    ends = np.cumsum(lengths)
-    t = pa.table({"id": pa.array([m[0] for m in meta], pa.string()), "source": pa.array([m[1] for m in meta], pa.string()),
-                  "cell": pa.array(cells, pa.string()), "epoch": pa.array(np.asarray(epochs, np.int64)),
-                  "row": pa.array([m[2] for m in meta], pa.int64()), "start": pa.array(ends - lengths), "end": pa.array(ends)})
+def _provenance(base, pc: dict, meta, cells, epochs, packed: bool = False) -> dict:
+    """`<file>.docs.parquet` beside a token file: a row a document (a piece of one when
+    packed, with its `piece` number), in file order: its Curate id, source, cell, epoch, row
+    in the mixture file and token range [start, end) in the file, so that any token offset
+    names its document (`curate explain RUN --token FILE:OFFSET`)."""
+    cols = {"id": pa.array([m[0] for m in meta], pa.string()), "source": pa.array([m[1] for m in meta], pa.string()),
+            "cell": pa.array(cells, pa.string()), "epoch": pa.array(np.asarray(epochs, np.int64)),
+            "row": pa.array([m[2] for m in meta], pa.int64()), "start": pa.array(np.asarray(pc["start"], np.int64)),
+            "end": pa.array(np.asarray(pc["end"], np.int64))}
+    if packed:
+        cols["piece"] = pa.array(np.asarray(pc["piece"], np.int64))
     p = base.with_name(base.name + PROVENANCE)
-    fs.write_table(t, p, compression="zstd")
+    fs.write_table(pa.table(cols), p, compression="zstd")
     size, sha = atomic.file_digest(p)
     return {p.name: {"bytes": size, "sha256": sha}}
+
+
+def _pieces(ids: np.ndarray, lengths: np.ndarray, p: dict) -> list[tuple[np.ndarray, np.ndarray, dict]]:
+    """The token files of a run of documents: [(tokens, sequence lengths, pieces)], split
+    past `max_file_tokens` at sequence boundaries. Unpacked, a sequence and a piece are a
+    document; with `pack`, sequences of seq_len holding pieces of documents
+    (pipeline/steps/tokenize/pack.py). Pieces: {"doc" (index into `lengths`), "piece",
+    "start", "end" (in the file)}."""
+    if "pack" in p:
+        seq_len = p["pack"]["seq_len"]
+        tok, pc = pack.pack(ids, lengths, seq_len, p["pack"]["strategy"], p["eos_id"])
+        seqs = np.full(len(tok) // seq_len, seq_len, np.int64)
+    else:
+        tok, seqs = ids, np.asarray(lengths, np.int64)
+        ends = np.cumsum(seqs)
+        pc = {"doc": np.arange(len(seqs)), "piece": np.zeros(len(seqs), np.int64), "start": ends - seqs, "end": ends}
+    bounds = np.r_[0, np.cumsum(seqs)]
+    out = []
+    for a, b in _split(seqs, p["max_file_tokens"]):
+        lo, hi = int(bounds[a]), int(bounds[b])
+        inside = (pc["start"] >= lo) & (pc["start"] < hi) if hi > lo else np.zeros(len(pc["start"]), bool)
+        out.append((tok[lo:hi], seqs[a:b], {k: (v[inside] - lo if k in ("start", "end") else v[inside]) for k, v in pc.items()}))
+    return out
 
 
 def _split(lengths: np.ndarray, most: int | None) -> list[tuple[int, int]]:

@@ -26,7 +26,8 @@ def plan(ctx: Context) -> list[Step]:
         params = {"dtype": st["dtypes"][fmt], "bos_id": st["bos_id"], "eos_id": st["eos_id"],
                   "max_file_tokens": tz.max_file_tokens, "tokenizer_name": st["tokenizer"],  # a .ds.metadata names it
                   "ids": st["ids"],  # the width of the ids the encode step stored
-                  **({"layout": "cells"} if tz.layout == "cells" else {})}  # only then: the mixture layout keeps its hashes
+                  **({"layout": "cells"} if tz.layout == "cells" else {}),  # only then: the mixture layout keeps its hashes
+                  **({"pack": tz.pack.model_dump()} if tz.pack else {})}
 
         def shards(step, stats, fmt=fmt, params=params):
             return [{**{k: v for k, v in sp.items() if k != "describe"}, "format": fmt, "params": params,
@@ -67,7 +68,7 @@ def publish(ctx: Context, stats: dict) -> dict:
                     pairs.append((step.dir(ctx.store) / rel, rel))
                 files.append({"path": f"tokenized/{f['file']}", "documents": f["documents"], "tokens": f["tokens"],
                               "files": {n: v for n, v in f["files"].items()},
-                              **{k: f[k] for k in ("cell", "mixture") if f.get(k) is not None}})
+                              **{k: f[k] for k in ("cell", "mixture", "sequences", "pieces", "padding") if f.get(k) is not None}})
                 total += f["tokens"]
         body.setdefault(fmt, {}).update({f"{split}_files": files, f"{split}_tokens": total} if split else
                                         {"files": files, "tokens": total})
@@ -75,7 +76,9 @@ def publish(ctx: Context, stats: dict) -> dict:
     for fmt, b in body.items():
         b["trainer"] = _trainer_config(ctx, fmt, b)
     return {"tokenized": {"tokenizer": st["tokenizer"], "tokenizer_identity": st["identity"], "vocab_size": st["vocab_size"],
-                          "bos": st["bos"], "bos_id": st["bos_id"], "eos": st["eos"], "eos_id": st["eos_id"], "formats": body}}
+                          "bos": st["bos"], "bos_id": st["bos_id"], "eos": st["eos"], "eos_id": st["eos_id"],
+                          **({"pack": ctx.mixture.tokenize.pack.model_dump()} if ctx.mixture.tokenize.pack else {}),
+                          "formats": body}}
 
 
 def _trainer_config(ctx: Context, fmt: str, b: dict) -> str | None:
