@@ -327,17 +327,30 @@ class OnnxBackend(EmbeddingBackend):
         if not texts:
             return np.zeros((0, dim), np.float32)
         ids = [e.ids[:max_tokens] for e in tok.encode_batch(texts)]
-        width = max(1, max(len(x) for x in ids))
-        input_ids = np.zeros((len(ids), width), np.int64)
-        mask = np.zeros((len(ids), width), np.int64)
-        for i, x in enumerate(ids):
+        return onnx_pooled(sess, names, ids, lambda out, mask: mean_pool(out, mask))
+
+
+ONNX_BATCH = 32  # texts an ONNX call: each call pads to its longest text, so a (batch, longest, dim) array stays small
+
+
+def mean_pool(out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    m = mask[..., None].astype(np.float32)
+    return (out * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
+
+
+def onnx_pooled(sess, names: list[str], ids: list[list[int]], pool) -> np.ndarray:
+    """Token ids through an ONNX encoder, ONNX_BATCH texts a call, its token outputs pooled by
+    `pool(outputs, mask)` (a 2-d output is a pooled one already), as unit rows."""
+    parts = []
+    for lo in range(0, len(ids), ONNX_BATCH):
+        chunk = ids[lo:lo + ONNX_BATCH]
+        width = max(1, max(len(x) for x in chunk))
+        input_ids = np.zeros((len(chunk), width), np.int64)
+        mask = np.zeros((len(chunk), width), np.int64)
+        for i, x in enumerate(chunk):
             input_ids[i, : len(x)] = x
             mask[i, : len(x)] = 1
-        feed = {"input_ids": input_ids, "attention_mask": mask}
-        if "token_type_ids" in names:
-            feed["token_type_ids"] = np.zeros_like(input_ids)
+        feed = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)}
         out = sess.run(None, {k: v for k, v in feed.items() if k in names})[0].astype(np.float32)
-        if out.ndim == 3:  # token outputs: mean over the text's own tokens
-            m = mask[..., None].astype(np.float32)
-            out = (out * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1.0)
-        return normalise(np.ascontiguousarray(out))
+        parts.append(out if out.ndim == 2 else pool(out, mask))
+    return normalise(np.ascontiguousarray(np.concatenate(parts), dtype=np.float32))

@@ -33,11 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from filters.embeddings import EmbeddingBackend, normalise, register_backend
+from filters.embeddings import EmbeddingBackend, normalise, onnx_pooled, register_backend
 
 POOLING_ORDER = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens", "lasttoken")  # the library's concat order
 UNSUPPORTED_POOLING = ("weightedmean_tokens",)
-BATCH = 32  # texts a model call (sentence-transformers' default batch size)
 
 
 def is_folder(folder: Path) -> bool:
@@ -176,19 +175,4 @@ class SentenceTransformersBackend(EmbeddingBackend):
             return np.zeros((0, int(sess.get_outputs()[0].shape[-1]) * len(modes)), np.float32)
         tok.enable_truncation(limit)  # as the library truncates: the special tokens stay
         ids = [e.ids for e in tok.encode_batch(texts)]
-        # batches of BATCH texts, as the library's encode: a (batch, longest, dim) array stays small
-        return np.concatenate([self._run(sess, names, modes, ids[i:i + BATCH]) for i in range(0, len(ids), BATCH)])
-
-    @staticmethod
-    def _run(sess, names, modes, ids: list[list[int]]) -> np.ndarray:
-        width = max(1, max(len(x) for x in ids))
-        input_ids = np.zeros((len(ids), width), np.int64)
-        mask = np.zeros((len(ids), width), np.int64)
-        for i, x in enumerate(ids):
-            input_ids[i, : len(x)] = x
-            mask[i, : len(x)] = 1
-        feed = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)}
-        out = sess.run(None, {k: v for k, v in feed.items() if k in names})[0].astype(np.float32)
-        if out.ndim == 2:  # the export already pools (a sentence_embedding output)
-            return normalise(np.ascontiguousarray(out))
-        return normalise(pool(out, mask, modes))
+        return onnx_pooled(sess, names, ids, lambda out, mask: pool(out, mask, modes))
