@@ -124,6 +124,7 @@ class Embedding(ClassifierFamily):
                                   label, options)
 
     def score_vectors(self, model: dict, x: np.ndarray, label: str, options: dict) -> np.ndarray:
+        embeddings.check_dtype(model, options)
         if not len(x):
             return np.zeros(0, np.float32)
         if label not in model["classes"]:
@@ -136,6 +137,7 @@ class Embedding(ClassifierFamily):
                                     options)
 
     def predict_vectors(self, model: dict, x: np.ndarray, options: dict) -> tuple[list[str], np.ndarray]:
+        embeddings.check_dtype(model, options)
         if not len(x):
             return [], np.zeros(0, np.float32)
         p = probabilities_of(model, x)

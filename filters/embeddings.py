@@ -159,6 +159,16 @@ def head_vectors(head: dict, texts: list[str]) -> np.ndarray:
     return stored(model_ref(head), texts, head["max_tokens"], head.get("dtype", "float16"))
 
 
+def check_dtype(head: dict, options: dict) -> None:
+    """A head scores stored vectors of the dtype it was trained on: a pretrained head file
+    (`probe:`) of int8 vectors under a float16 config (or the reverse) is an error, not
+    scores of the wrong vectors."""
+    have, want = head.get("dtype", "float16"), options.get("dtype")
+    if want is not None and have != want:
+        raise ValueError(f"the head was trained on {have} vectors, the run stores {want} ones: set the classifier's "
+                         f"`dtype: {have}` (and the run's embedding's), or train it again")
+
+
 @functools.lru_cache(maxsize=4)
 def identity(ref: str) -> dict:
     """{"backend", "model", "dim", "files", "ref"}: what names the model's bytes."""

@@ -124,6 +124,7 @@ class Regression(ClassifierFamily):
                                   label, options)
 
     def score_vectors(self, model: dict, x: np.ndarray, label: str, options: dict) -> np.ndarray:
+        embeddings.check_dtype(model, options)
         if not len(x):
             return np.zeros(0, np.float32)
         out = np.clip((predict_of(model, x) / model["scale"]).astype(np.float32), 0.0, 1.0)

@@ -153,12 +153,9 @@ class SentenceTransformersBackend(EmbeddingBackend):
         d = Path(folder)
         kind, handle, _ = loaded(folder)
         files = sorted(p for p in d.rglob("*") if p.is_file() and p.suffix in {".json", ".onnx", ".safetensors", ".bin", ".txt", ".model"})
-        if kind == "onnx":
-            tok, sess, _, modes = handle
-            width = int(sess.get_outputs()[0].shape[-1])
-            dim = width * len(modes)
-        else:
-            dim = int(handle.get_sentence_embedding_dimension())
+        # the width of what embed returns (an export's output may have a symbolic width, or pool already)
+        dim = int(self.embed((kind, handle, None), ["a"], 8).shape[1]) if kind == "onnx" else \
+            int(handle.get_sentence_embedding_dimension())
         return {"backend": "sentence-transformers", "model": d.name, "dim": dim,
                 "files": {str(p.relative_to(d)): sha256(p) for p in files}}
 
@@ -172,7 +169,7 @@ class SentenceTransformersBackend(EmbeddingBackend):
             return normalise(np.asarray(h.encode(texts, batch_size=32, convert_to_numpy=True), np.float32))
         tok, sess, names, modes = h
         if not texts:
-            return np.zeros((0, int(sess.get_outputs()[0].shape[-1]) * len(modes)), np.float32)
+            return self.embed(handle, ["a"], 8)[:0]
         tok.enable_truncation(limit)  # as the library truncates: the special tokens stay
         ids = [e.ids for e in tok.encode_batch(texts)]
         return onnx_pooled(sess, names, ids, lambda out, mask: pool(out, mask, modes))

@@ -63,6 +63,12 @@ def locate(run_dir: Path, where: str) -> dict:
     ends = t.column("end").to_numpy()
     k = int(np.searchsorted(ends, int(off), side="right"))
     if k >= t.num_rows:
+        fmt = Path(stem).parts[1] if len(Path(stem).parts) > 2 else None
+        data = run_dir / (stem + _DATA.get(fmt, ""))
+        if "piece" in t.column_names and fmt in _DATA and data.is_file():  # packed: the last sequence's padding
+            size = np.dtype(_tokenized(run_dir)["tokenized"]["formats"][fmt]["dtype"]).itemsize
+            if int(off) < data.stat().st_size // size:
+                raise UsageError(f"{stem}: token {off} is padding (EOS) at the end of the file's last sequence")
         raise UsageError(f"{stem}: offset {off} is past its last token ({int(ends[-1]) - 1 if len(ends) else -1})")
     row = t.slice(k, 1).to_pylist()[0]
     if int(off) < row["start"]:  # packed files pad their sequences: no document holds the token

@@ -202,3 +202,10 @@ def test_an_int8_attribute_holds_half_the_bytes_and_a_head_scores_it_as_it_score
     opts = fam.options(params)
     assert opts["dtype"] == "int8" and model["dtype"] == "int8"
     assert np.array_equal(fam.score_vectors(model, x, "law", opts), fam.score(model, texts, "law", opts))
+
+
+def test_a_head_scores_only_vectors_of_the_dtype_it_was_trained_on():
+    with pytest.raises(ValueError, match=r"trained on int8 vectors, the run stores float16 ones: set the classifier's `dtype: int8`"):
+        embeddings.check_dtype({"dtype": "int8"}, {"dtype": "float16"})
+    embeddings.check_dtype({}, {"dtype": "float16"})  # a head from before int8: float16
+    embeddings.check_dtype({"dtype": "int8"}, {})  # scored from texts without options: as trained

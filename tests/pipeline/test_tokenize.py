@@ -403,3 +403,28 @@ def test_pack_needs_an_end_of_text_to_pad_with(tmp_path, demo_corpus):
     r = curate("plan", str(y))
     assert r.returncode != 0 and "tokenize.pack: packing pads sequences with the end-of-text token" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_files_split_between_documents_and_keep_empty_ones_packed_or_not():
+    """`max_file_tokens` splits a run of documents between documents: packed, each file's
+    documents are packed on their own, so no document is in two files; unpacked, an empty
+    document (eos: false) keeps its sidecar row; a cell's blend weight leaves padding out."""
+    from pipeline.steps.tokenize import blends
+    from pipeline.steps.tokenize.tasks import _pieces
+
+    lengths = np.array([3, 5, 2, 6, 0])
+    ids = np.arange(1, int(lengths.sum()) + 1, dtype=np.uint32)
+    for strategy in ("concat", "best_fit"):
+        files = _pieces(ids, lengths, {"max_file_tokens": 8, "pack": {"seq_len": 4, "strategy": strategy}, "eos_id": 0})
+        seen = [set(pc["doc"].tolist()) for _, _, pc in files]
+        assert all(not (a & b) for i, a in enumerate(seen) for b in seen[i + 1:])  # a document in one file only
+        assert set().union(*seen) == {0, 1, 2, 3}  # the empty document has no tokens to place
+        for tok, seqs, pc in files:
+            assert len(tok) == 4 * len(seqs) and all(np.all(tok[s:e] != 0) for s, e in zip(pc["start"], pc["end"]))
+    files = _pieces(ids, lengths, {"max_file_tokens": 8})
+    assert [pc["doc"].tolist() for _, _, pc in files] == [[0, 1], [2, 3, 4]]
+    assert files[-1][2]["start"].tolist() == [0, 2, 8] and files[-1][2]["end"].tolist() == [2, 8, 8]
+    b = {"files": [{"path": "tokenized/megatron/a/part-00000", "cell": "a", "tokens": 8, "padding": 3, "documents": 1},
+                   {"path": "tokenized/megatron/b/part-00000", "cell": "b", "tokens": 8, "padding": 0, "documents": 2}]}
+    g = blends._groups("megatron", b)[""]
+    assert g["a"]["tokens"] == 5 and g["b"]["tokens"] == 8

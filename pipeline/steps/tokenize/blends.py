@@ -32,10 +32,11 @@ def _groups(fmt: str, b: dict) -> dict[str, dict[str, dict]]:
         cell = f["cell"]
         head = rel[: -len(cell + "/" + rel.rsplit("/", 1)[1])].rstrip("/")  # the phase's folder, or ""
         g = out.setdefault(head, {}).setdefault(cell, {"tokens": 0, "documents": 0, "files": []})
-        g["tokens"] += f["tokens"]
+        real = f["tokens"] - f.get("padding", 0)  # packed: a cell's weight is its documents' tokens, not its padding
+        g["tokens"] += real
         g["documents"] += f["documents"]
         if f["tokens"]:
-            g["files"].append((rel, f["tokens"]))
+            g["files"].append((rel, real))
     return out
 
 

@@ -42,6 +42,9 @@ def ids_dtype(vocab: int) -> np.dtype:
 
 def pack_ids(lengths: np.ndarray, flat: np.ndarray, dtype: np.dtype) -> pa.Array:
     """Documents' ids (`lengths` of them back to back in `flat`) as one binary value each."""
+    if len(flat) and int(flat.max()) > np.iinfo(dtype).max:  # a tokenizer.json with ids past its vocabulary's size
+        raise ValueError(f"token id {int(flat.max()):,} does not fit the {dtype} the vocabulary's size chose; "
+                         "the tokenizer has ids past its size: use a tokenizer whose ids are below its vocabulary size")
     data = np.ascontiguousarray(flat, dtype=dtype)
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -210,24 +213,24 @@ def _provenance(base, pc: dict, meta, cells, epochs, packed: bool = False) -> di
 
 def _pieces(ids: np.ndarray, lengths: np.ndarray, p: dict) -> list[tuple[np.ndarray, np.ndarray, dict]]:
     """The token files of a run of documents: [(tokens, sequence lengths, pieces)], split
-    past `max_file_tokens` at sequence boundaries. Unpacked, a sequence and a piece are a
-    document; with `pack`, sequences of seq_len holding pieces of documents
-    (pipeline/steps/tokenize/pack.py). Pieces: {"doc" (index into `lengths`), "piece",
-    "start", "end" (in the file)}."""
-    if "pack" in p:
-        seq_len = p["pack"]["seq_len"]
-        tok, pc = pack.pack(ids, lengths, seq_len, p["pack"]["strategy"], p["eos_id"])
-        seqs = np.full(len(tok) // seq_len, seq_len, np.int64)
-    else:
-        tok, seqs = ids, np.asarray(lengths, np.int64)
-        ends = np.cumsum(seqs)
-        pc = {"doc": np.arange(len(seqs)), "piece": np.zeros(len(seqs), np.int64), "start": ends - seqs, "end": ends}
-    bounds = np.r_[0, np.cumsum(seqs)]
+    past `max_file_tokens` between documents (a document is never in two files). Unpacked,
+    a sequence and a piece are a document; with `pack`, each file's documents are packed on
+    their own into sequences of seq_len (pipeline/steps/tokenize/pack.py). Pieces: {"doc"
+    (index into `lengths`), "piece", "start", "end" (in the file)}."""
+    lengths = np.asarray(lengths, np.int64)
+    bounds = np.r_[0, np.cumsum(lengths)]
     out = []
-    for a, b in _split(seqs, p["max_file_tokens"]):
-        lo, hi = int(bounds[a]), int(bounds[b])
-        inside = (pc["start"] >= lo) & (pc["start"] < hi) if hi > lo else np.zeros(len(pc["start"]), bool)
-        out.append((tok[lo:hi], seqs[a:b], {k: (v[inside] - lo if k in ("start", "end") else v[inside]) for k, v in pc.items()}))
+    for a, b in _split(lengths, p["max_file_tokens"]):
+        tok, n = ids[int(bounds[a]):int(bounds[b])], lengths[a:b]
+        if "pack" in p:
+            seq_len = p["pack"]["seq_len"]
+            tok, pc = pack.pack(tok, n, seq_len, p["pack"]["strategy"], p["eos_id"])
+            seqs = np.full(len(tok) // seq_len, seq_len, np.int64)
+            pc["doc"] = pc["doc"] + a
+        else:  # every document, empty ones too
+            seqs, ends = n, np.cumsum(n)
+            pc = {"doc": np.arange(a, b), "piece": np.zeros(b - a, np.int64), "start": ends - n, "end": ends}
+        out.append((tok, seqs, pc))
     return out
 
 
