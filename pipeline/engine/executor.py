@@ -32,9 +32,9 @@ import orjson
 
 from pipeline.engine.cluster import check_shared_output, start_ray
 from pipeline.engine.lease import LeaseLost, Leases, create_exclusive, describe
-from pipeline.engine.markers import pinned
+from pipeline.engine.markers import RunningMarkers, pinned
 from pipeline.engine.progress import Progress
-from pipeline.engine.step import SUCCESS, Step, committed, read_markers, shard_name, success
+from pipeline.engine.step import SUCCESS, Step, committed, iter_markers, read_markers, shard_name, success
 from pipeline.engine.task import run_shard, versions
 from pipeline.errors import CurateError, RunError, TransientError
 from pipeline.io import atomic, fs
@@ -284,17 +284,20 @@ class Executor:
                 "shards": specs, "versions": versions(),
             },
         )
-        markers = read_markers(d)
-        self.stats[s.name] = {i: m for i, m in markers.items() if i < len(specs)}
+        running = RunningMarkers(len(specs))  # markers as they arrive, spilled: not a dict a shard in the driver
+        for i, m in iter_markers(d):  # a resumed step's finished shards
+            if i < len(specs):
+                running[i] = m
+        self.stats[s.name] = running
         s.meta["specs"] = specs
         s.meta["inline"] = self._inline_ok(s)
         if s.meta["inline"]:
             self.inlined.append(s.name)
-        todo = [i for i in range(len(specs)) if i not in self.stats[s.name]]
+        todo = [i for i in range(len(specs)) if i not in running]
         remaining[s.name] = len(todo)
         started[s.name] = time.time()
         self.status[s.name] = "RUNNING"
-        done_docs = sum(m.get("rows", 0) for m in self.stats[s.name].values())
+        done_docs = running.rows
         self.progress.start(s.name, len(specs), len(specs) - len(todo), done_docs)
         for i in todo:
             queue.append((s, i, specs[i]))
@@ -313,7 +316,10 @@ class Executor:
         commit(d, s.hash, fence, markers)  # False: another holder committed the same step (same bytes)
         # the step's markers from its index from now on, read when a plan needs them: the driver
         # holds the markers of the steps in flight, not of every step of the run
-        self.stats[s.name] = committed(s, self.store) or markers
+        done = committed(s, self.store)
+        self.stats[s.name] = done or markers
+        if done is not None and isinstance(markers, RunningMarkers):
+            markers.close()
         atomic.clean_tmp(d, fence)
         if self.leases is not None:
             self.leases.release(self.lease_dir(s))
@@ -324,12 +330,16 @@ class Executor:
         self.progress.finish(s.name, self.timings[s.name])
 
 
-def commit(d, step_hash: str, fence: str, markers: dict[int, dict]) -> bool:
-    """Commit a finished step: its marker index under the fence's own name, then `_SUCCESS`
-    created exclusively and naming it. False when `_SUCCESS` already exists (another holder
-    committed first: same hash, same bytes; the index we wrote is removed)."""
+def commit(d, step_hash: str, fence: str, markers) -> bool:
+    """Commit a finished step: its marker index under the fence's own name (streamed from a
+    RunningMarkers' spill file), then `_SUCCESS` created exclusively and naming it. False
+    when `_SUCCESS` already exists (another holder committed first: same hash, same bytes;
+    the index we wrote is removed)."""
     name = f"_markers-{fence}.json"
-    atomic.write_json(d / name, {str(i): m for i, m in sorted(markers.items())})
+    if isinstance(markers, RunningMarkers):
+        atomic.write_stream(d / name, markers.index_chunks())
+    else:
+        atomic.write_json(d / name, {str(i): m for i, m in sorted(markers.items())})
     rec = {"hash": step_hash, "fence": fence, "markers": name, "shards": len(markers), "finished": time.time()}
     if create_exclusive(d / SUCCESS, orjson.dumps(rec, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"):
         return True

@@ -21,11 +21,15 @@ Example:
 
 from __future__ import annotations
 
+import array
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+import orjson
 
 from pipeline.errors import RunError
 from pipeline.io import atomic
@@ -110,3 +114,73 @@ def pinned():
 def cached() -> int:
     """Indexes held now (for the driver bench and tests)."""
     return len(_cache)
+
+
+class RunningMarkers(Mapping):
+    """The markers of a step while it runs, as they arrive, in a local spill file: the driver
+    holds where each one is (12 bytes a shard) and the rows so far, not the markers (a few
+    hundred bytes to a few KB each). `commit` streams them into the marker index
+    (`index_chunks`), in shard order; a lookup reads one back from the file.
+
+    Example:
+
+        m = RunningMarkers(3)
+        m[2] = {"rows": 10}
+        2 in m, len(m), m.rows   # True, 1, 10
+    """
+
+    def __init__(self, n: int):
+        self.n = n
+        self._f = tempfile.TemporaryFile(prefix="curate-markers-")  # local, gone when closed or collected
+        self._off = array.array("q", [-1]) * n
+        self._len = array.array("i", [0]) * n
+        self.count = 0
+        self.rows = 0
+
+    def __setitem__(self, i: int, marker: dict) -> None:
+        if not 0 <= i < self.n:
+            raise IndexError(f"shard {i} of a step of {self.n}")
+        if self._off[i] >= 0:  # replaced (a shard computed again): its rows counted once
+            self.rows -= self[i].get("rows", 0)
+            self.count -= 1
+        data = orjson.dumps(marker)
+        self._f.seek(0, 2)
+        self._off[i], self._len[i] = self._f.tell(), len(data)
+        self._f.write(data)
+        self.count += 1
+        self.rows += marker.get("rows", 0)
+
+    def __getitem__(self, i) -> dict:
+        if not (isinstance(i, int) and 0 <= i < self.n) or self._off[i] < 0:
+            raise KeyError(i)
+        self._f.seek(self._off[i])
+        return orjson.loads(self._f.read(self._len[i]))
+
+    def __contains__(self, i) -> bool:
+        return isinstance(i, int) and 0 <= i < self.n and self._off[i] >= 0
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for i in range(self.n) if self._off[i] >= 0)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __repr__(self) -> str:
+        return f"RunningMarkers({self.count} of {self.n} shards)"
+
+    def close(self) -> None:
+        self._f.close()
+
+    def index_chunks(self, batch: int = 4096) -> Iterator[bytes]:
+        """The marker index (`{"0": {...}, "1": {...}}`), a few thousand markers at a time."""
+        yield b"{"
+        first = True
+        parts: list[bytes] = []
+        for i in self:
+            self._f.seek(self._off[i])
+            parts.append(b'%s"%d":%s' % (b"" if first else b",", i, self._f.read(self._len[i])))
+            first = False
+            if len(parts) >= batch:
+                yield b"".join(parts)
+                parts = []
+        yield b"".join(parts) + b"}\n"

@@ -224,13 +224,21 @@ def read_markers(step_dir: Path) -> dict[int, dict]:
             return _marker_index(step_dir, rec)
         except (FileNotFoundError, ValueError):
             pass
+    return dict(iter_markers(step_dir))
+
+
+def iter_markers(step_dir: Path):
+    """(shard, marker) of a step in progress, from its per-shard marker files, read a batch
+    at a time (a resume does not hold them all at once)."""
     mdir = step_dir / MARKERS
     if not mdir.is_dir():
-        return {}
+        return
     paths = list(mdir.glob("part-*.json"))
-    # one listing, then the reads: on an object store many at a time (a resume waits on each GET)
-    read = map(atomic.read_json, paths) if fs.is_local(mdir) else fs.read_many(atomic.read_json, paths)
-    return {int(p.stem.split("-")[1]): m for p, m in zip(paths, read)}
+    # one listing, then the reads: on an object store many at a time (a resume waits on each GET), in batches
+    for lo in range(0, len(paths), 1024):
+        batch = paths[lo:lo + 1024]
+        read = map(atomic.read_json, batch) if fs.is_local(mdir) else fs.read_many(atomic.read_json, batch)
+        yield from ((int(p.stem.split("-")[1]), m) for p, m in zip(batch, read))
 
 
 def shard_marker(step_dir, index: int) -> dict:

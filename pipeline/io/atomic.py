@@ -17,12 +17,19 @@ from pipeline.io.fs import commit, tmp_path
 
 
 def write_bytes(final, data: bytes) -> None:
+    write_stream(final, [data])
+
+
+def write_stream(final, chunks) -> None:
+    """Write `final` atomically from an iterable of byte chunks (so a large file need not be
+    built in memory): a temporary name, then the commit; on any failure no temporary stays."""
     final = fs.path(final)
     fs.makedirs(final.parent)
     tmp = tmp_path(final)
     try:
         with tmp.open("wb") as f:
-            f.write(data)
+            for chunk in chunks:
+                f.write(chunk)
         commit(tmp, final)
     except BaseException:  # a write or rename that failed (a store's passing fault): leave no temporary behind
         try:

@@ -45,3 +45,27 @@ def test_finished_steps_markers_are_read_when_planned_and_not_held(tmp_path):
     again.run(steps)
     assert all(again.status[s.name] == "SKIPPED" and isinstance(again.stats[s.name], StepMarkers) for s in steps)
     assert markers.cached() == before
+
+
+def test_a_running_steps_markers_are_spilled_and_stream_into_its_index(tmp_path):
+    """RunningMarkers: the markers of a step in flight live in a local spill file (the driver
+    keeps offsets and running sums); a shard computed again counts once; the index it
+    streams is the JSON object the committed step's StepMarkers reads back."""
+    from pipeline.engine.executor import commit
+    from pipeline.engine.markers import RunningMarkers
+
+    m = RunningMarkers(5)
+    for i in (3, 0, 4):
+        m[i] = {"rows": i + 1, "seconds": 0.5, "source": f"s{i}"}
+    m[3] = {"rows": 10, "seconds": 0.7, "source": "s3"}  # a retried shard: replaced, not counted twice
+    assert len(m) == 3 and m.rows == 1 + 5 + 10 and 3 in m and 1 not in m and list(m) == [0, 3, 4]
+    assert m[3] == {"rows": 10, "seconds": 0.7, "source": "s3"}
+    whole = orjson.loads(b"".join(m.index_chunks(batch=2)))
+    assert whole == {"0": {"rows": 1, "seconds": 0.5, "source": "s0"}, "3": {"rows": 10, "seconds": 0.7, "source": "s3"},
+                     "4": {"rows": 5, "seconds": 0.5, "source": "s4"}}
+    full = RunningMarkers(2)
+    full[0], full[1] = {"rows": 1}, {"rows": 2}
+    assert commit(tmp_path, "h" * 64, "f1", full)
+    assert StepMarkers(tmp_path / "_markers-f1.json", 2)[1] == {"rows": 2}
+    empty = RunningMarkers(0)
+    assert orjson.loads(b"".join(empty.index_chunks())) == {}
