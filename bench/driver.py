@@ -36,14 +36,13 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections import deque
 from pathlib import Path
 
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.engine.executor import Executor  # noqa: E402
+from pipeline.engine.executor import Executor, _Queue  # noqa: E402
 from pipeline.engine.step import MARKERS, Step, shard_name  # noqa: E402
 from pipeline.engine.progress import Progress  # noqa: E402
 
@@ -89,11 +88,15 @@ def run_tasks(n: int, root: Path) -> dict:
     return {"tasks": n, "cpu_s": cpu, "wall_s": wall, "ray_cpu_s": floor, "ray_wall_s": floor_wall}
 
 
+YIELD = [False]  # --yield-specs: the plan yields its specs instead of returning a list
+
+
 def _specs(n: int):
     def shards(step, stats):
-        return [{"file": f"s3://bucket/corpus/crawl-{i // 20:06d}.jsonl.zst", "start": (i % 20) * 50_000,
-                 "stop": (i % 20 + 1) * 50_000, "describe": f"crawl-{i // 20:06d}.jsonl.zst rows {(i % 20) * 50_000}-"}
-                for i in range(n)]
+        specs = ({"file": f"s3://bucket/corpus/crawl-{i // 20:06d}.jsonl.zst", "start": (i % 20) * 50_000,
+                  "stop": (i % 20 + 1) * 50_000, "describe": f"crawl-{i // 20:06d}.jsonl.zst rows {(i % 20) * 50_000}-"}
+                 for i in range(n))
+        return specs if YIELD[0] else list(specs)
     return shards
 
 
@@ -113,7 +116,7 @@ def measure(n: int, root: Path) -> dict:
     ex = Executor(store, progress=Progress(quiet=True))
     tracemalloc.start()
     t0, c0 = time.perf_counter(), time.process_time()
-    queue, remaining, started = deque(), {}, {}
+    queue, remaining, started = _Queue(), {}, {}
     ex._activate(s, queue, remaining, started)  # lists specs, writes step.json, reads markers, commits (none to do)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     _, peak = tracemalloc.get_traced_memory()
@@ -170,7 +173,10 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs=2, default=[10_000, 100_000])
     ap.add_argument("--tasks", type=int, help="run N and 4N empty tasks on a local Ray instead (driver CPU per task)")
     ap.add_argument("--chain", type=int, help="K chained steps of --sizes' first size (the driver's memory over a run)")
+    ap.add_argument("--yield-specs", action="store_true", help="the synthetic plan yields its specs (a generator) "
+                    "instead of returning a list, as a plan written that way would")
     args = ap.parse_args()
+    YIELD[0] = args.yield_specs
     root = Path(tempfile.mkdtemp(prefix="curate-driver-", dir=os.environ.get("TMPDIR")))
     if args.chain:
         n = args.sizes[0]

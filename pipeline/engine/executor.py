@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import array
 import os
 import time
 import uuid
@@ -32,7 +33,7 @@ import orjson
 
 from pipeline.engine.cluster import check_shared_output, start_ray
 from pipeline.engine.lease import LeaseLost, Leases, create_exclusive, describe
-from pipeline.engine.markers import RunningMarkers, pinned
+from pipeline.engine.markers import RunningMarkers, SpilledSpecs, pinned
 from pipeline.engine.progress import Progress
 from pipeline.engine.step import SUCCESS, Step, committed, iter_markers, read_markers, shard_name, success
 from pipeline.engine.task import run_shard, versions
@@ -131,7 +132,7 @@ class Executor:
         todo = [s for s in steps if s.name not in self.stats]
         if not todo:
             return self.stats
-        queue: deque = deque()
+        queue = _Queue()
         in_flight: dict = {}
         remaining: dict[str, int] = {}
         started: dict[str, float] = {}
@@ -185,7 +186,8 @@ class Executor:
             self._check_lost()
             finished: list = []  # (step, shard, stats or the exception that ended it)
             while queue and (self._ray is None or len(in_flight) < self._ray[2]):
-                s, idx, spec = queue.popleft()
+                s, idx = queue.pop()
+                spec = s.meta["specs"][idx]
                 if s.meta.get("inline"):
                     finished.append((s, idx, self._run_inline(s, idx, spec)))
                     break  # harvest it: its step may be done and others ready
@@ -268,22 +270,28 @@ class Executor:
                         f"for longer than {self.leases.ttl:.0f}s (CURATE_LEASE_SECONDS) and the other took the step "
                         "over; this run stopped without deleting or committing anything; run again to reuse its work")
 
-    def _activate(self, s: Step, queue: deque, remaining: dict, started: dict):
+    def _activate(self, s: Step, queue: "_Queue", remaining: dict, started: dict):
         d = s.dir(self.store)
         fs.makedirs(d)
         if success(d) is not None:  # a commit whose marker index is gone (a gc stopped halfway): not done
             (d / SUCCESS).unlink()
+        specs = SpilledSpecs()  # the plan's specs as it yields them, spilled: not a list of dicts in the driver
+        head = orjson.dumps({
+            "name": s.name, "kind": s.kind, "version": s.version, "hash": s.hash,
+            "config_hash": s.config_hash, "inputs_hash": s.inputs_hash, "code_hash": s.code_hash, "code": s.code,
+            "config": s.config, "inputs": {i.name: i.hash for i in s.inputs}, "versions": versions(),
+        }, option=orjson.OPT_SORT_KEYS)
+
+        def step_json():  # step.json streamed in the same pass: its shards last
+            yield head[:-1] + b',"shards":['
+            for k, spec in enumerate(s.shards(s, self.stats)):
+                data = orjson.dumps(spec)
+                specs.append_json(data)
+                yield (b",\n" if k else b"\n") + data
+            yield b"\n]}\n"
+
         with pinned():  # every marker index the plan reads, read once, let go after
-            specs = s.shards(s, self.stats)
-        atomic.write_json(
-            d / "step.json",
-            {
-                "name": s.name, "kind": s.kind, "version": s.version, "hash": s.hash,
-                "config_hash": s.config_hash, "inputs_hash": s.inputs_hash, "code_hash": s.code_hash, "code": s.code,
-                "config": s.config, "inputs": {i.name: i.hash for i in s.inputs},
-                "shards": specs, "versions": versions(),
-            },
-        )
+            atomic.write_stream(d / "step.json", step_json())
         running = RunningMarkers(len(specs))  # markers as they arrive, spilled: not a dict a shard in the driver
         for i, m in iter_markers(d):  # a resumed step's finished shards
             if i < len(specs):
@@ -293,14 +301,13 @@ class Executor:
         s.meta["inline"] = self._inline_ok(s)
         if s.meta["inline"]:
             self.inlined.append(s.name)
-        todo = [i for i in range(len(specs)) if i not in running]
+        todo = array.array("q", (i for i in range(len(specs)) if i not in running))
         remaining[s.name] = len(todo)
         started[s.name] = time.time()
         self.status[s.name] = "RUNNING"
         done_docs = running.rows
         self.progress.start(s.name, len(specs), len(specs) - len(todo), done_docs)
-        for i in todo:
-            queue.append((s, i, specs[i]))
+        queue.add(s, todo)
         if not todo:
             self._finish(s, remaining, started)
 
@@ -324,10 +331,35 @@ class Executor:
         if self.leases is not None:
             self.leases.release(self.lease_dir(s))
         remaining.pop(s.name, None)
+        if isinstance(s.meta.get("specs"), SpilledSpecs):
+            s.meta["specs"].close()
         s.meta["specs"] = None  # step.json holds them: the driver keeps specs of running steps only, not of the whole run
         self.timings[s.name] = time.time() - started.get(s.name, time.time())
         self.status[s.name] = "SUCCESS"
         self.progress.finish(s.name, self.timings[s.name])
+
+
+class _Queue:
+    """Shards waiting for a task slot, a step at a time: (step, its indices to run, how many
+    went), not a tuple a shard."""
+
+    def __init__(self):
+        self._q: deque = deque()
+
+    def add(self, s: Step, todo: array.array) -> None:
+        if len(todo):
+            self._q.append([s, todo, 0])
+
+    def __bool__(self) -> bool:
+        return bool(self._q)
+
+    def pop(self) -> tuple[Step, int]:
+        head = self._q[0]
+        s, todo, k = head
+        head[2] = k + 1
+        if k + 1 == len(todo):
+            self._q.popleft()
+        return s, int(todo[k])
 
 
 def commit(d, step_hash: str, fence: str, markers) -> bool:

@@ -25,7 +25,7 @@ import array
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -184,3 +184,34 @@ class RunningMarkers(Mapping):
                 yield b"".join(parts)
                 parts = []
         yield b"".join(parts) + b"}\n"
+
+
+class SpilledSpecs(Sequence):
+    """A running step's shard specs, written to a local spill file as its plan yields them
+    (the same pass writes step.json): the driver holds 12 bytes a shard, and a spec is read
+    back when its task is submitted or a failure names its input."""
+
+    def __init__(self):
+        self._f = tempfile.TemporaryFile(prefix="curate-specs-")
+        self._off = array.array("q")
+        self._len = array.array("i")
+
+    def append_json(self, data: bytes) -> None:
+        self._f.seek(0, 2)
+        self._off.append(self._f.tell())
+        self._len.append(len(data))
+        self._f.write(data)
+
+    def __len__(self) -> int:
+        return len(self._off)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        self._f.seek(self._off[i])
+        return orjson.loads(self._f.read(self._len[i]))
+
+    def close(self) -> None:
+        self._f.close()

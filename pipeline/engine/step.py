@@ -30,11 +30,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from pipeline.engine.markers import StepMarkers
@@ -233,10 +235,17 @@ def iter_markers(step_dir: Path):
     mdir = step_dir / MARKERS
     if not mdir.is_dir():
         return
-    paths = list(mdir.glob("part-*.json"))
-    # one listing, then the reads: on an object store many at a time (a resume waits on each GET), in batches
-    for lo in range(0, len(paths), 1024):
-        batch = paths[lo:lo + 1024]
+    # one listing, kept as shard numbers (8 bytes a shard, not a path object), then the reads: on an object
+    # store many at a time (a resume waits on each GET), a batch at a time
+    if fs.is_local(mdir):  # scandir streams the entries (a glob lists the whole folder as objects first)
+        with os.scandir(mdir) as it:
+            names = (e.name for e in it)
+            done = np.sort(np.fromiter((int(n[5:-5]) for n in names if n.startswith("part-") and n.endswith(".json")
+                                        and n[5:-5].isdigit()), np.int64))
+    else:
+        done = np.sort(np.fromiter((int(p.stem.split("-")[1]) for p in mdir.glob("part-*.json")), np.int64))
+    for lo in range(0, len(done), 1024):
+        batch = [mdir / f"{shard_name(int(i))}.json" for i in done[lo:lo + 1024]]
         read = map(atomic.read_json, batch) if fs.is_local(mdir) else fs.read_many(atomic.read_json, batch)
         yield from ((int(p.stem.split("-")[1]), m) for p, m in zip(batch, read))
 
