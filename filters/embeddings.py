@@ -337,7 +337,7 @@ class OnnxBackend(EmbeddingBackend):
         if not texts:
             return np.zeros((0, dim), np.float32)
         ids = [e.ids[:max_tokens] for e in tok.encode_batch(texts)]
-        return onnx_pooled(sess, names, ids, lambda out, mask: mean_pool(out, mask))
+        return onnx_pooled(sess, names, ids, mean_pool)
 
 
 ONNX_BATCH = 32  # texts an ONNX call: each call pads to its longest text, so a (batch, longest, dim) array stays small

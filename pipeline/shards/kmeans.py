@@ -44,7 +44,8 @@ def read_vectors(path: str, float16: bool = False) -> tuple[pa.Array, np.ndarray
     """(the `embedding` column, its rows as the heads were trained on them: float16 as
     stored, or int8 times its row's scale in float32) of an `embed-<source>` file; with
     `float16`, an int8 column comes back as float16 too, as the k-means steps carry it."""
-    t = fs.read_table(path)
+    pf = fs.parquet_file(path)
+    t = pf.read(columns=[c for c in ("embedding", "embedding_scale") if c in pf.schema_arrow.names])  # not the ids
     col = t.column("embedding").combine_chunks()
     dim = col.type.list_size
     raw = np.asarray(col.values.to_numpy(zero_copy_only=False)).reshape(-1, dim)

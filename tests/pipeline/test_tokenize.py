@@ -44,6 +44,19 @@ def _mixture(demo_corpus) -> str:
     return text + TOKENIZE
 
 
+def _variant(tok_runs, demo_corpus, joined, name: str, option: str) -> Path:
+    """The tokenized mixture again with one more `tokenize:` option, on the same store: its
+    run directory, after checking that its encoders were reused (encoded once)."""
+    d = tok_runs[0].parent.parent
+    y = write_yaml(d / f"{name}.yaml", _mixture(demo_corpus).replace("name: remote", f"name: {name}").replace(
+        "formats: [megatron, datatrove, memmap]}", f"formats: [megatron, datatrove, memmap], {option}}}"))
+    r = curate("run", str(y), "--workers", "2", env=joined)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = atomic.read_json(d / "out" / name / "run.json")["steps"]
+    assert all(rec[n]["status"] == "SKIPPED" for n in rec if n.startswith("tokenize-"))  # encoded once, reused
+    return d / "out" / name
+
+
 def _gpt2_json(tmp: Path) -> str:
     """GPT-2 as a tokenizer.json from the same offline files, for datatrove."""
     from tokenizers import ByteLevelBPETokenizer
@@ -255,14 +268,7 @@ def test_layout_cells_writes_a_dataset_per_cell_and_the_trainers_blends(tok_runs
     import yaml
 
     run = tok_runs[0]
-    d = run.parent.parent
-    y = write_yaml(d / "c.yaml", _mixture(demo_corpus).replace("name: remote", "name: cells").replace(
-        "formats: [megatron, datatrove, memmap]}", "formats: [megatron, datatrove, memmap], layout: cells}"))
-    r = curate("run", str(y), "--workers", "2", env=joined)
-    assert r.returncode == 0, r.stderr[-3000:]
-    cells_run = d / "out" / "cells"
-    rec = atomic.read_json(cells_run / "run.json")["steps"]
-    assert all(rec[n]["status"] == "SKIPPED" for n in rec if n.startswith("tokenize-"))  # encoded once, reused
+    cells_run = _variant(tok_runs, demo_corpus, joined, "cells", "layout: cells")
     man = atomic.read_json(cells_run / "manifest.json")["tokenized"]["formats"]
     mixed = atomic.read_json(cells_run / "manifest.json")["cells"]
     for fmt in ("megatron", "datatrove", "memmap"):
@@ -331,13 +337,7 @@ def test_packing_fills_fixed_sequences_cutting_only_long_documents(tok_runs, dem
 
     run = tok_runs[0]
     d = run.parent.parent
-    y = write_yaml(d / "p.yaml", _mixture(demo_corpus).replace("name: remote", "name: packed").replace(
-        "formats: [megatron, datatrove, memmap]}", "formats: [megatron, datatrove, memmap], pack: {seq_len: 256}}"))
-    r = curate("run", str(y), "--workers", "2", env=joined)
-    assert r.returncode == 0, r.stderr[-3000:]
-    packed = d / "out" / "packed"
-    rec = atomic.read_json(packed / "run.json")["steps"]
-    assert all(rec[n]["status"] == "SKIPPED" for n in rec if n.startswith("tokenize-"))  # encoded once, reused
+    packed = _variant(tok_runs, demo_corpus, joined, "packed", "pack: {seq_len: 256}")
     man = atomic.read_json(packed / "manifest.json")["tokenized"]
     assert man["pack"] == {"seq_len": 256, "strategy": "best_fit"}
     unpacked = {}
