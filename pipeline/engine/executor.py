@@ -118,10 +118,13 @@ class Executor:
         try:
             return self._run(steps)
         finally:
-            if self.leases is not None:  # failed or interrupted: free what we hold for the others at once
-                for s in steps:
-                    if self.status.get(s.name) != "SUCCESS":
+            for s in steps:
+                if self.status.get(s.name) != "SUCCESS":
+                    if self.leases is not None:  # failed or interrupted: free what we hold for the others at once
                         self.leases.release(self.lease_dir(s))
+                    if isinstance(s.meta.get("specs"), SpilledSpecs):  # its spill file (its markers stay readable)
+                        s.meta["specs"].close()
+                        s.meta["specs"] = None
 
     def _run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
         for s in steps:
@@ -290,15 +293,16 @@ class Executor:
                 yield (b",\n" if k else b"\n") + data
             yield b"\n]}\n"
 
-        with pinned():  # every marker index the plan reads, read once, let go after
+        with pinned():  # every marker index the plan reads (and _inline_ok's inputs), read once, let go after
             atomic.write_stream(d / "step.json", step_json())
+            inline = self._inline_ok(s)
         running = RunningMarkers(len(specs))  # markers as they arrive, spilled: not a dict a shard in the driver
         for i, m in iter_markers(d):  # a resumed step's finished shards
             if i < len(specs):
                 running[i] = m
         self.stats[s.name] = running
         s.meta["specs"] = specs
-        s.meta["inline"] = self._inline_ok(s)
+        s.meta["inline"] = inline
         if s.meta["inline"]:
             self.inlined.append(s.name)
         todo = array.array("q", (i for i in range(len(specs)) if i not in running))

@@ -22,6 +22,8 @@ Example:
 from __future__ import annotations
 
 import array
+import operator
+import os
 import tempfile
 import threading
 from collections import OrderedDict
@@ -116,7 +118,34 @@ def cached() -> int:
     return len(_cache)
 
 
-class RunningMarkers(Mapping):
+def _spill_file(prefix: str):
+    """A local spill file, gone when closed or collected: under CURATE_SPILL_DIR when set (a
+    disk; the default temp folder may be a tmpfs, whose pages count as the driver's memory)."""
+    return tempfile.TemporaryFile(prefix=prefix, dir=os.environ.get("CURATE_SPILL_DIR") or None)
+
+
+class _Spill:
+    """JSON records appended to a spill file, read back by their place: the driver keeps 12
+    bytes a record (offset and length), not the record."""
+
+    def __init__(self, prefix: str):
+        self._f = _spill_file(prefix)
+
+    def _put(self, data: bytes) -> tuple[int, int]:
+        self._f.seek(0, 2)
+        off = self._f.tell()
+        self._f.write(data)
+        return off, len(data)
+
+    def _raw(self, off: int, n: int) -> bytes:
+        self._f.seek(off)
+        return self._f.read(n)
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class RunningMarkers(_Spill, Mapping):
     """The markers of a step while it runs, as they arrive, in a local spill file: the driver
     holds where each one is (12 bytes a shard) and the rows so far, not the markers (a few
     hundred bytes to a few KB each). `commit` streams them into the marker index
@@ -130,34 +159,40 @@ class RunningMarkers(Mapping):
     """
 
     def __init__(self, n: int):
+        super().__init__("curate-markers-")
         self.n = n
-        self._f = tempfile.TemporaryFile(prefix="curate-markers-")  # local, gone when closed or collected
         self._off = array.array("q", [-1]) * n
         self._len = array.array("i", [0]) * n
         self.count = 0
         self.rows = 0
 
+    def _at(self, i) -> int | None:
+        """`i` as a shard number of this step that has a marker (numpy integers too), else None."""
+        try:
+            i = operator.index(i)
+        except TypeError:
+            return None
+        return i if 0 <= i < self.n and self._off[i] >= 0 else None
+
     def __setitem__(self, i: int, marker: dict) -> None:
+        i = operator.index(i)
         if not 0 <= i < self.n:
             raise IndexError(f"shard {i} of a step of {self.n}")
         if self._off[i] >= 0:  # replaced (a shard computed again): its rows counted once
             self.rows -= self[i].get("rows", 0)
             self.count -= 1
-        data = orjson.dumps(marker)
-        self._f.seek(0, 2)
-        self._off[i], self._len[i] = self._f.tell(), len(data)
-        self._f.write(data)
+        self._off[i], self._len[i] = self._put(orjson.dumps(marker))
         self.count += 1
         self.rows += marker.get("rows", 0)
 
     def __getitem__(self, i) -> dict:
-        if not (isinstance(i, int) and 0 <= i < self.n) or self._off[i] < 0:
+        k = self._at(i)
+        if k is None:
             raise KeyError(i)
-        self._f.seek(self._off[i])
-        return orjson.loads(self._f.read(self._len[i]))
+        return orjson.loads(self._raw(self._off[k], self._len[k]))
 
     def __contains__(self, i) -> bool:
-        return isinstance(i, int) and 0 <= i < self.n and self._off[i] >= 0
+        return self._at(i) is not None
 
     def __iter__(self) -> Iterator[int]:
         return (i for i in range(self.n) if self._off[i] >= 0)
@@ -168,39 +203,32 @@ class RunningMarkers(Mapping):
     def __repr__(self) -> str:
         return f"RunningMarkers({self.count} of {self.n} shards)"
 
-    def close(self) -> None:
-        self._f.close()
-
     def index_chunks(self, batch: int = 4096) -> Iterator[bytes]:
         """The marker index (`{"0": {...}, "1": {...}}`), a few thousand markers at a time."""
         yield b"{"
-        first = True
         parts: list[bytes] = []
-        for i in self:
-            self._f.seek(self._off[i])
-            parts.append(b'%s"%d":%s' % (b"" if first else b",", i, self._f.read(self._len[i])))
-            first = False
+        for k, i in enumerate(self):
+            parts.append(b'%s"%d":%s' % (b"," if k else b"", i, self._raw(self._off[i], self._len[i])))
             if len(parts) >= batch:
                 yield b"".join(parts)
                 parts = []
         yield b"".join(parts) + b"}\n"
 
 
-class SpilledSpecs(Sequence):
+class SpilledSpecs(_Spill, Sequence):
     """A running step's shard specs, written to a local spill file as its plan yields them
     (the same pass writes step.json): the driver holds 12 bytes a shard, and a spec is read
     back when its task is submitted or a failure names its input."""
 
     def __init__(self):
-        self._f = tempfile.TemporaryFile(prefix="curate-specs-")
+        super().__init__("curate-specs-")
         self._off = array.array("q")
         self._len = array.array("i")
 
     def append_json(self, data: bytes) -> None:
-        self._f.seek(0, 2)
-        self._off.append(self._f.tell())
-        self._len.append(len(data))
-        self._f.write(data)
+        off, n = self._put(data)
+        self._off.append(off)
+        self._len.append(n)
 
     def __len__(self) -> int:
         return len(self._off)
@@ -208,10 +236,7 @@ class SpilledSpecs(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
+        i = operator.index(i)
         if not -len(self) <= i < len(self):
             raise IndexError(i)
-        self._f.seek(self._off[i])
-        return orjson.loads(self._f.read(self._len[i]))
-
-    def close(self) -> None:
-        self._f.close()
+        return orjson.loads(self._raw(self._off[i], self._len[i]))

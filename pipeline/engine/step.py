@@ -245,9 +245,10 @@ def iter_markers(step_dir: Path):
     else:
         done = np.sort(np.fromiter((int(p.stem.split("-")[1]) for p in mdir.glob("part-*.json")), np.int64))
     for lo in range(0, len(done), 1024):
-        batch = [mdir / f"{shard_name(int(i))}.json" for i in done[lo:lo + 1024]]
+        shards = [int(i) for i in done[lo:lo + 1024]]
+        batch = [mdir / f"{shard_name(i)}.json" for i in shards]
         read = map(atomic.read_json, batch) if fs.is_local(mdir) else fs.read_many(atomic.read_json, batch)
-        yield from ((int(p.stem.split("-")[1]), m) for p, m in zip(batch, read))
+        yield from zip(shards, read)
 
 
 def shard_marker(step_dir, index: int) -> dict:

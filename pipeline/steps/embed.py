@@ -105,7 +105,7 @@ def texts_cut_later(m) -> bool:
     return bool((m.dedup and m.dedup.paragraph) or (m.decontaminate and m.decontaminate.action == "cut"))
 
 
-def vector_readers(m) -> dict[str, tuple[str, int]]:
+def vector_readers(m) -> dict[str, tuple[str, int, str]]:
     """Source -> (model, max_tokens, dtype) of the classifier that scores it (quality or topic) from
     document embeddings (a family with `reads_vectors`: embedding probes, regression heads),
     when it can read embed-<source>'s vectors (no later layer rewrites the texts)."""
@@ -120,7 +120,7 @@ def vector_readers(m) -> dict[str, tuple[str, int]]:
     return out
 
 
-def embeddings_of(m, c) -> list[tuple[str, int]]:
+def embeddings_of(m, c) -> list[tuple[str, int, str]]:
     """(model, max_tokens, dtype) of the embeddings classifier `c` scores from: its own, or its
     members' (an ensemble)."""
     from filters.classifiers import family
@@ -180,7 +180,7 @@ def vectors_step(ctx: Context, sname: str, c) -> Step | None:
     """The `embed-<source>` step classifier `c` (or one of its members) reads vectors from,
     when the run embeds every row of the source with that embedding; else None."""
     st = ctx.embed.get(sname)
-    if st is None or st.config.get("rows") != "all" or texts_cut_later(ctx.mixture):
+    if st is None or st.config.get("rows") != "all":  # "all" only when no later layer rewrites the texts (vector_readers)
         return None
     return st if st.meta.get("ref") in embeddings_of(ctx.mixture, c) else None
 

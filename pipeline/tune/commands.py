@@ -43,6 +43,7 @@ def add_parsers(sub) -> None:
     f.add_argument("results", help="CSV: a `variant` column (the variants' names) and one column per metric")
     f.add_argument("--metric", required=True, help="the column to optimise")
     f.add_argument("--minimize", action="store_true", help="lower is better (a loss, a perplexity); default: higher")
+    # surrogate.MODELS, written out: importing it would load scipy to parse the command line
     f.add_argument("--model", default="auto", choices=["auto", "quadratic", "gp", "loglinear", "linear", "lightgbm"],
                    help="the regression (default auto: quadratic, loglinear or gp, whichever has the smallest "
                    "cross-validated error)")
@@ -72,9 +73,9 @@ def dispatch(args) -> int:
         return 0
     from pipeline.tune import fit
 
-    r = fit.fit(args.sweep_dir, args.results, args.metric, minimize=args.minimize, model=args.model, out=args.out,
-                seed=args.seed, kl=args.kl, log=print)
-    return 0 if r else 1
+    fit.fit(args.sweep_dir, args.results, args.metric, minimize=args.minimize, model=args.model, out=args.out,
+            seed=args.seed, kl=args.kl, log=print)  # a fit that cannot be made raises a UsageError
+    return 0
 
 
 def _run_all(folder: Path, workers, log) -> None:

@@ -24,7 +24,7 @@ from pipeline.config import load
 from pipeline.errors import UsageError
 from pipeline.io import atomic
 from pipeline.tune import plot
-from pipeline.tune.space import Group, Space
+from pipeline.tune.space import Group, Space, normed
 from pipeline.tune.surrogate import AUTO, Surrogate, cross_validated, min_runs, select
 from pipeline.tune.sweep import set_weights, rebase
 
@@ -38,13 +38,8 @@ def read_sweep(folder: Path) -> tuple[dict, Space]:
     except FileNotFoundError:
         raise UsageError(f"{folder}: no sweep.json; give the folder `curate sweep` wrote") from None
     groups = [Group(g["phase"], g["cells"], np.array([g["caps"][c] for c in g["cells"]]),
-                    _normed([g["weights"][c] for c in g["cells"]])) for g in info["groups"]]
+                    normed([g["weights"][c] for c in g["cells"]])) for g in info["groups"]]
     return info, Space(groups)
-
-
-def _normed(w) -> np.ndarray:
-    w = np.asarray(w, float)
-    return w / w.sum() if w.sum() > 0 else np.full(len(w), 1 / len(w))
 
 
 def read_results(path: Path, info: dict, metric: str, log=print) -> tuple[list[str], np.ndarray]:
@@ -99,7 +94,9 @@ def propose(sur: Surrogate, space: Space, sign: float, seed: int, kl: float = 0.
         W = np.atleast_2d(W)
         val = sign * sur.predict(W)
         if kl and prior is not None:
-            val = val + kl * np.sum(np.where(W > 0, W * np.log(np.maximum(W, 1e-12) / prior), 0.0), axis=1)
+            # a cell with no tokens (prior 0) can only hold weight 0 under its cap: left out of the sum
+            ratio = np.divide(np.maximum(W, 1e-12), prior, out=np.ones_like(W), where=prior > 0)
+            val = val + kl * np.sum(np.where((W > 0) & (prior > 0), W * np.log(ratio), 0.0), axis=1)
         return val
 
     cands = space.candidates(CANDIDATES, seed)
@@ -141,7 +138,7 @@ def fit(folder: str, results: str, metric: str, minimize: bool = False, model: s
     by_name = {v["name"]: v for v in info["variants"]}
     cols = info["columns"]
     X = np.array([[by_name[n]["weights"][c] for c in cols] for n in names])
-    prior = np.concatenate([_normed([g["available"][c] for c in g["cells"]]) for g in info["groups"]])  # natural shares
+    prior = np.concatenate([normed([g["available"][c] for c in g["cells"]]) for g in info["groups"]])  # natural shares
     sign = 1.0 if minimize else -1.0
     chosen, tried = (model, {}) if model != "auto" else select(X, y, seed)
     if model == "auto":

@@ -28,6 +28,12 @@ import numpy as np
 DECIMALS = 4  # weights written to variant files
 
 
+
+def normed(w) -> np.ndarray:
+    """Weights scaled to sum to 1 (uniform when they sum to 0)."""
+    w = np.asarray(w, float)
+    return w / w.sum() if w.sum() > 0 else np.full(len(w), 1 / len(w))
+
 @dataclass(frozen=True)
 class Group:
     phase: str | None  # None: the mixture's top-level weights

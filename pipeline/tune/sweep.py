@@ -17,6 +17,7 @@ of the steps the mix reads, after running the file once when they are not all do
 from __future__ import annotations
 
 import csv
+import io
 import os
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from pipeline.errors import RunError, UsageError
 from pipeline.io import atomic, fs
 from pipeline.run import graph, runner
 from pipeline.steps.mix.plan import available_now, cell_max_epochs
-from pipeline.tune.space import DECIMALS, Group, Space
+from pipeline.tune.space import DECIMALS, Group, Space, normed
 
 
 def availability(lm: LoadedMixture, log=print) -> list[dict]:
@@ -85,8 +86,7 @@ def space_of(groups: list[dict]) -> Space:
         if (np.floor(caps * 10**DECIMALS + 1e-9) / 10**DECIMALS).sum() < 1 - 1e-12:
             raise UsageError(f"the cells' max_epochs caps sum to {caps.sum():.6f}: no weights of {DECIMALS} decimals fit "
                              "under them; lower mixture.target_tokens or raise max_epochs")
-        w = np.array([g["weights"][c] for c in g["cells"]], float)
-        gs.append(Group(g["phase"], g["cells"], caps, w / w.sum() if w.sum() > 0 else np.full(len(w), 1 / len(w))))
+        gs.append(Group(g["phase"], g["cells"], caps, normed([g["weights"][c] for c in g["cells"]])))
     return Space(gs)
 
 
@@ -164,12 +164,11 @@ def _write_tables(folder: Path, space: Space, groups: list[dict], variants: list
     cols = space.columns()
 
     def write(name: str, header: list[str], rows: list[list]) -> None:
-        tmp = folder / f".{name}.tmp"
-        with open(tmp, "w", newline="") as f:
-            wr = csv.writer(f)
-            wr.writerow(header)
-            wr.writerows(rows)
-        os.replace(tmp, folder / name)
+        text = io.StringIO(newline="")
+        wr = csv.writer(text)
+        wr.writerow(header)
+        wr.writerows(rows)
+        atomic.write_bytes(folder / name, text.getvalue().encode())
 
     write("sweep.csv", ["variant", "index", *cols],
           [[v["name"], i, *(f"{v['weights'][c]:g}" for c in cols)] for i, v in enumerate(variants)])

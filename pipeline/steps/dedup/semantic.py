@@ -89,14 +89,35 @@ def duplicates(v: np.ndarray, threshold: float, sk: np.ndarray | None = None, mi
         hi = min(m, lo + BLOCK)
         s = v[lo:hi] @ v[:hi].T  # (block, members up to the block's end)
         s[np.arange(hi - lo)[:, None] + lo <= np.arange(hi)[None, :]] = -np.inf  # only earlier members
-        if min_overlap is not None:  # candidates above the cosine whose words do not overlap enough are no match
+        hits = {}
+        if min_overlap is not None:  # the closest candidate above the cosine whose words overlap enough, if any
             for r in np.flatnonzero((s >= threshold).any(axis=1)).tolist():
-                cand = np.flatnonzero(s[r] >= threshold)
-                low = (sk[cand] == sk[lo + r]).mean(axis=1) < min_overlap
-                s[r, cand[low]] = -np.inf
+                hit = _closest_overlapping(s[r], threshold, sk, sk[lo + r], min_overlap)
+                if hit is None:
+                    s[r, s[r] >= threshold] = -np.inf  # no match: the closest member below the threshold is named
+                else:
+                    hits[r] = hit
         best[lo:hi] = np.argmax(s, axis=1)
+        for r, hit in hits.items():
+            best[lo + r] = hit
         cos[lo:hi] = s[np.arange(hi - lo), best[lo:hi]]
     return cos >= threshold, best, cos
+
+
+def _closest_overlapping(row: np.ndarray, threshold: float, sk: np.ndarray, mine: np.ndarray, min_overlap: float,
+                         chunk: int = 64) -> int | None:
+    """The candidate argmax would pick among those at or above `threshold` whose sketches share
+    `min_overlap` with `mine`: candidates by cosine (highest first, then earliest), tested a
+    chunk at a time, stopping at the first that passes. In a templated cluster of k
+    near-copies that is one chunk a member, not every earlier member (k^2 sketch comparisons)."""
+    cand = np.flatnonzero(row >= threshold)
+    order = cand[np.lexsort((cand, -row[cand]))]
+    for c0 in range(0, len(order), chunk):
+        ch = order[c0:c0 + chunk]
+        ok = (sk[ch] == mine).mean(axis=1) >= min_overlap
+        if ok.any():
+            return int(ch[np.argmax(ok)])
+    return None
 
 
 @task(version=VERSION)
