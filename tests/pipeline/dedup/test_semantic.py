@@ -147,3 +147,28 @@ def test_min_overlap_keeps_close_vectors_whose_words_differ():
     gone, best, _ = duplicates(v, 0.93, sk, 0.5)
     assert gone.tolist() == [False, False, True] and best[2] == 0  # b shares too few words; c is a's copy
     assert (sk[0] == sk[2]).mean() > 0.9 and (sk[0] == sk[1]).mean() < 0.3
+
+
+def test_the_overlap_gate_names_the_closest_earlier_member_that_passes_it():
+    """`duplicates` with `min_overlap` stops at the first candidate that passes the word gate,
+    by cosine: its decisions, named members and cosines equal a direct search over every
+    earlier member (the highest cosine among those at or above the threshold whose sketches
+    share enough; the earliest on a tie), on clusters dense enough that many candidates fail."""
+    from pipeline.steps.dedup.semantic import duplicates
+
+    rng = np.random.default_rng(7)
+    m, t, ov = 700, 0.9, 0.56
+    base = rng.normal(size=(60, 24)).astype(np.float32)
+    v = base[rng.integers(0, 60, m)] + rng.normal(scale=0.2, size=(m, 24)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    sk = rng.integers(0, 2, size=(m, 128)).astype(np.uint32)  # word overlaps around 0.4-0.6: the gate decides
+    gone, best, cos = duplicates(v, t, sk, ov)
+    s = v @ v.T
+    for i in range(1, m):
+        ok = [j for j in range(i) if s[i, j] >= t and (sk[j] == sk[i]).mean() >= ov]
+        if ok:
+            j = max(ok, key=lambda j: (s[i, j], -j))
+            assert gone[i] and best[i] == j and abs(cos[i] - s[i, j]) < 1e-6, i
+        else:
+            assert not gone[i], i
+    assert 50 < gone.sum() < m - 50  # both outcomes are exercised
