@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import array
+import itertools
 import os
 import time
 import uuid
@@ -33,7 +34,7 @@ import orjson
 
 from pipeline.engine.cluster import check_shared_output, start_ray
 from pipeline.engine.lease import LeaseLost, Leases, create_exclusive, describe
-from pipeline.engine.markers import RunningMarkers, SpilledSpecs, pinned
+from pipeline.engine.markers import RunningMarkers, SpilledSpecs, StepMarkers, pinned
 from pipeline.engine.progress import Progress
 from pipeline.engine.step import SUCCESS, Step, committed, iter_markers, read_markers, shard_name, success
 from pipeline.engine.task import run_shard, versions
@@ -152,6 +153,8 @@ class Executor:
                 return False
             if self.leases is None:
                 return True
+            if s.meta.get("may_be_empty") and not self._planned(s):  # no task (a merge of few files): no lease; its
+                return True  # commit is one exclusive create, and two runs write the same bytes
             rec = self.leases.acquire(self.lease_dir(s))
             if rec is None:
                 if committed(s, self.store) is not None:  # finished between the look and the lease
@@ -273,11 +276,26 @@ class Executor:
                         f"for longer than {self.leases.ttl:.0f}s (CURATE_LEASE_SECONDS) and the other took the step "
                         "over; this run stopped without deleting or committing anything; run again to reuse its work")
 
+    def _planned(self, s: Step) -> bool:
+        """Whether `s`'s plan yields a shard; its specs are kept for _activate (planned once,
+        also when the step waits on another run's lease). For steps whose plan is cheap and
+        often empty (`may_be_empty`: merge steps, fuzzy dedup's sample), so that such a step
+        costs its commit and not a lease's requests too."""
+        if "plan" not in s.meta:
+            with pinned():
+                specs = iter(s.shards(s, self.stats))
+                first = next(specs, None)
+            s.meta["plan"] = None if first is None else itertools.chain([first], specs)
+        return s.meta["plan"] is not None
+
     def _activate(self, s: Step, queue: "_Queue", remaining: dict, started: dict):
         d = s.dir(self.store)
         fs.makedirs(d)
-        if success(d) is not None:  # a commit whose marker index is gone (a gc stopped halfway): not done
-            (d / SUCCESS).unlink()
+        if success(d) is not None:
+            if committed(s, self.store) is not None:  # committed by another run since claim() looked (no lease)
+                self._reuse(s)
+                return
+            (d / SUCCESS).unlink()  # a commit whose marker index is gone (a gc stopped halfway): not done
         specs = SpilledSpecs()  # the plan's specs as it yields them, spilled: not a list of dicts in the driver
         head = orjson.dumps({
             "name": s.name, "kind": s.kind, "version": s.version, "hash": s.hash,
@@ -287,7 +305,8 @@ class Executor:
 
         def step_json():  # step.json streamed in the same pass: its shards last
             yield head[:-1] + b',"shards":['
-            for k, spec in enumerate(s.shards(s, self.stats)):
+            planned = s.meta.pop("plan", False)  # claim() planned it: None when it has no shard
+            for k, spec in enumerate(s.shards(s, self.stats) if planned is False else planned or ()):
                 data = orjson.dumps(spec)
                 specs.append_json(data)
                 yield (b",\n" if k else b"\n") + data
@@ -297,7 +316,7 @@ class Executor:
             atomic.write_stream(d / "step.json", step_json())
             inline = self._inline_ok(s)
         running = RunningMarkers(len(specs))  # markers as they arrive, spilled: not a dict a shard in the driver
-        for i, m in iter_markers(d):  # a resumed step's finished shards
+        for i, m in iter_markers(d) if len(specs) else ():  # a resumed step's finished shards
             if i < len(specs):
                 running[i] = m
         self.stats[s.name] = running
@@ -324,10 +343,10 @@ class Executor:
             except LeaseLost as e:
                 raise self._lost(e) from None
         markers = self.stats.get(s.name, {})
-        commit(d, s.hash, fence, markers)  # False: another holder committed the same step (same bytes)
+        index = commit(d, s.hash, fence, markers)  # None: another holder committed the same step (same bytes)
         # the step's markers from its index from now on, read when a plan needs them: the driver
         # holds the markers of the steps in flight, not of every step of the run
-        done = committed(s, self.store)
+        done = StepMarkers(index, len(markers)) if index is not None else committed(s, self.store)
         self.stats[s.name] = done or markers
         if done is not None and isinstance(markers, RunningMarkers):
             markers.close()
@@ -366,11 +385,11 @@ class _Queue:
         return s, int(todo[k])
 
 
-def commit(d, step_hash: str, fence: str, markers) -> bool:
+def commit(d, step_hash: str, fence: str, markers) -> Path | None:
     """Commit a finished step: its marker index under the fence's own name (streamed from a
-    RunningMarkers' spill file), then `_SUCCESS` created exclusively and naming it. False
-    when `_SUCCESS` already exists (another holder committed first: same hash, same bytes;
-    the index we wrote is removed)."""
+    RunningMarkers' spill file), then `_SUCCESS` created exclusively and naming it; returns
+    the index. None when `_SUCCESS` already exists (another holder committed first: same
+    hash, same bytes; the index we wrote is removed)."""
     name = f"_markers-{fence}.json"
     if isinstance(markers, RunningMarkers):
         atomic.write_stream(d / name, markers.index_chunks())
@@ -378,9 +397,9 @@ def commit(d, step_hash: str, fence: str, markers) -> bool:
         atomic.write_json(d / name, {str(i): m for i, m in sorted(markers.items())})
     rec = {"hash": step_hash, "fence": fence, "markers": name, "shards": len(markers), "finished": time.time()}
     if create_exclusive(d / SUCCESS, orjson.dumps(rec, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"):
-        return True
+        return d / name
     (d / name).unlink(missing_ok=True)
-    return False
+    return None
 
 
 def task_options(s: Step, node_mb: float) -> dict:

@@ -34,8 +34,8 @@ from pathlib import Path
 import orjson
 
 from pipeline.errors import RunError
-from pipeline.io import atomic
 
+WHOLE = 1024  # an index of at most this many markers is parsed whole (no spill file, no descriptor held)
 KEEP = 2  # indexes kept outside pinned(): a loop over two steps' markers (ingest and filter) reads each once
 
 _lock = threading.RLock()
@@ -81,7 +81,7 @@ class StepMarkers(Mapping):
                 _cache.move_to_end(key)
                 return got
         try:
-            got = {int(k): v for k, v in atomic.read_json(self.index).items()}
+            got = read_index(self.index, self.count)
         except (FileNotFoundError, ValueError) as e:
             raise RunError(f"{self.index}: the marker index of a finished step cannot be read ({type(e).__name__}); "
                            "delete its _SUCCESS so the step resumes from its shard markers, and run again") from None
@@ -204,15 +204,75 @@ class RunningMarkers(_Spill, Mapping):
         return f"RunningMarkers({self.count} of {self.n} shards)"
 
     def index_chunks(self, batch: int = 4096) -> Iterator[bytes]:
-        """The marker index (`{"0": {...}, "1": {...}}`), a few thousand markers at a time."""
-        yield b"{"
+        """The marker index (`{"0": {...}, "1": {...}}`, a marker a line, so that a reader can
+        take it a line at a time: read_index), a few thousand markers at a time."""
+        yield b"{\n"
         parts: list[bytes] = []
         for k, i in enumerate(self):
-            parts.append(b'%s"%d":%s' % (b"," if k else b"", i, self._raw(self._off[i], self._len[i])))
+            parts.append(b'%s"%d":%s' % (b",\n" if k else b"", i, self._raw(self._off[i], self._len[i])))
             if len(parts) >= batch:
                 yield b"".join(parts)
                 parts = []
-        yield b"".join(parts) + b"}\n"
+        yield b"".join(parts) + b"\n}\n"
+
+
+class _Index(_Spill, Mapping):
+    """A committed step's markers copied from its index into a local spill file, a line at a
+    time: the driver holds 12 bytes a shard, and a marker is parsed when asked for."""
+
+    def __init__(self, n: int):
+        super().__init__("curate-index-")
+        self._off = array.array("q", [-1]) * n
+        self._len = array.array("i", [0]) * n
+        self.count = 0
+
+    def put(self, i: int, data: bytes) -> None:
+        if not 0 <= i < len(self._off) or self._off[i] >= 0:
+            raise ValueError(f"shard {i} out of place in a marker index of {len(self._off)}")
+        self._off[i], self._len[i] = self._put(data)
+        self.count += 1
+
+    def __getitem__(self, i) -> dict:
+        try:
+            k = operator.index(i)
+        except TypeError:
+            raise KeyError(i) from None
+        if not 0 <= k < len(self._off) or self._off[k] < 0:
+            raise KeyError(i)
+        return orjson.loads(self._raw(self._off[k], self._len[k]))
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for i in range(len(self._off)) if self._off[i] >= 0)
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def read_index(path: Path, count: int) -> Mapping[int, dict]:
+    """A marker index: a line at a time into a local spill (_Index) when it has more than
+    WHOLE markers and was written a marker a line (index_chunks), else parsed whole (small
+    steps, and indexes written by json.dump: older runs)."""
+    with path.open("rb") as f:
+        if count <= WHOLE:
+            return {int(k): v for k, v in orjson.loads(f.read()).items()}
+        head = f.read(3)
+        if head[:2] != b"{\n" or head[2:] not in (b'"', b"}"):  # not a marker a line (indented, or one line)
+            return {int(k): v for k, v in orjson.loads(head + f.read()).items()}
+        out, closed, first = _Index(count), False, head[2:]
+        for line in f:
+            line, first = (first + line).rstrip(b"\r\n"), b""
+            if line == b"}":
+                closed = True
+                continue
+            if not line or closed:
+                raise ValueError("not a marker index: text after its end")
+            key, sep, body = line.removesuffix(b",").partition(b":")
+            if not sep or not key.startswith(b'"'):
+                raise ValueError("not a marker index: a line without its shard")
+            out.put(int(key.strip(b'"')), body)
+        if not closed:
+            raise ValueError("a marker index cut short")
+        return out
 
 
 class SpilledSpecs(_Spill, Sequence):

@@ -129,7 +129,9 @@ def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], in
 
     cfg = {"subs": subs, "group": g, **({"fanin": f} if f != FANIN else {}),  # the defaults keep the keys of earlier runs
            **({"split_bytes": most} if split and most != SPLIT_BYTES else {})}
-    return Step(name, "shuffle-merge", cfg, [src], merge_shard, shards=shards)
+    step = Step(name, "shuffle-merge", cfg, [src], merge_shard, shards=shards)
+    step.meta["may_be_empty"] = True  # planned before its lease: with no task it takes none (engine/executor.py)
+    return step
 
 
 def read_from(stats: dict, src: Step, merged: Step, count: int, store) -> tuple[str, int | list[int]]:

@@ -69,3 +69,42 @@ def test_a_running_steps_markers_are_spilled_and_stream_into_its_index(tmp_path)
     assert StepMarkers(tmp_path / "_markers-f1.json", 2)[1] == {"rows": 2}
     empty = RunningMarkers(0)
     assert orjson.loads(b"".join(empty.index_chunks())) == {}
+
+
+def test_a_marker_index_is_read_a_line_at_a_time_into_a_spill_not_parsed_whole(tmp_path, monkeypatch):
+    """The index a commit streams has a marker a line: read_index keeps where each is in a
+    local spill (an _Index, 12 bytes a shard), and parses a marker when asked; an index
+    written whole (json.dump) is parsed whole; a cut or foreign file is an error."""
+    from pipeline.engine.markers import RunningMarkers, _Index, read_index
+
+    monkeypatch.setattr(markers, "WHOLE", 2)  # an index of more than 2 markers is spilled (1,024 by default)
+    m = RunningMarkers(4)
+    for i in (2, 0, 1, 3):
+        m[i] = {"rows": i, "text": "a\nb", "k": [i, {"x": ":"}]}
+    (tmp_path / "ix.json").write_bytes(b"".join(m.index_chunks(batch=3)))
+    got = read_index(tmp_path / "ix.json", 4)
+    assert isinstance(got, _Index) and len(got) == 4 and list(got) == [0, 1, 2, 3]
+    assert got[3] == {"rows": 3, "text": "a\nb", "k": [3, {"x": ":"}]} and dict(got.items()) == {
+        i: {"rows": i, "text": "a\nb", "k": [i, {"x": ":"}]} for i in range(4)}
+    assert orjson.loads((tmp_path / "ix.json").read_bytes())[ "1"]["rows"] == 1  # still one JSON object
+    (tmp_path / "whole.json").write_bytes(orjson.dumps({"0": {"rows": 5}}, option=orjson.OPT_INDENT_2))
+    assert read_index(tmp_path / "whole.json", 1) == {0: {"rows": 5}}
+    (tmp_path / "indented.json").write_bytes(orjson.dumps({str(i): {"rows": i} for i in range(3)}, option=orjson.OPT_INDENT_2))
+    assert read_index(tmp_path / "indented.json", 3) == {i: {"rows": i} for i in range(3)}
+    (tmp_path / "cut.json").write_bytes((tmp_path / "ix.json").read_bytes()[:-3])
+    for bad in ("cut.json",):
+        try:
+            read_index(tmp_path / bad, 4)
+        except ValueError as e:
+            assert "cut short" in str(e)
+        else:
+            raise AssertionError("a cut index was read")
+    idx = tmp_path / "s" / "_markers-f.json"
+    idx.parent.mkdir()
+    idx.write_bytes((tmp_path / "cut.json").read_bytes())
+    try:
+        StepMarkers(idx, 4)[0]
+    except Exception as e:  # noqa: BLE001 -- the run's error, naming the file and what to do
+        assert "cannot be read" in str(e) and "_SUCCESS" in str(e) and str(idx) in str(e)
+    else:
+        raise AssertionError("a cut index was read")
