@@ -24,6 +24,13 @@ shard and step (flat in steps: the driver holds the markers of the steps in flig
 
     python -m bench.driver --chain 8 --sizes 20000
 
+`--plan` activates a real plan instead (fuzzy dedup's signatures step, from the run's own
+graph, over synthetic ingest and filter markers): with `--yield-specs` as written (the
+plan yields one shard's spec at a time from a generator of document shards), without it
+as plans were (a list of every spec).
+
+    python -m bench.driver --plan --sizes 10000 100000 [--yield-specs]
+
 Not a test: timings never gate CI.
 """
 
@@ -155,6 +162,53 @@ def measure_chain(n: int, k: int, root: Path) -> dict:
             "rerun_cpu_s": rerun_cpu, "rerun_peak_mb": rerun_peak / 2**20}
 
 
+def measure_plan(n: int, root: Path) -> dict:
+    """A real plan: the fuzzy dedup signatures step of a mixture planned by the run's own
+    graph (pipeline/run/graph.py), over n document shards whose ingest and filter markers are
+    synthetic (committed indexes), activated by the real Executor with every shard done."""
+    from pipeline import config
+    from pipeline.engine.executor import commit
+    from pipeline.engine.markers import StepMarkers
+    from pipeline.run import graph
+
+    work = root / f"plan-{n}"
+    (work / "in").mkdir(parents=True)
+    (work / "in" / "a.jsonl").write_text('{"text": "a page"}\n')
+    (work / "m.yaml").write_text(
+        f"name: plan\ntokenizer: null\nsources:\n  web: {{paths: [\"{work}/in/a.jsonl\"]}}\n"
+        "filters:\n  web: [{type: gopher_quality}]\ndedup:\n  fuzzy: {}\n")
+    ctx = graph.build(config.load(work / "m.yaml"), work / "run", work / "store")
+    steps = {s.name: s for s in ctx.steps}
+    ex = Executor(work / "store", progress=Progress(quiet=True))
+    ing = dict(MARKER, stages={})
+    flt = dict(MARKER, stages={"gopher_quality": {"docs_out": 41_233, "tokens_out": 51_234_567}})
+    for name, marker, count in (("ingest-web", ing, n), ("filter-web", flt, n), ("dedup-fuzzy-sample", {}, 0),
+                                ("dedup-fuzzy-heavy", {}, 0)):
+        d = steps[name].dir(ex.store)
+        d.mkdir(parents=True, exist_ok=True)
+        index = commit(d, steps[name].hash, "bench", {i: marker for i in range(count)})
+        ex.stats[name] = StepMarkers(index, count)
+    sig = steps["dedup-fuzzy-signatures"]
+    if not YIELD[0]:  # as plans were: a list of every shard's spec (and of every shard's dict before it)
+        plan = sig.shards
+        sig.shards = lambda st, stats: list(plan(st, stats))
+    d = sig.dir(ex.store)
+    (d / MARKERS).mkdir(parents=True)
+    blob = orjson.dumps({"rows": 41_233, "docs": 41_233, "text_bytes": 123_456_789, "partitions": 512, "segments": 512,
+                         "seconds": 3.2, "peak_rss_mb": 512.0, "node": "host-17/0123abcd", "writer": "0123456789abg1"})
+    for i in range(n):
+        (d / MARKERS / f"{shard_name(i)}.json").write_bytes(blob)
+    tracemalloc.start()
+    c0 = time.process_time()
+    ex._activate(sig, _Queue(), {}, {})
+    cpu = time.process_time() - c0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert ex.status[sig.name] == "SUCCESS" and len(ex.stats[sig.name]) == n
+    shutil.rmtree(work)
+    return {"shards": n, "cpu_s": cpu, "peak_mb": peak / 2**20}
+
+
 def _run_measured(store: Path, steps: list[Step]) -> tuple[list[str], float, int, int]:
     """The steps through a fresh Executor: their statuses, the driver's CPU seconds, and the
     Python memory it retains at the end (the Executor still alive) and at its peak."""
@@ -175,9 +229,27 @@ def main() -> None:
     ap.add_argument("--chain", type=int, help="K chained steps of --sizes' first size (the driver's memory over a run)")
     ap.add_argument("--yield-specs", action="store_true", help="the synthetic plan yields its specs (a generator) "
                     "instead of returning a list, as a plan written that way would")
+    ap.add_argument("--plan", action="store_true", help="a real plan (fuzzy dedup's signatures over the document "
+                    "shards) instead of the synthetic one; with --yield-specs as the plan is written, without as a list")
     args = ap.parse_args()
     YIELD[0] = args.yield_specs
     root = Path(tempfile.mkdtemp(prefix="curate-driver-", dir=os.environ.get("TMPDIR")))
+    if args.plan:
+        try:
+            measure_plan(200, root)
+            rows = [measure_plan(n, root) for n in args.sizes]
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        print(f"plan of dedup-fuzzy-signatures, specs {'yielded' if YIELD[0] else 'listed'}")
+        print("| document shards | driver CPU s | µs a shard | peak MB | KB a shard |")
+        print("| ---: | ---: | ---: | ---: | ---: |")
+        for r in rows:
+            print(f"| {r['shards']:,} | {r['cpu_s']:.2f} | {1e6 * r['cpu_s'] / r['shards']:.1f} | {r['peak_mb']:.1f} | "
+                  f"{1024 * r['peak_mb'] / r['shards']:.2f} |")
+        a, b = rows
+        print(f"per shard, {b['shards'] // a['shards']}x the shards: peak memory "
+              f"x{(b['peak_mb'] / b['shards']) / (a['peak_mb'] / a['shards']):.2f}")
+        return
     if args.chain:
         n = args.sizes[0]
         try:

@@ -2,6 +2,7 @@
 
     python -m bench.scale [--docs 50000] [--scales 1,2,4] [--workers 2] [--json out.json]
                           [--partitions-x 4] [--skew]
+    python -m bench.scale --docs 20000 --heavy 1000   # heavy LSH buckets uncut and cut
 
 A synthetic corpus of small crawl pages (the demo generator: real Wikipedia text in pages
 with boilerplate, spam, exact and near copies) in input files of a fixed 5,000 documents,
@@ -283,6 +284,47 @@ def skew_report(n: int, workers: int, work: Path, extra: dict) -> None:
               f"longest task {r['longest']:.2f} s ({r['longest_step']}) vs {base['longest']:.2f} s")
 
 
+def heavy_report(n: int, workers: int, work: Path, rows_per_partition: int) -> dict:
+    """The 10%-bucket corpus with partitions small enough that one band's bucket stands out
+    (about `rows_per_partition` shuffle rows each, as at 10^9 documents a partition's 4
+    million rows are small beside a 1% template), without and with heavy buckets cut into
+    blocks of half a partition (CURATE_FUZZY_SALT_ROWS; pipeline/steps/dedup/salt.py)."""
+    import pyarrow.parquet as pq
+
+    parts = max(1, n * 14 // rows_per_partition)
+    corpus = build_corpus(n, "bucket")
+    out = {}
+    for label, salt in (("uncut", None), ("cut", str(rows_per_partition // 2))):
+        if salt:
+            os.environ["CURATE_FUZZY_SALT_ROWS"] = salt
+        try:
+            r = run_one(corpus, work / f"n{n}-heavy-{label}", workers, parts)
+        finally:
+            os.environ.pop("CURATE_FUZZY_SALT_ROWS", None)
+        run = work / f"n{n}-heavy-{label}" / "scale"
+        d = run / json.loads((run / "run.json").read_text())["steps"]["dedup-fuzzy"]["dir"]
+        removed = set()
+        for f in sorted(d.glob("*/part-*.parquet")):
+            t = pq.read_table(f, columns=["id", "keep"]).to_pylist()
+            removed |= {x["id"] for x in t if x["keep"] is False}
+        r["removed"] = removed
+        out[label] = r
+    print(f"\nheavy buckets at {n:,} documents (10% of them near-copies of one page), {parts} partitions "
+          f"(~{rows_per_partition:,} rows each), cut into blocks of {rows_per_partition // 2:,}:")
+    print("| run | buckets: largest task rows (x mean) | buckets: longest s | sample + heavy tasks, s | fuzzy removals | wall s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for label, r in out.items():
+        s = r["steps"]["dedup-fuzzy-buckets"]
+        mean = s["rows"] / max(1, s["tasks"])
+        extra = [r["steps"].get(k, {}) for k in ("dedup-fuzzy-sample", "dedup-fuzzy-heavy")]
+        print(f"| {label} | {s['max_rows']:,} ({s['max_rows'] / mean:.2f}x) | {s['longest']:.2f} | "
+              f"{sum(e.get('tasks', 0) for e in extra)}, {sum(e.get('total', 0.0) for e in extra):.2f} | "
+              f"{len(r['removed']):,} | {r['wall']:.1f} |")
+    a, b = out["uncut"]["removed"], out["cut"]["removed"]
+    print(f"removed by fuzzy dedup in one run only: {len(a - b)} uncut, {len(b - a)} cut")
+    return {k: {**v, "removed": len(v["removed"])} for k, v in out.items()}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=50_000, help="N, documents at scale 1 (default 50,000)")
@@ -292,12 +334,19 @@ def main(argv=None):
     ap.add_argument("--skew", action="store_true", help="also run skewed corpora at the smallest scale")
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--semantic", action="store_true", help="add dedup.semantic (its defaults) to the mixture")
+    ap.add_argument("--heavy", type=int, default=0, metavar="ROWS",
+                    help="only compare heavy LSH buckets uncut and cut, with partitions of about ROWS shuffle rows")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--output", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         return _child(a.child, a.workers, a.output)
     SEMANTIC[0] = a.semantic
+    if a.heavy:
+        res = heavy_report(a.docs, a.workers, CACHE / "scale-runs", a.heavy)
+        if a.json:
+            Path(a.json).write_text(json.dumps(res, indent=1, default=str))
+        return 0
     scales = [int(x) for x in a.scales.split(",")]
     work = CACHE / "scale-runs"
     results, labels = [], []

@@ -14,7 +14,7 @@ index k is the same (source, shard) in every step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,12 +130,14 @@ class Context:
         order = [s for s in order if m.sources[s].role != "train"] + [s for s in order if m.sources[s].role == "train"]
         return {s: i for i, s in enumerate(order)}
 
-    def doc_shards(self, stats: dict, layers: list[Step], after: dict[str, list[Step]] | None = None) -> list[dict]:
+    def doc_shards(self, stats: dict, layers: list[Step], after: dict[str, list[Step]] | None = None) -> Iterator[dict]:
         """Every document shard, with the attribute files of its filters, of the global `layers`
-        and of its source's steps in `after` (per-source steps after dedup: quality, topic)."""
+        and of its source's steps in `after` (per-source steps after dedup: quality, topic).
+        A generator: a plan that yields its specs from it holds one shard's dict at a time,
+        not a list of every shard (the executor spills specs as they come: engine/markers.py)."""
         m = self.mixture
         rk = self.ranks()
-        out = []
+        k = 0
         for si, sname in enumerate(m.sources):
             ing = self.ingest[sname]
             flt = self.filter.get(sname)
@@ -149,7 +151,7 @@ class Context:
                     tokens = mk["stages"][list(mk["stages"])[-1]]["tokens_out"] if mk["stages"] else tokens
                 for st in layers:
                     paths.append(str(attribute_path(st.dir(self.store), sname, i)))
-                    kept, tokens = stats[st.name][len(out)]["docs_out"], stats[st.name][len(out)]["tokens_out"]
+                    kept, tokens = stats[st.name][k]["docs_out"], stats[st.name][k]["tokens_out"]
                 extra = {}
                 for last in lasts:
                     paths.append(str(attribute_path(last.dir(self.store), sname, i)))
@@ -159,12 +161,12 @@ class Context:
                         extra.update({"bucket_docs": mk["bucket_docs"], "bucket_tokens": mk["bucket_tokens"]})
                     if "groups" in mk:  # ... per (topic, bucket)
                         extra["groups"] = mk["groups"]
-                out.append({"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": len(out),
-                            "documents": str(ing.dir(self.store) / f"{shard_name(i)}.parquet"),
-                            "layers": paths, "kept": kept, "tokens": tokens, **extra})
-        return out
+                yield {"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": k,
+                       "documents": str(ing.dir(self.store) / f"{shard_name(i)}.parquet"),
+                       "layers": paths, "kept": kept, "tokens": tokens, **extra}
+                k += 1
 
-    def all_doc_shards(self) -> Callable[[dict], list[dict]]:
+    def all_doc_shards(self) -> Callable[[dict], Iterator[dict]]:
         """stats -> every document shard with every layer planned so far (filters, the
         global layers, quality and topic): the layers are taken now, when a stage plans, so
         a layer a later stage adds never changes this stage's shards behind its hash."""

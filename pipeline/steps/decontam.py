@@ -312,9 +312,9 @@ def plan(ctx: Context) -> list[Step]:
               "train": train}  # eval and reference sources are references, never checked
 
     def shards(st, stats):
-        return [{"doc": d, "index": str(index.dir(ctx.store)), **params, "action": dc.action, "tokenizer": ctx.tokenizer,
+        return ({"doc": d, "index": str(index.dir(ctx.store)), **params, "action": dc.action, "tokenizer": ctx.tokenizer,
                  "describe": f"{d['source']}/{shard_name(d['part'])}"}
-                for d in ctx.doc_shards(stats, prev)]
+                for d in ctx.doc_shards(stats, prev))
 
     cfg = {**params, "action": dc.action, **({"tokenizer_id": ctx.tokenizer_id} if dc.action == "cut" else {})}
     layer = Step("decontaminate", "decontaminate", cfg, base + prev + [index],

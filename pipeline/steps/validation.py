@@ -134,9 +134,9 @@ def plan(ctx: Context) -> list[Step]:
 
     def apply_shards(st, stats):
         cut = stats[sel.name][0]["sources"]
-        return [{"doc": d, "seed": m.seed, "role": m.sources[d["source"]].role,
+        return ({"doc": d, "seed": m.seed, "role": m.sources[d["source"]].role,
                  "cutoff": (cut.get(d["source"]) or {}).get("cutoff"), "describe": f"{d['source']}/{shard_name(d['part'])}"}
-                for d in ctx.doc_shards(stats, prev)]  # a layer has a file for every document shard
+                for d in ctx.doc_shards(stats, prev))  # a layer has a file for every document shard
 
     ap = Step("validation", "validation", cfg, base + prev + [sel], apply_shard,
               shards=apply_shards)

@@ -85,7 +85,7 @@ def plan(ctx: Context) -> list[Step]:
 
         def side_docs(stats, sides=sides, cap=params["max_examples_per_class"]):
             """(side, its document shards, its hash bound) for each class."""
-            docs = ctx.doc_shards(stats, dedup)
+            docs = list(ctx.doc_shards(stats, dedup))  # read once per class
             out = []
             for side, (names, _) in sides.items():
                 mine = [d for d in docs if d["source"] in names]
@@ -125,18 +125,18 @@ def plan(ctx: Context) -> list[Step]:
         options = family(c.type).options(c.model_dump(mode="json"))  # fastText: lowercase
 
         def source_docs(stats, sname=sname):
-            return [d for d in ctx.doc_shards(stats, dedup) if d["source"] == sname]
+            return (d for d in ctx.doc_shards(stats, dedup) if d["source"] == sname)
 
         score_cfg = {"model": model_id, "label": c.label, **portable(options)}
         vec = _vectors(ctx, sname, c)
         score = Step(
             score_name(q.classifier, sname), "classify-score", score_cfg,
             ([train] if train else []) + [base[sname]] + dedup + ([vec] if vec else []), classify.score_shard,
-            shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c, options=options, vec=vec: [
+            shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c, options=options, vec=vec: (
                 {"doc": d, "model": model_path, "type": c.type, "label": c.label, "options": options,
                  **({"vectors": embed.embedding_path(vec, ctx.store, d["source"], d["part"]),
                      "vectors_ref": list(vec.meta["ref"])} if vec else {}),
-                 "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)],
+                 "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)),
             code=code.family_code(c.type),
         )
         steps.append(score)
@@ -179,10 +179,10 @@ def plan(ctx: Context) -> list[Step]:
 
         def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c, options=options, vec=vec):
             after = {sname: before} if before else None
-            return [{"doc": d, "model": model_path, "type": c.type, "options": options,
+            return ({"doc": d, "model": model_path, "type": c.type, "options": options,
                      **({"vectors": embed.embedding_path(vec, ctx.store, d["source"], d["part"])} if vec else {}),
                      "describe": f"{d['source']}/{shard_name(d['part'])}"}
-                    for d in ctx.doc_shards(stats, dedup, after) if d["source"] == sname]
+                    for d in ctx.doc_shards(stats, dedup, after) if d["source"] == sname)
 
         step = Step(f"topic-{sname}", "topic", {"model": model_id, **portable(options)},
                     ([train] if train else []) + [base[sname]] + dedup + before + ([vec] if vec else []),

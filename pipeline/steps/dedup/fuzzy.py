@@ -8,7 +8,8 @@ buckets (per bucket partition): documents sharing a bucket are candidate pairs. 
     member is paired with the first and with the one before it (members ordered by
     source priority and id hash), which keeps templated pages from exploding into k^2
     pairs while every member still meets the cluster. Each pair is sent to both members'
-    document shards.
+    document shards. A heavy bucket (pipeline/steps/dedup/salt.py) comes cut into blocks,
+    each on a partition of its own, its first two members also paired with the bucket's anchor.
 fetch (per document shard): the shard's documents in pairs are read (only their row
     groups, from the shard itself) and sent, id and text, to the verify partitions of
     their pairs, once per partition; each pair goes once, from its later member. A hub
@@ -67,42 +68,94 @@ def okey(rank: int, ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return (np.uint64(rank) << np.uint64(56)) | h, h2
 
 
+def band_rows(doc: dict, p: dict, a: np.ndarray, b: np.ndarray, rows: np.ndarray, ids: pa.Array, texts: list[str]):
+    """(bucket keys, okey, okey2, gid, documents) of some documents of a shard: a row per
+    (document, band); None when none of them has a shingle."""
+    h, d = text.shingles(texts, p["ngram"], p["normalize"])
+    sig, which = text.minhash(h, d, len(texts), a, b)
+    if not len(which):
+        return None
+    bands = p["bands"]
+    ok, ok2 = okey(doc["rank"], ids.take(pa.array(which)).to_pylist())
+    g = shuffle.gid(doc["src"], doc["part"], rows[which])
+    return (text.band_buckets(sig, bands, p["rows"]).ravel(), np.repeat(ok, bands), np.repeat(ok2, bands),
+            np.repeat(g, bands), len(which))
+
+
+def read_heavy(path: str | None) -> dict | None:
+    """The heavy buckets' table (pipeline/steps/dedup/salt.py), sorted by bucket, or None."""
+    if not path:
+        return None
+    t = fs.read_table(path)
+    return {c: t.column(c).to_numpy() for c in t.column_names}
+
+
+def partitions_of(keys: np.ndarray, okeys: np.ndarray, nparts: int, heavy: dict | None) -> np.ndarray:
+    """Each row's bucket partition: its bucket's, or, for a heavy bucket, the virtual
+    partition (past `nparts`) of its member's block, a range of the id hash."""
+    part = shuffle.partition_of(keys, nparts)
+    if heavy is None or not len(heavy["bucket"]):
+        return part
+    pos = np.minimum(np.searchsorted(heavy["bucket"], keys), len(heavy["bucket"]) - 1)
+    hit = heavy["bucket"][pos] == keys
+    if hit.any():
+        h32 = (okeys[hit] & np.uint64((1 << 56) - 1)) >> np.uint64(24)  # 32 bits of the id hash
+        block = ((h32 * heavy["blocks"][pos[hit]].astype(np.uint64)) >> np.uint64(32)).astype(np.int64)
+        part[hit] = nparts + heavy["first"][pos[hit]] + block
+    return part
+
+
 @task(version=shuffle.VERSION)
 def sig_shard(spec: dict, out) -> dict:
     doc, p = spec["doc"], spec["params"]
     a, b = text.permutations(p["num_perm"], p["seed"])
-    bands, rows_per = p["bands"], p["rows"]
     keys, okeys, okeys2, gids = [], [], [], []
     nbytes = ndocs = 0
     for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"], batch_rows=BATCH):
         lengths = pa.compute.binary_length(batch.column("text")).to_numpy(zero_copy_only=False)
         nbytes += int(lengths.sum())
         for lo, hi in chunks(lengths, CHUNK_BYTES):
-            texts = batch.column("text").slice(lo, hi - lo).to_pylist()
-            h, d = text.shingles(texts, p["ngram"], p["normalize"])
-            sig, which = text.minhash(h, d, len(texts), a, b)
-            if not len(which):
+            got = band_rows(doc, p, a, b, rows[lo:hi], batch.column("id").slice(lo, hi - lo),
+                            batch.column("text").slice(lo, hi - lo).to_pylist())
+            if got is None:
                 continue
-            bk = text.band_buckets(sig, bands, rows_per)
-            ok, ok2 = okey(doc["rank"], batch.column("id").slice(lo, hi - lo).take(pa.array(which)).to_pylist())
-            g = shuffle.gid(doc["src"], doc["part"], rows[lo:hi][which])
-            keys.append(bk.ravel())
-            okeys.append(np.repeat(ok, bands))
-            okeys2.append(np.repeat(ok2, bands))
-            gids.append(np.repeat(g, bands))
-            ndocs += len(which)
+            for acc, x in zip((keys, okeys, okeys2, gids), got):
+                acc.append(x)
+            ndocs += got[4]
     base = shuffle.map_file(fs.path(out.dir) / "buckets", out.index)
+    nparts = spec["partitions"] + spec.get("virtual", 0)  # heavy buckets' blocks past the ordinary partitions
     if keys:
-        k = np.concatenate(keys)
-        table = pa.table({"bucket": k, "okey": np.concatenate(okeys), "okey2": np.concatenate(okeys2),
-                          "gid": np.concatenate(gids)})
-        segments = shuffle.write_partitions(table, shuffle.partition_of(k, spec["partitions"]), spec["partitions"], base)
+        k, ok = np.concatenate(keys), np.concatenate(okeys)
+        table = pa.table({"bucket": k, "okey": ok, "okey2": np.concatenate(okeys2), "gid": np.concatenate(gids)})
+        part = partitions_of(k, ok, spec["partitions"], read_heavy(spec.get("heavy")))
+        segments = shuffle.write_partitions(table, part, nparts, base)
     else:
-        segments = shuffle.write_empty(spec["partitions"], base)
-    return {"rows": ndocs, "docs": ndocs, "text_bytes": nbytes, "partitions": spec["partitions"], "segments": segments}
+        segments = shuffle.write_empty(nparts, base)
+    return {"rows": ndocs, "docs": ndocs, "text_bytes": nbytes, "partitions": nparts, "segments": segments}
 
 
-@task(version="2")
+def anchor_pairs(bucket, okey, okey2, g, starts, sizes, heavy: dict | None) -> tuple[np.ndarray, np.ndarray]:
+    """A heavy bucket's block meets the rest of its bucket through the bucket's anchor: the
+    block's first two members paired with it (two, so that one pair failing verification
+    does not cut the block off). Pairs are (earlier, later) in the bucket order."""
+    none = np.zeros(0, np.int64)
+    if heavy is None or not len(heavy["bucket"]) or not len(starts):
+        return none, none
+    first = bucket[starts]
+    pos = np.minimum(np.searchsorted(heavy["bucket"], first), len(heavy["bucket"]) - 1)
+    hit = heavy["bucket"][pos] == first
+    s, h, k = starts[hit], pos[hit], sizes[hit]
+    at = np.concatenate([s, s[k > 1] + 1])  # each block's first and second member
+    h = np.concatenate([h, h[k > 1]])
+    ag, ao, ao2 = heavy["anchor"][h], heavy["anchor_okey"][h], heavy["anchor_okey2"][h]
+    fg, fo, fo2 = g[at], okey[at], okey2[at]
+    keep = ag != fg
+    ag, ao, ao2, fg, fo, fo2 = (x[keep] for x in (ag, ao, ao2, fg, fo, fo2))
+    anchor_first = (ao < fo) | ((ao == fo) & ((ao2 < fo2) | ((ao2 == fo2) & (ag < fg))))
+    return np.where(anchor_first, ag, fg), np.where(anchor_first, fg, ag)
+
+
+@task(version="3")
 def buckets_shard(spec: dict, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
@@ -117,7 +170,8 @@ def buckets_shard(spec: dict, out) -> dict:
     bucket, g = bucket[order], g[order]
     cuts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
     size = np.diff(cuts)
-    lo_parts, hi_parts = [], []
+    lo, hi = anchor_pairs(bucket, okey[order], okey2[order], g, cuts[:-1], size, read_heavy(spec.get("heavy")))
+    lo_parts, hi_parts = [lo], [hi]
     big = 0
     for start, k in zip(cuts[:-1][size > 1], size[size > 1]):
         members = g[start : start + k]
@@ -130,10 +184,8 @@ def buckets_shard(spec: dict, out) -> dict:
             j = np.concatenate([j, j[1:]])
         lo_parts.append(members[i])
         hi_parts.append(members[j])
-    pairs = np.zeros((0, 2), np.int64)
-    if lo_parts:
-        lo, hi = np.concatenate(lo_parts), np.concatenate(hi_parts)
-        pairs = np.unique(np.stack([lo, hi], axis=1), axis=0)
+    lo, hi = np.concatenate(lo_parts), np.concatenate(hi_parts)
+    pairs = np.unique(np.stack([lo, hi], axis=1), axis=0) if len(lo) else np.zeros((0, 2), np.int64)
     npairs = len(pairs)
     lo, hi = pairs[:, 0], pairs[:, 1]
     shuffle.write_to_shards(pa.table({"lo": np.concatenate([lo, lo]), "hi": np.concatenate([hi, hi])}),

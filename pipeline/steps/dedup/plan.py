@@ -9,6 +9,7 @@ holds at most about PARTITION_ROWS rows (~40 bytes each, plus the id strings).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from pipeline.engine.step import Step, shard_name
@@ -17,7 +18,7 @@ from pipeline.plan import code
 from pipeline.plan.context import Context
 from pipeline.shards import apply, combine, kmeans
 from pipeline.steps import embed
-from pipeline.steps.dedup import exact, fuzzy, paragraph, semantic
+from pipeline.steps.dedup import exact, fuzzy, paragraph, salt, semantic
 from pipeline.steps.merge import merge_step, read_from
 from pipeline.plan.stage import Stage
 
@@ -62,10 +63,9 @@ def plan(ctx: Context) -> list[Step]:
         return step
 
     def per_doc(extra, prev):
-        def shards(st, stats):
-            docs = ctx.doc_shards(stats, prev)
-            kept = sum(x["kept"] for x in docs)  # once per step, not per shard
-            return [{"doc": d, **extra(kept, d, stats), "describe": _describe(d)} for d in docs]
+        def shards(st, stats):  # two passes over the shards, one dict at a time: specs are yielded, not listed
+            kept = sum(x["kept"] for x in ctx.doc_shards(stats, prev))  # once per step, not per shard
+            return ({"doc": d, **extra(kept, d, stats), "describe": _describe(d)} for d in ctx.doc_shards(stats, prev))
         return shards
 
     def merged(src: Step, subs: list[str], count, split: bool = False) -> Step:
@@ -78,12 +78,13 @@ def plan(ctx: Context) -> list[Step]:
             count = ms[0]["partitions"] if ms else 0
             folder, files = read_from(stats, map_step, mg, len(ms), ctx.store)
             offsets, ndocs = ctx.shard_offsets(stats)
+            more = extra(stats) if callable(extra) else extra
             return [{"inputs": str(fs.path(folder) / "buckets"), "maps": files, "partition": p,
-                     "offsets": offsets, "ndocs": ndocs, "sources": names, "rank_source": rank_source, **extra,
+                     "offsets": offsets, "ndocs": ndocs, "sources": names, "rank_source": rank_source, **more,
                      "describe": f"partition {p}"} for p in range(count)]
         return shards
 
-    def reducer(name: str, cfg: dict, map_step: Step, fn, extra: dict) -> Step:
+    def reducer(name: str, cfg: dict, map_step: Step, fn, extra) -> Step:
         mg = merged(map_step, ["buckets"], lambda stats: len(stats[map_step.name]))
         return add(Step(name, name, cfg, [map_step, mg], fn, shards=reduce_specs(map_step, mg, extra)))
 
@@ -124,11 +125,18 @@ def plan(ctx: Context) -> list[Step]:
         fz = dd.fuzzy
         params = {**fz.model_dump(mode="json"), "rows": fz.rows or fz.num_perm // fz.bands}
         cfg = {"params": params, **common}
-        sig = add(Step("dedup-fuzzy-signatures", "dedup-fuzzy-signatures", cfg, base + prev,
+        hv = heavy_steps(ctx, add, params, prev, base)
+
+        def heavy(stats, hv=hv) -> dict:  # the heavy buckets' table, when a bucket is cut (salt.py)
+            m = stats[hv.name][0] if stats[hv.name] else {}
+            return {"virtual": m["virtual"], "heavy": str(hv.dir(ctx.store) / salt.TABLE)} if m.get("virtual") else {}
+
+        sig = add(Step("dedup-fuzzy-signatures", "dedup-fuzzy-signatures", cfg, base + prev + [hv],
                        fuzzy.sig_shard,
                        shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
-                           dd, kept * fz.bands)}, prev)))
-        bk = reducer("dedup-fuzzy-buckets", {}, sig, fuzzy.buckets_shard, {})
+                           dd, kept * fz.bands), **heavy(stats)}, prev)))
+        bk = reducer("dedup-fuzzy-buckets", {}, sig, fuzzy.buckets_shard,
+                     lambda stats: {"heavy": heavy(stats).get("heavy")})
         bkm = merged(bk, ["to"], lambda stats, bk=bk: len(stats[bk.name]))
 
         def fetch_shards(st, stats, prev=prev, params=params, sig=sig, bk=bk, bkm=bkm):
@@ -137,8 +145,8 @@ def plan(ctx: Context) -> list[Step]:
             avg = sum(m["text_bytes"] for m in stats[sig.name].values()) / max(1, docs)
             nparts = max(dd.partitions or 1, math.ceil(2 * pairs * avg / VERIFY_TEXT_BYTES))
             folder, files = read_from(stats, bk, bkm, len(stats[bk.name]), ctx.store)
-            return [{"doc": d, "pairs": folder, "pair_files": files, "params": params,
-                     "partitions": nparts, "describe": _describe(d)} for d in ctx.doc_shards(stats, prev)]
+            return ({"doc": d, "pairs": folder, "pair_files": files, "params": params,
+                     "partitions": nparts, "describe": _describe(d)} for d in ctx.doc_shards(stats, prev))
 
         fe = add(Step("dedup-fuzzy-fetch", "dedup-fuzzy-fetch", {"params": params}, [bk, bkm],
                       fuzzy.fetch_shard, shards=fetch_shards))
@@ -174,6 +182,37 @@ def plan(ctx: Context) -> list[Step]:
     if dd.semantic:
         semantic_steps(ctx, dd, add, per_doc, reducer, apply_step, base)
     return steps
+
+
+def heavy_steps(ctx: Context, add, params: dict, prev: list, base: list) -> Step:
+    """sample -> heavy: the LSH buckets to cut into blocks (pipeline/steps/dedup/salt.py);
+    both have no task below `salt_rows` kept documents."""
+    most = salt.salt_rows()
+    smp = add(Step("dedup-fuzzy-sample", "dedup-fuzzy-sample", {"params": params, "salt_rows": most, "ranks": ctx.ranks()},
+                   base + prev, salt.sample_shard, shards=lambda st, stats: sample_specs(ctx, stats, prev, params, most)))
+
+    def heavy_specs(st, stats):
+        n = len(stats[smp.name])
+        return [{"samples": str(smp.dir(ctx.store)), "files": n, "rate": salt.rate(most), "salt_rows": most,
+                 "describe": "heavy buckets"}] if n else []
+
+    hv = add(Step("dedup-fuzzy-heavy", "dedup-fuzzy-heavy", {}, [smp], salt.heavy_shard, shards=heavy_specs))
+    smp.meta["may_be_empty"] = hv.meta["may_be_empty"] = True  # no lease taken while they have no task
+    return hv
+
+
+def sample_specs(ctx: Context, stats: dict, prev: list, params: dict, most: int):
+    """A spec per GROUP document shards, yielded; none when no bucket can pass `most` rows."""
+    if sum(d["kept"] for d in ctx.doc_shards(stats, prev)) <= most:
+        return
+    group: list[dict] = []
+    for d in itertools.chain(ctx.doc_shards(stats, prev), [None]):
+        if group and (d is None or len(group) == salt.GROUP):
+            yield {"docs": group, "params": params, "rate": salt.rate(most),
+                   "describe": f"{_describe(group[0])} and {len(group) - 1} more"}
+            group = []
+        if d is not None:
+            group.append(d)
 
 
 def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) -> None:

@@ -27,10 +27,10 @@ def plan(ctx: Context) -> list[Step]:
     every_shard = ctx.all_doc_shards()
 
     def pick_shards(st, stats):
-        return [{"run_dir": str(ctx.run_dir), "source": d["source"], "documents": d["documents"],
+        return ({"run_dir": str(ctx.run_dir), "source": d["source"], "documents": d["documents"],
                  "ingest_shard": d["part"], "ingest_dirs": ingest_dirs, "kept_per_source": sm.kept_per_source,
                  "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {d['source']}/{shard_name(d['part'])}"}
-                for d in every_shard(stats)]
+                for d in every_shard(stats))
 
     pick = Step("samples-pick", "samples-pick", cfg, list(ctx.fate), tasks.pick_shard, shards=pick_shards)
 

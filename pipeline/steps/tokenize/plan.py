@@ -63,8 +63,8 @@ def plan(ctx: Context) -> list[Step]:
     out = []
     for sname in mixed:
         def shards(step, stats, sname=sname):
-            return [{"doc": d, "tokenizer": st["tokenizer"], "ids": st["ids"], "describe": f"{sname} shard {d['part']}"}
-                    for d in ctx.doc_shards(stats, layers) if d["source"] == sname]
+            return ({"doc": d, "tokenizer": st["tokenizer"], "ids": st["ids"], "describe": f"{sname} shard {d['part']}"}
+                    for d in ctx.doc_shards(stats, layers) if d["source"] == sname)
 
         step = Step(f"tokenize-{sname}", "tokenize", {"source": sname, "tokenizer": st["identity"]}, ctx.base() + layers,
                     tasks.encode_shard, shards=shards)

@@ -22,7 +22,7 @@ DEMO_STEPS = [
     "id-index-humaneval",
     "filter-wiki", "filter-web", "filter-code",
     "dedup-exact-map", "dedup-exact-map-merge", "dedup-exact-reduce", "dedup-exact-reduce-merge", "dedup-exact",
-    "dedup-fuzzy-signatures", "dedup-fuzzy-signatures-merge", "dedup-fuzzy-buckets", "dedup-fuzzy-buckets-merge",
+    "dedup-fuzzy-sample", "dedup-fuzzy-heavy", "dedup-fuzzy-signatures", "dedup-fuzzy-signatures-merge", "dedup-fuzzy-buckets", "dedup-fuzzy-buckets-merge",
     "dedup-fuzzy-fetch", "dedup-fuzzy-fetch-merge", "dedup-fuzzy-verify", "dedup-fuzzy-clusters",
     "dedup-fuzzy-clusters-merge", "dedup-fuzzy", "dedup-paragraph-map", "dedup-paragraph-map-merge",
     "dedup-paragraph-reduce", "dedup-paragraph-reduce-merge", "dedup-paragraph",
