@@ -142,19 +142,27 @@ class Context:
             ing = self.ingest[sname]
             flt = self.filter.get(sname)
             lasts = (after or {}).get(sname) or []
+            # folders once per source, names joined as strings: pathlib per shard was most of a plan's CPU
+            ing_dir = str(ing.dir(self.store))
+            flt_dir = str(flt.dir(self.store)) if flt else None
+            layer_dirs = [(st, str(attribute_path(st.dir(self.store), sname, 0).parent)) for st in layers]
+            last_dirs = [(st, str(attribute_path(st.dir(self.store), sname, 0).parent)) for st in lasts]
             for j, i in enumerate(sorted(stats[ing.name])):
-                paths, kept, tokens = [], stats[ing.name][i]["docs_out"], stats[ing.name][i]["tokens"]
+                name = f"{shard_name(i)}.parquet"
+                mk = stats[ing.name][i]
+                paths, kept, tokens = [], mk["docs_out"], mk["tokens"]
                 if flt:
-                    paths.append(str(flt.dir(self.store) / f"{shard_name(i)}.parquet"))
+                    paths.append(f"{flt_dir}/{name}")
                     mk = stats[flt.name][i]
                     kept = mk["docs_out"]
                     tokens = mk["stages"][list(mk["stages"])[-1]]["tokens_out"] if mk["stages"] else tokens
-                for st in layers:
-                    paths.append(str(attribute_path(st.dir(self.store), sname, i)))
-                    kept, tokens = stats[st.name][k]["docs_out"], stats[st.name][k]["tokens_out"]
+                for st, d in layer_dirs:
+                    paths.append(f"{d}/{name}")
+                    mk = stats[st.name][k]
+                    kept, tokens = mk["docs_out"], mk["tokens_out"]
                 extra = {}
-                for last in lasts:
-                    paths.append(str(attribute_path(last.dir(self.store), sname, i)))
+                for last, d in last_dirs:
+                    paths.append(f"{d}/{name}")
                     mk = stats[last.name][j]
                     kept, tokens = mk["docs_out"], mk["tokens_out"]
                     if "bucket_docs" in mk:  # kept documents and tokens per quality bucket
@@ -162,7 +170,7 @@ class Context:
                     if "groups" in mk:  # ... per (topic, bucket)
                         extra["groups"] = mk["groups"]
                 yield {"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": k,
-                       "documents": str(ing.dir(self.store) / f"{shard_name(i)}.parquet"),
+                       "documents": f"{ing_dir}/{name}",
                        "layers": paths, "kept": kept, "tokens": tokens, **extra}
                 k += 1
 
