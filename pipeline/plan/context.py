@@ -37,7 +37,7 @@ class MixSteps:
     route: Step
     write: Step
     phases: list[dict]  # each phase's name, cells, weights or rates, target and seed (mix stage)
-    docs: Callable[[dict], list[dict]]  # stats -> the mixed sources' document shards, with every layer it reads
+    docs: Callable[[dict], Iterator[dict]]  # stats -> the mixed sources' document shards, with every layer it reads
 
 
 @dataclass

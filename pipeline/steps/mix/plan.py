@@ -16,6 +16,7 @@ publish.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from pipeline.config import format_problems
 from pipeline.engine.step import Step, committed, read_markers, shard_name
@@ -39,8 +40,8 @@ def plan(ctx: Context) -> list[Step]:
     mixed = [s for s in m.sources if s not in m.excluded()]
     every_shard = ctx.all_doc_shards()
 
-    def mixed_docs(stats):  # the document shards of the sources in the mixture, with all their layers
-        return [d for d in every_shard(stats) if d["source"] in mixed]
+    def mixed_docs(stats):  # the document shards of the sources in the mixture, with all their layers (a generator)
+        return (d for d in every_shard(stats) if d["source"] in mixed)
     ph_list = phases(ctx)
     first = [sum(len(p["cells"]) for p in ph_list[:k]) for k in range(len(ph_list))]  # key folders c<index>
     cell_dicts = [{c.name: {**c.to_dict(), "index": first[k] + i, "phase": ph["name"], "seed": ph["seed"]}
@@ -56,36 +57,35 @@ def plan(ctx: Context) -> list[Step]:
             [c.to_dict() for c in ph_list[0]["cells"]]  # only then: a mixture without cells keeps its config
 
     def cell_budgets(stats):
-        docs = mixed_docs(stats)
         out = []
-        for ph in ph_list:
-            avail, avail_docs = cell_available(docs, ph["cells"])
+        for ph in ph_list:  # a pass over the shards per phase, one shard's dict at a time
+            avail, avail_docs = cell_available(mixed_docs(stats), ph["cells"])
             out.append((avail, avail_docs, budget(ctx, avail, mx.on_shortfall, ph)))
         if mx.disjoint:
             bm.share_out([b for _, _, b in out], out[0][0], [ph["name"] for ph in ph_list])
         epochs = [{c: bm.key_epoch(e, a[c]) for c, e in b.items()} for a, _, b in out]
         if mx.disjoint:  # one order shared out: the first phase's key files serve every phase (tasks._disjoint_cuts)
             epochs = epochs[:1] + [dict.fromkeys(e) for e in epochs[1:]]
-        return docs, out, epochs
+        return out, epochs
 
     def of_source(source, epochs):
         return [{**cell_dicts[k][c.name], "epoch": epochs[k].get(c.name)}
                 for k, ph in enumerate(ph_list) for c in ph["cells"] if c.source == source]
 
     def priority_shards(st, stats):
-        docs, _, epochs = cell_budgets(stats)
-        return [{"doc": d, "seed": m.seed, "cells": of_source(d["source"], epochs),
-                 "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in docs]
+        _, epochs = cell_budgets(stats)
+        return ({"doc": d, "seed": m.seed, "cells": of_source(d["source"], epochs),
+                 "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in mixed_docs(stats))
 
     priority = Step("mix-priority", "mix-priority", cfg, upstream, tasks.priority_shard, shards=priority_shards)
 
     def select_shards(st, stats):
-        docs, out, epochs = cell_budgets(stats)
+        out, epochs = cell_budgets(stats)
         pdir = priority.dir(ctx.store)
         phases = []
         for k, (ph, (avail, avail_docs, b)) in enumerate(zip(ph_list, out, strict=True)):
             keys = {c: [] for c in b}
-            for j, d in enumerate(docs):
+            for j, d in enumerate(mixed_docs(stats)):
                 for c in ph["cells"]:
                     if c.source == d["source"] and epochs[k][c.name] is not None:
                         keys[c.name].append(str(pdir / "keys" / f"c{cell_dicts[k][c.name]['index']}" / f"{shard_name(j)}.parquet"))
@@ -98,12 +98,12 @@ def plan(ctx: Context) -> list[Step]:
 
     def route_shards(st, stats):
         phases = bm.phase_selections(stats[select.name][0])
-        return [{"doc": d, "seed": m.seed, "phases": [
+        return ({"doc": d, "seed": m.seed, "phases": [
                     {"name": name, "cells": bm.source_cells(sel["sources"][d["source"]]), "n_shards": sel["n_shards"],
                      "offset": offset} for name, sel, offset in phases],
                  **({"tokens": str(tok[d["source"]].dir(ctx.store) / f"{shard_name(d['index'])}.parquet")} if tok else {}),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"}
-                for d in mixed_docs(stats)]
+                for d in mixed_docs(stats))
 
     tok = dict(ctx.tokenized)  # tokenize: the sources' token ids ride with their texts (pipeline/steps/tokenize/)
     route = Step("mix-route", "mix-route", {}, [select, *tok.values()], tasks.route_shard, shards=route_shards)
@@ -176,7 +176,7 @@ def budget(ctx: Context, avail: dict[str, int], on_shortfall: str, ph: dict) -> 
     return bm.cell_budget(avail, ph["weights"], ph["target"], cell_max_epochs(ctx, ph), on_shortfall, ph["rates"],
                           ph["simulate"])
 
-def cell_available(docs: list[dict], cell_list: list) -> tuple[dict[str, int], dict[str, int]]:
+def cell_available(docs: Iterable[dict], cell_list: list) -> tuple[dict[str, int], dict[str, int]]:
     """Kept tokens and documents per cell, from the document shards' markers (a
     bucketed source's quality step counts them per bucket, a topic step per topic and bucket)."""
     avail, avail_docs = {c.name: 0 for c in cell_list}, {c.name: 0 for c in cell_list}
@@ -198,7 +198,7 @@ def available_now(ctx: Context) -> tuple[list[str], list[dict[str, int]]]:
     pending = [s.name for s in ctx.steps if s.name in reads and committed(s, ctx.store) is None]
     if pending:
         return pending, []
-    docs = ctx.mix.docs({s.name: read_markers(s.dir(ctx.store)) for s in upstream})
+    docs = list(ctx.mix.docs({s.name: read_markers(s.dir(ctx.store)) for s in upstream}))  # once per phase
     return [], [cell_available(docs, ph["cells"])[0] for ph in ctx.mix.phases]
 
 
