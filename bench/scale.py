@@ -3,6 +3,7 @@
     python -m bench.scale [--docs 50000] [--scales 1,2,4] [--workers 2] [--json out.json]
                           [--partitions-x 4] [--skew]
     python -m bench.scale --docs 20000 --heavy 1000   # heavy LSH buckets uncut and cut
+    python -m bench.scale --docs 25000 --scales 1,4 --opens   # + files opened for reading (strace)
 
 A synthetic corpus of small crawl pages (the demo generator: real Wikipedia text in pages
 with boilerplate, spam, exact and near copies) in input files of a fixed 5,000 documents,
@@ -34,17 +35,19 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "bench"
 DOCS_PER_FILE = 5000
 DOCS_PER_PARTITION = 20_000
-TARGETS = {"files per document": 1.25, "longest task": 1.6, "largest worker RSS": 1.3, "driver peak RSS": 1.5,
+TARGETS = {"files opened per document": 1.25, "files per document": 1.25, "longest task": 1.6, "largest worker RSS": 1.3, "driver peak RSS": 1.5,
            "driver CPU s per document": 1.3}
 BOILERPLATE = ("This page uses cookies to improve your experience. By continuing to browse the site you agree to our "
                "use of cookies and to our privacy policy, which you can read at any time from the footer of every page.")
@@ -155,10 +158,37 @@ def _child(yaml_path: str, workers: int, output: str) -> None:
     print("RESULT " + json.dumps({"wall": wall, "driver_cpu": ru.ru_utime + ru.ru_stime, "driver_rss_mb": hwm}))
 
 
+OPENS = [False]  # --opens: count the files every process of the run opens for reading (strace)
+_OPEN = re.compile(r'openat\(AT_FDCWD, "([^"]+)", (O_[A-Z_|]+)')
+
+
+def count_opens(log: Path, steps_dir: Path) -> tuple[int, dict[str, int]]:
+    """Files opened for reading under the step store's steps/ (not folders, not failed opens,
+    not a temporary file reopened to be synced before its rename), in all, and per step (its
+    folder's name without the hash), from `strace -f -e trace=openat`'s log."""
+    total, per = 0, Counter()
+    prefix = str(steps_dir) + "/"
+    with open(log, errors="replace") as f:
+        for line in f:
+            if "= -1" in line:
+                continue
+            m = _OPEN.search(line)
+            if not m or not m.group(1).startswith(prefix) or ".tmp-" in m.group(1):
+                continue
+            flags = m.group(2)
+            if not flags.startswith("O_RDONLY") or "O_DIRECTORY" in flags:
+                continue
+            total += 1
+            per[m.group(1)[len(prefix):].split("/", 1)[0].rsplit("-", 1)[0]] += 1
+    return total, dict(per)
+
+
 def run_one(corpus: Path, out: Path, workers: int, partitions: int) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     y = mixture_yaml(corpus, out, partitions)
-    r = subprocess.run([sys.executable, "-m", "bench.scale", "--child", str(y), "--workers", str(workers),
+    trace = ["strace", "-f", "-qq", "-e", "trace=openat", "-e", "signal=none", "-o", str(out / "opens.log")] \
+        if OPENS[0] else []
+    r = subprocess.run([*trace, sys.executable, "-m", "bench.scale", "--child", str(y), "--workers", str(workers),
                         "--output", str(out)], capture_output=True, text=True, cwd=ROOT)
     line = next((x for x in r.stdout.splitlines() if x.startswith("RESULT ")), None)
     if r.returncode or line is None:
@@ -192,6 +222,9 @@ def run_one(corpus: Path, out: Path, workers: int, partitions: int) -> dict:
     res["longest"] = max(s["longest"] for s in steps.values())
     res["longest_step"] = max(steps, key=lambda k: steps[k]["longest"])
     res["worker_rss"] = max(s["rss"] for s in steps.values())
+    if OPENS[0]:
+        res["opens"], res["opens_by_step"] = count_opens(out / "opens.log", out / "_store" / "steps")
+        (out / "opens.log").unlink()
     return res
 
 
@@ -240,7 +273,8 @@ def table(results: list[dict], labels: list[str]) -> str:
 
 
 def ratios(a: dict, b: dict) -> dict[str, float]:
-    return {
+    opens = {"files opened per document": (b["opens"] / b["docs"]) / (a["opens"] / a["docs"])} if "opens" in a else {}
+    return {**opens,
         "files per document": (b["files"] / b["docs"]) / (a["files"] / a["docs"]),
         "longest task": b["longest"] / a["longest"],
         "largest worker RSS": b["worker_rss"] / a["worker_rss"],
@@ -336,12 +370,15 @@ def main(argv=None):
     ap.add_argument("--semantic", action="store_true", help="add dedup.semantic (its defaults) to the mixture")
     ap.add_argument("--heavy", type=int, default=0, metavar="ROWS",
                     help="only compare heavy LSH buckets uncut and cut, with partitions of about ROWS shuffle rows")
+    ap.add_argument("--opens", action="store_true", help="count the files the run's processes open for reading under "
+                    "steps/ (strace -f; slower), per document and per step")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--output", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         return _child(a.child, a.workers, a.output)
     SEMANTIC[0] = a.semantic
+    OPENS[0] = a.opens
     if a.heavy:
         res = heavy_report(a.docs, a.workers, CACHE / "scale-runs", a.heavy)
         if a.json:
@@ -362,6 +399,14 @@ def main(argv=None):
         print(f"{k}N = {n:,} docs, {parts} partitions: wall {r['wall']:.1f} s, {r['files']:,} files under steps/, "
               f"longest task {r['longest']:.2f} s ({r['longest_step']}), largest worker {r['worker_rss']:.0f} MB, "
               f"driver {r['driver_rss_mb']:.0f} MB and {r['driver_cpu']:.1f} CPU s ({time.perf_counter() - t:.0f} s)", flush=True)
+    if OPENS[0]:
+        print("\nfiles opened for reading under steps/, by the step whose files they are (" + " / ".join(labels) + "):")
+        for name in sorted(set().union(*(r["opens_by_step"] for r in results))):
+            cells = [r["opens_by_step"].get(name, 0) for r in results]
+            per = [c / r["docs"] for c, r in zip(cells, results)]
+            print(f"  {name:<32} " + " ".join(f"{c:>7,}" for c in cells) + "   "
+                  + (f"x{per[-1] / per[0]:.2f} per document" if per[0] else ""))
+        print("  " + " / ".join(f"{r['opens']:,} in all, {r['opens'] / r['docs']:.4f} a document" for r in results))
     print()
     print(table(results, labels))
     print()
