@@ -370,6 +370,9 @@ def main(argv=None):
     ap.add_argument("--semantic", action="store_true", help="add dedup.semantic (its defaults) to the mixture")
     ap.add_argument("--heavy", type=int, default=0, metavar="ROWS",
                     help="only compare heavy LSH buckets uncut and cut, with partitions of about ROWS shuffle rows")
+    ap.add_argument("--docs-per-partition", type=int, default=DOCS_PER_PARTITION,
+                    help="dedup.partitions: one per this many documents (default 20,000; smaller puts the smallest "
+                    "scale past one partition, where the readers' fan-in shows)")
     ap.add_argument("--opens", action="store_true", help="count the files the run's processes open for reading under "
                     "steps/ (strace -f; slower), per document and per step")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -390,7 +393,7 @@ def main(argv=None):
     for k in scales:
         n = a.docs * k
         corpus = build_corpus(n)
-        parts = max(1, n // DOCS_PER_PARTITION)
+        parts = max(1, n // a.docs_per_partition)
         t = time.perf_counter()
         r = run_one(corpus, work / f"n{n}", a.workers, parts)
         r.update({"n": n, "partitions": parts})

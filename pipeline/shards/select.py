@@ -69,6 +69,19 @@ def _histogram(path) -> tuple[np.ndarray, np.ndarray]:
     return _unpack(h["counts"]), _unpack(h["weights"])
 
 
+def key_files(folder: str, first: int, stop: int) -> dict:
+    """The key files `folder`/part-<first> .. part-<stop - 1>.parquet as a spec names them: a
+    folder and a range, not a path a shard (a selection over 10^6 shards is one task, and its
+    plan should not list them in the driver)."""
+    return {"folder": str(folder), "first": first, "stop": stop}
+
+
+def _paths(keys) -> list[str]:
+    if isinstance(keys, dict):
+        return [f"{keys['folder']}/part-{j:05d}.parquet" for j in range(keys["first"], keys["stop"])]
+    return [str(p) for p in keys]
+
+
 class KeySet:
     """A set of key files as one task uses it: the footers' histograms are summed at the
     first question and kept for the next ones (totals then a cutoff; a cell's pool, its
@@ -76,7 +89,7 @@ class KeySet:
     below take a KeySet or a list of paths (read afresh)."""
 
     def __init__(self, paths):
-        self.paths = [str(p) for p in paths]
+        self.paths = _paths(paths)  # a list of paths, or key_files(folder, first, stop)
         self._hist: tuple[np.ndarray, np.ndarray] | None = None
 
     def histogram(self) -> tuple[np.ndarray, np.ndarray]:

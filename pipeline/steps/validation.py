@@ -118,16 +118,21 @@ def plan(ctx: Context) -> list[Step]:
     cfg = {"seed": m.seed, "fraction": v.fraction if v else None, "tokens": v.tokens if v else None, "train": train, "eval": evals}
 
     def train_docs(stats):
-        return [d for d in ctx.doc_shards(stats, prev) if d["source"] in train]
+        return (d for d in ctx.doc_shards(stats, prev) if d["source"] in train)
 
     ks = Step("validation-keys", "validation-keys", cfg, base + prev, keys_shard,
               shards=lambda st, stats: [{"doc": d, "seed": m.seed, "by": by, "describe": f"{d['source']}/{shard_name(d['part'])}"}
                                         for d in train_docs(stats)])
 
-    def select_shards(st, stats):
-        paths: dict[str, list[str]] = {s: [] for s in train}
+    def select_shards(st, stats):  # each source's key files as a folder and a range, not a path a shard
+        span: dict[str, list[int]] = {s: [0, 0] for s in train}
+        seen: set[str] = set()
         for j, d in enumerate(train_docs(stats)):
-            paths[d["source"]].append(str(ks.dir(ctx.store) / f"{shard_name(j)}.parquet"))
+            if d["source"] not in seen:
+                seen.add(d["source"])
+                span[d["source"]][0] = j
+            span[d["source"]][1] = j + 1
+        paths = {s: select.key_files(str(ks.dir(ctx.store)), *span[s]) for s in train}
         return [{"keys": paths, "fraction": cfg["fraction"], "tokens": cfg["tokens"], "describe": "validation selection"}]
 
     sel = Step("validation-select", "validation-select", cfg, [ks], select_shard, shards=select_shards)

@@ -61,3 +61,19 @@ def test_a_key_set_reads_each_footer_once_and_a_rewritten_file_is_read_afresh(tm
     assert len(reads) == 3
     select.write_keys(files[0], np.arange(10, dtype=np.uint64), np.ones(10, np.int64))  # rewritten
     assert select.totals(files) == (1010, 1010) and len(reads) == 6
+
+
+def test_key_files_name_a_folder_and_a_range_and_read_as_the_paths_would(tmp_path):
+    """A selection's spec names each cell's key files as a folder and a shard range
+    (key_files), not a path a shard: the same totals and cutoffs as the listed paths."""
+    rng = np.random.default_rng(5)
+    for j in range(2, 6):
+        select.write_keys(str(tmp_path / f"part-{j:05d}.parquet"), rng.integers(0, 2**64, 300, dtype=np.uint64),
+                          rng.integers(1, 9, 300).astype(np.int64))
+    spec = select.key_files(str(tmp_path), 2, 6)
+    assert spec == {"folder": str(tmp_path), "first": 2, "stop": 6}
+    listed = [str(tmp_path / f"part-{j:05d}.parquet") for j in range(2, 6)]
+    assert select.KeySet(spec).paths == listed
+    assert select.totals(spec) == select.totals(listed)
+    assert select.cutoff(spec, 700) == select.cutoff(listed, 700)
+    assert select.totals(select.key_files(str(tmp_path), 3, 3)) == (0, 0)  # a source with no shard

@@ -25,6 +25,7 @@ from pipeline.io import fs
 from pipeline.mixing import budget as bm
 from pipeline.mixing import cells
 from pipeline.plan.context import Context, MixSteps
+from pipeline.shards.select import key_files as select_files
 from pipeline.steps.merge import merge_step, read_from
 from pipeline.steps.mix import tasks
 from pipeline.steps.mix.publish import publish
@@ -82,13 +83,15 @@ def plan(ctx: Context) -> list[Step]:
     def select_shards(st, stats):
         out, epochs = cell_budgets(stats)
         pdir = priority.dir(ctx.store)
+        span: dict[str, list[int]] = {}  # each source's shards: one run of the mixed shards' numbers
+        for j, d in enumerate(mixed_docs(stats)):
+            span.setdefault(d["source"], [j, j])[1] = j + 1
         phases = []
         for k, (ph, (avail, avail_docs, b)) in enumerate(zip(ph_list, out, strict=True)):
             keys = {c: [] for c in b}
-            for j, d in enumerate(mixed_docs(stats)):
-                for c in ph["cells"]:
-                    if c.source == d["source"] and epochs[k][c.name] is not None:
-                        keys[c.name].append(str(pdir / "keys" / f"c{cell_dicts[k][c.name]['index']}" / f"{shard_name(j)}.parquet"))
+            for c in ph["cells"]:
+                if epochs[k][c.name] is not None and c.source in span:
+                    keys[c.name] = select_files(str(pdir / "keys" / f"c{cell_dicts[k][c.name]['index']}"), *span[c.source])
             phases.append({"name": ph["name"], "keys": keys, "budget": b, "available": avail, "available_docs": avail_docs,
                            "cells": cell_dicts[k], "target_tokens": ph["target"]})
         return [{"phases": phases, "seed": m.seed, "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows,

@@ -106,7 +106,7 @@ def _key_sets(phases: list[dict]) -> None:
     name the same files), so that their footers are read once however often it asks."""
     sets: dict[tuple, select.KeySet] = {}
     for ph in phases:
-        ph["keys"] = {c: sets.setdefault(tuple(map(str, paths)), select.KeySet(paths)) for c, paths in ph.get("keys", {}).items()}
+        ph["keys"] = {c: sets.setdefault(repr(paths), select.KeySet(paths)) for c, paths in ph.get("keys", {}).items()}
 
 
 def _disjoint_cuts(phases: list[dict]) -> None:
