@@ -241,20 +241,14 @@ def main() -> None:
     YIELD[0] = args.yield_specs
     root = Path(tempfile.mkdtemp(prefix="curate-driver-", dir=os.environ.get("TMPDIR")))
     if args.plan:
-        try:
-            measure_plan(200, root)
-            rows = [measure_plan(n, root) for n in args.sizes]
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+        rows = _at_sizes(measure_plan, args.sizes, root)
         print(f"plan of dedup-fuzzy-signatures, specs {'yielded' if YIELD[0] else 'listed'}")
         print("| document shards | driver CPU s | µs a shard | peak MB | KB a shard |")
         print("| ---: | ---: | ---: | ---: | ---: |")
         for r in rows:
             print(f"| {r['shards']:,} | {r['cpu_s']:.2f} | {1e6 * r['cpu_s'] / r['shards']:.1f} | {r['peak_mb']:.1f} | "
                   f"{1024 * r['peak_mb'] / r['shards']:.2f} |")
-        a, b = rows
-        print(f"per shard, {b['shards'] // a['shards']}x the shards: peak memory "
-              f"x{(b['peak_mb'] / b['shards']) / (a['peak_mb'] / a['shards']):.2f}")
+        print(_per_shard(rows, "peak_mb", "peak memory"))
         return
     if args.chain:
         n = args.sizes[0]
@@ -291,18 +285,27 @@ def main() -> None:
         a, b = rows
         print(f"per task, 4x the tasks: driver CPU x{(b['cpu_s'] / b['tasks']) / (a['cpu_s'] / a['tasks']):.2f}")
         return
-    try:
-        measure(200, root)  # warm up: first imports and caches are not a per-shard cost
-        rows = [measure(n, root) for n in args.sizes]
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    rows = _at_sizes(measure, args.sizes, root)
     print(f"{'shards':>8} {'wall s':>8} {'cpu s':>8} {'µs/shard':>9} {'peak MB':>8} {'KB/shard':>9} {'step.json MB':>13}")
     for r in rows:
         print(f"{r['shards']:>8} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {1e6 * r['cpu_s'] / r['shards']:>9.1f} "
               f"{r['peak_mb']:>8.1f} {1024 * r['peak_mb'] / r['shards']:>9.2f} {r['step_json_mb']:>13.1f}")
+    print(_per_shard(rows, "cpu_s", "driver CPU") + ", " + _per_shard(rows, "peak_mb", "peak memory").split(": ", 1)[1])
+
+
+def _at_sizes(fn, sizes, root: Path) -> list[dict]:
+    """fn(n, root) at each size, after a warm-up (first imports and caches are not a per-shard cost)."""
+    try:
+        fn(200, root)
+        return [fn(n, root) for n in sizes]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _per_shard(rows: list[dict], key: str, what: str) -> str:
     a, b = rows
-    print(f"per shard, {b['shards'] // a['shards']}x the shards: driver CPU x{(b['cpu_s'] / b['shards']) / (a['cpu_s'] / a['shards']):.2f}, "
-          f"peak memory x{(b['peak_mb'] / b['shards']) / (a['peak_mb'] / a['shards']):.2f}")
+    return (f"per shard, {b['shards'] // a['shards']}x the shards: {what} "
+            f"x{(b[key] / b['shards']) / (a[key] / a['shards']):.2f}")
 
 
 if __name__ == "__main__":
