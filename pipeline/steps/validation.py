@@ -125,14 +125,10 @@ def plan(ctx: Context) -> list[Step]:
                                         for d in train_docs(stats)])
 
     def select_shards(st, stats):  # each source's key files as a folder and a range, not a path a shard
-        span: dict[str, list[int]] = {s: [0, 0] for s in train}
-        seen: set[str] = set()
+        span: dict[str, list[int]] = {}
         for j, d in enumerate(train_docs(stats)):
-            if d["source"] not in seen:
-                seen.add(d["source"])
-                span[d["source"]][0] = j
-            span[d["source"]][1] = j + 1
-        paths = {s: select.key_files(str(ks.dir(ctx.store)), *span[s]) for s in train}
+            span.setdefault(d["source"], [j, j])[1] = j + 1
+        paths = {s: select.key_files(str(ks.dir(ctx.store)), *span.get(s, [0, 0])) for s in train}
         return [{"keys": paths, "fraction": cfg["fraction"], "tokens": cfg["tokens"], "describe": "validation selection"}]
 
     sel = Step("validation-select", "validation-select", cfg, [ks], select_shard, shards=select_shards)

@@ -201,7 +201,7 @@ def available_now(ctx: Context) -> tuple[list[str], list[dict[str, int]]]:
     pending = [s.name for s in ctx.steps if s.name in reads and committed(s, ctx.store) is None]
     if pending:
         return pending, []
-    docs = list(ctx.mix.docs({s.name: read_markers(s.dir(ctx.store)) for s in upstream}))  # once per phase
+    docs = list(ctx.mix.docs({s.name: read_markers(s.dir(ctx.store)) for s in upstream}))  # listed once, read once per phase
     return [], [cell_available(docs, ph["cells"])[0] for ph in ctx.mix.phases]
 
 

@@ -104,7 +104,7 @@ def select_shard(spec: dict, out) -> dict:
 def _key_sets(phases: list[dict]) -> None:
     """Each cell's key files as one select.KeySet for this task (shared by the phases that
     name the same files), so that their footers are read once however often it asks."""
-    sets: dict[tuple, select.KeySet] = {}
+    sets: dict[str, select.KeySet] = {}
     for ph in phases:
         ph["keys"] = {c: sets.setdefault(repr(paths), select.KeySet(paths)) for c, paths in ph.get("keys", {}).items()}
 
