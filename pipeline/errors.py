@@ -10,6 +10,8 @@
 Every message says where, what, and how to fix it; the CLI prints the message only.
 """
 
+import os
+
 
 class CurateError(Exception):
     exit_code = 1
@@ -29,3 +31,14 @@ class RunError(CurateError):
 
 class TransientError(RunError):
     exit_code = 1
+
+
+def env_int(name: str, default: int, what: str, least: int = 1) -> int:
+    """An integer setting from the environment (benches and tests lower the product's
+    defaults through them), or `default` when unset; a bad value is a UsageError naming it."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return default
+    if not v.isdigit() or int(v) < least:
+        raise UsageError(f"{name}={v!r}: give {what} ({least} or more), or unset it for {default:,}")
+    return int(v)

@@ -262,6 +262,7 @@ class Executor:
 
     def _reuse(self, s: Step) -> None:
         """A step another run computed while this one waited: its markers, as if cached."""
+        s.meta.pop("plan", None)  # a plan claim() began (_planned): not needed
         self.stats[s.name] = committed(s, self.store) or read_markers(s.dir(self.store))
         self.status[s.name] = "REUSED"
         self.progress.note(f"[{s.name}] done by another run: reused")

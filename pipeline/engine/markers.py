@@ -145,26 +145,16 @@ class _Spill:
         self._f.close()
 
 
-class RunningMarkers(_Spill, Mapping):
-    """The markers of a step while it runs, as they arrive, in a local spill file: the driver
-    holds where each one is (12 bytes a shard) and the rows so far, not the markers (a few
-    hundred bytes to a few KB each). `commit` streams them into the marker index
-    (`index_chunks`), in shard order; a lookup reads one back from the file.
+class _Slots(_Spill, Mapping):
+    """Markers by shard number in a spill file: the driver holds where each one is (12 bytes
+    a shard), and a marker is parsed when asked for."""
 
-    Example:
-
-        m = RunningMarkers(3)
-        m[2] = {"rows": 10}
-        2 in m, len(m), m.rows   # True, 1, 10
-    """
-
-    def __init__(self, n: int):
-        super().__init__("curate-markers-")
+    def __init__(self, n: int, prefix: str):
+        super().__init__(prefix)
         self.n = n
         self._off = array.array("q", [-1]) * n
         self._len = array.array("i", [0]) * n
         self.count = 0
-        self.rows = 0
 
     def _at(self, i) -> int | None:
         """`i` as a shard number of this step that has a marker (numpy integers too), else None."""
@@ -174,16 +164,10 @@ class RunningMarkers(_Spill, Mapping):
             return None
         return i if 0 <= i < self.n and self._off[i] >= 0 else None
 
-    def __setitem__(self, i: int, marker: dict) -> None:
-        i = operator.index(i)
-        if not 0 <= i < self.n:
-            raise IndexError(f"shard {i} of a step of {self.n}")
-        if self._off[i] >= 0:  # replaced (a shard computed again): its rows counted once
-            self.rows -= self[i].get("rows", 0)
-            self.count -= 1
-        self._off[i], self._len[i] = self._put(orjson.dumps(marker))
-        self.count += 1
-        self.rows += marker.get("rows", 0)
+    def _set(self, i: int, data: bytes) -> None:
+        if self._off[i] < 0:
+            self.count += 1
+        self._off[i], self._len[i] = self._put(data)
 
     def __getitem__(self, i) -> dict:
         k = self._at(i)
@@ -199,6 +183,33 @@ class RunningMarkers(_Spill, Mapping):
 
     def __len__(self) -> int:
         return self.count
+
+
+class RunningMarkers(_Slots):
+    """The markers of a step while it runs, as they arrive, in a local spill file: the driver
+    holds where each one is (12 bytes a shard) and the rows so far, not the markers (a few
+    hundred bytes to a few KB each). `commit` streams them into the marker index
+    (`index_chunks`), in shard order; a lookup reads one back from the file.
+
+    Example:
+
+        m = RunningMarkers(3)
+        m[2] = {"rows": 10}
+        2 in m, len(m), m.rows   # True, 1, 10
+    """
+
+    def __init__(self, n: int):
+        super().__init__(n, "curate-markers-")
+        self.rows = 0
+
+    def __setitem__(self, i: int, marker: dict) -> None:
+        i = operator.index(i)
+        if not 0 <= i < self.n:
+            raise IndexError(f"shard {i} of a step of {self.n}")
+        if i in self:  # replaced (a shard computed again): its rows counted once
+            self.rows -= self[i].get("rows", 0)
+        self._set(i, orjson.dumps(marker))
+        self.rows += marker.get("rows", 0)
 
     def __repr__(self) -> str:
         return f"RunningMarkers({self.count} of {self.n} shards)"
@@ -216,36 +227,17 @@ class RunningMarkers(_Spill, Mapping):
         yield b"".join(parts) + b"\n}\n"
 
 
-class _Index(_Spill, Mapping):
+class _Index(_Slots):
     """A committed step's markers copied from its index into a local spill file, a line at a
-    time: the driver holds 12 bytes a shard, and a marker is parsed when asked for."""
+    time (read_index)."""
 
     def __init__(self, n: int):
-        super().__init__("curate-index-")
-        self._off = array.array("q", [-1]) * n
-        self._len = array.array("i", [0]) * n
-        self.count = 0
+        super().__init__(n, "curate-index-")
 
     def put(self, i: int, data: bytes) -> None:
-        if not 0 <= i < len(self._off) or self._off[i] >= 0:
-            raise ValueError(f"shard {i} out of place in a marker index of {len(self._off)}")
-        self._off[i], self._len[i] = self._put(data)
-        self.count += 1
-
-    def __getitem__(self, i) -> dict:
-        try:
-            k = operator.index(i)
-        except TypeError:
-            raise KeyError(i) from None
-        if not 0 <= k < len(self._off) or self._off[k] < 0:
-            raise KeyError(i)
-        return orjson.loads(self._raw(self._off[k], self._len[k]))
-
-    def __iter__(self) -> Iterator[int]:
-        return (i for i in range(len(self._off)) if self._off[i] >= 0)
-
-    def __len__(self) -> int:
-        return self.count
+        if not 0 <= i < self.n or self._off[i] >= 0:
+            raise ValueError(f"shard {i} out of place in a marker index of {self.n}")
+        self._set(i, data)
 
 
 def read_index(path: Path, count: int) -> Mapping[int, dict]:

@@ -190,6 +190,18 @@ class Context:
             total += len(stats[self.ingest[sname].name])
         return offsets, total
 
+    def source_spans(self, stats: dict, sources) -> dict[str, tuple[int, int]]:
+        """[first, stop) of each of `sources`' document shards in the numbering of a step over
+        theirs alone (doc_shards' order, the other sources left out): from the shard counts,
+        no marker read."""
+        out, at = {}, 0
+        for sname in self.mixture.sources:
+            if sname in sources:
+                n = len(stats[self.ingest[sname].name])
+                out[sname] = (at, at + n)
+                at += n
+        return out
+
     def step_ref(self, step: Step) -> str:
         """How the run directory names a store step: `steps/<name>-<hash>` where the run
         directory links its store steps (local disks), else the store step's path or URL."""

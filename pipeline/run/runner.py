@@ -28,7 +28,7 @@ from pipeline.engine import storelock
 from pipeline.engine.lease import Leases
 from pipeline.engine.progress import Progress
 from pipeline.engine.step import step_status
-from pipeline.errors import RunError
+from pipeline.errors import RunError, env_int
 from pipeline.io import atomic, fs
 from pipeline.run import graph, outputs
 from pipeline.run import record as record_mod
@@ -44,13 +44,7 @@ INLINE_DOCS = 5_000  # a step whose largest input holds at most this many rows r
 
 def inline_docs() -> int:
     """CURATE_INLINE_DOCS, or the default: steps that small run without Ray (0: always Ray)."""
-    v = os.environ.get("CURATE_INLINE_DOCS", "").strip()
-    if not v:
-        return INLINE_DOCS
-    try:
-        return max(0, int(v))
-    except ValueError:
-        raise RunError(f"CURATE_INLINE_DOCS={v!r}: give a number of documents (0: every step on Ray)") from None
+    return env_int("CURATE_INLINE_DOCS", INLINE_DOCS, "a number of documents (0: every step on Ray)", least=0)
 
 
 def _input_bytes(ctx) -> int | None:

@@ -30,11 +30,10 @@ and a reader of partition p reads only its range's `groups` files (shuffle.files
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 from pipeline.engine.step import Step, task
-from pipeline.errors import UsageError
+from pipeline.errors import env_int
 from pipeline.io import fs
 from pipeline.shards import shuffle
 
@@ -58,31 +57,17 @@ def read_ahead(group_size: int) -> int:
 
 
 def group() -> int:
-    return _env("CURATE_SHUFFLE_GROUP", GROUP, "the number of shuffle files a merge task joins at least")
+    return env_int("CURATE_SHUFFLE_GROUP", GROUP, "the number of shuffle files a merge task joins at least", least=2)
 
 
 def max_fanin() -> int:
     """Files a reader reads at most (CURATE_SHUFFLE_FANIN; benches lower it, with the group,
     to show at tens of writers the regime of tens of thousands)."""
-    return _env("CURATE_SHUFFLE_FANIN", FANIN, "the number of merged files a shuffle's reader reads at most")
-
-
-def _env(name: str, default: int, what: str) -> int:
-    v = os.environ.get(name, "").strip()
-    if not v:
-        return default
-    if not v.isdigit() or int(v) < 2:
-        raise UsageError(f"{name}={v!r}: give {what} (2 or more), or unset it for {default}")
-    return int(v)
+    return env_int("CURATE_SHUFFLE_FANIN", FANIN, "the number of merged files a shuffle's reader reads at most", least=2)
 
 
 def split_bytes() -> int:
-    v = os.environ.get("CURATE_MERGE_BYTES", "").strip()
-    if not v:
-        return SPLIT_BYTES
-    if not v.isdigit() or int(v) < 1:
-        raise UsageError(f"CURATE_MERGE_BYTES={v!r}: give the bytes a merge task copies at most (a positive integer)")
-    return int(v)
+    return env_int("CURATE_MERGE_BYTES", SPLIT_BYTES, "the bytes a merge task copies at most")
 
 
 @task(version="1")

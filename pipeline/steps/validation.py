@@ -121,14 +121,12 @@ def plan(ctx: Context) -> list[Step]:
         return (d for d in ctx.doc_shards(stats, prev) if d["source"] in train)
 
     ks = Step("validation-keys", "validation-keys", cfg, base + prev, keys_shard,
-              shards=lambda st, stats: [{"doc": d, "seed": m.seed, "by": by, "describe": f"{d['source']}/{shard_name(d['part'])}"}
-                                        for d in train_docs(stats)])
+              shards=lambda st, stats: ({"doc": d, "seed": m.seed, "by": by, "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                                        for d in train_docs(stats)))
 
     def select_shards(st, stats):  # each source's key files as a folder and a range, not a path a shard
-        span: dict[str, list[int]] = {}
-        for j, d in enumerate(train_docs(stats)):
-            span.setdefault(d["source"], [j, j])[1] = j + 1
-        paths = {s: select.key_files(str(ks.dir(ctx.store)), *span.get(s, [0, 0])) for s in train}
+        span = ctx.source_spans(stats, train)
+        paths = {s: select.key_files(str(ks.dir(ctx.store)), *span[s]) for s in train}
         return [{"keys": paths, "fraction": cfg["fraction"], "tokens": cfg["tokens"], "describe": "validation selection"}]
 
     sel = Step("validation-select", "validation-select", cfg, [ks], select_shard, shards=select_shards)

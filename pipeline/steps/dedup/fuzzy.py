@@ -64,8 +64,12 @@ def okey(rank: int, ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
     hashes of the id (56 + an independent 64), so that two documents tie with a chance of
     about 1e-16 among 25 billion; only then does the gid (a shard position) decide."""
     h = np.array([xxhash.xxh3_64_intdigest(i) for i in ids], dtype=np.uint64) >> np.uint64(8)
-    h2 = np.array([xxhash.xxh3_64_intdigest(i, seed=0x5EED) for i in ids], dtype=np.uint64)
-    return (np.uint64(rank) << np.uint64(56)) | h, h2
+    return (np.uint64(rank) << np.uint64(56)) | h, okey2(ids)
+
+
+def okey2(ids: list[str]) -> np.ndarray:
+    """The order key's second hash alone (heavy buckets sample documents by it: salt.py)."""
+    return np.array([xxhash.xxh3_64_intdigest(i, seed=0x5EED) for i in ids], dtype=np.uint64)
 
 
 def band_rows(doc: dict, p: dict, a: np.ndarray, b: np.ndarray, rows: np.ndarray, ids: pa.Array, texts: list[str]):
@@ -90,14 +94,19 @@ def read_heavy(path: str | None) -> dict | None:
     return {c: t.column(c).to_numpy() for c in t.column_names}
 
 
+def _heavy_pos(heavy: dict | None, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each key's row in the heavy table, and whether it is there."""
+    if heavy is None or not len(heavy["bucket"]) or not len(keys):
+        return np.zeros(len(keys), np.int64), np.zeros(len(keys), bool)
+    pos = np.minimum(np.searchsorted(heavy["bucket"], keys), len(heavy["bucket"]) - 1)
+    return pos, heavy["bucket"][pos] == keys
+
+
 def partitions_of(keys: np.ndarray, okeys: np.ndarray, nparts: int, heavy: dict | None) -> np.ndarray:
     """Each row's bucket partition: its bucket's, or, for a heavy bucket, the virtual
     partition (past `nparts`) of its member's block, a range of the id hash."""
     part = shuffle.partition_of(keys, nparts)
-    if heavy is None or not len(heavy["bucket"]):
-        return part
-    pos = np.minimum(np.searchsorted(heavy["bucket"], keys), len(heavy["bucket"]) - 1)
-    hit = heavy["bucket"][pos] == keys
+    pos, hit = _heavy_pos(heavy, keys)
     if hit.any():
         h32 = (okeys[hit] & np.uint64((1 << 56) - 1)) >> np.uint64(24)  # 32 bits of the id hash
         block = ((h32 * heavy["blocks"][pos[hit]].astype(np.uint64)) >> np.uint64(32)).astype(np.int64)
@@ -138,12 +147,9 @@ def anchor_pairs(bucket, okey, okey2, g, starts, sizes, heavy: dict | None) -> t
     """A heavy bucket's block meets the rest of its bucket through the bucket's anchor: the
     block's first two members paired with it (two, so that one pair failing verification
     does not cut the block off). Pairs are (earlier, later) in the bucket order."""
-    none = np.zeros(0, np.int64)
-    if heavy is None or not len(heavy["bucket"]) or not len(starts):
-        return none, none
-    first = bucket[starts]
-    pos = np.minimum(np.searchsorted(heavy["bucket"], first), len(heavy["bucket"]) - 1)
-    hit = heavy["bucket"][pos] == first
+    pos, hit = _heavy_pos(heavy, bucket[starts])
+    if not hit.any():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     s, h, k = starts[hit], pos[hit], sizes[hit]
     at = np.concatenate([s, s[k > 1] + 1])  # each block's first and second member
     h = np.concatenate([h, h[k > 1]])
@@ -170,7 +176,9 @@ def buckets_shard(spec: dict, out) -> dict:
     bucket, g = bucket[order], g[order]
     cuts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1], True])
     size = np.diff(cuts)
-    lo, hi = anchor_pairs(bucket, okey[order], okey2[order], g, cuts[:-1], size, read_heavy(spec.get("heavy")))
+    blocks = spec.get("heavy") and spec["partition"] >= spec["ordinary"]  # a heavy bucket's block: past the ordinary
+    lo, hi = anchor_pairs(bucket, okey[order], okey2[order], g, cuts[:-1], size,
+                          read_heavy(spec["heavy"]) if blocks else None)
     lo_parts, hi_parts = [lo], [hi]
     big = 0
     for start, k in zip(cuts[:-1][size > 1], size[size > 1]):

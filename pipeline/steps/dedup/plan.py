@@ -127,16 +127,19 @@ def plan(ctx: Context) -> list[Step]:
         cfg = {"params": params, **common}
         hv = heavy_steps(ctx, add, params, prev, base)
 
-        def heavy(stats, hv=hv) -> dict:  # the heavy buckets' table, when a bucket is cut (salt.py)
+        def heavy(stats, hv=hv, table=str(hv.dir(ctx.store) / salt.TABLE)) -> dict:  # when a bucket is cut (salt.py)
             m = stats[hv.name][0] if stats[hv.name] else {}
-            return {"virtual": m["virtual"], "heavy": str(hv.dir(ctx.store) / salt.TABLE)} if m.get("virtual") else {}
+            return {"virtual": m["virtual"], "heavy": table} if m.get("virtual") else {}
+
+        def reduce_heavy(stats, sig_name="dedup-fuzzy-signatures") -> dict:  # read by the blocks' reducers only
+            h = heavy(stats)
+            return {"heavy": h["heavy"], "ordinary": stats[sig_name][0]["partitions"] - h["virtual"]} if h else {}
 
         sig = add(Step("dedup-fuzzy-signatures", "dedup-fuzzy-signatures", cfg, base + prev + [hv],
                        fuzzy.sig_shard,
                        shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
                            dd, kept * fz.bands), **heavy(stats)}, prev)))
-        bk = reducer("dedup-fuzzy-buckets", {}, sig, fuzzy.buckets_shard,
-                     lambda stats: {"heavy": heavy(stats).get("heavy")})
+        bk = reducer("dedup-fuzzy-buckets", {}, sig, fuzzy.buckets_shard, reduce_heavy)
         bkm = merged(bk, ["to"], lambda stats, bk=bk: len(stats[bk.name]))
 
         def fetch_shards(st, stats, prev=prev, params=params, sig=sig, bk=bk, bkm=bkm):
@@ -197,7 +200,7 @@ def heavy_steps(ctx: Context, add, params: dict, prev: list, base: list) -> Step
                  "describe": "heavy buckets"}] if n else []
 
     hv = add(Step("dedup-fuzzy-heavy", "dedup-fuzzy-heavy", {}, [smp], salt.heavy_shard, shards=heavy_specs))
-    smp.meta["may_be_empty"] = hv.meta["may_be_empty"] = True  # no lease taken while they have no task
+    hv.meta["may_be_empty"] = True  # planned before its lease (a count): with no task it takes none
     return hv
 
 

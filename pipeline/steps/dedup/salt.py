@@ -28,13 +28,12 @@ of shards, workers or merge groups. A bucket the sample misses is at most a few 
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pyarrow as pa
 
 from pipeline.engine.step import task
-from pipeline.errors import UsageError
+from pipeline.errors import env_int
 from pipeline.io import fs
 from pipeline.shards import text, view
 from pipeline.steps.dedup import fuzzy
@@ -49,13 +48,7 @@ SCHEMA = pa.schema([("bucket", pa.uint64()), ("okey", pa.uint64()), ("okey2", pa
 def salt_rows() -> int:
     """CURATE_FUZZY_SALT_ROWS, or SALT_ROWS; tests and benches lower it to show the cut at a
     few thousand documents. It enters the sample step's hash."""
-    v = os.environ.get("CURATE_FUZZY_SALT_ROWS", "").strip()
-    if not v:
-        return SALT_ROWS
-    if not v.isdigit() or int(v) < 2:
-        raise UsageError(f"CURATE_FUZZY_SALT_ROWS={v!r}: give the rows of one LSH bucket a reducer holds "
-                         f"(2 or more), or unset it for {SALT_ROWS:,}")
-    return int(v)
+    return env_int("CURATE_FUZZY_SALT_ROWS", SALT_ROWS, "the rows of one LSH bucket a reducer holds", least=2)
 
 
 def rate(salt: int) -> float:
@@ -73,8 +66,7 @@ def sample_shard(spec: dict, out) -> dict:
         picked = []
         for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["id"]):
             kept += len(rows)
-            _, h2 = fuzzy.okey(0, batch.column("id").to_pylist())
-            picked.append(rows[h2 < bound] if spec["rate"] < 1 else rows)
+            picked.append(rows[fuzzy.okey2(batch.column("id").to_pylist()) < bound] if spec["rate"] < 1 else rows)
         rows = np.concatenate(picked) if picked else np.zeros(0, np.int64)
         if not len(rows):
             continue

@@ -83,9 +83,7 @@ def plan(ctx: Context) -> list[Step]:
     def select_shards(st, stats):
         out, epochs = cell_budgets(stats)
         pdir = priority.dir(ctx.store)
-        span: dict[str, list[int]] = {}  # each source's shards: one run of the mixed shards' numbers
-        for j, d in enumerate(mixed_docs(stats)):
-            span.setdefault(d["source"], [j, j])[1] = j + 1
+        span = ctx.source_spans(stats, mixed)  # each source's shards: one run of the mixed shards' numbers
         phases = []
         for k, (ph, (avail, avail_docs, b)) in enumerate(zip(ph_list, out, strict=True)):
             keys = {c: [] for c in b}

@@ -1,11 +1,12 @@
 """Heavy LSH buckets cut into blocks (pipeline/steps/dedup/salt.py), on a real Ray.
 
 The corpus: 160 copies of one templated page (a word of each upper-cased) among 300
-distinct Wikipedia pages and 40 planted pairs. With CURATE_FUZZY_SALT_ROWS=20 (every
-document sampled: the estimate is the count), the template's buckets are cut into blocks
-of about 20 rows (without the anchor pairs the copies would fall apart into a cluster a
-block); the runs compare against the same mixture without the cut, and against
-other shards, workers, partitions and merge groups with it.
+distinct Wikipedia pages and 40 planted pairs. With CURATE_FUZZY_SALT_ROWS=40 (half the
+documents sampled, by id hash: the estimate is twice a bucket's sampled members), the
+template's buckets are cut into blocks of about 40 rows (without the anchor pairs the
+copies would fall apart into a cluster a block); the runs compare against the same
+mixture without the cut, and against other shards, workers, partitions, merge groups and
+sample tasks with it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 from pipeline import config
 from pipeline.io import atomic
 from pipeline.run import runner
+from pipeline.steps.dedup import salt
 from tests.conftest import write_yaml
 
 COPIES = 160
@@ -96,9 +98,13 @@ def _fuzzy(run: Path) -> dict[str, tuple]:
 def runs(ray_local, corpus, tmp_path_factory):
     d = tmp_path_factory.mktemp("salt")
     plain = _run(d, corpus, "plain", 2, {})
-    cut = _run(d, corpus, "cut", 2, {"CURATE_FUZZY_SALT_ROWS": "20"})
-    other = _run(d, corpus, "other", 1, {"CURATE_FUZZY_SALT_ROWS": "20", "CURATE_SHUFFLE_GROUP": "2"},
-                 shard_bytes=40_000, extra="  partitions: 3")
+    cut = _run(d, corpus, "cut", 2, {"CURATE_FUZZY_SALT_ROWS": "40"})
+    group, salt.GROUP = salt.GROUP, 2  # the sample's document shards two a task (planned here, in the driver)
+    try:
+        other = _run(d, corpus, "other", 1, {"CURATE_FUZZY_SALT_ROWS": "40", "CURATE_SHUFFLE_GROUP": "2"},
+                     shard_bytes=40_000, extra="  partitions: 3")
+    finally:
+        salt.GROUP = group
     return plain, cut, other
 
 
@@ -109,13 +115,15 @@ def test_a_heavy_bucket_is_cut_into_blocks_and_no_reducer_holds_it(runs):
     heavy = _markers(cut, "dedup-fuzzy-heavy")[0]
     table = pq.read_table(_heavy(cut)).to_pylist()
     assert heavy["heavy"] == len(table) >= 1 and heavy["virtual"] == sum(r["blocks"] for r in table)
-    for r in table:  # every document sampled: the estimate is the bucket's size, its anchor a template copy
-        assert r["blocks"] == -(-r["estimate"] // 20) and r["estimate"] > 20
+    sampled = _markers(cut, "dedup-fuzzy-sample")
+    assert 0 < sum(m["sampled"] for m in sampled) < 0.7 * sum(m["docs"] for m in sampled)  # a sample, not all
+    for r in table:  # the estimate: twice the sampled members
+        assert r["blocks"] == -(-r["estimate"] // 40) and r["estimate"] > 40
     largest = {name: max(m["largest"] for m in _markers(run, "dedup-fuzzy-buckets")) for name, run in (("plain", plain), ("cut", cut))}
     print(f"\nlargest bucket a reducer held: {largest['plain']} without the cut, {largest['cut']} with it; "
           f"{heavy['heavy']} heavy buckets in {heavy['virtual']} blocks")
     assert largest["plain"] >= COPIES * 0.8
-    assert largest["cut"] <= 40  # blocks of about 20 members: hash ranges, not exact counts
+    assert largest["cut"] <= COPIES // 2  # blocks of about 40 members: hash ranges of estimated sizes
     parts = {m["partitions"] for m in _markers(cut, "dedup-fuzzy-signatures")}
     assert parts == {_markers(plain, "dedup-fuzzy-signatures")[0]["partitions"] + heavy["virtual"]}
 
@@ -141,6 +149,7 @@ def test_the_cut_is_the_same_for_any_shards_workers_partitions_and_merge_groups(
     steps = _steps(other)
     assert steps["ingest-web"]["shards"] > _steps(cut)["ingest-web"]["shards"] > 0
     assert steps["dedup-fuzzy-signatures-merge"]["shards"] > 0  # the merge tier joined the signatures' files
+    assert steps["dedup-fuzzy-sample"]["shards"] > 1 == _steps(cut)["dedup-fuzzy-sample"]["shards"]
     assert _fuzzy(cut) == _fuzzy(other)  # every decision, survivor, Jaccard and cluster
     a, b = (pq.read_table(_heavy(r)) for r in (cut, other))
     assert a.drop_columns(["anchor"]).equals(b.drop_columns(["anchor"]))  # anchors are gids: shard positions
@@ -151,8 +160,6 @@ def test_a_sample_with_no_heavy_bucket_cuts_nothing(tmp_path):
     common case between 2 million and a few hundred million documents)."""
     import numpy as np
     import pyarrow as pa
-
-    from pipeline.steps.dedup import salt
 
     class Out:
         dir = str(tmp_path / "heavy")
