@@ -428,3 +428,19 @@ def test_files_split_between_documents_and_keep_empty_ones_packed_or_not():
                    {"path": "tokenized/megatron/b/part-00000", "cell": "b", "tokens": 8, "padding": 0, "documents": 2}]}
     g = blends._groups("megatron", b)[""]
     assert g["a"]["tokens"] == 5 and g["b"]["tokens"] == 8
+
+
+def test_best_fit_fills_sequences_it_has_opened_before_opening_another():
+    """Best-fit decreasing on pieces 4, 3, 2, 2, 1, 1 (documents of 3, 1, 2, 2, 5 tokens at
+    seq_len 4): four sequences, not one a piece; every token in place, padding EOS."""
+    from pipeline.steps.tokenize.pack import pack
+
+    lengths = np.array([3, 1, 2, 2, 5])
+    ids = np.arange(1, int(lengths.sum()) + 1, dtype=np.uint16)
+    out, pc = pack(ids, lengths, 4, "best_fit", 0)
+    assert len(out) == 16 and int((out == 0).sum()) == 3 and out.dtype == ids.dtype
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    for d, p, s, e in zip(pc["doc"].tolist(), pc["piece"].tolist(), pc["start"].tolist(), pc["end"].tolist()):
+        a = starts[d] + 4 * p
+        assert out[s:e].tolist() == ids[a : a + e - s].tolist() and s // 4 == (e - 1) // 4  # a piece in one sequence
+    assert sorted(pc["end"] - pc["start"]) == [1, 1, 2, 2, 3, 4]

@@ -22,6 +22,7 @@ import bisect
 
 import numpy as np
 
+GATHER = 1 << 20  # tokens a gather places at once (pieces are never split)
 
 def pack(ids: np.ndarray, lengths: np.ndarray, seq_len: int, strategy: str, pad: int
          ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -72,10 +73,16 @@ def _best_fit(ids, lengths, seq_len, pad):
         if room - n:
             bisect.insort(rooms, (room - n, s))
     out = np.full(len(fill) * seq_len, pad, ids.dtype)
-    total = int(size.sum())
-    # every piece's tokens to its place in one gather: source and destination positions token by token
-    first = np.cumsum(size) - size
-    step = np.arange(total) - np.repeat(first, size)
-    out[np.repeat(dst, size) + step] = ids[np.repeat(src, size) + step]
+    # the pieces' tokens to their places, a gather of about GATHER tokens at a time: the index
+    # arrays (8 bytes a token each) stay small whatever the file, and short pieces are not a
+    # Python step each
+    ends = np.cumsum(size)
+    lo = 0
+    while lo < len(size):
+        hi = max(lo + 1, int(np.searchsorted(ends, ends[lo] - size[lo] + GATHER, side="right")))
+        n = size[lo:hi]
+        step = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        out[np.repeat(dst[lo:hi], n) + step] = ids[np.repeat(src[lo:hi], n) + step]
+        lo = hi
     at = np.argsort(dst, kind="stable")
     return out, {"doc": doc[at], "piece": piece[at], "start": dst[at], "end": dst[at] + size[at]}
