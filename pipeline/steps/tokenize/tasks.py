@@ -165,13 +165,14 @@ def validation_shard(spec: dict, out) -> dict:
 
 def with_specials(offs: np.ndarray, vals: np.ndarray, bos: int | None, eos: int | None) -> tuple[np.ndarray, np.ndarray]:
     """(ids, lengths): each document's ids (`vals[offs[i]:offs[i+1]]`) with BOS before and
-    EOS after, back to back in one uint32 array built in a few vector operations (not a
-    concatenation a document, nor an array a document)."""
+    EOS after, back to back in one array built in a few vector operations (not a
+    concatenation a document, nor an array a document), as narrow as the ids and specials
+    allow (the stored uint16 ids stay uint16: a uint16 file is written without a cast)."""
     n = len(offs) - 1
     a, z = int(bos is not None), int(eos is not None)
     lens = np.diff(offs).astype(np.int64) + a + z
     ends = np.cumsum(lens)
-    out = np.empty(int(ends[-1]) if n else 0, np.uint32)
+    out = np.empty(int(ends[-1]) if n else 0, np.promote_types(vals.dtype, np.min_scalar_type(max(bos or 0, eos or 0))))
     body = np.ones(len(out), bool)
     if a:
         body[ends - lens] = False
