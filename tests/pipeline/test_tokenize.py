@@ -415,13 +415,13 @@ def test_files_split_between_documents_and_keep_empty_ones_packed_or_not():
     lengths = np.array([3, 5, 2, 6, 0])
     ids = np.arange(1, int(lengths.sum()) + 1, dtype=np.uint32)
     for strategy in ("concat", "best_fit"):
-        files = _pieces(ids, lengths, {"max_file_tokens": 8, "pack": {"seq_len": 4, "strategy": strategy}, "eos_id": 0})
+        files = list(_pieces(ids, lengths, {"max_file_tokens": 8, "pack": {"seq_len": 4, "strategy": strategy}, "eos_id": 0}))
         seen = [set(pc["doc"].tolist()) for _, _, pc in files]
         assert all(not (a & b) for i, a in enumerate(seen) for b in seen[i + 1:])  # a document in one file only
         assert set().union(*seen) == {0, 1, 2, 3}  # the empty document has no tokens to place
         for tok, seqs, pc in files:
             assert len(tok) == 4 * len(seqs) and all(np.all(tok[s:e] != 0) for s, e in zip(pc["start"], pc["end"]))
-    files = _pieces(ids, lengths, {"max_file_tokens": 8})
+    files = list(_pieces(ids, lengths, {"max_file_tokens": 8}))
     assert [pc["doc"].tolist() for _, _, pc in files] == [[0, 1], [2, 3, 4]]
     assert files[-1][2]["start"].tolist() == [0, 2, 8] and files[-1][2]["end"].tolist() == [2, 8, 8]
     b = {"files": [{"path": "tokenized/megatron/a/part-00000", "cell": "a", "tokens": 8, "padding": 3, "documents": 1},

@@ -18,6 +18,7 @@ and the writers only.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 
 import numpy as np
@@ -118,21 +119,16 @@ def write_shard(spec: dict, out) -> dict:
     for cell, stem0, ix in runs:
         sub_ids, sub_len = (ids, lengths) if ix is None else gather(ids, lengths, ix)
         pick_all = np.arange(len(lengths)) if ix is None else ix
-        groups = _pieces(sub_ids, sub_len, p)
-        for k, (tok, seqs, pc) in enumerate(groups):
-            stem = stem0 if len(groups) == 1 else f"{stem0}-{k:05d}"
+        split = _split(sub_len, p["max_file_tokens"])
+        for k, (tok, seqs, pc) in enumerate(_pieces(sub_ids, sub_len, p, split)):
+            stem = stem0 if len(split) == 1 else f"{stem0}-{k:05d}"
             base = fs.path(out.dir) / fmt / stem
             docs = pick_all[pc["doc"]]  # each piece's document in this shard
-            pm = [meta[i] for i in docs.tolist()]
-            rows = [(int(x), int(y), m[0], m[1], m[2]) for x, y, m in zip(pc["start"], pc["end"], pm)]
-            res = formats.write(fmt, base, tok, seqs, p["dtype"], p["tokenizer_name"], rows)
-            res["files"].update(_provenance(base, pc, pm, [cells[i] for i in docs.tolist()],
-                                            epochs[docs] if len(docs) else np.zeros(0, np.int64), packed="pack" in p))
-            entry = {"file": f"{fmt}/{stem}", "documents": len(np.unique(docs)), "tokens": res["tokens"], "files": res["files"]}
-            if "pack" in p:  # sequences of seq_len: pieces of documents and padding
-                entry.update({"sequences": len(seqs), "pieces": len(docs), "padding": res["tokens"] - int((pc["end"] - pc["start"]).sum())})
+            entry = _write_file(fmt, base, f"{fmt}/{stem}", tok, seqs, pc, [meta[i] for i in docs.tolist()],
+                                [cells[i] for i in docs.tolist()], epochs[docs] if len(docs) else np.zeros(0, np.int64),
+                                p, len(np.unique(docs)))
             files.append({**entry, **({"cell": cell, "mixture": mixture} if cell is not None else {})})
-            total += res["tokens"]
+            total += entry["tokens"]
     for c, n in zip(cells, lengths.tolist()):
         e = per_cell.setdefault(c, {"documents": 0, "tokens": 0})
         e["documents"] += 1
@@ -153,14 +149,21 @@ def validation_shard(spec: dict, out) -> dict:
     base = fs.path(out.dir) / fmt / "validation" / spec["name"][: -len(".parquet")]
     ((tok, seqs, pc),) = _pieces(ids, lengths, {**p, "max_file_tokens": None})  # one file a held-out file
     pm = [meta[i] for i in pc["doc"].tolist()]
-    rows = [(int(x), int(y), m[0], m[1], m[2]) for x, y, m in zip(pc["start"], pc["end"], pm)]
+    entry = _write_file(fmt, base, f"{fmt}/validation/{spec['name'][: -len('.parquet')]}", tok, seqs, pc, pm,
+                        [None] * len(pm), np.zeros(len(pm), np.int64), p, len(lengths))
+    return {"rows": len(lengths), "tokens": entry["tokens"], "files": [entry]}
+
+
+def _write_file(fmt: str, base, rel: str, tok, seqs, pc: dict, pm: list, cells: list, epochs, p: dict, documents: int) -> dict:
+    """One token file set and its provenance sidecar; its entry in the step's marker (with
+    sequences, pieces and padding when packed). `pm`: each piece's (id, source, row)."""
+    rows = [(int(x), int(y), m[0], m[1], m[2]) for x, y, m in zip(pc["start"], pc["end"], pm)] if fmt == "memmap" else None
     res = formats.write(fmt, base, tok, seqs, p["dtype"], p["tokenizer_name"], rows)
-    res["files"].update(_provenance(base, pc, pm, [None] * len(pm), np.zeros(len(pm), np.int64), packed="pack" in p))
-    rel = f"{fmt}/validation/{spec['name'][: -len('.parquet')]}"
-    entry = {"file": rel, "documents": len(lengths), "tokens": res["tokens"], "files": res["files"]}
-    if "pack" in p:
+    res["files"].update(_provenance(base, pc, pm, cells, epochs, packed="pack" in p))
+    entry = {"file": rel, "documents": documents, "tokens": res["tokens"], "files": res["files"]}
+    if "pack" in p:  # sequences of seq_len: pieces of documents and padding
         entry.update({"sequences": len(seqs), "pieces": len(pm), "padding": res["tokens"] - int((pc["end"] - pc["start"]).sum())})
-    return {"rows": len(lengths), "tokens": res["tokens"], "files": [entry]}
+    return entry
 
 
 def with_specials(offs: np.ndarray, vals: np.ndarray, bos: int | None, eos: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -212,16 +215,17 @@ def _provenance(base, pc: dict, meta, cells, epochs, packed: bool = False) -> di
     return {p.name: {"bytes": size, "sha256": sha}}
 
 
-def _pieces(ids: np.ndarray, lengths: np.ndarray, p: dict) -> list[tuple[np.ndarray, np.ndarray, dict]]:
-    """The token files of a run of documents: [(tokens, sequence lengths, pieces)], split
-    past `max_file_tokens` between documents (a document is never in two files). Unpacked,
-    a sequence and a piece are a document; with `pack`, each file's documents are packed on
-    their own into sequences of seq_len (pipeline/steps/tokenize/pack.py). Pieces: {"doc"
-    (index into `lengths`), "piece", "start", "end" (in the file)}."""
+def _pieces(ids: np.ndarray, lengths: np.ndarray, p: dict, runs: list[tuple[int, int]] | None = None
+            ) -> Iterator[tuple[np.ndarray, np.ndarray, dict]]:
+    """The token files of a run of documents, one at a time (a file is written before the
+    next is packed): (tokens, sequence lengths, pieces), split past `max_file_tokens` between
+    documents (`runs`: _split's, when the caller needs their count; a document is never in
+    two files). Unpacked, a sequence and a piece are a document; with `pack`, each file's
+    documents are packed on their own into sequences of seq_len (pipeline/steps/tokenize/
+    pack.py). Pieces: {"doc" (index into `lengths`), "piece", "start", "end" (in the file)}."""
     lengths = np.asarray(lengths, np.int64)
     bounds = np.r_[0, np.cumsum(lengths)]
-    out = []
-    for a, b in _split(lengths, p["max_file_tokens"]):
+    for a, b in runs if runs is not None else _split(lengths, p["max_file_tokens"]):
         tok, n = ids[int(bounds[a]):int(bounds[b])], lengths[a:b]
         if "pack" in p:
             seq_len = p["pack"]["seq_len"]
@@ -231,8 +235,7 @@ def _pieces(ids: np.ndarray, lengths: np.ndarray, p: dict) -> list[tuple[np.ndar
         else:  # every document, empty ones too
             seqs, ends = n, np.cumsum(n)
             pc = {"doc": np.arange(a, b), "piece": np.zeros(b - a, np.int64), "start": ends - n, "end": ends}
-        out.append((tok, seqs, pc))
-    return out
+        yield tok, seqs, pc
 
 
 def _split(lengths: np.ndarray, most: int | None) -> list[tuple[int, int]]:
