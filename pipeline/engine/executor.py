@@ -280,7 +280,7 @@ class Executor:
     def _planned(self, s: Step) -> bool:
         """Whether `s`'s plan yields a shard; its specs are kept for _activate (planned once,
         also when the step waits on another run's lease). For steps whose plan is cheap and
-        often empty (`may_be_empty`: merge steps, fuzzy dedup's sample), so that such a step
+        often empty (`may_be_empty`: merge steps, fuzzy dedup's heavy table), so that such a step
         costs its commit and not a lease's requests too."""
         if "plan" not in s.meta:
             with pinned():
