@@ -36,6 +36,7 @@ from pipeline.engine.cluster import check_shared_output, start_ray
 from pipeline.engine.lease import LeaseLost, Leases, create_exclusive, describe
 from pipeline.engine.markers import RunningMarkers, SpilledSpecs, StepMarkers, pinned
 from pipeline.engine.progress import Progress
+from pipeline.engine.reuse import Keys, candidates, link_shard
 from pipeline.engine.step import SUCCESS, Step, committed, iter_markers, read_markers, shard_name, success
 from pipeline.engine.task import run_shard, versions
 from pipeline.errors import CurateError, RunError, TransientError
@@ -46,7 +47,8 @@ class Executor:
     """Runs steps in dependency order; the shards of every ready step share one task pool."""
 
     def __init__(self, store: Path, workers: int | None = None, max_retries: int = 3, progress: Progress | None = None,
-                 leases: Leases | None = None, inline_docs: int = 0, input_bytes: int | None = None):
+                 leases: Leases | None = None, inline_docs: int = 0, input_bytes: int | None = None,
+                 inline_seconds: float = 0.0):
         self.store = fs.path(store)
         self.leases = leases  # None: no other run shares these steps (no leases taken)
         self.workers = workers
@@ -56,9 +58,12 @@ class Executor:
         self.timings: dict[str, float] = {}
         self.status: dict[str, str] = {}
         self.computed: dict[str, int] = {}  # step name -> shards this run computed (the rest were cached or another run's)
+        self.reused: dict[str, int] = {}  # step name -> shards linked from an earlier folder by their content key
+        self.keys: Keys | None = None  # content keys of shards (engine/reuse.py), made when run() has the steps
         self._fence = uuid.uuid4().hex[:12] + "g0"  # temporary files' fence where no lease guards a step
         self.failed: dict[str, list[dict]] = {}  # step name -> [{shard, input, error}] of shards that failed for good
         self.inline_docs = inline_docs  # steps whose largest input holds at most this many rows run here (no Ray up)
+        self.inline_seconds = inline_seconds  # ... and steps whose shards left to compute took at most this CPU last time
         self.input_bytes = input_bytes  # the run's input files (None: unknown), for steps that read no other step
         self.inlined: list[str] = []  # steps this run computed in its own process
         self._ray = None  # (ray, remote task, in-flight cap, largest node's MB) once Ray is up
@@ -80,11 +85,7 @@ class Executor:
         """Run `s` in this process: no Ray is up, and its largest input holds at most
         `inline_docs` rows (a step that reads no other step: its run's input files at ~1 KB
         a document)."""
-        if self.inline_docs <= 0 or self._ray is not None or os.environ.get("RAY_ADDRESS"):
-            return False
-        import sys
-
-        if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        if self.inline_docs <= 0 or not self._no_ray():
             return False
         if s.inputs:
             docs = max(sum(m.get("rows", 0) for m in self.stats.get(i.name, {}).values()) for i in s.inputs)
@@ -94,12 +95,20 @@ class Executor:
             docs = self.input_bytes // 1000
         return docs <= self.inline_docs
 
+    def _no_ray(self) -> bool:
+        """No Ray is up, nor is one named (RAY_ADDRESS): a step may run in this process."""
+        import sys
+
+        if self._ray is not None or os.environ.get("RAY_ADDRESS"):
+            return False
+        return not ("ray" in sys.modules and sys.modules["ray"].is_initialized())
+
     def _run_inline(self, s: Step, idx: int, spec: dict):
         """One shard in this process, with the retries Ray would give a transient fault;
         returns its stats or the exception that ended it."""
         for attempt in range(self.max_retries + 1):
             try:
-                return run_shard(s.task, spec, str(s.dir(self.store)), idx, self.fence(s))
+                return run_shard(s.task, spec, str(s.dir(self.store)), idx, self.fence(s), s.meta["keys"][idx])
             except TransientError as e:
                 if attempt == self.max_retries:
                     return e
@@ -128,6 +137,7 @@ class Executor:
                         s.meta["specs"] = None
 
     def _run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
+        self.keys = Keys(self.store, steps, self.stats)
         for s in steps:
             markers = committed(s, self.store)
             if markers is not None:
@@ -200,7 +210,7 @@ class Executor:
                 ray, remote, cap, node_mb = self._ensure_ray()
                 opts = task_options(s, node_mb)
                 r = remote.options(**opts) if opts else remote
-                ref = r.remote(s.task, spec, str(s.dir(self.store)), idx, self.fence(s))
+                ref = r.remote(s.task, spec, str(s.dir(self.store)), idx, self.fence(s), s.meta["keys"][idx])
                 in_flight[ref] = (s, idx)
             refs = list(in_flight)
             if refs:
@@ -298,6 +308,7 @@ class Executor:
                 return
             (d / SUCCESS).unlink()  # a commit whose marker index is gone (a gc stopped halfway): not done
         specs = SpilledSpecs()  # the plan's specs as it yields them, spilled: not a list of dicts in the driver
+        keys: list[str] = []  # each shard's content key (engine/reuse.py), computed as the specs come
         head = orjson.dumps({
             "name": s.name, "kind": s.kind, "version": s.version, "hash": s.hash,
             "config_hash": s.config_hash, "inputs_hash": s.inputs_hash, "code_hash": s.code_hash, "code": s.code,
@@ -310,6 +321,7 @@ class Executor:
             for k, spec in enumerate(s.shards(s, self.stats) if planned is False else planned or ()):
                 data = orjson.dumps(spec)
                 specs.append_json(data)
+                keys.append(self.keys.key(s, k, spec))
                 yield (b",\n" if k else b"\n") + data
             yield b"\n]}\n"
 
@@ -322,6 +334,10 @@ class Executor:
                 running[i] = m
         self.stats[s.name] = running
         s.meta["specs"] = specs
+        s.meta["keys"] = keys
+        cost = self._link_reused(s, running, keys)
+        if not inline and cost is not None and cost <= self.inline_seconds and self.inline_docs > 0 and self._no_ray():
+            inline = True  # the few shards an edit left to compute: cheaper here than Ray's start
         s.meta["inline"] = inline
         if s.meta["inline"]:
             self.inlined.append(s.name)
@@ -334,6 +350,34 @@ class Executor:
         queue.add(s, todo)
         if not todo:
             self._finish(s, remaining, started)
+
+    def _link_reused(self, s: Step, running: RunningMarkers, keys: list[str]) -> float | None:
+        """Link into `s`'s folder every shard not yet done whose content key an earlier
+        folder of the step holds (engine/reuse.py): those shards are not computed. Returns
+        what the shards left to compute cost in the step's latest earlier folder (CPU
+        seconds), None where that is unknown (no earlier folder, or other shards)."""
+        missing = [i for i in range(len(keys)) if i not in running]
+        if not missing:
+            return 0.0
+        found = candidates(self.store, s)
+        hits = [(i, found[keys[i]]) for i in missing if keys[i] in found]
+        if not hits:
+            return _cost(found.cost, missing)
+        d = s.dir(self.store)
+        prev = fs.set_fence(self.fence(s))  # the markers' temporary names carry this run's fence
+        try:
+            linked = list(fs.read_many(lambda h: link_shard(h[1][0], h[1][1], h[1][2], d, h[0]), hits, threads=8))
+        finally:
+            fs.set_fence(prev)
+        n = 0
+        for (i, _), m in zip(hits, linked):
+            if m is not None:
+                running[i] = m
+                n += 1
+        if n:
+            self.reused[s.name] = n
+            self.progress.note(f"[{s.name}] {n} of {len(keys)} shards reused by content from earlier runs")
+        return _cost(found.cost, [i for i in missing if i not in running])
 
     def _finish(self, s: Step, remaining: dict, started: dict):
         d = s.dir(self.store)
@@ -358,9 +402,18 @@ class Executor:
         if isinstance(s.meta.get("specs"), SpilledSpecs):
             s.meta["specs"].close()
         s.meta["specs"] = None  # step.json holds them: the driver keeps specs of running steps only, not of the whole run
+        s.meta["keys"] = None
         self.timings[s.name] = time.time() - started.get(s.name, time.time())
         self.status[s.name] = "SUCCESS"
         self.progress.finish(s.name, self.timings[s.name])
+
+
+def _cost(cost: dict[int, float], shards: list[int]) -> float | None:
+    if not shards:
+        return 0.0
+    if not cost or any(i not in cost for i in shards):
+        return None
+    return sum(cost[i] for i in shards)
 
 
 class _Queue:

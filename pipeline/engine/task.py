@@ -86,8 +86,14 @@ def _call(fn, spec: dict, out: ShardOutput) -> dict:
 TASK_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
-def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None = None) -> dict:
+def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None = None, key: str | None = None) -> dict:
     """Body of one shard task (also callable in-process): run, then write the marker.
+
+    The marker lists the files the shard committed with their digests (`out_files`, relative
+    to the step folder) and the shard's content key (`content_key`, engine/reuse.py): a shard of a
+    later step keyed by those bytes is reused instead of computed again. A shard that wrote
+    outside its step folder is never reused (`reusable: false`): a link of its folder
+    would miss those files.
 
     One core per task: thread pools are pinned here, before the step's modules load (a
     Ray runtime_env would do the same but costs about 2 s at a job's first task)."""
@@ -98,10 +104,17 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
     out = ShardOutput(step_dir, index)
     prev = fs.set_fence(writer) if writer else None  # temporary names carry the writer's lease generation
     try:
-        stats = _call(resolve(fn), spec, out)
+        with fs.recording() as written:
+            stats = _call(resolve(fn), spec, out)
     finally:
         if prev is not None:
             fs.set_fence(prev)
+    root = str(out.dir).rstrip("/") + "/"
+    stats["out_files"] = {p[len(root):]: d for p, d in sorted(written) if p.startswith(root)}
+    if len(stats["out_files"]) < len(written):
+        stats["reusable"] = False
+    if key is not None:
+        stats["content_key"] = key
     stats["seconds"] = round(time.time() - started, 3)
     # the worker process's CPU (all its threads) during the task: its work, where wall time also
     # counts waiting on requests and on other processes sharing the cores

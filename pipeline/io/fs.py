@@ -159,16 +159,63 @@ def tmp_path(final) -> Path:
     return final.with_name(f"{final.name}.tmp-{_FENCE[0]}-{uuid.uuid4().hex[:8]}")
 
 
+_WRITTEN: list[list] = []  # stack of recorders: (final path, digest) of each file committed while one is open
+
+
+@contextmanager
+def recording():
+    """Record the digest of every file committed inside (a shard task's outputs, which its
+    marker lists so that the shards reading them are keyed by their bytes: engine/reuse.py).
+    Yields the list of (final path as a string, digest) it fills."""
+    got: list = []
+    _WRITTEN.append(got)
+    try:
+        yield got
+    finally:
+        _WRITTEN.pop()
+
+
+def digest_bytes(data: bytes) -> str:
+    import xxhash
+
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def _local_digest(f) -> str:
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    while chunk := f.read(1 << 22):
+        h.update(chunk)
+    return h.hexdigest()
+
+
 def commit(tmp, final) -> None:
-    """Move a finished temporary file to its final name."""
+    """Move a finished temporary file to its final name (and record its digest when a
+    `recording()` is open: the local file's xxh3-128, read back from the page cache at a few
+    GB/s; an object's ETag, one HEAD)."""
     tmp, final = path(tmp), path(final)
     if is_local(final):
         with open(tmp, "rb") as f:
+            digest = _local_digest(f) if _WRITTEN else None
             os.fsync(f.fileno())
         os.replace(tmp, final)
     else:
         _copy_fresh(tmp, final)  # a server-side copy: the final key only ever holds a whole object
         _remove_retrying(tmp)
+        digest = _remote_digest(final) if _WRITTEN else None
+    if _WRITTEN:
+        _WRITTEN[-1].append((str(final), digest))
+
+
+def _remote_digest(final) -> str:
+    """An object's content tag: its ETag (an MD5 of the bytes, or of the parts' MD5s: the same
+    bytes written the same way give the same tag) with its size, else a hash of its bytes."""
+    info = final.fs.info(final.path)
+    tag = info.get("ETag") or info.get("etag") or info.get("md5")
+    if tag:
+        return f"etag:{str(tag).strip(chr(34))}:{info.get('size')}"
+    return digest_bytes(final.fs.cat_file(final.path))
 
 
 def _copy_fresh(tmp, final) -> None:

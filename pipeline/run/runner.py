@@ -47,6 +47,15 @@ def inline_docs() -> int:
     return env_int("CURATE_INLINE_DOCS", INLINE_DOCS, "a number of documents (0: every step on Ray)", least=0)
 
 
+INLINE_SECONDS = 4  # ... and a step whose shards left to compute took at most this CPU last time (engine/reuse.py)
+
+
+def inline_seconds() -> int:
+    """CURATE_INLINE_SECONDS, or the default: a step an edit left a few shards of (their CPU
+    seconds in its earlier folder) runs without Ray, which costs about 3 CPU-s to start."""
+    return env_int("CURATE_INLINE_SECONDS", INLINE_SECONDS, "a number of CPU seconds (0: never for this reason)", least=0)
+
+
 def _input_bytes(ctx) -> int | None:
     """The run's input files' bytes; None when a size is unknown (a dataset folder, a store
     that gave none)."""
@@ -94,7 +103,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         log(f"{s.name:<24} {action:<5} {why}")
     atomic.write_json(run_dir / "run.json", record)
     ex = Executor(store, workers=workers, progress=Progress(quiet=quiet), leases=leases,
-                  inline_docs=inline_docs(), input_bytes=_input_bytes(ctx))
+                  inline_docs=inline_docs(), input_bytes=_input_bytes(ctx), inline_seconds=inline_seconds())
     try:
         stats = ex.run(ctx.steps)
     except BaseException as e:
