@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -59,11 +60,12 @@ class Keys:
         self.stats = stats
         self._files: dict[str, dict[str, str] | None] = {}
         self._folders: dict[tuple[str, str], str] = {}
+        self._inner = re.compile(re.escape(self.root) + r"[^'\"\s,\]\}\)]+")
 
     def key(self, step: Step, index: int, spec: dict) -> str:
         own = step.dir(self.store).name
         body = self._digested(spec, own)
-        return hash_json({"kind": step.kind, "config": step.config_hash, "code": step.code_hash, "shard": index,
+        return hash_json({"config": step.shard_config_hash, "code": step.code_hash, "shard": index,
                           "spec": body})[:KEY_CHARS]
 
     def forget(self, step: Step) -> None:
@@ -73,7 +75,11 @@ class Keys:
 
     def _digested(self, v, own: str):
         if isinstance(v, str):
-            return self._path(v, own) if v.startswith(self.root) else v
+            if v.startswith(self.root):
+                return self._path(v, own)
+            if self.root in v:  # paths inside a string (a spec that carries a document shard's repr)
+                return self._inner.sub(lambda m: self._path(m.group(0), own), v)
+            return v
         if isinstance(v, dict):
             return {k: self._digested(x, own) for k, x in v.items()}
         if isinstance(v, (list, tuple)):

@@ -120,6 +120,9 @@ class Step:
     memory_mb: int | None = None  # memory a task may hold, declared to Ray so it packs no more per node (not hashed)
     code: dict = field(default_factory=dict)  # what of the code decides the output beside the task (plan/code.py)
     meta: dict = field(default_factory=dict)  # not hashed: the shard specs once listed, for error messages
+    # config keys left out of its shards' content keys (engine/reuse.py), because each shard's spec
+    # carries its own part of them: ingest's `files` (a new input file changes the step, not the others' shards)
+    shard_free: tuple[str, ...] = ()
 
     def __post_init__(self):
         self.task = task_name(self.fn)  # what a worker imports; the hash never includes it
@@ -130,6 +133,13 @@ class Step:
     @functools.cached_property
     def config_hash(self) -> str:
         return hash_json({"kind": self.kind, "config": self.config})
+
+    @functools.cached_property
+    def shard_config_hash(self) -> str:
+        """What of the config enters each shard's content key (all of it but `shard_free`)."""
+        if not self.shard_free:
+            return self.config_hash
+        return hash_json({"kind": self.kind, "config": {k: v for k, v in self.config.items() if k not in self.shard_free}})
 
     @functools.cached_property
     def code_hash(self) -> str:

@@ -49,7 +49,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
     if to_scan:
         scan = Step(
             f"scan-{sname}", "scan", {"files": [fingerprint(InputFile(**f)) for f in to_scan]}, [], splits.scan_shard,
-            shards=lambda st, stats: [{**f, "describe": f"scan {f['path']}"} for f in to_scan],
+            shards=lambda st, stats: [{**f, "describe": f"scan {f['path']}"} for f in to_scan], shard_free=("files",),
         )
         steps.append(scan)
     ing_cfg = {
@@ -80,7 +80,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
             n = ids.partitions(len(specs) * spec.max_shard_rows)
             return [{**s, "partitions": n} for s in specs]
 
-        idm = Step(f"ids-{sname}", "ids-map", ing_cfg, before, ids.map_shard, shards=id_shards)
+        idm = Step(f"ids-{sname}", "ids-map", ing_cfg, before, ids.map_shard, shards=id_shards, shard_free=("files",))
         idmg = merge_step(f"merge-ids-{sname}", idm, ["buckets"], lambda stats: len(stats[idm.name]), ctx.store)
 
         def unique_shards(st, stats):
@@ -102,8 +102,9 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
         n = idindex.partitions(len(specs) * spec.max_shard_rows)
         return [{**s, "index_partitions": n} for s in specs]
 
+    # a shard's spec names its own file (with its size and mtime): the others' are left out of its key
     ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, documents.run_shard, shards=indexed,
-               code=code.extract_code(extract) if extract else {})  # the extractor's libraries or function
+               code=code.extract_code(extract) if extract else {}, shard_free=("files",))  # the extractor's libraries or function
 
     ingm = merge_step(f"merge-id-index-{sname}", ing, ["index"], lambda stats: len(stats[ing.name]), ctx.store)
 
