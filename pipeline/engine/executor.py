@@ -359,8 +359,8 @@ class Executor:
         missing = [i for i in range(len(keys)) if i not in running]
         if not missing:
             return 0.0
-        found = candidates(self.store, s)
-        hits = [(i, found[keys[i]]) for i in missing if keys[i] in found]
+        found = candidates(self.store, s, {keys[i]: i for i in missing})
+        hits = sorted(found.items())
         if not hits:
             return _cost(found.cost, missing)
         d = s.dir(self.store)

@@ -30,8 +30,8 @@ Example:
 
     keys = Keys(store, steps, stats)
     k = keys.key(step, 3, spec)                  # sha256 hex, 32 chars
-    found = candidates(store, step)              # key -> (folder, shard, marker)
-    if k in found: marker = link_shard(*found[k], step.dir(store), 3)
+    found = candidates(store, step, {k: 3})      # shard -> (folder, its shard there, marker)
+    if 3 in found: marker = link_shard(*found[3], step.dir(store), 3)
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.engine.step import MARKERS, Step, hash_json, read_markers, shard_name, success
+from pipeline.engine.markers import read_index
+from pipeline.engine.step import MARKERS, Step, hash_json, iter_markers, shard_name, success
+from pipeline.errors import RunError
 from pipeline.io import atomic, fs
 
 KEY_CHARS = 32  # of the sha256: 128 bits, no two shard contents share one in any store
@@ -65,6 +67,9 @@ class Keys:
     def key(self, step: Step, index: int, spec: dict) -> str:
         own = step.dir(self.store).name
         body = self._digested(spec, own)
+        if step.position_free:  # the shard number and the document shard's global place left out
+            index = None
+            body = _placeless(body)
         return hash_json({"config": step.shard_config_hash, "code": step.code_hash, "shard": index,
                           "spec": body})[:KEY_CHARS]
 
@@ -116,16 +121,36 @@ class Keys:
         return self._files[folder]
 
 
+PLACES = ("k", "slot")  # a document shard's place in the run's global order and its decision slot
+
+
+def _placeless(spec):
+    """A spec without the places of the document shard it carries (a dict with `documents`,
+    at its top or under `doc`: `k` and `slot`). A task that reads decisions by slot has the
+    slot at its spec's top level (dedup's apply and fetch steps), where it stays in the key."""
+    if isinstance(spec, dict):
+        if "documents" in spec:
+            return {k: v for k, v in spec.items() if k not in PLACES}
+        if isinstance(spec.get("doc"), dict):
+            return {**spec, "doc": _placeless(spec["doc"])}
+        if isinstance(spec.get("doc"), str):  # a document shard carried as its repr
+            return {**spec, "doc": re.sub(r"'(?:k|slot)': \d+, ", "", spec["doc"])}
+    return spec
+
+
 class Found(dict):
-    """key -> (folder, shard, marker) of earlier shards; `cost`: shard -> the CPU seconds it
-    took in the most recent earlier folder (what computing it again is likely to cost)."""
+    """shard -> (folder, its shard there, marker) of the wanted keys found in earlier folders;
+    `cost`: shard -> the CPU seconds of the shards not found, in the most recent earlier
+    folder (what computing them again is likely to cost)."""
 
     cost: dict[int, float]
 
 
-def candidates(store: Path, step: Step, limit: int = VARIANTS) -> Found:
-    """key -> (folder, shard, marker) of the shards of `step`'s earlier folders in the store
-    (the same step name, another hash), the most recently finished first."""
+def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VARIANTS) -> Found:
+    """Where `wanted` (content key -> this step's shard) are in `step`'s earlier folders in
+    the store (the same step name, another hash), the most recently finished first. Reads
+    their marker indexes a marker at a time and keeps the hits only: O(wanted), not
+    O(shards x folders)."""
     store = fs.path(store)
     own = step.dir(store)
     root = store / "steps"
@@ -146,18 +171,36 @@ def candidates(store: Path, step: Step, limit: int = VARIANTS) -> Found:
         dated.append(((rec or {}).get("finished") or _mtime(d), d))
     out = Found()
     out.cost = {}
+    targets = set(wanted.values())
+    first = True
     for _, d in sorted(dated, key=lambda t: t[0], reverse=True)[:limit]:
+        if len(out) == len(wanted):
+            break
         try:
-            markers = read_markers(d)
-        except (FileNotFoundError, ValueError):
+            for i, m in _markers_of(d):
+                k = m.get("content_key")
+                j = wanted.get(k) if k else None
+                if j is not None and j not in out and m.get("reusable", True) and "out_files" in m:
+                    out[j] = (d, i, m)
+                if first and i in targets and "cpu_seconds" in m:
+                    out.cost[i] = m["cpu_seconds"]
+        except (FileNotFoundError, ValueError, RunError):
             continue
-        if not out.cost:
-            out.cost = {i: m.get("cpu_seconds", 0.0) for i, m in markers.items()}
-        for i, m in markers.items():
-            k = m.get("content_key")
-            if k and k not in out and m.get("reusable", True) and "out_files" in m:
-                out[k] = (d, i, m)
+        first = False
+    left = targets - set(out)
+    out.cost = {i: c for i, c in out.cost.items() if i in left}
     return out
+
+
+def _markers_of(d: Path):
+    """(shard, marker) of a folder: its committed index a marker at a time, else its shard markers."""
+    rec = success(d)
+    if rec is not None and isinstance(rec.get("shards"), int) and rec.get("markers"):
+        index = d / rec["markers"]
+        if index.exists():
+            yield from read_index(index, rec["shards"]).items()
+            return
+    yield from iter_markers(d)
 
 
 def _is_hash(s: str) -> bool:
@@ -173,13 +216,15 @@ def _mtime(d: Path) -> float:
 
 def link_shard(old: Path, index_old: int, marker: dict, new: Path, index: int) -> dict | None:
     """Shard `index_old` of folder `old` as shard `index` of folder `new`: its files linked
-    (copied server-side on object stores), its marker written with `old`'s paths made
-    `new`'s. None when a file is gone (a gc since): the shard is computed instead."""
-    if index != index_old:
-        return None
+    (copied server-side on object stores) under their names, the old shard name made the new
+    one (`part-00004` -> `part-00005`, for a position-free step whose shard moved), its
+    marker written with `old`'s paths made `new`'s. None when a file is gone (a gc since):
+    the shard is computed instead."""
+    a, b = shard_name(index_old), shard_name(index)
+    names = {rel: _renamed(rel, a, b) for rel in marker["out_files"]}
     try:
-        for rel in marker["out_files"]:
-            src, dst = old / rel, new / rel
+        for rel, to in names.items():
+            src, dst = old / rel, new / to
             fs.makedirs(dst.parent)
             if fs.is_local(dst) and os.path.lexists(dst):
                 os.unlink(dst)  # a link a stopped run made: the same bytes
@@ -188,10 +233,46 @@ def link_shard(old: Path, index_old: int, marker: dict, new: Path, index: int) -
         return None
     data = orjson.dumps(marker).replace(_json_str(old), _json_str(new))
     m = orjson.loads(data)
+    if a != b:  # paths into the folder that name the shard
+        root = str(new) + "/"
+        m = {k: (_renamed(v, a, b) if isinstance(v, str) and v.startswith(root) else v) for k, v in m.items()}
+    m["out_files"] = {names[rel]: d for rel, d in marker["out_files"].items()}
     m["reused_from"] = old.name
     atomic.write_json(new / MARKERS / f"{shard_name(index)}.json", m)
     return m
 
 
+def _renamed(rel: str, a: str, b: str) -> str:
+    """`rel` with its file name's shard name `a` made `b` (`x/part-00004.parquet`, `part-00004-p3.data`)."""
+    head, _, name = rel.rpartition("/")
+    if not name.startswith(a):
+        return rel
+    return f"{head}/{b}{name[len(a):]}" if head else b + name[len(a):]
+
+
 def _json_str(p: Path) -> bytes:
     return orjson.dumps(str(p))[1:-1]
+
+
+def preview(step: Step, steps: list[Step], store: Path) -> tuple[int, int] | None:
+    """(shards, of which reused) for `curate plan`: the step's shards planned from its
+    committed inputs, their keys looked up in its earlier folders. None when an input is
+    not committed yet (its shards' keys depend on the bytes it will write)."""
+    from pipeline.engine.markers import pinned
+    from pipeline.engine.step import committed
+
+    stats = {}
+    for s in steps:
+        m = committed(s, store)
+        if m is not None:
+            stats[s.name] = m
+    if any(i.name not in stats for i in step.inputs):
+        return None
+    keys = Keys(store, steps, stats)
+    try:
+        with pinned():
+            ks = [keys.key(step, k, spec) for k, spec in enumerate(step.shards(step, stats))]
+    except KeyError:  # the plan reads a step that has not run
+        return None
+    found = candidates(store, step, {k: i for i, k in enumerate(ks)})
+    return len(ks), len(found)

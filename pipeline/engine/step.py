@@ -123,6 +123,10 @@ class Step:
     # config keys left out of its shards' content keys (engine/reuse.py), because each shard's spec
     # carries its own part of them: ingest's `files` (a new input file changes the step, not the others' shards)
     shard_free: tuple[str, ...] = ()
+    # its task's bytes depend neither on its shard number nor on a document shard's place `k` in the
+    # run's global order (files it names by the shard number are renamed when linked): its shards'
+    # keys leave both out, so a source that grows by a file leaves the later sources' shards reused
+    position_free: bool = False
 
     def __post_init__(self):
         self.task = task_name(self.fn)  # what a worker imports; the hash never includes it

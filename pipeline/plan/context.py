@@ -9,7 +9,9 @@ stage is its own module plus one line of the stage list.
 Document shards: one ingest shard of one source with its layers (the attribute files of
 its filters, the global layers so far, its source's steps after dedup). Every step that
 works per document shard lists them in the same global order (`doc_shards`), so shard
-index k is the same (source, shard) in every step.
+index k is the same (source, shard) in every step; dedup's decisions come back to a
+document shard's `slot` (slot_offsets), which a file added to one source does not move for
+the others.
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ class Context:
         not a list of every shard (the executor spills specs as they come: engine/markers.py)."""
         m = self.mixture
         rk = self.ranks()
+        slots, _ = self.slot_offsets(stats)
         k = 0
         for si, sname in enumerate(m.sources):
             ing = self.ingest[sname]
@@ -169,7 +172,7 @@ class Context:
                         extra.update({"bucket_docs": mk["bucket_docs"], "bucket_tokens": mk["bucket_tokens"]})
                     if "groups" in mk:  # ... per (topic, bucket)
                         extra["groups"] = mk["groups"]
-                yield {"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": k,
+                yield {"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": k, "slot": slots[si] + i,
                        "documents": f"{ing_dir}/{name}",
                        "layers": paths, "kept": kept, "tokens": tokens, **extra}
                 k += 1
@@ -188,6 +191,19 @@ class Context:
         for sname in self.mixture.sources:
             offsets.append(total)
             total += len(stats[self.ingest[sname].name])
+        return offsets, total
+
+    def slot_offsets(self, stats: dict) -> tuple[list[int], int]:
+        """Per source (YAML order), the first decision slot of its document shards, and the
+        number of slots: decisions come back to document shard `slot = offset + shard`
+        (shuffle.write_to_shards). Each source's block is its shard count rounded up to a power
+        of two, so a source that grows by a file leaves the later sources' slots, and so the
+        content keys of their shards (engine/reuse.py), as they were until it doubles."""
+        offsets, total = [], 0
+        for sname in self.mixture.sources:
+            offsets.append(total)
+            n = len(stats[self.ingest[sname].name])
+            total += 1 << (n - 1).bit_length() if n else 0
         return offsets, total
 
     def source_spans(self, stats: dict, sources) -> dict[str, tuple[int, int]]:

@@ -9,7 +9,8 @@ from pathlib import Path
 from pipeline.config import LoadedMixture
 from pipeline.engine.lease import describe
 from pipeline.engine.lease import holder as lease_holder
-from pipeline.engine.step import committed, step_status
+from pipeline.engine.reuse import preview
+from pipeline.engine.step import Step, committed, step_status
 from pipeline.io import atomic, fs
 from pipeline.run import graph
 
@@ -27,8 +28,11 @@ def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
     ctx = graph.build(lm, run_dir, store)
     prev = previous_steps(run_dir)
     lines = [f"run directory: {run_dir}", f"step store:    {store}", "", f"{'step':<24} {'hash':<9} {'action':<6} why"]
+    pending: set[str] = set()  # steps that will run: the steps after them are keyed by what those write
     for s in ctx.steps:
         action, why = step_status(s, store, prev)
+        if action == "run" and not why.startswith("resume"):
+            why += _shards(s, ctx.steps, store, pending)
         if action == "run" and (rec := lease_holder(fs.path(store) / "_leases" / s.dir(store).name)) is not None:
             why += f"; {describe(rec)} is computing it now: a run waits for it, then reuses it"
         lines.append(f"{s.name:<24} {s.hash[:8]:<9} {action:<6} {why}")
@@ -44,3 +48,16 @@ def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
     lines.append("(docs and tokens after ingest; '?' until ingest has run)")
     lines += ["", *graph.expected(ctx)]
     return "\n".join(lines)
+
+
+def _shards(s: Step, steps: list[Step], store, pending: set[str]) -> str:
+    """`: run K of N shards (M reused)` where the step's inputs are done, else what decides it."""
+    pending.add(s.name)
+    waits = next((i.name for i in s.inputs if i.name in pending), None)
+    if waits is not None:  # its keys are the digests of what that input writes: known once it has run
+        return f"; shards reused by content once {waits} has run"
+    got = preview(s, steps, store)
+    if got is None:
+        return ""
+    n, m = got
+    return f": run {n - m} of {n} shards ({m} reused)"

@@ -159,6 +159,7 @@ def finish_record(record: dict, ctx: Context, run_dir: Path, ex: Executor, t0: f
         r["status"] = ex.status.get(s.name, r["status"])
         r["shards"] = len(ex.stats.get(s.name, {}))
         r["computed"] = ex.computed.get(s.name, 0)
+        r["reused"] = ex.reused.get(s.name, 0)  # shards linked from an earlier folder by their content (engine/reuse.py)
         if s.name in ex.inlined:
             r["where"] = "inline"  # in the run's own process (a small step while no Ray was up)
         if s.name in ex.timings:

@@ -63,7 +63,7 @@ def run_shard(spec: dict, out) -> dict:
     keep = np.zeros(n, dtype=bool)
     keep[rows] = True
     seen = keep.copy()
-    dec = shuffle.decisions(spec["decisions"], doc["k"], spec["reducers"])
+    dec = shuffle.decisions(spec["decisions"], spec["slot"], spec["reducers"])
     if spec.get("combined"):  # key-level decisions (pipeline/shards/combine.py)
         dec = combine.resolve(dec, spec.get("rest"), list(spec["columns"]))
     ids = fs.read_table(doc["documents"], columns=["id"]).column("id")

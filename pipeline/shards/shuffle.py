@@ -14,9 +14,10 @@ order. Empty partitions take no bytes. Per map task the index is 8 x (P + 1)
 bytes; at P = 100,000 that is 800 KB beside a data file of tens of MB.
 
 The same layout carries decisions back to the document shards they are about
-(`write_to_shards`): a reducer's output is partitioned by the global document-shard
-number k (sources in YAML order, then their ingest shards), and the per-shard step that
-applies them reads segment k of every reducer's file.
+(`write_to_shards`): a reducer's output is partitioned by the document shard's slot
+(sources in YAML order, each a block of its shard count rounded up to a power of two, then
+its ingest shards: Context.slot_offsets), and the per-shard step that applies them reads
+segment `slot` of every reducer's file.
 
 Files are written to temporary names and renamed, the index last, so a retried task
 rewrites the same names with the same bytes. A reducer concatenates segments in map
@@ -227,8 +228,8 @@ def read_partition(directory, nfiles, p: int, schema: pa.Schema | None = None) -
 
 
 def write_to_shards(table: pa.Table, g: np.ndarray, offsets: list[int], ndocs: int, base: Path) -> int:
-    """Decision rows to the document shard they are about, partitioned by its global
-    number k = offsets[source] + shard (see the module docstring). `table` gets a `row`
+    """Decision rows to the document shard they are about, partitioned by its slot
+    offsets[source] + shard (see the module docstring). `table` gets a `row`
     column (the row in that shard) in place of the gids, sorted by row."""
     src, part, row = split_gid(g)
     k = np.asarray(offsets, dtype=np.int64)[src] + part if len(g) else np.zeros(0, np.int64)

@@ -318,7 +318,7 @@ def plan(ctx: Context) -> list[Step]:
 
     cfg = {**params, "action": dc.action, **({"tokenizer_id": ctx.tokenizer_id} if dc.action == "cut" else {})}
     layer = Step("decontaminate", "decontaminate", cfg, base + prev + [index],
-                 apply_shard, shards=shards)
+                 apply_shard, shards=shards, position_free=True)
     ctx.add_layer(layer, "decontaminate")
     return [index, layer]
 

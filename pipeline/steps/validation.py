@@ -122,7 +122,7 @@ def plan(ctx: Context) -> list[Step]:
 
     ks = Step("validation-keys", "validation-keys", cfg, base + prev, keys_shard,
               shards=lambda st, stats: ({"doc": d, "seed": m.seed, "by": by, "describe": f"{d['source']}/{shard_name(d['part'])}"}
-                                        for d in train_docs(stats)))
+                                        for d in train_docs(stats)), position_free=True)
 
     def select_shards(st, stats):  # each source's key files as a folder and a range, not a path a shard
         span = ctx.source_spans(stats, train)
@@ -138,7 +138,7 @@ def plan(ctx: Context) -> list[Step]:
                 for d in ctx.doc_shards(stats, prev))  # a layer has a file for every document shard
 
     ap = Step("validation", "validation", cfg, base + prev + [sel], apply_shard,
-              shards=apply_shards)
+              shards=apply_shards, position_free=True)
     ctx.add_layer(ap, "validation")
     return [ks, sel, ap]
 

@@ -339,8 +339,8 @@ def render(c: Context) -> str:
            "(`curate/mixture.yaml`; the mixture file has changed or moved since):"), "", _fence(c.config_yaml) + "yaml",
           c.config_yaml.rstrip(), _fence(c.config_yaml), "",
           "Every step, by the hash of its configuration and inputs:", ""]
-    L += _table(["step", "hash", "shards", "computed in this run"],
-                [[k, v["hash"], v.get("shards"), v.get("computed", 0)] for k, v in rec["steps"].items()])
+    L += _table(["step", "hash", "shards", "computed in this run", "reused by content"],
+                [[k, v["hash"], v.get("shards"), v.get("computed", 0), v.get("reused", 0)] for k, v in rec["steps"].items()])
 
     L += ["## Samples and report", ""]
     if c.samples:

@@ -97,7 +97,7 @@ def plan(ctx: Context) -> list[Step]:
                     for side, mine, bound in side_docs(stats) for d in mine]
 
         ex = Step(f"classify-{cname}-examples", "classify-examples", cfg, everything, classify.examples_shard,
-                  shards=example_shards)
+                  shards=example_shards, position_free=True)
 
         def train_shards(st, stats, cname=cname, params=params, sides=sides, side_docs=side_docs, ex=ex, multi=bool(c.labels),
                          digests=digests):
@@ -137,7 +137,7 @@ def plan(ctx: Context) -> list[Step]:
                  **({"vectors": embed.embedding_path(vec, ctx.store, d["source"], d["part"]),
                      "vectors_ref": list(vec.meta["ref"])} if vec else {}),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)),
-            code=code.family_code(c.type),
+            code=code.family_code(c.type), position_free=True,
         )
         steps.append(score)
 
@@ -164,6 +164,7 @@ def plan(ctx: Context) -> list[Step]:
                  "bucket_keys": stats[thr.name][0].get("bucket_keys"), "edges": q.edges, "n_buckets": q.n_buckets(),
                  "max_score": stats[thr.name][0].get("max_score"),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d, p in scores_of(stats)],
+            position_free=True,
         )
         steps.append(apply)
         ctx.quality[sname] = apply
@@ -187,7 +188,7 @@ def plan(ctx: Context) -> list[Step]:
         step = Step(f"topic-{sname}", "topic", {"model": model_id, **portable(options)},
                     ([train] if train else []) + [base[sname]] + dedup + before + ([vec] if vec else []),
                     classify.topic_shard,
-                    shards=topic_shards, code=code.family_code(c.type))
+                    shards=topic_shards, code=code.family_code(c.type), position_free=True)
         steps.append(step)
         ctx.topic[sname] = step
     for sname in clustered:  # embedding clusters as topics (clusters.py)

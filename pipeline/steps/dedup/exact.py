@@ -100,6 +100,7 @@ def map_shard(spec: dict, out) -> dict:
             "rest": combine.write_rest(rest, fs.path(out.dir) / "rest", out.index)}
 
 
+@task(version="2")  # 2: decisions partitioned by slot (Context.slot_offsets)
 def reduce_shard(spec: dict, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     target = shuffle.map_file(fs.path(out.dir) / "to", out.index)

@@ -161,7 +161,7 @@ def anchor_pairs(bucket, okey, okey2, g, starts, sizes, heavy: dict | None) -> t
     return np.where(anchor_first, ag, fg), np.where(anchor_first, fg, ag)
 
 
-@task(version="3")
+@task(version="4")  # 4: pairs partitioned by slot (Context.slot_offsets)
 def buckets_shard(spec: dict, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
@@ -213,7 +213,7 @@ def fetch_shard(spec: dict, out) -> dict:
     documents' ids and texts, once per partition that needs them, and the pairs whose
     later member it holds."""
     doc, p, nparts = spec["doc"], spec["params"], spec["partitions"]
-    t = shuffle.decisions(spec["pairs"], doc["k"], spec["pair_files"])
+    t = shuffle.decisions(spec["pairs"], spec["slot"], spec["pair_files"])
     texts_base = shuffle.map_file(fs.path(out.dir) / "texts", out.index)
     pairs_base = shuffle.map_file(fs.path(out.dir) / "pairs", out.index)
     b0 = shuffle.bytes_written()
@@ -267,6 +267,7 @@ def verify_shard(spec: dict, out) -> dict:
     return {"rows": len(lo), "candidates": len(lo), "texts": len(g), "edges": int(edge.sum())}
 
 
+@task(version="2")  # 2: decisions partitioned by slot (Context.slot_offsets)
 def clusters_shard(spec: dict, out) -> dict:
     """Connected components of all verified edges (pipeline/steps/dedup/components.py). A
     coordinator: it holds counts and waits for its rounds' tasks (it takes no CPU slot)."""

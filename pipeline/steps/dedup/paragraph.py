@@ -70,6 +70,7 @@ def map_shard(spec: dict, out) -> dict:
             "rest": combine.write_rest(rest, fs.path(out.dir) / "rest", out.index)}
 
 
+@task(version="2")  # 2: decisions partitioned by slot (Context.slot_offsets)
 def reduce_shard(spec: dict, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
@@ -95,7 +96,7 @@ SPAN = pa.struct([("start", pa.int64()), ("end", pa.int64()), ("kept_in", pa.str
 def apply_shard(spec: dict, out) -> dict:
     doc, p = spec["doc"], spec["params"]
     n = view.num_rows(doc["documents"])
-    dec = combine.resolve(shuffle.decisions(spec["decisions"], doc["k"], spec["reducers"]), spec.get("rest"),
+    dec = combine.resolve(shuffle.decisions(spec["decisions"], spec["slot"], spec["reducers"]), spec.get("rest"),
                           ["kept_in", "kept_in_source"])
     cuts: dict[int, dict[tuple[int, int], str]] = {}
     if dec is not None:

@@ -77,7 +77,7 @@ def plan(ctx: Context) -> list[Step]:
             ms = stats[map_step.name]
             count = ms[0]["partitions"] if ms else 0
             folder, files = read_from(stats, map_step, mg, len(ms), ctx.store)
-            offsets, ndocs = ctx.shard_offsets(stats)
+            offsets, ndocs = ctx.slot_offsets(stats)
             more = extra(stats) if callable(extra) else extra
             return [{"inputs": str(fs.path(folder) / "buckets"), "maps": files, "partition": p,
                      "offsets": offsets, "ndocs": ndocs, "sources": names, "rank_source": rank_source, **more,
@@ -104,9 +104,9 @@ def plan(ctx: Context) -> list[Step]:
 
         return add(Step(
             f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions, mg], fn,
-            shards=per_doc(lambda kept, d, stats: {**back(stats), "columns": columns, **(cfg or {}), **(extra or {}),
+            shards=per_doc(lambda kept, d, stats: {**back(stats), "slot": d["slot"], "columns": columns, **(cfg or {}), **(extra or {}),
                                                    **rest(d, stats)},
-                           prev),
+                           prev), position_free=True,
         ))
 
     if dd.exact:
@@ -116,7 +116,7 @@ def plan(ctx: Context) -> list[Step]:
         cfg = {"normalize": dd.exact.normalize, **by, **common}
         mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, exact.map_shard, shards=per_doc(lambda kept, d, stats: {"normalize": dd.exact.normalize, **by,
                                                             "partitions": _partitions(dd, kept)}, prev),
-                      code=code.code(None, ["python"] if by else [])))  # crawl dates: Python's datetime.fromisoformat
+                      code=code.code(None, ["python"] if by else []), position_free=True))  # crawl dates: Python's datetime.fromisoformat
         rd = reducer("dedup-exact-reduce", {}, mp, exact.reduce_shard, {"reason": "url_duplicate_of"} if by else {})
         ctx.add_layer(apply_step("exact", rd, apply.run_shard, exact.COLUMNS, prev, combined=mp), "dedup:exact")
 
@@ -138,7 +138,7 @@ def plan(ctx: Context) -> list[Step]:
         sig = add(Step("dedup-fuzzy-signatures", "dedup-fuzzy-signatures", cfg, base + prev + [hv],
                        fuzzy.sig_shard,
                        shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
-                           dd, kept * fz.bands), **heavy(stats)}, prev)))
+                           dd, kept * fz.bands), **heavy(stats)}, prev), position_free=True))
         bk = reducer("dedup-fuzzy-buckets", {}, sig, fuzzy.buckets_shard, reduce_heavy)
         bkm = merged(bk, ["to"], lambda stats, bk=bk: len(stats[bk.name]))
 
@@ -148,11 +148,11 @@ def plan(ctx: Context) -> list[Step]:
             avg = sum(m["text_bytes"] for m in stats[sig.name].values()) / max(1, docs)
             nparts = max(dd.partitions or 1, math.ceil(2 * pairs * avg / VERIFY_TEXT_BYTES))
             folder, files = read_from(stats, bk, bkm, len(stats[bk.name]), ctx.store)
-            return ({"doc": d, "pairs": folder, "pair_files": files, "params": params,
+            return ({"doc": d, "slot": d["slot"], "pairs": folder, "pair_files": files, "params": params,
                      "partitions": nparts, "describe": _describe(d)} for d in ctx.doc_shards(stats, prev))
 
         fe = add(Step("dedup-fuzzy-fetch", "dedup-fuzzy-fetch", {"params": params}, [bk, bkm],
-                      fuzzy.fetch_shard, shards=fetch_shards))
+                      fuzzy.fetch_shard, shards=fetch_shards, position_free=True))
         fem = merged(fe, ["pairs", "texts"], lambda stats, fe=fe: len(stats[fe.name]), split=True)  # texts
 
         def verify_shards(st, stats, fe=fe, fem=fem, params=params):
@@ -168,7 +168,7 @@ def plan(ctx: Context) -> list[Step]:
                                                  "src_rank": src_rank, "partitions": dd.partitions,
                                                  "verified": len(stats[vf.name]),
                                                  "edge_count": sum(m["edges"] for m in stats[vf.name].values()),
-                                                 **dict(zip(("offsets", "ndocs"), ctx.shard_offsets(stats))),
+                                                 **dict(zip(("offsets", "ndocs"), ctx.slot_offsets(stats))),
                                                  "describe": "connected components"}]))
         ctx.add_layer(apply_step("fuzzy", cl, apply.run_shard, fuzzy.COLUMNS, prev), "dedup:fuzzy")
 
@@ -177,7 +177,7 @@ def plan(ctx: Context) -> list[Step]:
         params = dd.paragraph.model_dump(mode="json")
         cfg = {"params": params, **common}
         mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, paragraph.map_shard, shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
-                          dd, kept * PARAGRAPHS_PER_DOC)}, prev)))
+                          dd, kept * PARAGRAPHS_PER_DOC)}, prev), position_free=True))
         rd = reducer("dedup-paragraph-reduce", {"params": params}, mp, paragraph.reduce_shard, {"params": params})
         ctx.add_layer(apply_step("paragraph", rd, paragraph.apply_shard, None, prev,
                                  {"params": params, "tokenizer_id": ctx.tokenizer_id}, {"tokenizer": ctx.tokenizer}, combined=mp),
@@ -257,7 +257,7 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) ->
     sketch = {"sketch": True} if sem.min_overlap is not None else {}  # words for min_overlap: the map alone
     mp = add(Step("dedup-semantic-map", "dedup-semantic-map", {"params": {**fit, **sketch}, **common},
                   base + prev + emb + [cents],
-                  semantic.map_shard, shards=per_doc(map_extra, prev)))
+                  semantic.map_shard, shards=per_doc(map_extra, prev), position_free=True))
     rd = reducer("dedup-semantic-reduce", {"params": params}, mp, semantic.reduce_shard, {"params": params})
     ctx.add_layer(apply_step("semantic", rd, apply.run_shard, semantic.COLUMNS, prev), "dedup:semantic")
 

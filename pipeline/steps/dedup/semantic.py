@@ -120,7 +120,7 @@ def _closest_overlapping(row: np.ndarray, threshold: float, sk: np.ndarray, mine
     return None
 
 
-@task(version=VERSION)
+@task(version="3")  # 3: decisions partitioned by slot (Context.slot_offsets)
 def reduce_shard(spec: dict, out) -> dict:
     p = spec["params"]
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])

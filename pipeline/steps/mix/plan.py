@@ -78,7 +78,8 @@ def plan(ctx: Context) -> list[Step]:
         return ({"doc": d, "seed": m.seed, "cells": of_source(d["source"], epochs),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in mixed_docs(stats))
 
-    priority = Step("mix-priority", "mix-priority", cfg, upstream, tasks.priority_shard, shards=priority_shards)
+    priority = Step("mix-priority", "mix-priority", cfg, upstream, tasks.priority_shard, shards=priority_shards,
+                    position_free=True)
 
     def select_shards(st, stats):
         out, epochs = cell_budgets(stats)
@@ -107,7 +108,8 @@ def plan(ctx: Context) -> list[Step]:
                 for d in mixed_docs(stats))
 
     tok = dict(ctx.tokenized)  # tokenize: the sources' token ids ride with their texts (pipeline/steps/tokenize/)
-    route = Step("mix-route", "mix-route", {}, [select, *tok.values()], tasks.route_shard, shards=route_shards)
+    route = Step("mix-route", "mix-route", {}, [select, *tok.values()], tasks.route_shard, shards=route_shards,
+                 position_free=True)
 
     merged = merge_step("mix-route-merge", route, ["to"], lambda stats: len(stats[route.name]), ctx.store, split=True)
 

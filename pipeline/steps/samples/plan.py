@@ -32,7 +32,7 @@ def plan(ctx: Context) -> list[Step]:
                  "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {d['source']}/{shard_name(d['part'])}"}
                 for d in every_shard(stats))
 
-    pick = Step("samples-pick", "samples-pick", cfg, list(ctx.fate), tasks.pick_shard, shards=pick_shards)
+    pick = Step("samples-pick", "samples-pick", cfg, list(ctx.fate), tasks.pick_shard, shards=pick_shards, position_free=True)
 
     def sample_shards(st, stats):
         offsets, _ = ctx.shard_offsets(stats)

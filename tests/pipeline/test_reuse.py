@@ -1,0 +1,209 @@
+"""Reuse by content, shard by shard (issue 50): an edit or a new input file computes only the
+shards whose inputs changed, stops where outputs come out the same, and gives the bytes of
+a fresh run on the same inputs.
+
+One store takes a chain of changes (a new input file, a filter edit on one source, a dedup
+edit, a classifier edit, a changed file, a removed file); after each, the run's mixture
+files, token files and ledger counts are compared byte for byte with a fresh run of the
+same mixture and inputs in a store of its own, and run.json's per-step counts say which
+shards were computed and which linked."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from pipeline.engine.step import read_markers
+from pipeline.io import atomic
+from tests.conftest import curate, write_yaml
+
+MIX = """
+name: {name}
+output: {out}
+tokenizer: gpt2
+sources:
+  wiki: {{paths: ["{c}/wiki/*.parquet"], id_field: id, filters: [short]}}
+  web: {{paths: ["{c}/web/*.jsonl.zst"], filters: [rep, long]}}
+  code: {{paths: ["{c}/code/*.jsonl"], id_field: id, filters: [huge]}}
+filters:
+  rep: {{type: gopher_repetition}}
+  short: {{type: length, min_chars: {min_chars}}}
+  long: {{type: length, max_chars: 60000}}
+  huge: {{type: length, max_chars: {max_chars}}}
+dedup:
+  exact: {{}}
+  fuzzy: {{threshold: {threshold}}}
+  paragraph: {{min_chars: 50, max_occurrences: 5}}
+classifiers:
+  wvw: {{type: fasttext, positive: [wiki], negative: [web], max_examples_per_class: 1500, epochs: {epochs}}}
+mixture: {{target_tokens: 150000, weights: {{web: 0.4, wiki: 0.4, code: 0.2}}, shard_tokens: 40000, on_shortfall: renormalize}}
+tokenize: {{formats: [megatron]}}
+"""
+BASE = {"min_chars": 50, "max_chars": 20000, "threshold": 0.8, "epochs": 3}
+
+
+def _zst(path: Path, lines: list[str]) -> None:
+    path.write_bytes(zstandard.ZstdCompressor().compress(("\n".join(lines) + "\n").encode()))
+
+
+@pytest.fixture(scope="module")
+def corpus(demo_corpus, tmp_path_factory) -> Path:
+    """Wiki in two Parquet files, web in three JSONL.zst files (a fourth held back), code in
+    two JSONL files: about 2,600 documents, so each run takes seconds."""
+    c = tmp_path_factory.mktemp("reuse-corpus")
+    wiki = pq.read_table(demo_corpus / "wiki" / "summaries_en.parquet").slice(0, 1600)
+    (c / "wiki").mkdir()
+    pq.write_table(wiki.slice(0, 800), c / "wiki" / "a.parquet")
+    pq.write_table(wiki.slice(800, 800), c / "wiki" / "b.parquet")
+    lines = []
+    for f in sorted((demo_corpus / "web").glob("*.jsonl.zst")):
+        lines += zstandard.ZstdDecompressor().stream_reader(f.open("rb")).read().decode().splitlines()
+    (c / "web").mkdir()
+    for k in range(3):
+        _zst(c / "web" / f"crawl-{k}.jsonl.zst", lines[k * 300:(k + 1) * 300])
+    _zst(c / "held.jsonl.zst", lines[900:960])  # the new file, 2.3% more documents
+    (c / "code").mkdir()
+    import gzip
+
+    code = gzip.decompress(next((demo_corpus / "code").glob("*.jsonl.gz")).read_bytes()).decode().splitlines()
+    recs = [json.loads(x) for x in code[:300]]
+    for k in range(2):
+        with open(c / "code" / f"part-{k}.jsonl", "w") as f:
+            for i, r in enumerate(recs[k * 150:(k + 1) * 150]):
+                f.write(json.dumps({"id": f"c{k}-{i}", "text": r["text"]}) + "\n")
+    return c
+
+
+def _run(corpus: Path, out: Path, name: str, env: dict, **params) -> tuple[Path, dict]:
+    y = write_yaml(out.parent / f"{out.name}-{name}.yaml", MIX.format(name=name, out=out, c=corpus, **{**BASE, **params}))
+    r = curate("run", str(y), "--workers", "2", env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    run = out / name
+    return run, atomic.read_json(run / "run.json")["steps"]
+
+
+def _bytes(run: Path) -> dict[str, str]:
+    """sha256 of the mixture files and token files (paths to the run directory left out),
+    and the ledger's counts."""
+    got = {}
+    for sub in ("mixture", "tokenized"):
+        for p in sorted((run / sub).rglob("*")):
+            if p.is_file():
+                got[str(p.relative_to(run))] = hashlib.sha256(p.read_bytes().replace(str(run).encode(), b"RUN")).hexdigest()
+    led = atomic.read_json(run / "ledger.json")
+    got["ledger"] = hashlib.sha256(json.dumps(led["sources"], sort_keys=True).encode()).hexdigest()
+    return got
+
+
+class Chain:
+    """The store taking the changes, and a fresh store per step of the chain."""
+
+    def __init__(self, corpus: Path, tmp: Path, env: dict):
+        self.corpus, self.tmp, self.env = corpus, tmp, env
+        self.params = dict(BASE)
+        self.n = 0
+
+    def step(self, name: str, **params) -> tuple[dict, dict]:
+        """Run the changed mixture in the shared store and fresh; returns (steps, fresh steps)
+        after checking the bytes are the same."""
+        self.params.update(params)
+        self.n += 1
+        run, steps = _run(self.corpus, self.tmp / "out", name, self.env, **self.params)
+        fresh, fsteps = _run(self.corpus, self.tmp / f"fresh{self.n}", name, self.env, **self.params)
+        a, b = _bytes(run), _bytes(fresh)
+        assert a == b, sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+        assert any(k.startswith("tokenized/") for k in a) and any(k.startswith("mixture/") for k in a)
+        return steps, fsteps
+
+
+@pytest.fixture(scope="module")
+def chain(corpus, tmp_path_factory, joined):
+    c = Chain(corpus, tmp_path_factory.mktemp("reuse"), joined)
+    c.first, _ = _run(corpus, c.tmp / "out", "first", joined, **BASE)
+    return c
+
+
+def computed(steps: dict, name: str) -> int:
+    return steps[name].get("computed", 0) if steps[name]["status"] == "SUCCESS" else 0
+
+
+def test_a_new_input_file_computes_its_shards_and_links_the_others(chain):
+    shutil.copy(chain.corpus / "held.jsonl.zst", chain.corpus / "web" / "crawl-3.jsonl.zst")
+    steps, fresh = chain.step("newfile")
+    # ingest and filter of web: the new file's shard only; the other three linked by content
+    for s in ("ingest-web", "filter-web"):
+        assert (steps[s]["computed"], steps[s]["reused"], steps[s]["shards"]) == (1, 3, 4), steps[s]
+    # wiki's and code's ingest and filters did not change at all (same step folders)
+    assert computed(steps, "ingest-wiki") == computed(steps, "filter-code") == 0
+    # dedup's per-shard maps: web's new shard (and the shards after it in the global order,
+    # whose number moved) computed, wiki's linked
+    m = steps["dedup-exact-map"]
+    assert m["reused"] >= 2 and m["computed"] + m["reused"] == m["shards"] == fresh["dedup-exact-map"]["shards"]
+
+
+def test_a_filter_edit_on_one_source_recomputes_that_source_and_links_the_rest(chain):
+    steps, _ = chain.step("codeedit", max_chars=15000)
+    assert steps["filter-code"]["computed"] == steps["filter-code"]["shards"] == 2
+    # the other sources' dedup maps are linked, not computed
+    for s in ("dedup-exact-map", "dedup-fuzzy-signatures", "dedup-paragraph-map"):
+        assert steps[s]["computed"] <= 2 and steps[s]["reused"] == steps[s]["shards"] - steps[s]["computed"], (s, steps[s])
+    # the classifier's examples come from wiki and web, which the edit cannot change: not retrained
+    assert computed(steps, "classify-wvw-train") == 0 and steps["classify-wvw-train"]["reused"] == 1
+    assert computed(steps, "tokenize-web") == 0 and computed(steps, "tokenize-wiki") == 0
+
+
+def test_a_shard_recomputed_to_the_same_bytes_stops_the_cascade(chain):
+    """A filter edit that changes no decision: the filter runs (its hash changed), writes the
+    same bytes, and nothing after it is computed: every later shard is linked."""
+    steps, _ = chain.step("cutoff", min_chars=60)  # the shortest wiki summary has 70 characters
+    assert steps["filter-wiki"]["computed"] == steps["filter-wiki"]["shards"] == 2
+    store = chain.tmp / "out" / "_store" / "steps"
+    before = read_markers(store / atomic.read_json(chain.tmp / "out" / "codeedit" / "run.json")["steps"]["filter-wiki"]["dir"].split("/")[-1])
+    after = read_markers(store / steps["filter-wiki"]["dir"].split("/")[-1])
+    assert [m["out_files"] for _, m in sorted(before.items())] == [m["out_files"] for _, m in sorted(after.items())]
+    later = [s for s, v in steps.items() if v["status"] == "SUCCESS" and s not in ("filter-wiki", "samples-pick", "samples")]
+    assert later, steps
+    assert {s: steps[s]["computed"] for s in later if steps[s]["computed"]} == {}
+
+
+def test_a_dedup_edit_reuses_the_maps_and_runs_the_reduces(chain):
+    steps, _ = chain.step("dedupedit", threshold=0.85)
+    for s in ("dedup-fuzzy-signatures", "dedup-exact-map", "dedup-paragraph-map"):
+        assert computed(steps, s) == 0, (s, steps[s])
+    assert steps["dedup-fuzzy-buckets"]["computed"] >= 1  # the threshold is the reducers'
+
+
+def test_a_classifier_edit_retrains_and_links_what_it_does_not_feed(chain):
+    steps, _ = chain.step("epochs", epochs=4)
+    assert steps["classify-wvw-train"]["computed"] == 1
+    assert computed(steps, "classify-wvw-examples") == 0
+    assert computed(steps, "tokenize-wiki") == 0
+
+
+def test_a_changed_file_recomputes_its_shard_only(chain):
+    f = chain.corpus / "code" / "part-1.jsonl"
+    lines = f.read_text().splitlines()
+    f.write_text("\n".join(lines[:-1]) + "\n")  # one record less
+    steps, _ = chain.step("changed")
+    assert (steps["ingest-code"]["computed"], steps["ingest-code"]["reused"]) == (1, 1), steps["ingest-code"]
+
+
+def test_a_removed_file_drops_its_shard_and_reuses_the_others(chain):
+    (chain.corpus / "web" / "crawl-3.jsonl.zst").unlink()
+    steps, _ = chain.step("removed")
+    assert (steps["ingest-web"]["shards"], steps["ingest-web"]["computed"]) == (3, 0), steps["ingest-web"]
+
+
+def test_plan_says_how_many_shards_run_and_how_many_are_reused(chain):
+    shutil.copy(chain.corpus / "held.jsonl.zst", chain.corpus / "web" / "crawl-3.jsonl.zst")
+    y = write_yaml(chain.tmp / "plan.yaml", MIX.format(name="plan", out=chain.tmp / "out", c=chain.corpus, **chain.params))
+    out = curate("plan", str(y)).stdout
+    line = next(x for x in out.splitlines() if x.startswith("ingest-web "))
+    assert "run 1 of 4 shards (3 reused)" in line, line
+    assert any("shards reused by content once filter-web has run" in x for x in out.splitlines()), out
