@@ -111,7 +111,7 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
             fs.set_fence(prev)
     root = str(out.dir).rstrip("/") + "/"
     stats["out_files"] = {p[len(root):]: d for p, d in sorted(written) if p.startswith(root)}
-    if len(stats["out_files"]) < len(written):
+    if len(stats["out_files"]) < len(written):  # (a task may also say so itself)
         stats["reusable"] = False
     if key is not None:
         stats["content_key"] = key

@@ -175,6 +175,12 @@ def recording():
         _WRITTEN.pop()
 
 
+def recorded(items) -> None:
+    """Add (path, digest) pairs committed elsewhere (a task of this task's) to the open recorder."""
+    if _WRITTEN:
+        _WRITTEN[-1].extend(tuple(x) for x in items)
+
+
 def digest_bytes(data: bytes) -> str:
     import xxhash
 
@@ -274,6 +280,10 @@ def refresh(p) -> None:
 
 def rmtree(p) -> None:
     p = path(p)
+    if _WRITTEN:  # files committed and deleted again (a coordinator's work folder) are not outputs
+        pre = str(p).rstrip("/") + "/"
+        for got in _WRITTEN:
+            got[:] = [x for x in got if not x[0].startswith(pre)]
     if is_local(p):
         shutil.rmtree(p, ignore_errors=True)
     elif p.exists():

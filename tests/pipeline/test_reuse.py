@@ -29,7 +29,7 @@ output: {out}
 tokenizer: gpt2
 sources:
   wiki: {{paths: ["{c}/wiki/*.parquet"], id_field: id, filters: [short]}}
-  web: {{paths: ["{c}/web/*.jsonl.zst"], filters: [rep, long]}}
+  web: {{paths: ["{c}/web/*.jsonl.zst"], filters: [rep, long], quality: {{classifier: wvw, buckets: 2}}}}
   code: {{paths: ["{c}/code/*.jsonl"], id_field: id, filters: [huge]}}
 filters:
   rep: {{type: gopher_repetition}}
@@ -42,7 +42,7 @@ dedup:
   paragraph: {{min_chars: 50, max_occurrences: 5}}
 classifiers:
   wvw: {{type: fasttext, positive: [wiki], negative: [web], max_examples_per_class: 1500, epochs: {epochs}}}
-mixture: {{target_tokens: 150000, weights: {{web: 0.4, wiki: 0.4, code: 0.2}}, shard_tokens: 40000, on_shortfall: renormalize}}
+mixture: {{target_tokens: 150000, weights: {{web/q2: 0.4, wiki: 0.4, code: 0.2}}, shard_tokens: 40000, on_shortfall: renormalize}}
 tokenize: {{formats: [megatron]}}
 """
 BASE = {"min_chars": 50, "max_chars": 20000, "threshold": 0.8, "epochs": 3}
@@ -172,11 +172,23 @@ def test_a_shard_recomputed_to_the_same_bytes_stops_the_cascade(chain):
     assert {s: steps[s]["computed"] for s in later if steps[s]["computed"]} == {}
 
 
+def _files(chain, run: str, step: str) -> dict[tuple, dict]:
+    """(source, part) -> the files a step's shard wrote, with their digests."""
+    d = atomic.read_json(chain.tmp / "out" / run / "run.json")["steps"][step]["dir"].split("/")[-1]
+    return {(m["source"], m["part"]): m["out_files"] for _, m in read_markers(chain.tmp / "out" / "_store" / "steps" / d).items()}
+
+
 def test_a_dedup_edit_reuses_the_maps_and_runs_the_reduces(chain):
     steps, _ = chain.step("dedupedit", threshold=0.85)
-    for s in ("dedup-fuzzy-signatures", "dedup-exact-map", "dedup-paragraph-map"):
+    # the threshold is verify's: the signatures, their buckets and the fetched texts are linked
+    for s in ("dedup-fuzzy-signatures", "dedup-exact-map", "dedup-fuzzy-buckets", "dedup-fuzzy-fetch"):
         assert computed(steps, s) == 0, (s, steps[s])
-    assert steps["dedup-fuzzy-buckets"]["computed"] >= 1  # the threshold is the reducers'
+    assert steps["dedup-fuzzy-verify"]["computed"] >= 1
+    # after the fuzzy layer, exactly the document shards whose fuzzy decisions changed are mapped again
+    a, b = _files(chain, "cutoff", "dedup-fuzzy"), _files(chain, "dedupedit", "dedup-fuzzy")
+    changed = sum(a[k] != b[k] for k in b)
+    assert 0 < changed < len(b)
+    assert steps["dedup-paragraph-map"]["computed"] == changed, (changed, steps["dedup-paragraph-map"])
 
 
 def test_a_classifier_edit_retrains_and_links_what_it_does_not_feed(chain):

@@ -96,8 +96,10 @@ def plan(ctx: Context) -> list[Step]:
             return [{"doc": d, "seed": seed, "tau": bound, "describe": f"{side} examples {d['source']}/{shard_name(d['part'])}"}
                     for side, mine, bound in side_docs(stats) for d in mine]
 
+        # a shard's candidates are a function of its spec alone (its document shard, the seed and the
+        # hash bound): a training edit (epochs, learning rate) reuses every shard of examples
         ex = Step(f"classify-{cname}-examples", "classify-examples", cfg, everything, classify.examples_shard,
-                  shards=example_shards, position_free=True)
+                  shards=example_shards, position_free=True, shard_free=tuple(cfg))
 
         def train_shards(st, stats, cname=cname, params=params, sides=sides, side_docs=side_docs, ex=ex, multi=bool(c.labels),
                          digests=digests):

@@ -325,7 +325,9 @@ def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: 
     [chosen] = runner.merged("pick", [work / "picked"], nparts)
     removed = runner.phase("decide", decide_task, [(chosen, str(work / "best" / "nodes"), str(out_dir), p, nparts,
                                                     sources, offsets, ndocs) for p in range(nparts)])
-    return {"rounds": rounds, "resumed_phases": runner.resumed, "clusters": sum(r["clusters"] for r in picked), "removed": sum(removed),
+    # a phase resumed from its checkpoint: its files were written by an earlier attempt, which
+    # this marker cannot list, so this shard is never linked into another folder (engine/reuse.py)
+    return {**({"reusable": False} if runner.resumed else {}), "rounds": rounds, "resumed_phases": runner.resumed, "clusters": sum(r["clusters"] for r in picked), "removed": sum(removed),
             "largest": max([r["largest"] for r in picked] or [0]), "partitions": nparts, "merge_tasks": runner.merges,
             "round_task_longest": round(runner.longest, 3), "round_task_peak_rss_mb": runner.peak_rss_mb}
 

@@ -124,8 +124,10 @@ def plan(ctx: Context) -> list[Step]:
         prev = list(ctx.layers)
         fz = dd.fuzzy
         params = {**fz.model_dump(mode="json"), "rows": fz.rows or fz.num_perm // fz.bands}
-        cfg = {"params": params, **common}
-        hv = heavy_steps(ctx, add, params, prev, base)
+        # the threshold is verify's alone: a threshold edit reuses the signatures, buckets and fetched texts
+        hashing = {k: v for k, v in params.items() if k != "threshold"}
+        cfg = {"params": hashing, **common}
+        hv = heavy_steps(ctx, add, hashing, prev, base)
 
         def heavy(stats, hv=hv, table=str(hv.dir(ctx.store) / salt.TABLE)) -> dict:  # when a bucket is cut (salt.py)
             m = stats[hv.name][0] if stats[hv.name] else {}
@@ -137,12 +139,12 @@ def plan(ctx: Context) -> list[Step]:
 
         sig = add(Step("dedup-fuzzy-signatures", "dedup-fuzzy-signatures", cfg, base + prev + [hv],
                        fuzzy.sig_shard,
-                       shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
+                       shards=per_doc(lambda kept, d, stats, params=hashing: {"params": params, "partitions": _partitions(
                            dd, kept * fz.bands), **heavy(stats)}, prev), position_free=True))
         bk = reducer("dedup-fuzzy-buckets", {}, sig, fuzzy.buckets_shard, reduce_heavy)
         bkm = merged(bk, ["to"], lambda stats, bk=bk: len(stats[bk.name]))
 
-        def fetch_shards(st, stats, prev=prev, params=params, sig=sig, bk=bk, bkm=bkm):
+        def fetch_shards(st, stats, prev=prev, params=hashing, sig=sig, bk=bk, bkm=bkm):
             pairs = sum(m["pairs"] for m in stats[bk.name].values())
             docs = sum(m["docs"] for m in stats[sig.name].values())
             avg = sum(m["text_bytes"] for m in stats[sig.name].values()) / max(1, docs)
@@ -151,7 +153,7 @@ def plan(ctx: Context) -> list[Step]:
             return ({"doc": d, "slot": d["slot"], "pairs": folder, "pair_files": files, "params": params,
                      "partitions": nparts, "describe": _describe(d)} for d in ctx.doc_shards(stats, prev))
 
-        fe = add(Step("dedup-fuzzy-fetch", "dedup-fuzzy-fetch", {"params": params}, [bk, bkm],
+        fe = add(Step("dedup-fuzzy-fetch", "dedup-fuzzy-fetch", {"params": hashing}, [bk, bkm],
                       fuzzy.fetch_shard, shards=fetch_shards, position_free=True))
         fem = merged(fe, ["pairs", "texts"], lambda stats, fe=fe: len(stats[fe.name]), split=True)  # texts
 

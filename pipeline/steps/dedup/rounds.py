@@ -63,6 +63,8 @@ class Runner:
             if r is None:
                 r = self.remote[fn] = self.ray.remote(num_cpus=1, max_retries=3)(_timed)
             out = self.ray.get([r.remote(fn, *c) for c in calls])
+        for o in out:
+            fs.recorded(o[3])  # the round tasks' files, as the coordinator's own
         self.longest = max([self.longest] + [o[1] for o in out])
         self.peak_rss_mb = max([self.peak_rss_mb] + [o[2] for o in out])
         return [o[0] for o in out]
@@ -90,10 +92,12 @@ def merge_task(folder: str, first: int, last: int, out: str, index: int) -> int:
 
 
 def _timed(fn, *args):
-    """(fn(*args), seconds, peak RSS MB of the task)."""
+    """(fn(*args), seconds, peak RSS MB of the task, the files it committed with their
+    digests: the coordinator's marker lists them as its own, engine/reuse.py)."""
     from pipeline.engine.task import peak_rss_mb, reset_peak_rss
 
     reset = reset_peak_rss()
     t0 = time.time()
-    res = fn(*args)
-    return res, time.time() - t0, peak_rss_mb(reset)
+    with fs.recording() as written:
+        res = fn(*args)
+    return res, time.time() - t0, peak_rss_mb(reset), written
