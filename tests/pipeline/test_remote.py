@@ -152,6 +152,20 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, smal
     assert r2.returncode == 0, r2.stderr[-2000:]
     rec = atomic.read_json(fs.path(run) / "run.json")
     assert {s["status"] for s in rec["steps"].values()} == {"SKIPPED"}
+    # an edit of web's filter on S3: wiki's shards are reused by content (server-side copies into the
+    # new step folders, keyed by the objects' ETags: engine/reuse.py), and the bytes are a fresh local run's
+    old, new = "rep: {type: gopher_repetition}", "rep: {type: gopher_repetition, max_dup_line_frac: 0.25}"
+    text = small_mixture("s3://curate-test/in", "s3://curate-test/runs").replace(old, new).replace("name: remote", "name: edited")
+    r3 = curate("run", str(write_yaml(tmp_path / "e.yaml", text)), "--workers", "2", env=env)
+    assert r3.returncode == 0, r3.stderr[-2000:]
+    local = curate("run", str(write_yaml(tmp_path / "l.yaml", small_mixture(str(demo_corpus), str(tmp_path / "local"))
+                                         .replace(old, new).replace("name: remote", "name: edited"))), "--workers", "2", env=env)
+    assert local.returncode == 0, local.stderr[-2000:]
+    assert mixture_shas("s3://curate-test/runs/edited") == mixture_shas(tmp_path / "local" / "edited")
+    steps = atomic.read_json(fs.path("s3://curate-test/runs/edited") / "run.json")["steps"]
+    assert steps["filter-web"]["computed"] == steps["filter-web"]["shards"]
+    wiki = steps["ingest-wiki"]["shards"]
+    assert steps["dedup-exact-map"]["reused"] >= wiki, steps["dedup-exact-map"]
 
 
 def _s3_race(url):

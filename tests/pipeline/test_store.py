@@ -165,11 +165,15 @@ def test_two_runs_started_together_compute_every_shard_once_and_match_a_single_r
         assert len(who) == 1 and who <= ids, (k, who)
         mine = a if a["run_id"] in who else b
         assert mine["steps"][k]["status"] == "SUCCESS" and mine["steps"][k]["computed"] == shards
-    for run in (a, b):  # each run's own mix steps are its own
+    for run in (a, b):  # each run's own mix steps are its own: computed by it, or linked by content (engine/reuse.py)
         for k in MIX_AND_SAMPLES:
             if not run["steps"][k]["shards"]:  # mix-route-merge below 33 document shards: nothing to write
                 continue
-            assert set(_writers(out / run["name"] / run["steps"][k]["dir"]).values()) == {run["run_id"]}
+            d = out / run["name"] / run["steps"][k]["dir"]
+            linked = {i for i, m in read_markers(d).items() if m.get("reused_from")}
+            assert len(linked) == run["steps"][k]["reused"], (k, run["steps"][k])
+            assert {w for i, w in _writers(d).items() if i not in linked} <= {run["run_id"]}
+            assert run["steps"][k]["computed"] + run["steps"][k]["reused"] == run["steps"][k]["shards"]
     assert mixture_shas(out / "c1") == mixture_shas(demo_run)  # the bytes of a single run
     assert abs(atomic.read_json(out / "c2" / "manifest.json")["sources"]["wiki"]["realized_weight"] - 0.4) < 0.01
 

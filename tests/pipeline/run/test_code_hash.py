@@ -5,6 +5,7 @@ them (and what reads those), and `curate plan` says "code changed" and what chan
 
 from __future__ import annotations
 
+import re
 from importlib import metadata
 
 import pytest
@@ -45,7 +46,9 @@ def _why(lm, path) -> dict[str, str]:
     text = describe_plan(lm, str(path.parent / "out"))
     lines = text.splitlines()
     head = next(i for i, x in enumerate(lines) if x.split()[:3] == ["step", "hash", "action"])
-    return {x.split()[0]: x.split(None, 3)[3] for x in lines[head + 1: lines.index("", head)]}
+    # the reason, without what the plan adds of reuse by content (`: run K of N shards (M reused)`, `; shards ...`)
+    return {x.split()[0]: re.sub(r"(: run \d+ of \d+ shards \(\d+ reused\)|; shards reused by content once .*)$", "",
+                                 x.split(None, 3)[3]) for x in lines[head + 1: lines.index("", head)]}
 
 
 @pytest.fixture
