@@ -336,8 +336,10 @@ class Executor:
         s.meta["specs"] = specs
         s.meta["keys"] = keys
         cost = self._link_reused(s, running, keys)
-        if not inline and cost is not None and cost <= self.inline_seconds and self.inline_docs > 0 and self._no_ray():
-            inline = True  # the few shards an edit left to compute: cheaper here than Ray's start
+        left = len(specs) - len(running)
+        if not inline and cost is not None and self.inline_docs > 0 and self._no_ray() and (
+                cost <= self.inline_seconds or (left == 1 and cost <= SOLO * self.inline_seconds)):
+            inline = True  # the few shards an edit left to compute (or one, which Ray would not split): cheaper here
         s.meta["inline"] = inline
         if s.meta["inline"]:
             self.inlined.append(s.name)
@@ -406,6 +408,9 @@ class Executor:
         self.timings[s.name] = time.time() - started.get(s.name, time.time())
         self.status[s.name] = "SUCCESS"
         self.progress.finish(s.name, self.timings[s.name])
+
+
+SOLO = 8  # a step left with one shard runs here when it took at most this many times CURATE_INLINE_SECONDS
 
 
 def _cost(cost: dict[int, float], shards: list[int]) -> float | None:
