@@ -76,7 +76,7 @@ def reduce_shard(spec: dict, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["files"], p, schema=SCHEMA)
     if t.num_rows < 2:
         shuffle.write_empty(spec["maps"], target)
-        return {"rows": t.num_rows, "duplicates": 0}
+        return {"rows": t.num_rows, "duplicates": 0, "splits": []}
     t = t.sort_by([("h", "ascending"), ("id", "ascending"), ("split", "ascending"), ("loc", "ascending")])
     h = t.column("h").to_numpy()
     ids = t.column("id")
@@ -85,7 +85,7 @@ def reduce_shard(spec: dict, out) -> dict:
     dup = np.flatnonzero(~new)
     if len(dup) == 0:
         shuffle.write_empty(spec["maps"], target)
-        return {"rows": t.num_rows, "duplicates": 0}
+        return {"rows": t.num_rows, "duplicates": 0, "splits": []}
     head = np.maximum.accumulate(np.where(new, np.arange(len(new)), 0))[dup]
     split = t.column("split").to_numpy()
     loc = t.column("loc").to_numpy()
@@ -105,4 +105,5 @@ def reduce_shard(spec: dict, out) -> dict:
     })
     g = (split[dup].astype(np.int64) << np.int64(32)) | loc[dup]  # a gid of source 0: (split, line or row)
     shuffle.write_to_shards(table, g, [0], spec["maps"], target)
-    return {"rows": t.num_rows, "duplicates": len(dup)}
+    # the ingest splits that hold a later use: only their shards read this step (and are keyed by it: engine/reuse.py)
+    return {"rows": t.num_rows, "duplicates": len(dup), "splits": sorted(set(split[dup].tolist()))}

@@ -64,13 +64,17 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
     def ingest_shards(st, stats, duplicates=None):
         dups = {"duplicates": str(duplicates.dir(ctx.store)), "duplicate_files": len(stats[duplicates.name])} \
             if duplicates else {"duplicates": None}
+        # the splits with an id used again (a marker without the list: every split reads the step)
+        marks = list(stats[duplicates.name].values()) if duplicates else []
+        with_dups = None if any("splits" not in m for m in marks) else {i for m in marks for i in m["splits"]}
         counts = {m["path"]: m["lines"] for m in stats.get(scan.name, {}).values()} if scan else {}
         parts = splits.plan_splits(fdicts, spec.model_dump(), counts)
         common = {"source": sname, "text_field": spec.text_field, "id_field": spec.id_field,
                   "hf_split": spec.hf_split, "on_bad_record": spec.on_bad_record, "tokenizer": ctx.tokenizer,
                   "max_doc_bytes": spec.max_doc_bytes, **dups,
                   "extract": extract, "html_field": spec.html_field}
-        return [{**common, "split": sp, "describe": sp["describe"]} for sp in parts]
+        return [{**common, **({"duplicates": None, "duplicate_files": None} if with_dups is not None and j not in with_dups
+                              else {}), "split": sp, "describe": sp["describe"]} for j, sp in enumerate(parts)]
 
     before = [scan] if scan else []
     shards = ingest_shards
