@@ -364,7 +364,7 @@ class Executor:
         found = candidates(self.store, s, {keys[i]: i for i in missing})
         hits = sorted(found.items())
         if not hits:
-            return _cost(found.cost, missing)
+            return _cost(found, missing)
         d = s.dir(self.store)
         prev = fs.set_fence(self.fence(s))  # the markers' temporary names carry this run's fence
         try:
@@ -379,7 +379,7 @@ class Executor:
         if n:
             self.reused[s.name] = n
             self.progress.note(f"[{s.name}] {n} of {len(keys)} shards reused by content from earlier runs")
-        return _cost(found.cost, [i for i in missing if i not in running])
+        return _cost(found, [i for i in missing if i not in running])
 
     def _finish(self, s: Step, remaining: dict, started: dict):
         d = s.dir(self.store)
@@ -413,12 +413,14 @@ class Executor:
 SOLO = 8  # a step left with one shard runs here when it took at most this many times CURATE_INLINE_SECONDS
 
 
-def _cost(cost: dict[int, float], shards: list[int]) -> float | None:
+def _cost(found, shards: list[int]) -> float | None:
+    """What `shards` cost in the step's latest earlier folder; a shard it did not have (a new
+    input file's) at that folder's mean. None without an earlier folder."""
     if not shards:
         return 0.0
-    if not cost or any(i not in cost for i in shards):
+    if found.mean is None:
         return None
-    return sum(cost[i] for i in shards)
+    return sum(found.cost.get(i, found.mean) for i in shards)
 
 
 class _Queue:

@@ -148,6 +148,7 @@ class Found(dict):
     folder (what computing them again is likely to cost)."""
 
     cost: dict[int, float]
+    mean: float | None  # a shard's CPU seconds in the most recent earlier folder, on average (None: no folder)
 
 
 def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VARIANTS) -> Found:
@@ -174,7 +175,8 @@ def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VAR
         rec = success(d)
         dated.append(((rec or {}).get("finished") or _mtime(d), d))
     out = Found()
-    out.cost = {}
+    out.cost, out.mean = {}, None
+    total = count = 0
     targets = set(wanted.values())
     first = True
     for _, d in sorted(dated, key=lambda t: t[0], reverse=True)[:limit]:
@@ -186,11 +188,14 @@ def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VAR
                 j = wanted.get(k) if k else None
                 if j is not None and j not in out and m.get("reusable", True) and "out_files" in m:
                     out[j] = (d, i, m)
-                if first and i in targets and "cpu_seconds" in m:
-                    out.cost[i] = m["cpu_seconds"]
+                if first and "cpu_seconds" in m:
+                    total, count = total + m["cpu_seconds"], count + 1
+                    if i in targets:
+                        out.cost[i] = m["cpu_seconds"]
         except (FileNotFoundError, ValueError, RunError):
             continue
         first = False
+    out.mean = total / count if count else None
     left = targets - set(out)
     out.cost = {i: c for i, c in out.cost.items() if i in left}
     return out
