@@ -315,6 +315,8 @@ class Executor:
             "config": s.config, "inputs": {i.name: i.hash for i in s.inputs}, "versions": versions(),
         }, option=orjson.OPT_SORT_KEYS)
 
+        self.keys.begin(s)
+
         def step_json():  # step.json streamed in the same pass: its shards last
             yield head[:-1] + b',"shards":['
             planned = s.meta.pop("plan", False)  # claim() planned it: None when it has no shard

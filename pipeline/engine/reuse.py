@@ -49,7 +49,6 @@ from pipeline.errors import RunError
 from pipeline.io import atomic, fs
 
 KEY_CHARS = 32  # of the sha256: 128 bits, no two shard contents share one in any store
-TABLES = 8  # steps whose file digests the driver keeps (a step's inputs; engine/markers.py keeps their markers alike)
 VARIANTS = 8  # earlier folders of a step searched for reusable shards (the most recently finished)
 
 
@@ -64,6 +63,14 @@ class Keys:
         self._files: dict[str, dict[str, str] | None] = {}
         self._folders: dict[tuple[str, str], str] = {}
         self._inner = re.compile(re.escape(self.root) + r"[^'\"\s,\]\}\)]+")
+
+    def begin(self, step: Step) -> None:
+        """Before `step`'s shards are keyed: let go of the file tables of folders it does not
+        read (the driver holds the digests of one step's inputs, not of the run's steps)."""
+        keep = {i.dir(self.store).name for i in step.inputs}
+        for folder in [f for f in self._files if f not in keep]:
+            del self._files[folder]
+        self._folders = {k: v for k, v in self._folders.items() if k[0] in keep}
 
     def key(self, step: Step, index: int, spec: dict) -> str:
         own = step.dir(self.store).name
@@ -103,15 +110,9 @@ class Keys:
         return self._folders[memo]
 
     def _table(self, folder: str) -> dict[str, str] | None:
-        """relative path -> digest of every file a step's shards wrote; the last TABLES
-        steps' kept (a plan reads its inputs' again and again, the run's others not)."""
-        if folder in self._files:
-            self._files[folder] = self._files.pop(folder)  # most recent last
-        else:
-            while len(self._files) >= TABLES:
-                old = next(iter(self._files))
-                del self._files[old]
-                self._folders = {k: v for k, v in self._folders.items() if k[0] != old}
+        """relative path -> digest of every file a step's shards wrote, built once per step
+        being keyed (`begin` lets go of it): a plan reads its inputs' for every shard."""
+        if folder not in self._files:
             step = self.by_folder.get(folder)
             markers = self.stats.get(step.name) if step is not None else None
             table: dict[str, str] | None = {} if markers is not None else None
@@ -263,22 +264,18 @@ def _json_str(p: Path) -> bytes:
     return orjson.dumps(str(p))[1:-1]
 
 
-def preview(step: Step, steps: list[Step], store: Path) -> tuple[int, int] | None:
+def preview(step: Step, steps: list[Step], store: Path, stats: dict) -> tuple[int, int] | None:
     """(shards, of which reused) for `curate plan`: the step's shards planned from its
-    committed inputs, their keys looked up in its earlier folders. None when an input is
-    not committed yet (its shards' keys depend on the bytes it will write)."""
+    committed inputs (`stats`: step name -> markers of a committed step, KeyError for one
+    that is not, read once by the caller), their keys looked up in its earlier folders. None
+    when a step it reads is not committed (its shards' keys depend on the bytes it will write)."""
     from pipeline.engine.markers import pinned
-    from pipeline.engine.step import committed
 
-    stats = {}
-    for s in steps:
-        m = committed(s, store)
-        if m is not None:
-            stats[s.name] = m
-    if any(i.name not in stats for i in step.inputs):
-        return None
     keys = Keys(store, steps, stats)
+    keys.begin(step)
     try:
+        for i in step.inputs:
+            stats[i.name]
         with pinned():
             ks = [keys.key(step, k, spec) for k, spec in enumerate(step.shards(step, stats))]
     except KeyError:  # the plan reads a step that has not run

@@ -29,10 +29,11 @@ def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
     prev = previous_steps(run_dir)
     lines = [f"run directory: {run_dir}", f"step store:    {store}", "", f"{'step':<24} {'hash':<9} {'action':<6} why"]
     pending: set[str] = set()  # steps that will run: the steps after them are keyed by what those write
+    done = _Committed(ctx.steps, store)
     for s in ctx.steps:
         action, why = step_status(s, store, prev)
         if action == "run" and not why.startswith("resume"):
-            why += _shards(s, ctx.steps, store, pending)
+            why += _shards(s, ctx.steps, store, pending, done)
         if action == "run" and (rec := lease_holder(fs.path(store) / "_leases" / s.dir(store).name)) is not None:
             why += f"; {describe(rec)} is computing it now: a run waits for it, then reuses it"
         lines.append(f"{s.name:<24} {s.hash[:8]:<9} {action:<6} {why}")
@@ -50,13 +51,36 @@ def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def _shards(s: Step, steps: list[Step], store, pending: set[str]) -> str:
+class _Committed(dict):
+    """step name -> its markers when committed (read once, when a preview first needs it);
+    KeyError for a step that is not."""
+
+    def __init__(self, steps: list[Step], store):
+        super().__init__()
+        self.by_name, self.store = {s.name: s for s in steps}, store
+
+    def __missing__(self, name: str):
+        s = self.by_name.get(name)
+        m = committed(s, self.store) if s is not None else None
+        if m is None:
+            raise KeyError(name)
+        self[name] = m
+        return m
+
+    def get(self, name, default=None):  # plans ask `stats.get(step, {})` of optional steps
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+
+def _shards(s: Step, steps: list[Step], store, pending: set[str], done: _Committed) -> str:
     """`: run K of N shards (M reused)` where the step's inputs are done, else what decides it."""
     pending.add(s.name)
     waits = next((i.name for i in s.inputs if i.name in pending), None)
     if waits is not None:  # its keys are the digests of what that input writes: known once it has run
         return f"; shards reused by content once {waits} has run"
-    got = preview(s, steps, store)
+    got = preview(s, steps, store, done)
     if got is None:
         return ""
     n, m = got

@@ -210,6 +210,9 @@ def test_a_removed_file_drops_its_shard_and_reuses_the_others(chain):
     (chain.corpus / "web" / "crawl-3.jsonl.zst").unlink()
     steps, _ = chain.step("removed")
     assert (steps["ingest-web"]["shards"], steps["ingest-web"]["computed"]) == (3, 0), steps["ingest-web"]
+    # every shard that reads only the files left is linked (the folder is new: the edits before changed its hash)
+    m = steps["dedup-exact-map"]
+    assert m["status"] == "SUCCESS" and (m["computed"], m["reused"]) == (0, m["shards"]), m
 
 
 def test_plan_says_how_many_shards_run_and_how_many_are_reused(chain):
