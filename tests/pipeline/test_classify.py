@@ -237,7 +237,7 @@ def test_sources_named_train_and_examples_are_scored_by_steps_of_their_own(demo_
                    quality: {{classifier: c, keep_fraction: 0.5}}}}
           examples: {{paths: ["{demo_corpus}/web/crawl-00000.jsonl.zst"], quality: {{classifier: c, keep_fraction: 0.5}}}}
         classifiers:
-          c: {{positive: [train], negative: [examples], max_examples_per_class: 500, epochs: 2, dim: 16, bucket: 10000, lr: 0.05}}
+          c: {{positive: [train], negative: [examples], max_examples_per_class: 500, epochs: 2, bucket: 10000, lr: 0.05}}
     """)
     r = curate("run", str(y), "--workers", "2", env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
