@@ -174,6 +174,27 @@ def scaled(n: int, tmp: Path, workers: int) -> None:
     cpu_run(f, f"s{n}fresh")
     same = outputs(tmp / f"out-{n}" / "scale") == outputs(tmp / f"fresh-{n}" / "scale")
     print(f"| {n:,} | {parts} | {first:.1f} | {noop:.1f} | {cpu:.1f} | {(cpu - noop) / first:.3f} | {same} |", flush=True)
+    print(breakdown(tmp / f"out-{n}", "scale"), flush=True)
+
+
+def breakdown(out: Path, run: str, top: int = 8) -> str:
+    """The steps of `run` (under the store of `out`) by the task CPU of the shards it computed,
+    each with its shards computed, linked by what the task read (`linked_from`: the task ran,
+    found its input the same and linked) and reused by content (`reused_from`: no task)."""
+    from pipeline.engine.step import read_markers
+
+    rec = json.loads((out / run / "run.json").read_text())
+    rows = []
+    for name, v in rec["steps"].items():
+        if v.get("status") != "SUCCESS" or not v.get("computed"):
+            continue
+        ms = read_markers(out / "_store" / "steps" / v["dir"].split("/")[-1]).values()
+        own = [m for m in ms if "reused_from" not in m]
+        cpu = sum(m.get("cpu_seconds", 0) for m in own)
+        rows.append((cpu, name, len(own), sum("linked_from" in m for m in own), len(ms)))
+    lines = [f"  {name}: {cpu:.2f} CPU-s, {n} of {total} shards ran ({lk} of them linked what they read)"
+             for cpu, name, n, lk, total in sorted(rows, reverse=True)[:top]]
+    return "\n".join([f"  task CPU of computed shards: {sum(r[0] for r in rows):.2f} CPU-s"] + lines)
 
 
 def main(argv=None) -> None:
@@ -227,6 +248,7 @@ def main(argv=None) -> None:
         diff = sorted(k for k in got.keys() | want.keys() if got.get(k) != want.get(k))
         same = "yes" if not diff else f"NO: {', '.join(diff[:4])}"
         print(f"| {what} | {cpu:.1f} | {(cpu - noop) / first:.3f} | {same} ({len(got)} files) |", flush=True)
+        print(breakdown(tmp / "out", f"demo-{case}"), flush=True)
     print(f"(runs under {tmp})")
 
 

@@ -36,7 +36,7 @@ from pipeline.engine.cluster import check_shared_output, start_ray
 from pipeline.engine.lease import LeaseLost, Leases, create_exclusive, describe
 from pipeline.engine.markers import RunningMarkers, SpilledSpecs, StepMarkers, pinned
 from pipeline.engine.progress import Progress
-from pipeline.engine.reuse import Keys, candidates, link_shard
+from pipeline.engine.reuse import Keys, link_earlier, prior_hints
 from pipeline.engine.step import SUCCESS, Step, committed, iter_markers, read_markers, shard_name, success
 from pipeline.engine.task import run_shard, versions
 from pipeline.errors import CurateError, RunError, TransientError
@@ -108,7 +108,7 @@ class Executor:
         returns its stats or the exception that ended it."""
         for attempt in range(self.max_retries + 1):
             try:
-                return run_shard(s.task, spec, str(s.dir(self.store)), idx, self.fence(s), s.meta["keys"][idx])
+                return run_shard(s.task, spec, str(s.dir(self.store)), idx, self.fence(s), *_keys(s, idx))
             except TransientError as e:
                 if attempt == self.max_retries:
                     return e
@@ -204,13 +204,15 @@ class Executor:
             while queue and (self._ray is None or len(in_flight) < self._ray[2]):
                 s, idx = queue.pop()
                 spec = s.meta["specs"][idx]
+                if idx in (s.meta.get("priors") or ()):  # the earlier shard of its partial key (engine/cutoff.same_as_before)
+                    spec = {**spec, "prior": s.meta["priors"][idx]}
                 if s.meta.get("inline"):
                     finished.append((s, idx, self._run_inline(s, idx, spec)))
                     break  # harvest it: its step may be done and others ready
                 ray, remote, cap, node_mb = self._ensure_ray()
                 opts = task_options(s, node_mb)
                 r = remote.options(**opts) if opts else remote
-                ref = r.remote(s.task, spec, str(s.dir(self.store)), idx, self.fence(s), s.meta["keys"][idx])
+                ref = r.remote(s.task, spec, str(s.dir(self.store)), idx, self.fence(s), *_keys(s, idx))
                 in_flight[ref] = (s, idx)
             refs = list(in_flight)
             if refs:
@@ -309,6 +311,7 @@ class Executor:
             (d / SUCCESS).unlink()  # a commit whose marker index is gone (a gc stopped halfway): not done
         specs = SpilledSpecs()  # the plan's specs as it yields them, spilled: not a list of dicts in the driver
         keys: list[str] = []  # each shard's content key (engine/reuse.py), computed as the specs come
+        partials: list[str | None] = []  # and its partial key (Step.read_keyed)
         head = orjson.dumps({
             "name": s.name, "kind": s.kind, "version": s.version, "hash": s.hash,
             "config_hash": s.config_hash, "inputs_hash": s.inputs_hash, "code_hash": s.code_hash, "code": s.code,
@@ -324,6 +327,7 @@ class Executor:
                 data = orjson.dumps(spec)
                 specs.append_json(data)
                 keys.append(self.keys.key(s, k, spec))
+                partials.append(self.keys.partial(s, k, spec))
                 yield (b",\n" if k else b"\n") + data
             yield b"\n]}\n"
 
@@ -336,7 +340,7 @@ class Executor:
                 running[i] = m
         self.stats[s.name] = running
         s.meta["specs"] = specs
-        s.meta["keys"] = keys
+        s.meta["keys"], s.meta["partials"] = keys, partials
         cost = self._link_reused(s, running, keys)
         left = len(specs) - len(running)
         if not inline and cost is not None and self.inline_docs > 0 and self._no_ray() and (
@@ -356,32 +360,19 @@ class Executor:
             self._finish(s, remaining, started)
 
     def _link_reused(self, s: Step, running: RunningMarkers, keys: list[str]) -> float | None:
-        """Link into `s`'s folder every shard not yet done whose content key an earlier
-        folder of the step holds (engine/reuse.py): those shards are not computed. Returns
-        what the shards left to compute cost in the step's latest earlier folder (CPU
-        seconds), None where that is unknown (no earlier folder, or other shards)."""
+        """Link into `s`'s folder every shard not yet done whose content key an earlier folder
+        of the step holds (engine/reuse.py), and find the earlier shard of each one left to
+        compute by its partial key. Returns what the shards left cost in the step's latest
+        earlier folder (CPU seconds), None where that is unknown."""
         missing = [i for i in range(len(keys)) if i not in running]
         if not missing:
             return 0.0
-        found = candidates(self.store, s, {keys[i]: i for i in missing})
-        hits = sorted(found.items())
-        if not hits:
-            return _cost(found, missing)
-        d = s.dir(self.store)
-        prev = fs.set_fence(self.fence(s))  # the markers' temporary names carry this run's fence
-        try:
-            linked = list(fs.read_many(lambda h: link_shard(h[1][0], h[1][1], h[1][2], d, h[0]), hits, threads=8))
-        finally:
-            fs.set_fence(prev)
-        n = 0
-        for (i, _), m in zip(hits, linked):
-            if m is not None:
-                running[i] = m
-                n += 1
+        n, found, left = link_earlier(self.store, s, running, keys, missing, self.fence(s))
         if n:
             self.reused[s.name] = n
             self.progress.note(f"[{s.name}] {n} of {len(keys)} shards reused by content from earlier runs")
-        return _cost(found, [i for i in missing if i not in running])
+        s.meta["priors"] = prior_hints(self.store, s, left)
+        return _cost(found, left)
 
     def _finish(self, s: Step, remaining: dict, started: dict):
         d = s.dir(self.store)
@@ -406,10 +397,16 @@ class Executor:
         if isinstance(s.meta.get("specs"), SpilledSpecs):
             s.meta["specs"].close()
         s.meta["specs"] = None  # step.json holds them: the driver keeps specs of running steps only, not of the whole run
-        s.meta["keys"] = None
+        s.meta["keys"] = s.meta["partials"] = s.meta["priors"] = None
         self.timings[s.name] = time.time() - started.get(s.name, time.time())
         self.status[s.name] = "SUCCESS"
         self.progress.finish(s.name, self.timings[s.name])
+
+
+def _keys(s: Step, idx: int) -> tuple[str, str | None]:
+    """A shard's content key and partial key, for its marker."""
+    partials = s.meta.get("partials") or []
+    return s.meta["keys"][idx], partials[idx] if idx < len(partials) else None
 
 
 SOLO = 8  # a step left with one shard runs here when it took at most this many times CURATE_INLINE_SECONDS

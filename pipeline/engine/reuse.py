@@ -43,6 +43,7 @@ from pathlib import Path
 
 import orjson
 
+from pipeline.engine.cutoff import json_str, renamed, hint
 from pipeline.engine.markers import read_index
 from pipeline.engine.step import MARKERS, Step, hash_json, iter_markers, shard_name, success
 from pipeline.errors import RunError
@@ -50,6 +51,7 @@ from pipeline.io import atomic, fs
 
 KEY_CHARS = 32  # of the sha256: 128 bits, no two shard contents share one in any store
 VARIANTS = 8  # earlier folders of a step searched for reusable shards (the most recently finished)
+HINTS = ("prior",)  # spec keys naming earlier results a task may look values up in; they never change its bytes
 
 
 class Keys:
@@ -74,12 +76,26 @@ class Keys:
 
     def key(self, step: Step, index: int, spec: dict) -> str:
         own = step.dir(self.store).name
-        body = self._digested(spec, own)
+        body = self._digested({k: v for k, v in spec.items() if k not in HINTS}, own)
         if step.position_free:  # the shard number and the document shard's global place left out
             index = None
             body = _placeless(body)
         return hash_json({"config": step.shard_config_hash, "code": step.code_hash, "shard": index,
                           "spec": body})[:KEY_CHARS]
+
+    def partial(self, step: Step, index: int, spec: dict) -> str | None:
+        """The key of a shard without the inputs its task digests itself (`step.read_keyed`),
+        None for a step without them: an earlier shard of the same partial key is what the
+        task compares what it reads with (engine/cutoff.same_as_before)."""
+        if not step.read_keyed:
+            return None
+        drop = set(step.read_keyed)
+        body = {k: v for k, v in spec.items() if k not in drop}
+        if isinstance(body.get("doc"), dict):
+            body["doc"] = {k: v for k, v in body["doc"].items() if k not in drop}
+        elif "documents" in body:
+            body = {k: v for k, v in body.items() if k not in drop}
+        return "p" + self.key(step, index, body)[1:]
 
     def _digested(self, v, own: str):
         if isinstance(v, str):
@@ -152,11 +168,10 @@ class Found(dict):
     mean: float | None  # a shard's CPU seconds in the most recent earlier folder, on average (None: no folder)
 
 
-def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VARIANTS) -> Found:
-    """Where `wanted` (content key -> this step's shard) are in `step`'s earlier folders in
-    the store (the same step name, another hash), the most recently finished first. Reads
-    their marker indexes a marker at a time and keeps the hits only: O(wanted), not
-    O(shards x folders)."""
+def earlier(store: Path, step: Step, finished: bool = False) -> list[Path]:
+    """`step`'s earlier folders in the store (the same step name, another hash), the most
+    recently finished first; with `finished`, only those whose _SUCCESS is written. One
+    listing of the steps folder and one _SUCCESS read per folder of the step's name."""
     store = fs.path(store)
     own = step.dir(store)
     root = store / "steps"
@@ -174,18 +189,47 @@ def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VAR
     dated = []
     for d in folders:
         rec = success(d)
+        if rec is None and finished:
+            continue
         dated.append(((rec or {}).get("finished") or _mtime(d), d))
+    return [d for _, d in sorted(dated, key=lambda t: t[0], reverse=True)]
+
+
+def priors(store: Path, step: Step, same, limit: int = 2) -> list[tuple[Path, dict]]:
+    """(folder, its _SUCCESS) of `step`'s finished earlier folders whose step.json passes
+    `same`, the most recent first, at most `limit`: where a task may look up values it would
+    compute the same (a spec's HINTS). A folder gc removes meanwhile is simply not found."""
+    out = []
+    for d in earlier(store, step, finished=True):
+        try:
+            ok = same(atomic.read_json(d / "step.json"))
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            continue
+        rec = success(d)
+        if ok and rec is not None:
+            out.append((d, rec))
+            if len(out) == limit:
+                break
+    return out
+
+
+def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VARIANTS,
+               field: str = "content_key") -> Found:
+    """Where `wanted` (content key -> this step's shard) are in `step`'s earlier folders in
+    the store (the same step name, another hash), the most recently finished first. Reads
+    their marker indexes a marker at a time and keeps the hits only: O(wanted), not
+    O(shards x folders). `field="partial_key"` looks up partial keys instead."""
     out = Found()
     out.cost, out.mean = {}, None
     total = count = 0
     targets = set(wanted.values())
     first = True
-    for _, d in sorted(dated, key=lambda t: t[0], reverse=True)[:limit]:
+    for d in earlier(store, step)[:limit]:
         if len(out) == len(wanted):
             break
         try:
             for i, m in _markers_of(d):
-                k = m.get("content_key")
+                k = m.get(field)
                 j = wanted.get(k) if k else None
                 if j is not None and j not in out and m.get("reusable", True) and "out_files" in m:
                     out[j] = (d, i, m)
@@ -200,6 +244,40 @@ def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VAR
     left = targets - set(out)
     out.cost = {i: c for i, c in out.cost.items() if i in left}
     return out
+
+
+def link_earlier(store: Path, s: Step, running, keys: list[str], missing: list[int], fence: str
+                 ) -> tuple[int, Found, list[int]]:
+    """Link into `s`'s folder the shards of `missing` whose content key an earlier folder of
+    the step holds (`running`: shard -> marker, filled with theirs). Returns (how many were
+    linked, what was found, the shards left to compute)."""
+    found = candidates(store, s, {keys[i]: i for i in missing})
+    hits = sorted(found.items())
+    n = 0
+    if hits:
+        d = s.dir(store)
+        prev = fs.set_fence(fence)  # the markers' temporary names carry the run's fence
+        try:
+            linked = list(fs.read_many(lambda h: link_shard(h[1][0], h[1][1], h[1][2], d, h[0]), hits, threads=8))
+        finally:
+            fs.set_fence(prev)
+        for (i, _), m in zip(hits, linked):
+            if m is not None:
+                running[i] = m
+                n += 1
+    return n, found, [i for i in missing if i not in running]
+
+
+def prior_hints(store: Path, s: Step, left: list[int]) -> dict[int, dict]:
+    """For the shards left to compute of a step with read-keyed inputs: the earlier shard of
+    each one's partial key, which its task compares what it reads with (engine/cutoff.same_as_before).
+    The executor adds it to the shard's spec as `prior`."""
+    partials = s.meta.get("partials") or []
+    wanted = {partials[i]: i for i in left if i < len(partials) and partials[i]}
+    if not wanted:
+        return {}
+    found = candidates(store, s, wanted, field="partial_key")
+    return {i: h for i, f in found.items() if (h := hint(f)) is not None}
 
 
 def _markers_of(d: Path):
@@ -231,7 +309,7 @@ def link_shard(old: Path, index_old: int, marker: dict, new: Path, index: int) -
     marker written with `old`'s paths made `new`'s. None when a file is gone (a gc since):
     the shard is computed instead."""
     a, b = shard_name(index_old), shard_name(index)
-    names = {rel: _renamed(rel, a, b) for rel in marker["out_files"]}
+    names = {rel: renamed(rel, a, b) for rel in marker["out_files"]}
     try:
         for rel, to in names.items():
             src, dst = old / rel, new / to
@@ -241,27 +319,15 @@ def link_shard(old: Path, index_old: int, marker: dict, new: Path, index: int) -
             fs.link_or_copy(src, dst)
     except FileNotFoundError:
         return None
-    data = orjson.dumps(marker).replace(_json_str(old), _json_str(new))
+    data = orjson.dumps(marker).replace(json_str(old), json_str(new))
     m = orjson.loads(data)
     if a != b:  # paths into the folder that name the shard
         root = str(new) + "/"
-        m = {k: (_renamed(v, a, b) if isinstance(v, str) and v.startswith(root) else v) for k, v in m.items()}
+        m = {k: (renamed(v, a, b) if isinstance(v, str) and v.startswith(root) else v) for k, v in m.items()}
     m["out_files"] = {names[rel]: d for rel, d in marker["out_files"].items()}
     m["reused_from"] = old.name
     atomic.write_json(new / MARKERS / f"{shard_name(index)}.json", m)
     return m
-
-
-def _renamed(rel: str, a: str, b: str) -> str:
-    """`rel` with its file name's shard name `a` made `b` (`x/part-00004.parquet`, `part-00004-p3.data`)."""
-    head, _, name = rel.rpartition("/")
-    if not name.startswith(a):
-        return rel
-    return f"{head}/{b}{name[len(a):]}" if head else b + name[len(a):]
-
-
-def _json_str(p: Path) -> bytes:
-    return orjson.dumps(str(p))[1:-1]
 
 
 def preview(step: Step, steps: list[Step], store: Path, stats: dict) -> tuple[int, int] | None:

@@ -127,6 +127,11 @@ class Step:
     # run's global order (files it names by the shard number are renamed when linked): its shards'
     # keys leave both out, so a source that grows by a file leaves the later sources' shards reused
     position_free: bool = False
+    # spec keys (at its top, or in the document shard it carries) whose store files its task
+    # digests itself, only the part it reads (engine/reuse.py, cutoff by what a task reads): the
+    # shard's partial key leaves them out, and a shard whose task read the same as an earlier
+    # one of the same partial key links that one's files instead of computing
+    read_keyed: tuple[str, ...] = ()
 
     def __post_init__(self):
         self.task = task_name(self.fn)  # what a worker imports; the hash never includes it

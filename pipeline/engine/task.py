@@ -86,7 +86,8 @@ def _call(fn, spec: dict, out: ShardOutput) -> dict:
 TASK_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
-def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None = None, key: str | None = None) -> dict:
+def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None = None, key: str | None = None,
+              partial: str | None = None) -> dict:
     """Body of one shard task (also callable in-process): run, then write the marker.
 
     The marker lists the files the shard committed with their digests (`out_files`, relative
@@ -115,6 +116,8 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
         stats["reusable"] = False
     if key is not None:
         stats["content_key"] = key
+    if partial is not None:
+        stats["partial_key"] = partial
     stats["seconds"] = round(time.time() - started, 3)
     # the worker process's CPU (all its threads) during the task: its work, where wall time also
     # counts waiting on requests and on other processes sharing the cores

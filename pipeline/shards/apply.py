@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipeline.shards import combine, shuffle
+from pipeline.engine.cutoff import same_as_before
+from pipeline.shards import combine, readkey, shuffle
 from pipeline.io import fs
 from pipeline.shards import view
 
@@ -58,14 +59,18 @@ def scatter(n: int, rows: np.ndarray, values: pa.Array) -> pa.Array:
 
 def run_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
+    dec = shuffle.decisions(spec["decisions"], spec["slot"], spec["reducers"])
+    if spec.get("combined"):  # key-level decisions (pipeline/shards/combine.py)
+        dec = combine.resolve(dec, spec.get("rest"), list(spec["columns"]))
+    # what it reads of its layers and of the reducers' folder: an earlier shard that read the same is linked
+    rk = readkey.view(doc["documents"], doc["layers"], ("n_chars", "n_tokens"), dec)
+    if (st := same_as_before(spec, out, rk)) is not None:
+        return st
     n = view.num_rows(doc["documents"])
     rows, chars, toks = sizes(doc)
     keep = np.zeros(n, dtype=bool)
     keep[rows] = True
     seen = keep.copy()
-    dec = shuffle.decisions(spec["decisions"], spec["slot"], spec["reducers"])
-    if spec.get("combined"):  # key-level decisions (pipeline/shards/combine.py)
-        dec = combine.resolve(dec, spec.get("rest"), list(spec["columns"]))
     ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
     cols = {"id": ids}
     removed = np.zeros(0, np.int64)
@@ -87,4 +92,4 @@ def run_shard(spec: dict, out) -> dict:
         for r in kinds:
             k = r.split(":", 1)[0].removesuffix("_of")
             by_kind[k] = by_kind.get(k, 0) + 1
-    return stage_stats(doc, rows, chars, toks, keep[rows], by_kind)
+    return {**stage_stats(doc, rows, chars, toks, keep[rows], by_kind), "read_key": rk}

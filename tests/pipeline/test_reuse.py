@@ -145,6 +145,19 @@ def test_a_new_input_file_computes_its_shards_and_links_the_others(chain):
     # whose number moved) computed, wiki's linked
     m = steps["dedup-exact-map"]
     assert m["reused"] >= 2 and m["computed"] + m["reused"] == m["shards"] == fresh["dedup-exact-map"]["shards"]
+    # the dedup apply steps' key digests every reducer's decisions, which the new file changed: each old
+    # shard's task reads its own decisions and layers and, where they are the same as before, links the
+    # earlier output (cutoff by what a task reads). A shard writes a file of its own only where its
+    # bytes differ from the first run's (the new shard, and old ones whose duplicates the new file changed)
+    for s in ("dedup-exact", "dedup-fuzzy", "dedup-paragraph"):
+        now, before = _files(chain, "newfile", s), _files(chain, "first", s)
+        ms = read_markers(chain.tmp / "out" / "_store" / "steps" / steps[s]["dir"].split("/")[-1]).values()
+        linked = {(m["source"], m["part"]) for m in ms if "reused_from" in m or "linked_from" in m}
+        assert sum("linked_from" in m for m in ms) > 0, s
+        assert {k for k in now if k not in linked} == {k for k in now if now[k] != before.get(k)}, s
+    # verify shingles only the pairs with a new member: the others' Jaccard is looked up
+    v = read_markers(chain.tmp / "out" / "_store" / "steps" / steps["dedup-fuzzy-verify"]["dir"].split("/")[-1])
+    assert 0 < sum(m["looked_up"] for m in v.values()) < sum(m["rows"] for m in v.values()), v
 
 
 def test_a_filter_edit_on_one_source_recomputes_that_source_and_links_the_rest(chain):
@@ -184,6 +197,9 @@ def test_a_dedup_edit_reuses_the_maps_and_runs_the_reduces(chain):
     for s in ("dedup-fuzzy-signatures", "dedup-exact-map", "dedup-fuzzy-buckets", "dedup-fuzzy-fetch"):
         assert computed(steps, s) == 0, (s, steps[s])
     assert steps["dedup-fuzzy-verify"]["computed"] >= 1
+    # every pair's Jaccard is looked up in the earlier verify output by its two texts' digests: none shingled again
+    v = read_markers(chain.tmp / "out" / "_store" / "steps" / steps["dedup-fuzzy-verify"]["dir"].split("/")[-1])
+    assert sum(m["rows"] for m in v.values()) > 0 and all(m["looked_up"] == m["rows"] for m in v.values()), v
     # after the fuzzy layer, exactly the document shards whose fuzzy decisions changed are mapped again
     a, b = _files(chain, "cutoff", "dedup-fuzzy"), _files(chain, "dedupedit", "dedup-fuzzy")
     changed = sum(a[k] != b[k] for k in b)

@@ -139,7 +139,7 @@ def plan(ctx: Context) -> list[Step]:
                  **({"vectors": embed.embedding_path(vec, ctx.store, d["source"], d["part"]),
                      "vectors_ref": list(vec.meta["ref"])} if vec else {}),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)),
-            code=code.family_code(c.type), position_free=True,
+            code=code.family_code(c.type), position_free=True, read_keyed=("layers",),
         )
         steps.append(score)
 

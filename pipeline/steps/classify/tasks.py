@@ -29,7 +29,8 @@ from pipeline.errors import InputError
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
-from pipeline.shards import kmeans, view
+from pipeline.engine.cutoff import same_as_before
+from pipeline.shards import kmeans, readkey, view
 
 VALIDATION_EVERY = 10  # one example in ten, per class, is held out
 
@@ -322,9 +323,12 @@ def stored_vectors(path: str, rows: np.ndarray | None = None) -> np.ndarray:
 
 @task(version="2")  # 2: also writes keys/, the kept rows' keys for the threshold's merge
 def score_shard(spec: dict, out) -> dict:
+    doc = spec["doc"]
+    rk = readkey.view(doc["documents"], doc["layers"], ("text",))  # the keep mask and texts: not a dedup's cluster columns
+    if (st := same_as_before(spec, out, rk)) is not None:
+        return st
     fam = family(spec["type"])
     model, options = fam.load(spec["model"]), spec["options"]  # what changes a score (the plan's fam.options)
-    doc = spec["doc"]
     pf = fs.parquet_file(doc["documents"])
     vectors = stored_vectors(spec["vectors"]) if spec.get("vectors") else None  # embedded once, by embed-<source>
     texts = vectors is None or fam.mixed_inputs  # an ensemble's other members read the texts
@@ -352,7 +356,7 @@ def score_shard(spec: dict, out) -> dict:
     # the keys of the rows still kept, complemented (smallest = best), for the threshold's merge
     keys = score_keys(table.column("score").to_numpy(), table.column("tie").to_numpy())[state.keep]
     select.write_keys(out.path(".parquet", "keys"), ~keys, np.ones(len(keys), np.int64))
-    return {"rows": table.num_rows, "kept": len(keys)}
+    return {"rows": table.num_rows, "kept": len(keys), "read_key": rk}
 
 
 # ---------------------------------------------------------------- threshold

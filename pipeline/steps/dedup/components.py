@@ -84,7 +84,7 @@ def _read(src: Source, part: int, cols: list[str]) -> dict[str, np.ndarray]:
 def seed_task(edge_files: list[str], out_dir: str, node_dir: str, index: int, nparts: int) -> tuple[int, int]:
     """Verified edges of some verify outputs -> partitioned edge files, and node rows
     (gid, id, best Jaccard: one per node of these files) partitioned by node."""
-    tables = [fs.read_table(f) for f in edge_files]
+    tables = [fs.read_table(f, columns=["lo", "hi", "lo_id", "hi_id", "jaccard", "edge"]) for f in edge_files]
     t = pa.concat_tables(tables) if tables else None
     if t is None or t.num_rows == 0:
         shuffle.write_empty(nparts, shuffle.map_file(fs.path(node_dir), index))

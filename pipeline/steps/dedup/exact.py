@@ -22,7 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from pipeline.shards import combine, shuffle
+from pipeline.engine.cutoff import same_as_before
+from pipeline.shards import combine, readkey, shuffle
 from pipeline.shards import text
 from pipeline.engine.step import task
 from pipeline.io import fs
@@ -67,6 +68,9 @@ def _url_keys(metas: list, spec: dict, h1: list, h2: list, order: list) -> list[
 @task(version=combine.VERSION)
 def map_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
+    rk = readkey.view(doc["documents"], doc["layers"])  # an earlier shard that read the same is linked
+    if (st := same_as_before(spec, out, rk)) is not None:
+        return st
     opts = spec["normalize"]
     by_url = spec.get("key") == "url"
     h1, h2, ids, rows_all, order = [], [], [], [], []
@@ -96,7 +100,7 @@ def map_shard(spec: dict, out) -> dict:
     top, rest = combine.local_top(table, ["order"] if by_url else [], 1)
     nonempty = shuffle.write_partitions(top, shuffle.partition_of(top.column("h1").to_numpy(), spec["partitions"]),
                                         spec["partitions"], shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
-    return {"rows": n, "partitions": spec["partitions"], "segments": nonempty,
+    return {"read_key": rk, "rows": n, "partitions": spec["partitions"], "segments": nonempty,
             "rest": combine.write_rest(rest, fs.path(out.dir) / "rest", out.index)}
 
 

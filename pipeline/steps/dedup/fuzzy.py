@@ -32,7 +32,8 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from pipeline.shards import text
+from pipeline.engine.cutoff import same_as_before
+from pipeline.shards import readkey, text
 from pipeline.steps.dedup import components
 from pipeline.shards import shuffle
 from pipeline.engine.step import task
@@ -117,6 +118,9 @@ def partitions_of(keys: np.ndarray, okeys: np.ndarray, nparts: int, heavy: dict 
 @task(version=shuffle.VERSION)
 def sig_shard(spec: dict, out) -> dict:
     doc, p = spec["doc"], spec["params"]
+    rk = readkey.view(doc["documents"], doc["layers"])  # an earlier shard that read the same is linked
+    if (st := same_as_before(spec, out, rk)) is not None:
+        return st
     a, b = text.permutations(p["num_perm"], p["seed"])
     keys, okeys, okeys2, gids = [], [], [], []
     nbytes = ndocs = 0
@@ -140,7 +144,7 @@ def sig_shard(spec: dict, out) -> dict:
         segments = shuffle.write_partitions(table, part, nparts, base)
     else:
         segments = shuffle.write_empty(nparts, base)
-    return {"rows": ndocs, "docs": ndocs, "text_bytes": nbytes, "partitions": nparts, "segments": segments}
+    return {"rows": ndocs, "docs": ndocs, "text_bytes": nbytes, "partitions": nparts, "segments": segments, "read_key": rk}
 
 
 def anchor_pairs(bucket, okey, okey2, g, starts, sizes, heavy: dict | None) -> tuple[np.ndarray, np.ndarray]:
@@ -239,32 +243,90 @@ def fetch_shard(spec: dict, out) -> dict:
             "shuffle_bytes": shuffle.bytes_written() - b0}
 
 
+JACCARD_OF = ("ngram", "normalize", "verify")  # the parameters a pair's Jaccard depends on (with the code)
+
+
+def verified_before(store, step, params: dict, nparts: int) -> list[str]:
+    """Earlier verify folders (finished, the same code, shingles and partitions) whose pairs'
+    Jaccard a verify task looks up by the pair's two texts' digests instead of computing
+    it again: after a new file or a threshold edit only pairs with a new or changed member
+    are shingled. They never change a task's bytes (the same texts give the same Jaccard),
+    so they stay out of its content key (engine/reuse.HINTS)."""
+    from pipeline.engine import reuse
+
+    if not params["verify"]:
+        return []
+    want = {k: params[k] for k in JACCARD_OF}
+
+    def same(sj: dict) -> bool:
+        got = sj["config"]["params"]
+        return sj["code_hash"] == step.code_hash and {k: got.get(k) for k in JACCARD_OF} == want
+
+    return [str(d) for d, rec in reuse.priors(store, step, same) if rec.get("shards") == nparts]
+
+
+def _known(files: list[str]) -> dict[bytes, float]:
+    """(lo text digest + hi text digest) -> Jaccard of the pairs of earlier verify outputs."""
+    known: dict[bytes, float] = {}
+    for f in files:
+        try:
+            t = fs.read_table(f, columns=["lo_digest", "hi_digest", "jaccard"])
+        except (FileNotFoundError, OSError, KeyError, pa.ArrowInvalid):  # gone since (gc), or unreadable: computed
+            continue
+        for a, b, j in zip(t.column("lo_digest").to_pylist(), t.column("hi_digest").to_pylist(),
+                           t.column("jaccard").to_pylist()):
+            if j is not None:
+                known.setdefault(a + b, j)
+    return known
+
+
+@task(version="2")  # 2: the texts' digests with each pair, looked up in earlier outputs (`prior`)
 def verify_shard(spec: dict, out) -> dict:
     """One verify partition: its pairs, each with both documents' texts at hand."""
     p = spec["params"]
     final = out.path(".parquet")
     schema = pa.schema([("lo", pa.int64()), ("hi", pa.int64()), ("lo_id", pa.string()), ("hi_id", pa.string()),
-                        ("jaccard", pa.float64()), ("edge", pa.bool_())])
+                        ("jaccard", pa.float64()), ("edge", pa.bool_()),
+                        ("lo_digest", pa.binary(16)), ("hi_digest", pa.binary(16))])
     pt = shuffle.read_partition(fs.path(spec["fetched"]) / "pairs", spec["maps"], spec["partition"])
     if pt is None or pt.num_rows == 0:
         fs.write_table(schema.empty_table(), final)
         return {"rows": 0, "candidates": 0, "edges": 0}
     pairs = np.unique(np.stack([pt.column("lo").to_numpy(), pt.column("hi").to_numpy()], axis=1), axis=0)
-    lo, hi = pairs[:, 0], pairs[:, 1]
+    lo, hi = pairs[:, 0].tolist(), pairs[:, 1].tolist()
     tt = shuffle.read_partition(fs.path(spec["fetched"]) / "texts", spec["maps"], spec["partition"])
     g = tt.column("gid").to_pylist()
     ids = dict(zip(g, tt.column("id").to_pylist()))
+    looked = 0
     if p["verify"]:
-        sets = {x: text.shingle_set(t, p["ngram"], p["normalize"]) for x, t in zip(g, tt.column("text").to_pylist())}
-        jac = np.array([text.jaccard(sets[a], sets[b]) for a, b in zip(lo.tolist(), hi.tolist())])
+        texts = dict(zip(g, tt.column("text").to_pylist()))
+        dig = {x: xxhash.xxh3_128_digest(t.encode("utf-8", "surrogatepass")) for x, t in texts.items()}
+        known = _known(spec.get("prior") or [])
+        sets: dict[int, np.ndarray] = {}
+
+        def shingled(x: int) -> np.ndarray:
+            if x not in sets:
+                sets[x] = text.shingle_set(texts[x], p["ngram"], p["normalize"])
+            return sets[x]
+
+        jac = np.empty(len(lo))
+        for i, (a, b) in enumerate(zip(lo, hi)):
+            j = known.get(dig[a] + dig[b])
+            if j is None:
+                j = text.jaccard(shingled(a), shingled(b))
+            else:
+                looked += 1
+            jac[i] = j
         edge = jac >= p["threshold"]
+        digests = {"lo_digest": [dig[x] for x in lo], "hi_digest": [dig[x] for x in hi]}
     else:
         jac = np.full(len(lo), np.nan)
         edge = np.ones(len(lo), bool)
-    table = pa.table({"lo": lo, "hi": hi, "lo_id": [ids[x] for x in lo.tolist()], "hi_id": [ids[x] for x in hi.tolist()],
-                      "jaccard": pa.array(jac, mask=np.isnan(jac)), "edge": edge}, schema=schema)
+        digests = {"lo_digest": [None] * len(lo), "hi_digest": [None] * len(lo)}
+    table = pa.table({"lo": pairs[:, 0], "hi": pairs[:, 1], "lo_id": [ids[x] for x in lo], "hi_id": [ids[x] for x in hi],
+                      "jaccard": pa.array(jac, mask=np.isnan(jac)), "edge": edge, **digests}, schema=schema)
     fs.write_table(table, final, compression="zstd")
-    return {"rows": len(lo), "candidates": len(lo), "texts": len(g), "edges": int(edge.sum())}
+    return {"rows": len(lo), "candidates": len(lo), "texts": len(g), "edges": int(edge.sum()), "looked_up": looked}
 
 
 @task(version="2")  # 2: decisions partitioned by slot (Context.slot_offsets)

@@ -22,7 +22,8 @@ import pyarrow as pa
 import xxhash
 
 from pipeline.plan import tokens
-from pipeline.shards import combine, shuffle
+from pipeline.engine.cutoff import same_as_before
+from pipeline.shards import combine, readkey, shuffle
 from pipeline.shards import text
 from pipeline.shards.apply import write_attributes
 from pipeline.engine.step import task
@@ -46,6 +47,9 @@ def _hashes(t: str, unit: str, min_chars: int) -> list[tuple[int, int, int, int]
 @task(version=combine.VERSION)
 def map_shard(spec: dict, out) -> dict:
     doc, p = spec["doc"], spec["params"]
+    rk = readkey.view(doc["documents"], doc["layers"])  # an earlier shard that read the same is linked
+    if (st := same_as_before(spec, out, rk)) is not None:
+        return st
     h1, h2, ids, gids = [], [], [], []
     ndocs = 0
     for rows, b in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"]):
@@ -67,7 +71,7 @@ def map_shard(spec: dict, out) -> dict:
     segments = shuffle.write_partitions(top, shuffle.partition_of(top.column("h1").to_numpy(), spec["partitions"]),
                                         spec["partitions"], shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
     return {"rows": ndocs, "paragraphs": len(h1), "partitions": spec["partitions"], "segments": segments,
-            "rest": combine.write_rest(rest, fs.path(out.dir) / "rest", out.index)}
+            "rest": combine.write_rest(rest, fs.path(out.dir) / "rest", out.index), "read_key": rk}
 
 
 @task(version="2")  # 2: decisions partitioned by slot (Context.slot_offsets)
@@ -98,6 +102,9 @@ def apply_shard(spec: dict, out) -> dict:
     n = view.num_rows(doc["documents"])
     dec = combine.resolve(shuffle.decisions(spec["decisions"], spec["slot"], spec["reducers"]), spec.get("rest"),
                           ["kept_in", "kept_in_source"])
+    rk = readkey.view(doc["documents"], doc["layers"], view.OVERRIDES, dec)
+    if (got := same_as_before(spec, out, rk)) is not None:
+        return got
     cuts: dict[int, dict[tuple[int, int], str]] = {}
     if dec is not None:
         for r, a, c, k, ks in zip(*(dec.column(x).to_pylist() for x in ("row", "h1", "h2", "kept_in", "kept_in_source"))):
@@ -172,4 +179,4 @@ def apply_shard(spec: dict, out) -> dict:
                "tokens_out": int(toks_out[out_rows].sum()), "docs_rewritten": len(changed)})
     empty = int(sum(1 for x in reason if x))
     return {"rows": len(rows_in), "source": doc["source"], "part": doc["part"], **st,
-            "removed": {"paragraph_dedup:empty": empty} if empty else {}}
+            "removed": {"paragraph_dedup:empty": empty} if empty else {}, "read_key": rk}

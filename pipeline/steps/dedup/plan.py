@@ -106,7 +106,7 @@ def plan(ctx: Context) -> list[Step]:
             f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions, mg], fn,
             shards=per_doc(lambda kept, d, stats: {**back(stats), "slot": d["slot"], "columns": columns, **(cfg or {}), **(extra or {}),
                                                    **rest(d, stats)},
-                           prev), position_free=True,
+                           prev), position_free=True, read_keyed=("layers", "decisions"),
         ))
 
     if dd.exact:
@@ -116,7 +116,7 @@ def plan(ctx: Context) -> list[Step]:
         cfg = {"normalize": dd.exact.normalize, **by, **common}
         mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, exact.map_shard, shards=per_doc(lambda kept, d, stats: {"normalize": dd.exact.normalize, **by,
                                                             "partitions": _partitions(dd, kept)}, prev),
-                      code=code.code(None, ["python"] if by else []), position_free=True))  # crawl dates: Python's datetime.fromisoformat
+                      code=code.code(None, ["python"] if by else []), position_free=True, read_keyed=("layers",)))  # crawl dates: Python's datetime.fromisoformat
         rd = reducer("dedup-exact-reduce", {}, mp, exact.reduce_shard, {"reason": "url_duplicate_of"} if by else {})
         ctx.add_layer(apply_step("exact", rd, apply.run_shard, exact.COLUMNS, prev, combined=mp), "dedup:exact")
 
@@ -140,7 +140,7 @@ def plan(ctx: Context) -> list[Step]:
         sig = add(Step("dedup-fuzzy-signatures", "dedup-fuzzy-signatures", cfg, base + prev + [hv],
                        fuzzy.sig_shard,
                        shards=per_doc(lambda kept, d, stats, params=hashing: {"params": params, "partitions": _partitions(
-                           dd, kept * fz.bands), **heavy(stats)}, prev), position_free=True))
+                           dd, kept * fz.bands), **heavy(stats)}, prev), position_free=True, read_keyed=("layers",)))
         bk = reducer("dedup-fuzzy-buckets", {}, sig, fuzzy.buckets_shard, reduce_heavy)
         bkm = merged(bk, ["to"], lambda stats, bk=bk: len(stats[bk.name]))
 
@@ -159,8 +159,10 @@ def plan(ctx: Context) -> list[Step]:
 
         def verify_shards(st, stats, fe=fe, fem=fem, params=params):
             folder, files = read_from(stats, fe, fem, len(stats[fe.name]), ctx.store)
-            return [{"fetched": folder, "maps": files, "partition": v, "params": params, "describe": f"pair partition {v}"}
-                    for v in range(stats[fe.name][0]["partitions"] if stats[fe.name] else 0)]
+            n = stats[fe.name][0]["partitions"] if stats[fe.name] else 0
+            prior = fuzzy.verified_before(ctx.store, st, params, n) if n else []
+            return [{"fetched": folder, "maps": files, "partition": v, "params": params, "describe": f"pair partition {v}",
+                     "prior": [f"{d}/{shard_name(v)}.parquet" for d in prior]} for v in range(n)]
 
         vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [fe, fem],
                       fuzzy.verify_shard, shards=verify_shards))
@@ -179,7 +181,7 @@ def plan(ctx: Context) -> list[Step]:
         params = dd.paragraph.model_dump(mode="json")
         cfg = {"params": params, **common}
         mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, paragraph.map_shard, shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
-                          dd, kept * PARAGRAPHS_PER_DOC)}, prev), position_free=True))
+                          dd, kept * PARAGRAPHS_PER_DOC)}, prev), position_free=True, read_keyed=("layers",)))
         rd = reducer("dedup-paragraph-reduce", {"params": params}, mp, paragraph.reduce_shard, {"params": params})
         ctx.add_layer(apply_step("paragraph", rd, paragraph.apply_shard, None, prev,
                                  {"params": params, "tokenizer_id": ctx.tokenizer_id}, {"tokenizer": ctx.tokenizer}, combined=mp),

@@ -67,7 +67,8 @@ def plan(ctx: Context) -> list[Step]:
                     for d in ctx.doc_shards(stats, layers) if d["source"] == sname)
 
         step = Step(f"tokenize-{sname}", "tokenize", {"source": sname, "tokenizer": st["identity"]}, ctx.base() + layers,
-                    tasks.encode_shard, shards=shards, position_free=True)
+                    tasks.encode_shard, shards=shards, position_free=True,
+                    read_keyed=("layers",))
         ctx.tokenized[sname] = step
         out.append(step)
     return out

@@ -27,7 +27,8 @@ import pyarrow as pa
 from pipeline.engine.step import shard_name, task
 from pipeline.io import atomic, fs
 from pipeline.plan import tokens
-from pipeline.shards import shuffle, view
+from pipeline.engine.cutoff import same_as_before
+from pipeline.shards import readkey, shuffle, view
 from pipeline.steps.mix.tasks import MIX_ORDER
 from pipeline.steps.tokenize import formats, pack
 
@@ -70,6 +71,9 @@ def unpack_ids(col, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
 def encode_shard(spec: dict, out) -> dict:
     """One document shard's kept documents -> their token ids (no specials)."""
     d = spec["doc"]
+    rk = readkey.view(d["documents"], d["layers"], ("text",))  # the kept texts: an earlier shard that read the same is linked
+    if (st := same_as_before(spec, out, rk)) is not None:
+        return st
     dtype = np.dtype(spec["ids"])
     n = total = 0
     final = out.path(".parquet")
@@ -82,7 +86,7 @@ def encode_shard(spec: dict, out) -> dict:
             n += len(lengths)
             total += int(lengths.sum())
     atomic.commit(tmp, final)
-    return {"rows": n, "documents": n, "tokens": total}
+    return {"rows": n, "documents": n, "tokens": total, "read_key": rk}
 
 
 @task(version="2")

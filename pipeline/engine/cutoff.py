@@ -1,0 +1,85 @@
+"""Cutoff by what a task reads: the task side of reuse by content (engine/reuse.py).
+
+A shard's content key covers whole files. A task that reads less of them (a document
+shard's keep mask and texts, not the other columns of its layers; the decisions about its
+own rows, not a reducer's whole folder) declares those spec keys `Step.read_keyed`: the
+shard's *partial key* leaves them out, the executor finds the earlier shard of the same
+partial key (`reuse.prior_hints`) and passes it in the spec as `prior`, and the task,
+having digested what it read (pipeline/shards/readkey.py), links that shard's files when
+the digests agree instead of computing. A new page that joins an old page's cluster
+changes the old shard's dedup layer file, not its keep mask: what reads the kept texts
+after it is linked, not computed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+
+from pipeline.engine.step import shard_name
+from pipeline.io import fs
+
+
+ENGINE_FIELDS = ("out_files", "content_key", "partial_key", "read_key", "reusable", "reused_from", "linked_from",
+                 "seconds", "cpu_seconds", "peak_rss_mb", "node", "writer")
+
+
+def hint(found: tuple[Path, int, dict]) -> dict | None:
+    """What a task to compute is told of the earlier shard of its partial key (its spec's
+    `prior`): None when that shard recorded no read key."""
+    d, i, m = found
+    if "read_key" not in m:
+        return None
+    return {"dir": str(d), "shard": i, "read_key": m["read_key"], "out_files": m["out_files"],
+            "stats": {k: v for k, v in m.items() if k not in ENGINE_FIELDS}}
+
+
+def same_as_before(spec: dict, out, read_key: str) -> dict | None:
+    """Cutoff by what a task reads. A task whose output depends on less than the files its
+    spec names (the keep mask of a document shard's layers, not their other columns; the
+    decisions about its own rows, not a reducer's whole folder) digests what it read
+    (`read_key`) before its work. When the earlier shard of its partial key (spec `prior`,
+    from the executor) read the same, its files are linked into this shard's folder and its
+    stats returned, with `read_key`: the task returns them instead of computing. None: compute.
+
+        rk = view.digest(doc["documents"], doc["layers"])
+        if (st := same_as_before(spec, out, rk)) is not None:
+            return st
+        ...                                   # the work; the stats it returns carry read_key=rk
+    """
+    h = spec.get("prior")
+    if not isinstance(h, dict) or h.get("read_key") != read_key:
+        return None
+    old, new = fs.path(h["dir"]), fs.path(out.dir)
+    a, b = shard_name(h["shard"]), shard_name(out.index)
+    done = []
+    try:
+        for rel, d in h["out_files"].items():
+            src, dst = old / rel, new / renamed(rel, a, b)
+            fs.makedirs(dst.parent)
+            if fs.is_local(dst) and os.path.lexists(dst):
+                os.unlink(dst)
+            fs.link_or_copy(src, dst)
+            done.append((str(dst), d))
+    except FileNotFoundError:  # collected since: computed
+        return None
+    fs.recorded(done)
+    stats = orjson.loads(orjson.dumps(h["stats"]).replace(json_str(old), json_str(new)))
+    if a != b:
+        root = str(new) + "/"
+        stats = {k: (renamed(v, a, b) if isinstance(v, str) and v.startswith(root) else v) for k, v in stats.items()}
+    return {**stats, "read_key": read_key, "linked_from": old.name}
+
+
+def renamed(rel: str, a: str, b: str) -> str:
+    """`rel` with its file name's shard name `a` made `b` (`x/part-00004.parquet`, `part-00004-p3.data`)."""
+    head, _, name = rel.rpartition("/")
+    if not name.startswith(a):
+        return rel
+    return f"{head}/{b}{name[len(a):]}" if head else b + name[len(a):]
+
+
+def json_str(p: Path) -> bytes:
+    return orjson.dumps(str(p))[1:-1]
