@@ -151,7 +151,7 @@ def additions(corpus: Path, base: str, tmp: Path, n: int, times: int) -> None:
           f"ratio {a / b:.3f}; same bytes as the fresh run: {same}")
 
 
-def scaled(n: int, tmp: Path, workers: int) -> None:
+def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new") -> None:
     """bench.scale's corpus of `n` pages (files of 5,000, dedup partitions one per 20,000
     documents), its full chain; then a new file of 2.5% more pages: its CPU as a share of the
     first run's, net of a no-op rerun, and the bytes against a fresh run."""
@@ -167,7 +167,7 @@ def scaled(n: int, tmp: Path, workers: int) -> None:
     y.write_text(text)
     first, _ = cpu_run(y, f"s{n}")
     noop, _ = cpu_run(y, f"s{n}noop")
-    new_web_file(corpus, n // 40, k=20, ids="new")
+    new_web_file(corpus, n // 40, k=20, ids=new_ids)
     cpu, _ = cpu_run(y, f"s{n}add")
     f = tmp / f"fresh-{n}.yaml"
     f.write_text(text.replace(f"output: {tmp / f'out-{n}'}", f"output: {tmp / f'fresh-{n}'}"))
@@ -206,13 +206,16 @@ def main(argv=None) -> None:
     ap.add_argument("--additions", type=int, default=0, help="instead: this many successive new files, then gc and the store's bytes")
     ap.add_argument("--scales", default="", help="instead: bench.scale's corpus at these sizes (e.g. 20000,80000), a new file of 2.5%%")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--new-ids", default="new", help="with --scales: the new pages' id prefix. The old pages' are "
+                    "'w': 'new' sorts first, so every cluster a new page joins keeps the new page and removes the "
+                    "old (the worst case for reuse); 'x' sorts last (the old pages stay)")
     a = ap.parse_args(argv)
     tmp = a.tmp or Path(tempfile.mkdtemp(prefix="curate-reuse-"))
     if a.scales:
         print("| documents | partitions | first run CPU-s | no-op | +2.5% | net share of the first | same bytes as fresh |")
         print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for n in (int(x) for x in a.scales.split(",")):
-            scaled(n, tmp, a.workers)
+            scaled(n, tmp, a.workers, a.new_ids)
         return
     corpus = tmp / "corpus"
     if not corpus.exists():

@@ -29,7 +29,8 @@ import orjson
 import pyarrow as pa
 
 from pipeline.plan import tokens
-from pipeline.shards import apply
+from pipeline.engine.cutoff import same_as_before
+from pipeline.shards import apply, readkey
 from pipeline.shards import text
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs, readers
@@ -188,6 +189,9 @@ def apply_shard(spec: dict, out) -> dict:
     """`decontaminate`, per document shard: an attribute file with `keep`, `reason` and the
     eval item each removed document contains (its set, id, overlap, the unit's span)."""
     doc, n = spec["doc"], spec["ngram"]
+    rk = readkey.view(doc["documents"], doc["layers"])  # the kept texts: an earlier shard that read the same is linked
+    if (got := same_as_before(spec, out, rk)) is not None:
+        return got
     min_words = spec["min_unit_words"] or n
     idx = Index(spec["index"])
     total = view.num_rows(doc["documents"])
@@ -274,6 +278,7 @@ def apply_shard(spec: dict, out) -> dict:
         st.update(cut_stats)
     st["contamination"] = dict(sorted(stats_sets.items()))
     st["items_hit"] = sorted(items_hit)
+    st["read_key"] = rk
     return st
 
 
@@ -318,7 +323,7 @@ def plan(ctx: Context) -> list[Step]:
 
     cfg = {**params, "action": dc.action, **({"tokenizer_id": ctx.tokenizer_id} if dc.action == "cut" else {})}
     layer = Step("decontaminate", "decontaminate", cfg, base + prev + [index],
-                 apply_shard, shards=shards, position_free=True)
+                 apply_shard, shards=shards, position_free=True, read_keyed=("layers",))
     ctx.add_layer(layer, "decontaminate")
     return [index, layer]
 
