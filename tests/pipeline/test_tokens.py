@@ -47,3 +47,28 @@ def test_gpt2_ranks_are_cached_once_converted_and_a_damaged_cache_is_replaced(tm
     cached.write_bytes(cached.read_bytes()[:1000])  # cut short: not taken, converted again and rewritten
     assert tokens._gpt2_ranks(data) == want
     assert len(cached.read_bytes().splitlines()) == 50256
+
+
+def test_special_tokens_in_text_are_encoded_as_text(tmp_path):
+    """Issue 51, item 1: a Llama-style tokenizer.json (EOS `</s>`): a literal `</s>` inside a
+    document is text, never the EOS id (a false document boundary in the token files)."""
+    import tokenizers
+    from tokenizers import models, pre_tokenizers, decoders, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["x y the end of a line", "another line of text </s> here"] * 50,
+                            trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "</s>"],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    spec = tokens.check("tokenizer.json", tmp_path)
+    eos = tokens.special_id(spec, "</s>")
+    assert tokens.end_of_text(spec) == ("</s>", eos)
+    text = "x </s> y"
+    [ids] = tokens.encode(spec, [text])
+    assert eos not in ids
+    assert tokens.load(spec).decode(ids, skip_special_tokens=False) == text
+    lengths, flat = tokens.encode_flat(spec, [text])
+    assert eos not in flat.tolist() and lengths.tolist() == [len(ids)]
+    assert tokens.count(spec, [text]) == [len(ids)]
