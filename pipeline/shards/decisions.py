@@ -82,12 +82,14 @@ def layer_names(record: dict, source: str) -> list[tuple[str, str]]:
 
 
 def reason_group(reason: str | None) -> str | None:
-    """A reason without its per-document detail: exact_duplicate_of:<id> -> exact_duplicate_of,
+    """A reason without its per-document detail: exact_duplicate_of:<id> -> exact_duplicate_of
+    (semantic_duplicate_of:<id> (cosine=...) -> semantic_duplicate_of),
     quality_below:0.08 (score=0.01) -> quality_below:0.08."""
     if reason is None:
         return None
-    if reason.startswith(("exact_duplicate_of:", "near_duplicate_of:", "url_duplicate_of:")):
-        return reason.split(":", 1)[0]
+    head, sep, _ = reason.partition(":")
+    if sep and head.endswith("_of"):  # <kind>_of:<survivor id> (...): exact, near, url and semantic duplicates
+        return head
     if reason.startswith("contaminated:"):  # contaminated:<eval set>:<item> (overlap=..) -> contaminated:<eval set>
         return ":".join(reason.split(":", 2)[:2])
     return reason.split(" (", 1)[0]

@@ -172,3 +172,13 @@ def test_the_overlap_gate_names_the_closest_earlier_member_that_passes_it():
         else:
             assert not gone[i], i
     assert 50 < gone.sum() < m - 50  # both outcomes are exercised
+
+
+def test_semantic_duplicates_in_the_samples_are_one_reason_group(runs):
+    """Issue 51, item 4: `semantic_duplicate_of:<survivor> (cosine=...)` is grouped by its kind,
+    as `duplicate_of` is: the samples hold at most `removed_per_reason` of ~200 semantic duplicates,
+    not one group per survivor."""
+    _, run, _ = runs
+    rows = [json.loads(x) for x in (run / "samples" / "b" / "removed.jsonl").read_text().splitlines()]
+    sem = [r for r in rows if r["reason"].startswith("semantic_duplicate_of:")]
+    assert 0 < len(sem) <= 10, len(sem)
