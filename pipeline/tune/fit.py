@@ -135,6 +135,10 @@ def fit(folder: str, results: str, metric: str, minimize: bool = False, model: s
         raise UsageError(f"--model {model} over {space.dim} weights needs at least {need} runs with a metric, "
                          f"{Path(results).name} has {len(y)}; run more variants (`curate sweep --runs`) or choose "
                          "--model linear")
+    if np.ptp(y) == 0:  # a Spearman of NaN and a proposal of +- 0 would look like a prediction
+        raise UsageError(f"{Path(results).name}: every run's {metric} is {y[0]:.6g}: no signal to fit weights to. "
+                         "Check that the metric varies with the data (a proxy too small, an eval that saturates), "
+                         "or sweep wider weights (`curate sweep --concentration` below 1)")
     by_name = {v["name"]: v for v in info["variants"]}
     cols = info["columns"]
     X = np.array([[by_name[n]["weights"][c] for c in cols] for n in names])
@@ -155,6 +159,7 @@ def fit(folder: str, results: str, metric: str, minimize: bool = False, model: s
     base = load(info["mixture"])
     raw = rebase(base, out_p.parent)
     raw["name"] = out_p.stem if out else name
+    raw.pop("publish", None)  # a proposal is a mixture to try, not a dataset to publish (nor over the base's folder)
     set_weights(raw, space, w)
     header = (f"# proposed by `curate fit --metric {metric}{' --minimize' if minimize else ''} --model {model}` from "
               f"{len(y)} runs of {folder_p.name}: predicted {metric} {pred:.6g} +- {std:.2g}\n")

@@ -42,6 +42,11 @@ def availability(lm: LoadedMixture, log=print) -> list[dict]:
                          "(or each phase's `weights`) instead")
     if not mx.phases and not mx.weights:
         raise UsageError(f"{lm.path}: mixture.weights: a sweep varies the weights of named cells; name at least two")
+    for where, ws in ([("mixture.weights", mx.weights)] if not mx.phases else
+                      [(f"mixture.phases[{p.name}].weights", p.weights) for p in mx.phases]):
+        if len(ws) < 2:  # one cell always takes weight 1: nothing to vary
+            raise UsageError(f"{lm.path}: {where}: a sweep varies the weights of named cells; name at least two "
+                             f"(this names {', '.join(ws)})")
     if mx.phases and mx.disjoint:
         raise UsageError(f"{lm.path}: mixture.disjoint: sweeping disjoint phases (one shared order) is not supported; "
                          "sweep each phase as its own mixture file, or set disjoint: false")

@@ -229,3 +229,32 @@ mixture: {target_tokens: 1000, weights: {a: 0.5, b: 0.5}}
     assert (folder / ev).resolve() == (tmp_path / "m" / "evals" / "ev.jsonl").resolve()
     assert (folder / v.mixture.tokenize.tokenizer).resolve() == (tmp_path / "m" / "tok.json").resolve()
     assert v.mixture.publish is None  # a proxy's mixture is not published
+
+
+def test_fit_without_signal_and_a_sweep_of_one_cell_are_refused(tmp_path):
+    """Issue 51, item 5: all-equal metrics are no signal (exit 2, said so), not a NaN Spearman and
+    a proposal +- 0; a sweep of one cell is refused as its message says."""
+    folder, info = make_sweep(tmp_path, 3, 24, [1.0] * 3)
+    flat = tmp_path / "flat.csv"
+    flat.write_text("variant,loss\n" + "".join(f"{v['name']},0.5\n" for v in info["variants"]))
+    r = curate("fit", str(folder), str(flat), "--metric", "loss")
+    assert r.returncode == 2 and "every run's loss is 0.5: no signal" in r.stderr, r.stdout + r.stderr
+    assert not (folder.parent / "syn-fit.yaml").exists()
+    one = tmp_path / "one"
+    one.mkdir()
+    y = mixture_file(one, 1)
+    with pytest.raises(Exception, match="name at least two"):
+        sweep.availability(config.load(y), log=lambda m: None)
+
+
+def test_a_fit_proposal_does_not_publish(tmp_path):
+    """Issue 51, item 7: `fit` drops `publish:` as `sweep` does: a proposal never writes over the
+    base mixture's published folder."""
+    folder, info = make_sweep(tmp_path, 3, 24, [1.0] * 3)
+    base = Path(info["mixture"])
+    base.write_text(base.read_text() + "publish: {dir: pub}\n")
+    f, _ = bowl(3, np.random.default_rng(1))
+    res = write_results(folder, info, f, noise=0.02, seed=3)
+    r = curate("fit", str(folder), str(res), "--metric", "loss", "--minimize")
+    assert r.returncode == 0, r.stderr
+    assert "publish:" in base.read_text() and "publish:" not in (folder.parent / "syn-fit.yaml").read_text()
