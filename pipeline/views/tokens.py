@@ -20,6 +20,7 @@ many GB); what is held per file is its provenance sidecar (16 bytes a document) 
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 from pathlib import Path
@@ -97,8 +98,9 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
         if dtype.itemsize == 2 and tz["vocab_size"] > 1 << 16:
             problems.append(f"{fmt}: dtype {body['dtype']} cannot hold the tokenizer's {tz['vocab_size']:,} ids")
         total = docs_seen = 0
+        held_paths = {f["path"] for f in body.get("validation_files", [])}  # by the manifest: a phase may be named validation
         for f in body["files"] + body.get("validation_files", []):
-            held = f["path"].startswith(f"tokenized/{fmt}/validation/")
+            held = f["path"] in held_paths
             base = run_dir / f["path"]
             where = f["path"]
             data_path = base.with_name(base.name + _DATA[fmt])
@@ -127,8 +129,10 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
             chosen = sorted(rng.sample(range(doc.count), min(sample, doc.count))) if enc is not None and sample else []
             picks = doc.pieces_of(chosen)
             scan = _Scan(doc.first, doc.last, tz["bos_id"], tz["eos_id"], picks, doc.gaps, starts, ends)
-            for off, chunk in _chunks(data_path, dtype, n):
+            digest = hashlib.sha256()
+            for off, chunk in _chunks(data_path, dtype, n, digest):
                 scan.add(off, chunk)
+            problems += [f"{where}: {p}" for p in _digests(base, f.get("files", {}), data_path.name, digest.hexdigest())]
             if scan.max_id >= tz["vocab_size"]:
                 problems.append(f"{where}: token id {scan.max_id:,} is past the vocabulary ({tz['vocab_size']:,})")
             problems += [f"{where}: {p}" for p in scan.problems()]
@@ -137,7 +141,7 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
                 problems.append(f"{where}: documents from sources the mixture does not mix: {bad}")
             if picks:
                 problems += [f"{where}: {p}" for p in _texts(run_dir, f["path"], fmt, doc.whole(scan.docs, chosen),
-                                                             side, tz, enc, f.get("mixture"))]
+                                                             side, tz, enc, f.get("mixture"), held)]
         if total != body["tokens"]:
             problems.append(f"{fmt}: {total:,} tokens in its files, the manifest says {body['tokens']:,}")
         summary[fmt] = {"files": len(body["files"]), "tokens": total, "documents": docs_seen}
@@ -195,14 +199,17 @@ def _layout(fmt: str, base: Path, n_tokens: int, dtype: np.dtype, starts: np.nda
 CHUNK_TOKENS = 1 << 24  # tokens read at a time: a token file is streamed, never held (32-64 MB a chunk)
 
 
-def _chunks(path, dtype: np.dtype, n: int, size: int = CHUNK_TOKENS):
-    """(first token, its tokens) of a token file, `size` tokens at a time, from the start."""
+def _chunks(path, dtype: np.dtype, n: int, digest=None, size: int = CHUNK_TOKENS):
+    """(first token, its tokens) of a token file, `size` tokens at a time, from the start;
+    `digest` (a hashlib object) takes every byte on the way (the file is read once)."""
     with path.open("rb") as f:
         off = 0
         while off < n:
             raw = f.read(min(size, n - off) * dtype.itemsize)
             if not raw:
                 break
+            if digest is not None:
+                digest.update(raw)
             chunk = np.frombuffer(raw, dtype.newbyteorder("<"))
             yield off, chunk
             off += len(chunk)
@@ -310,14 +317,36 @@ class _Scan:
         return out
 
 
-def _texts(run_dir: Path, rel: str, fmt: str, docs: dict, side, tz: dict, enc, named: str | None = None) -> list[str]:
+def _digests(base: Path, files: dict, data_name: str, data_sha: str) -> list[str]:
+    """Each file of a token file's set against the manifest's sha256: the data file's digest
+    comes from the scan's pass, the others (index, sidecar: small) are read here."""
+    out = []
+    for name, info in sorted(files.items()):
+        want = info.get("sha256") if isinstance(info, dict) else None
+        if want is None:
+            continue
+        p = base.with_name(name)
+        if name == data_name:
+            got = data_sha
+        elif p.exists():
+            got = atomic.file_digest(p)[1]
+        else:
+            out.append(f"{name}: missing")
+            continue
+        if got != want:
+            out.append(f"{name}: sha256 {got[:12]}… is not the manifest's {want[:12]}… (changed since the run wrote it)")
+    return out
+
+
+def _texts(run_dir: Path, rel: str, fmt: str, docs: dict, side, tz: dict, enc, named: str | None = None,
+           held: bool = False) -> list[str]:
     """The sampled documents (`docs`: their tokens, from the scan), decoded against the
     mixture file's text (`named`: the mixture file the manifest names, `layout: cells`)."""
     stem = rel[len(f"tokenized/{fmt}/"):]
     mm = _SPLIT.match(stem)
     if named is not None:
         mixture = run_dir / "mixture" / named
-    elif stem.startswith("validation/"):  # a held-out file: its texts are validation/<source>/part-XXXXX.parquet
+    elif held:  # a held-out file: its texts are validation/<source>/part-XXXXX.parquet
         mixture = run_dir / f"{stem}.parquet"
     else:
         mixture = run_dir / "mixture" / f"{mm.group(1) if mm else stem}.parquet"

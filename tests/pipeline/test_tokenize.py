@@ -251,6 +251,31 @@ def test_verify_tokens_passes_and_catches_planted_faults(tok_runs, tmp_path, mon
     assert any("megatron/part-00000" in p and "the manifest says" in p for p in problems), problems
     assert any("do not tile" in p for p in problems), problems
 
+    d = planted("sha")  # issue 51, item 6: a token changed for another inside a document: the layout holds, and
+    b = d / "tokenized" / "megatron" / "part-00000.bin"  # with no document sampled, only the manifest's sha256 tells
+    data = np.fromfile(b, np.uint16)
+    data[side.column("start")[0].as_py() + 2] ^= 1
+    b.unlink()
+    data.tofile(b)
+    problems, _ = token_view.verify(d, sample=0)
+    assert problems == ["tokenized/megatron/part-00000: part-00000.bin: sha256 " + problems[0].split("sha256 ")[1]], problems
+    assert "is not the manifest's" in problems[0]
+
+    d = planted("phase")  # issue 51, item 6: a phase named `validation` is a phase, not the held-out split
+    m = atomic.read_json(d / "manifest.json")
+    f0 = m["tokenized"]["formats"]["megatron"]["files"][0]
+    assert f0["path"] == "tokenized/megatron/part-00000"
+    (d / "tokenized" / "megatron" / "validation").mkdir(exist_ok=True)
+    for name in f0["files"]:
+        (d / "tokenized" / "megatron" / name).rename(d / "tokenized" / "megatron" / "validation" / name)
+    (d / "mixture" / "validation").mkdir()
+    shutil.copy(d / "mixture" / "part-00000.parquet", d / "mixture" / "validation" / "part-00000.parquet")  # other formats read it too
+    f0["path"] = "tokenized/megatron/validation/part-00000"
+    (d / "manifest.json").unlink()
+    atomic.write_json(d / "manifest.json", m)
+    problems, summary = token_view.verify(d, sample=10**6)
+    assert problems == [] and summary["megatron"] == whole[1]["megatron"], problems
+
     d = planted("vocab")  # a vocabulary that uint16 cannot hold
     m = atomic.read_json(d / "manifest.json")
     m["tokenized"]["vocab_size"] = 70_000
