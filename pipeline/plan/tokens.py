@@ -146,8 +146,14 @@ END_OF_TEXT = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")  # a tokeniz
 
 
 def vocab_size(spec: str) -> int:
+    """One past the largest id the tokenizer can give, specials included: what a token file's
+    dtype must hold. A sparse tokenizer.json (an added EOS at 70,000 in a vocabulary of 50,000)
+    is sized by its largest id, not by its count of tokens."""
     tok = load(spec)
-    return tok.n_vocab if spec == "gpt2" else tok.get_vocab_size(with_added_tokens=True)
+    if spec == "gpt2":
+        return tok.n_vocab
+    ids = tok.get_vocab(with_added_tokens=True).values()
+    return max(tok.get_vocab_size(with_added_tokens=True), max(ids, default=-1) + 1)
 
 
 def special_id(spec: str, token: str) -> int | None:

@@ -72,3 +72,36 @@ def test_special_tokens_in_text_are_encoded_as_text(tmp_path):
     lengths, flat = tokens.encode_flat(spec, [text])
     assert eos not in flat.tolist() and lengths.tolist() == [len(ids)]
     assert tokens.count(spec, [text]) == [len(ids)]
+
+
+def test_ids_past_the_vocabulary_size_choose_a_wider_dtype(tmp_path):
+    """Issue 51, item 3: a sparse tokenizer.json (EOS `</s>` at 70,000 among a few hundred tokens):
+    the dtype is chosen from the largest id, not the count of tokens, and a token file never
+    casts an id into another (70,000 as uint16 would be 4,464)."""
+    import json
+
+    import numpy as np
+    import pytest
+    import tokenizers
+    from tokenizers import models, pre_tokenizers, trainers
+
+    from pipeline.steps.tokenize import formats
+
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(["some text to learn from"] * 20,
+                            trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>"],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    data = json.loads(tok.to_str())
+    old = data["model"]["vocab"].pop("</s>")
+    data["model"]["vocab"]["</s>"] = 70_000
+    data["added_tokens"] = [dict(t, id=70_000) if t["content"] == "</s>" else t for t in data["added_tokens"]]
+    assert old < 300
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data))
+    spec = tokens.check("tokenizer.json", tmp_path)
+    assert tokens.end_of_text(spec) == ("</s>", 70_000)
+    assert tokens.vocab_size(spec) == 70_001
+    assert formats.dtype_for("megatron", "auto", tokens.vocab_size(spec)) == "int32"
+    assert formats.dtype_for("memmap", "auto", tokens.vocab_size(spec)) == "uint32"
+    with pytest.raises(ValueError, match="token id 70,000 does not fit uint16"):
+        formats.write("memmap", tmp_path / "part-00000", np.array([5, 70_000], np.uint32), [2], "uint16", "t")

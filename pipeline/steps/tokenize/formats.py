@@ -56,6 +56,9 @@ def write(fmt: str, base: Path, ids: np.ndarray, lengths: np.ndarray, dtype: str
     Returns its files' bytes and sha256 and the token count."""
     lengths = np.asarray(lengths, np.int64)
     tokens = int(lengths.sum())
+    if len(ids) and int(ids.max()) > np.iinfo(np.dtype(dtype)).max:  # a cast would wrap it into another token
+        raise ValueError(f"{base.name}: token id {int(ids.max()):,} does not fit {dtype}; the tokenizer gives ids past "
+                         "the size its dtype was chosen for: set tokenize.dtype: uint32 (or auto)")
     data = ids.astype(np.dtype(dtype).newbyteorder("<"), copy=False).tobytes()  # one cast for the file
     if fmt == "megatron":
         size = np.dtype(dtype).itemsize
