@@ -29,6 +29,7 @@ Example (a mixture):
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,9 @@ from filters.embeddings import EmbeddingBackend, normalise, onnx_pooled, registe
 
 POOLING_ORDER = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens", "lasttoken")  # the library's concat order
 UNSUPPORTED_POOLING = ("weightedmean_tokens",)
+
+
+KNOWN_MODULES = {f"sentence_transformers.models.{k}": k for k in ("Transformer", "Pooling", "Normalize")}
 
 
 def is_folder(folder: Path) -> bool:
@@ -50,7 +54,11 @@ def _modules(folder: Path) -> tuple[dict, list[str]]:
     mods = json.loads((folder / "modules.json").read_text())
     transformer, modes = None, ["mean_tokens"]
     for m in sorted(mods, key=lambda m: m.get("idx", 0)):
-        kind = m.get("type", "").rsplit(".", 1)[-1]
+        typ = m.get("type", "")
+        kind = KNOWN_MODULES.get(typ, "other" if re.fullmatch(r"sentence_transformers\.models\.[A-Za-z]\w*", typ) else None)
+        if kind is None:  # by its whole path: `anypkg.Transformer` would have the library import anypkg
+            raise ValueError(f"{folder}/modules.json: module {m.get('name')!r} has type {typ!r}; this backend runs "
+                             f"only {', '.join(sorted(KNOWN_MODULES))} (a model folder never names code to import)")
         if kind == "Transformer":
             transformer = m
         elif kind == "Pooling":

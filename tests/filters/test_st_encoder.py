@@ -116,3 +116,14 @@ def test_the_config_takes_a_sentence_transformers_folder_relative_to_the_yaml(tm
     lm = config.load(y)
     assert lm.mixture.dedup.semantic.model == str(d)
     assert checks.check_embedding_folders(lm) == []  # no model.onnx at its root: still a model
+
+
+def test_modules_json_types_are_matched_by_their_whole_path(tmp_path):
+    """Issue 51, item 11: a module typed `anypkg.Transformer` is refused (the library would import
+    anypkg), with the file and what is accepted named; only sentence_transformers' own paths run."""
+    d, _ = _folder(tmp_path, "foreign-st", {"pooling_mode_mean_tokens": True})
+    mods = json.loads((d / "modules.json").read_text())
+    mods[0]["type"] = "anypkg.Transformer"
+    (d / "modules.json").write_text(json.dumps(mods))
+    with pytest.raises(ValueError, match=r"modules.json: module '0' has type 'anypkg.Transformer'.*never names code"):
+        embeddings.embed(str(d), ["court"])
