@@ -297,6 +297,15 @@ class WordLlamaBackend(EmbeddingBackend):
 # ---------------------------------------------------------------- onnx (a local folder)
 
 
+def folder_files(d: Path) -> dict[str, str]:
+    """{relative path: sha256} of every file of a model folder (hidden ones aside): what the
+    runtime may load, external weights (`model.onnx_data`) included, whatever their names."""
+    from filters.models import sha256
+
+    files = sorted(p for p in d.rglob("*") if p.is_file() and not any(x.startswith(".") for x in p.relative_to(d).parts))
+    return {p.relative_to(d).as_posix(): sha256(p) for p in files}
+
+
 @register_backend("onnx", version="1", libraries=("onnxruntime", "tokenizers"))
 class OnnxBackend(EmbeddingBackend):
     """A sentence encoder exported to ONNX, from a local folder (model.onnx, tokenizer.json); token outputs mean-pooled. Needs `pip install curate[onnx]`."""
@@ -324,12 +333,9 @@ class OnnxBackend(EmbeddingBackend):
         return tok, sess, [i.name for i in sess.get_inputs()]
 
     def identity(self, folder: str | None) -> dict:
-        from filters.models import sha256
-
         tok, sess, _ = loaded(folder) if folder else (None, None, None)
         dim = sess.get_outputs()[0].shape[-1]
-        return {"backend": "onnx", "model": Path(folder).name, "dim": int(dim),
-                "files": {f: sha256(Path(folder) / f) for f in ("model.onnx", "tokenizer.json")}}
+        return {"backend": "onnx", "model": Path(folder).name, "dim": int(dim), "files": folder_files(Path(folder))}
 
     def embed(self, handle, texts: list[str], max_tokens: int) -> np.ndarray:
         tok, sess, names = handle

@@ -111,7 +111,8 @@ def pool(out: np.ndarray, mask: np.ndarray, modes: list[str]) -> np.ndarray:
     return np.concatenate(parts, axis=1).astype(np.float32)
 
 
-@register_backend("sentence-transformers", version="1", libraries=("tokenizers",))
+@register_backend("sentence-transformers", version="1",
+                  libraries=("tokenizers", "onnxruntime", "sentence_transformers", "torch"))
 class SentenceTransformersBackend(EmbeddingBackend):
     """A sentence-transformers model folder (modules.json): its ONNX export through onnxruntime (`curate[onnx]`), else the library (`curate[sentence-transformers]`, torch); pooling as its Pooling module says."""
 
@@ -155,17 +156,15 @@ class SentenceTransformersBackend(EmbeddingBackend):
         return ("onnx", (tok, sess, [i.name for i in sess.get_inputs()], modes), cap)
 
     def identity(self, folder: str | None) -> dict:
-        from filters.embeddings import loaded
-        from filters.models import sha256
+        from filters.embeddings import folder_files, loaded
 
         d = Path(folder)
         kind, handle, _ = loaded(folder)
-        files = sorted(p for p in d.rglob("*") if p.is_file() and p.suffix in {".json", ".onnx", ".safetensors", ".bin", ".txt", ".model"})
         # the width of what embed returns (an export's output may have a symbolic width, or pool already)
         dim = int(self.embed((kind, handle, None), ["a"], 8).shape[1]) if kind == "onnx" else \
             int(handle.get_sentence_embedding_dimension())
         return {"backend": "sentence-transformers", "model": d.name, "dim": dim,
-                "files": {str(p.relative_to(d)): sha256(p) for p in files}}
+                "files": folder_files(d)}  # every file: external ONNX weights too
 
     def embed(self, handle, texts: list[str], max_tokens: int) -> np.ndarray:
         kind, h, cap = handle

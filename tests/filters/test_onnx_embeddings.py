@@ -97,3 +97,24 @@ def test_a_model_folder_enters_step_hashes_by_its_files_not_its_place(folder, tm
     embeddings.identity.cache_clear()
     assert portable({"model": str(d)}) != portable({"model": str(moved)})  # other bytes, another hash
     assert portable({"model": "wordllama"}) == {"model": "wordllama"}
+
+
+def test_external_weights_are_in_the_identity_and_onnxruntime_in_the_versions(folder, tmp_path):
+    """Issue 51, item 10: weights in `model.onnx_data` (ONNX external data) name the model too:
+    other bytes there, another identity, so a probe trained on the old weights fails its check.
+    The step records onnxruntime's version."""
+    import shutil
+
+    from filters.st_encoder import SentenceTransformersBackend
+
+    d, _ = folder
+    moved = shutil.copytree(d, tmp_path / "external")
+    (moved / "model.onnx_data").write_bytes(b"\0" * 64)
+    embeddings.identity.cache_clear()
+    a = embeddings.identity(str(moved))
+    assert "model.onnx_data" in a["files"]
+    (moved / "model.onnx_data").write_bytes(b"\1" * 64)
+    embeddings.identity.cache_clear()
+    assert embeddings.identity(str(moved))["files"] != a["files"]
+    assert "onnxruntime" in embeddings.BACKENDS.get("onnx").libraries
+    assert {"onnxruntime", "sentence_transformers"} <= set(SentenceTransformersBackend.libraries)
