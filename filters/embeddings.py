@@ -117,7 +117,22 @@ def embed(ref: str, texts: list[str], max_tokens: int = DEFAULT_MAX_TOKENS) -> n
             hi += 1
         out.append(b.embed(handle, texts[lo:hi], max_tokens))
         lo = hi
-    return np.concatenate(out) if out else np.zeros((0, identity(ref)["dim"]), np.float32)
+    v = np.concatenate(out) if out else np.zeros((0, identity(ref)["dim"]), np.float32)
+    bad = np.flatnonzero(~np.isfinite(v).all(axis=1)) if len(v) else []
+    if len(bad):  # one NaN row puts every document of a k-means in one cluster and keeps copies apart
+        raise NonFiniteEmbedding(ref, bad)
+    return v
+
+
+class NonFiniteEmbedding(ValueError):
+    """A model gave NaN or infinite vectors (an fp16 or quantised export overflowing); `rows`:
+    their places in the texts given."""
+
+    def __init__(self, ref: str, rows):
+        self.rows = [int(r) for r in rows]
+        super().__init__(f"the embedding model {ref} gave {len(self.rows)} non-finite vector(s) (NaN or inf), for "
+                         f"text(s) {self.rows[:5]}: the model overflows on them (an fp16 or quantised export?); "
+                         "use a float32 export of the model")
 
 
 DTYPES = ("float16", "int8")  # how the embed-<source> attribute stores a vector

@@ -37,7 +37,11 @@ def vectors(col: pa.Array) -> np.ndarray:
     """A fixed-size list column of float16 -> (n, dim) float32 unit rows."""
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     dim = col.type.list_size
-    return unit(col.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim))
+    x = col.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
+    if len(x) and not np.isfinite(x).all():  # the embed step refuses them: a file written otherwise
+        raise ValueError(f"{int((~np.isfinite(x).all(axis=1)).sum())} non-finite embedding(s) (NaN or inf): "
+                         "k-means would put every document in one cluster; embed the shard again")
+    return unit(x)
 
 
 def read_vectors(path: str, float16: bool = False) -> tuple[pa.Array, np.ndarray]:
@@ -80,6 +84,11 @@ def kept(doc: dict, embedding: str, columns: tuple[str, ...] = (), from_text=Non
     emb = read_vectors(embedding, float16=True)[0].take(pa.array(rows))
     if emb.null_count:
         raise ValueError(f"{embedding}: rows kept by the stages before semantic dedup have no embedding")
+    flat = emb.flatten().to_numpy(zero_copy_only=False)
+    if len(flat) and not np.isfinite(flat).all():
+        bad = int(np.flatnonzero(~np.isfinite(flat.reshape(len(emb), -1)).all(axis=1))[0])
+        raise ValueError(f"{embedding}: document {ids[bad]!r} has a non-finite embedding (NaN or inf): semantic "
+                         "dedup would keep its copies; embed it again with a float32 model")
     return rows, ids, emb, extra
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.engine.step import Step, shard_name, task
+from pipeline.errors import InputError
 from pipeline.io import fs
 from pipeline.plan.stage import Stage
 from pipeline.shards import apply, view
@@ -66,7 +67,7 @@ def _every_batch(documents: str, layers: list[str]):
     pf = fs.parquet_file(documents)
     state = view.Layers(layers, pf.metadata.num_rows, ["text"])
     start = 0
-    for batch in pf.iter_batches(batch_size=TEXT_BATCH, columns=["text"]):
+    for batch in pf.iter_batches(batch_size=TEXT_BATCH, columns=["id", "text"]):
         yield np.arange(start, start + batch.num_rows), state.apply(batch, start)
         start += batch.num_rows
 
@@ -82,11 +83,17 @@ def embed_shard(spec: dict, out) -> dict:
     seen = np.zeros(n, bool)
     nbytes = 0
     batches = _every_batch(doc["documents"], doc["layers"]) if spec.get("every_row") else \
-        view.kept_batches(doc["documents"], doc["layers"], ["text"], batch_rows=TEXT_BATCH)
+        view.kept_batches(doc["documents"], doc["layers"], ["id", "text"], batch_rows=TEXT_BATCH)
     for rows, batch in batches:
         texts = batch.column("text").to_pylist()
         nbytes += sum(len(t) for t in texts)
-        vecs.put(rows, embeddings.embed(e["model"], texts, e["max_tokens"]))
+        try:
+            v = embeddings.embed(e["model"], texts, e["max_tokens"])
+        except embeddings.NonFiniteEmbedding as err:  # named by document: k-means and semantic dedup never see one
+            ids = batch.column("id").to_pylist() if "id" in batch.schema.names else None
+            who = ", ".join(f"{ids[k] if ids else ''} (row {int(rows[k])})" for k in err.rows[:3])
+            raise InputError(f"{doc['documents']}: document(s) {who}: {err}") from None
+        vecs.put(rows, v)
         seen[rows] = True
     ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
     apply.write_attributes(out.dir, doc, pa.table({"id": ids, **vecs.columns(seen)}))
