@@ -145,8 +145,10 @@ def _parser() -> argparse.ArgumentParser:
                         "`datasets.load_dataset(OUT_DIR)` loads it as it is; `huggingface-cli upload` puts it on the hub. "
                         "The same as the YAML's `publish:` section, which publishes at the end of every run.")
     pb.add_argument("run_dir", help="a finished run directory (what `curate run` printed)")
-    pb.add_argument("out_dir", help="a new or empty folder, or one an earlier publish wrote and nothing else did "
-                    "(replaced whole)")
+    pb.add_argument("out_dir", help="a new or empty folder, or one an earlier publish of the same run wrote and "
+                    "nothing else did (replaced whole)")
+    pb.add_argument("--replace", action="store_true", help="replace a folder another run published (refused without "
+                    "it: two mixtures sharing one publish.dir would replace each other's dataset)")
     pb.add_argument("--license", help="the dataset's license as the hub spells it (e.g. odc-by, cc-by-4.0); "
                     "default: the YAML's publish.license, else `other` with a note in the card")
     pb.add_argument("--pretty-name", help="the card's title (default: publish.pretty_name, else the run's name)")
@@ -238,7 +240,8 @@ def _dispatch(args) -> int:
         from pipeline.views import publish
 
         out = publish.publish(args.run_dir, args.out_dir, license=args.license, pretty_name=args.pretty_name,
-                              include=args.include, allow_unknown_loss=args.allow_unknown_loss)
+                              include=args.include, allow_unknown_loss=args.allow_unknown_loss,
+                              replace=args.replace, lease=True)
         print(out / "README.md")
         return 0
     if args.cmd == "demo-data":

@@ -124,6 +124,21 @@ def _config_yaml(record: dict) -> tuple[str, bool]:
     return yaml.safe_dump({k: cfg[k] for k in order}, sort_keys=False, allow_unicode=True), False
 
 
+def _check_owner(out: Path, record: dict, replace: bool) -> None:
+    """A folder an earlier publish of another run wrote is not replaced unless asked: two
+    mixture files with one `publish.dir`, or a `fit` proposal's, would replace each other's data."""
+    if replace or not (out / MARK).is_file():
+        return
+    try:
+        prev = atomic.read_json(out / MARK).get("run")
+    except ValueError:
+        prev = None
+    if prev is not None and prev != record["name"]:
+        raise UsageError(f"publish: {out} holds run {prev}'s published dataset, not run {record['name']}'s; give "
+                         f"another folder (`publish.dir: .../{{name}}` gives each mixture its own), or replace it "
+                         f"with `curate publish {{run}} {out} --replace`")
+
+
 def _check_out(out: Path, run_dir) -> None:
     if fs.is_local(run_dir) and (out.resolve() == run_dir.resolve() or run_dir.resolve() in out.resolve().parents):
         raise UsageError(f"publish: {out} is inside the run directory {run_dir}; give a folder outside it")
@@ -174,15 +189,35 @@ def _not_written(out: Path) -> list[str]:
 
 
 def publish(run_dir, out, license: str | None = None, pretty_name: str | None = None, copy: bool = True,
-            include: list[str] | str | None = None, allow_unknown_loss: bool = False) -> Path:
+            include: list[str] | str | None = None, allow_unknown_loss: bool = False, replace: bool = False,
+            lease: bool = False) -> Path:
     """Write the folder; returns its path. What is not given comes from the run's own `publish:`
     section (license, pretty_name, tags, include). The data files are always copied (`copy`
     and `publish.copy_files` are accepted for older callers and mixture files). A run whose
-    input files were cut is refused unless `allow_unknown_loss` (check_unknown_loss)."""
+    input files were cut is refused unless `allow_unknown_loss` (check_unknown_loss); a folder
+    another run published is refused unless `replace`. With `lease` (the command, not a run's
+    own publish, which holds it already) the run directory's lease is taken while publishing:
+    a run of the same directory cannot write its run.json beside the data being copied."""
     if fs.is_url(str(out)):
         raise UsageError(f"publish: {out} must be a local folder (upload it with `huggingface-cli upload` or your tool)")
     run_dir = fs.path(run_dir)
     out = Path(out).resolve()
+    if not lease:
+        return _publish(run_dir, out, license, pretty_name, include, allow_unknown_loss, replace)
+    from pipeline.engine.lease import Leases
+
+    leases = Leases(name="publish")
+    rec = leases.acquire(run_dir / "_lease")
+    if rec is not None:
+        raise UsageError(f"publish: {run_dir} is being written by a run ({rec.get('name') or rec.get('run')}); "
+                         "publish it when that run has finished")
+    try:
+        return _publish(run_dir, out, license, pretty_name, include, allow_unknown_loss, replace)
+    finally:
+        leases.release_all()
+
+
+def _publish(run_dir, out: Path, license, pretty_name, include, allow_unknown_loss: bool, replace: bool) -> Path:
     try:
         record = atomic.read_json(run_dir / "run.json")
     except FileNotFoundError:
@@ -202,6 +237,7 @@ def publish(run_dir, out, license: str | None = None, pretty_name: str | None = 
         raise UsageError(f"publish: {run_dir}/ledger.json does not balance; a run that loses documents is not published")
     check_unknown_loss(run_dir, led, out, allow_unknown_loss)
     _check_out(out, run_dir)
+    _check_owner(out, record, replace)
     tmp = out.with_name(f".{out.name}.publish-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:

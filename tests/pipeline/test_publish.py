@@ -222,6 +222,32 @@ def test_publish_refuses_what_it_should_and_replaces_its_own_folder(demo_run, tm
     assert "license: cc-by-4.0" in (out / "README.md").read_text()
 
 
+
+def test_publish_over_another_runs_folder_needs_replace_and_waits_for_no_run(demo_run, tmp_path):
+    """Issue 51, item 7: a folder another run published (two mixtures, one `publish.dir`) is
+    refused unless --replace; a run directory a run is writing is not published meanwhile."""
+    from pipeline.engine.lease import Leases
+
+    out = tmp_path / "shared"
+    assert curate("publish", str(demo_run), str(out)).returncode == 0
+    mark = atomic.read_json(out / "curate" / "files.json")
+    (out / "curate" / "files.json").unlink()
+    atomic.write_json(out / "curate" / "files.json", {**mark, "run": "another-mixture"})
+    r = curate("publish", str(demo_run), str(out))
+    assert r.returncode == 2 and "holds run another-mixture's published dataset" in r.stderr and "--replace" in r.stderr
+    assert atomic.read_json(out / "curate" / "files.json")["run"] == "another-mixture"  # untouched
+    assert curate("publish", str(demo_run), str(out), "--replace").returncode == 0
+    assert atomic.read_json(out / "curate" / "files.json")["run"] == mark["run"]
+    leases = Leases(name="a-run")
+    assert leases.acquire(demo_run / "_lease") is None
+    try:
+        r = curate("publish", str(demo_run), str(tmp_path / "during"))
+        assert r.returncode == 2 and "is being written by a run" in r.stderr, r.stderr
+        assert not (tmp_path / "during").exists()
+    finally:
+        leases.release_all()
+
+
 def test_a_bad_publish_section_names_the_key(tmp_path):
     y = tmp_path / "m.yaml"
     y.write_text("name: m\nsources:\n  a: {paths: [a.jsonl]}\npublish: {dir: s3://bucket/x, licence: mit}\n")
