@@ -29,7 +29,7 @@ from pipeline.engine.lease import Leases
 from pipeline.engine.progress import Progress
 from pipeline.engine.step import step_status
 from pipeline.errors import RunError, env_int
-from pipeline.io import atomic, fs
+from pipeline.io import atomic, fs, redact
 from pipeline.run import graph, outputs
 from pipeline.run import record as record_mod
 from pipeline.run.dryrun import previous_steps
@@ -88,11 +88,12 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
     t0 = time.time()
     record = {
         "name": lm.mixture.name, "status": "RUNNING", "mixture_file": str(lm.path.resolve()),
-        "config": lm.canonical(), "config_hash": lm.config_hash(), "workers": workers,
-        "ray_address": os.environ.get("RAY_ADDRESS"), "host": socket.gethostname(),
+        "config": redact.portable_secrets(lm.canonical()), "config_hash": lm.config_hash(), "workers": workers,
+        "ray_address": redact.secrets(os.environ["RAY_ADDRESS"]) if os.environ.get("RAY_ADDRESS") else None,
+        "host": socket.gethostname(),
         "git_commit": record_mod.git_commit(lm.base_dir), "curate_version": __version__, "started": t0,
         "curate_commit": record_mod.curate_commit(),
-        "store": str(store), "run_id": leases.run_id,
+        "store": redact.secrets(str(store)), "run_id": leases.run_id,
         "steps": {s.name: record_mod.step_record(ctx, s, "PENDING") for s in ctx.steps},
         "layers": ctx.layer_stages(),
         "mix_sources": ctx.mix.select.config.get("sources") if ctx.mix and ctx.mix.select else None,

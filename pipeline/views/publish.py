@@ -48,9 +48,10 @@ import yaml
 from pipeline.shards import ledger
 from pipeline.views import card, shareable
 from pipeline.errors import UsageError
-from pipeline.io import atomic, fs
+from pipeline.io import atomic, fs, redact
 
 COPY_THREADS = 8  # data files copied at once
+MACHINE = ("host", "ray_address", "store", "workers")  # run.json's keys about where it ran, not what it made
 MARK = "curate/files.json"  # a folder holding it was written by publish (and may be replaced)
 LAYOUT = ("README.md", "report.html", "data", "samples", "curate")  # what a publish made before MARK listed its files
 
@@ -276,11 +277,19 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
         rows = _conform(run_dir / f["path"], tmp / rel, MIX_SCHEMA)
         files.append({"path": rel, "split": "validation", "source": s, "role": v.get("role"), "rows": rows,
                       "tokens": f.get("tokens"), "sha256": atomic.file_digest(tmp / rel)[1], "from": f["path"], "from_sha256": f["sha256"]})
+    base = Path(record["mixture_file"]).parent if record.get("mixture_file") else None
     for name in ("run.json", "ledger.json", "manifest.json", "report.json"):
-        if (run_dir / name).exists():
-            fs.copy(run_dir / name, tmp / "curate" / name)
+        if (run_dir / name).exists():  # what a dataset user needs, nothing of the machine (io/redact.py)
+            doc = atomic.read_json(run_dir / name)
+            if name == "run.json":
+                doc = {k: v for k, v in doc.items() if k not in MACHINE}
+                if record.get("mixture_file"):
+                    doc["mixture_file"] = Path(record["mixture_file"]).name
+            fs.makedirs(tmp / "curate")
+            atomic.write_json(tmp / "curate" / name, redact.portable(doc, base))
     rep = atomic.read_json(tmp / "curate" / "report.json") if (tmp / "curate" / "report.json").exists() else {}
     config_yaml, as_written = _config_yaml(record)
+    config_yaml = redact.portable(config_yaml, base)
     (tmp / "curate" / "mixture.yaml").write_text(config_yaml)
     if (run_dir / "report.html").exists():
         fs.copy(run_dir / "report.html", tmp / "report.html")  # counts and reasons, no document text
@@ -289,7 +298,7 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
     ctx = card.Context(run_dir=run_dir, record=record, ledger=led, manifest=man, files=files, languages=langs,
                        unknown_language_rows=unknown, config_yaml=config_yaml, config_as_written=as_written, license=license, pretty_name=pretty_name, tags=tags,
                        report=rep, samples=sorted(samples), include=include)
-    (tmp / "README.md").write_text(card.render(ctx))
+    (tmp / "README.md").write_text(redact.portable(card.render(ctx), base))
     written = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()) + [MARK]
     atomic.write_json(tmp / MARK, {"run": record["name"], "config_hash": record["config_hash"], "include": include,
                                    "files": files, "written": written})

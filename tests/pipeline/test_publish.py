@@ -316,3 +316,25 @@ def test_languages_of_a_run_whose_manifest_has_none_are_counted_from_the_files(t
     pq.write_table(pa.table({"lang": ["en"]}), tmp_path / "b.parquet")
     files = [{"path": "a.parquet"}, {"path": "b.parquet", "languages": {"de": 2}}]
     assert publish._languages(files, tmp_path) == ({"en": 2, "de": 2, "fr": 1}, 1)
+
+
+def test_the_published_folder_holds_nothing_of_the_machine(demo_run, tmp_path):
+    """Issue 51, item 12: curate/run.json without host, store, Ray address or the mixture
+    file's absolute path; no file of the folder names an absolute path of this machine (the
+    run directory, the store, the mixture file's folder); a URL's credentials are cut
+    wherever Curate writes one."""
+    from pipeline.io import redact
+
+    record = atomic.read_json(demo_run / "run.json")
+    out = tmp_path / "pub"
+    assert curate("publish", str(demo_run), str(out)).returncode == 0
+    run = atomic.read_json(out / "curate" / "run.json")
+    assert not {"host", "store", "ray_address"} & set(run) and run["mixture_file"] == Path(record["mixture_file"]).name
+    places = {str(demo_run.resolve()), str(Path(record["store"]).resolve()), str(Path(record["mixture_file"]).resolve().parent)}
+    for p in out.rglob("*"):
+        if p.is_file() and p.suffix in (".json", ".md", ".yaml", ".jsonl", ".html"):
+            text = p.read_text(errors="replace")
+            assert not [x for x in places if x in text], (p, [x for x in places if x in text])
+    assert redact.secrets("s3://AKIA123:abc/def+g@bucket/store") == "s3://bucket/store"
+    assert redact.secrets("https://hf.co/x?token=hf_abc&rev=1") == "https://hf.co/x?token=***&rev=1"
+    assert redact.portable_secrets({"paths": ["gs://u:p@b/*.jsonl"]}) == {"paths": ["gs://b/*.jsonl"]}

@@ -1,0 +1,62 @@
+"""What Curate writes never holds a secret, and what it publishes nothing of the machine.
+
+`secrets(text)`: a URL's credentials (`s3://KEY:SECRET@host/...`, `https://user:token@...`) and
+query strings that carry tokens are cut from any string written to run.json, logs or a
+published folder. `portable(obj, base)`: for a published dataset, absolute local paths become
+paths relative to the mixture file's folder (`base`; without one, their last two
+components); host names and machine settings are left to the caller to drop.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^/@\s\"':]+:[^@\s\"']*|[^/@\s\"']+)@")
+_TOKEN_QUERY = re.compile(r"([?&](?:[A-Za-z0-9_-]*(?:token|key|secret|signature|sig|password|credential)[A-Za-z0-9_-]*)=)[^&\s\"']+",
+                          re.IGNORECASE)
+_ABS = re.compile(r"(?<![\w:/.])/(?:[^\s\"':,\]\}\)]+/)*[^\s\"':,\]\}\)]+")
+
+
+def secrets(text: str) -> str:
+    """`text` without URL credentials or token-carrying query values."""
+    return _TOKEN_QUERY.sub(r"\1***", _USERINFO.sub(r"\1", text))
+
+
+def _relative(p: str, base: Path | None) -> str:
+    if base is not None:
+        try:
+            return os.path.relpath(p, base)
+        except ValueError:
+            return _tail(p)
+    return _tail(p)
+
+
+def _tail(p: str) -> str:
+    parts = [x for x in p.split("/") if x]
+    return "/".join(parts[-2:]) if len(parts) > 1 else (parts[0] if parts else p)
+
+
+def portable(obj, base: Path | None):
+    """`obj` (JSON-like) with every string's secrets cut and its absolute local paths made
+    relative to `base` (or cut to their last two components)."""
+    if isinstance(obj, str):
+        s = secrets(obj)
+        return _ABS.sub(lambda m: _relative(m.group(0), base), s) if "/" in s else s
+    if isinstance(obj, dict):
+        return {k: portable(v, base) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [portable(v, base) for v in obj]
+    return obj
+
+
+def portable_secrets(obj):
+    """`obj` (JSON-like) with every string's secrets cut, paths left as they are (run.json)."""
+    if isinstance(obj, str):
+        return secrets(obj) if "@" in obj or "=" in obj else obj
+    if isinstance(obj, dict):
+        return {k: portable_secrets(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [portable_secrets(v) for v in obj]
+    return obj
