@@ -161,17 +161,47 @@ def create_exclusive(path, data: bytes) -> bool:
             return False
         finally:
             tmp.unlink(missing_ok=True)
-    try:  # a conditional write (S3: If-None-Match: *; any fsspec filesystem with mode="create")
-        path.fs.pipe_file(path.path, data, mode="create")
-        return True
-    except FileExistsError:
-        return False
-    except (TypeError, NotImplementedError):  # a filesystem without exclusive creation
-        pass
+    if _honours_create(path):
+        try:  # a conditional write (S3: If-None-Match: *; any fsspec filesystem with mode="create")
+            path.fs.pipe_file(path.path, data, mode="create")
+            return True
+        except FileExistsError:
+            return False
+    # no exclusive creation (or one that accepts mode="create" and ignores it): a check, a write,
+    # and a read-back (two takers in the same instant may both see their own bytes: double work)
     if path.exists():
         return False
     atomic.write_bytes(path, data)
-    return True
+    return path.read_bytes() == data
+
+
+_HONOURS: dict[tuple, bool] = {}
+
+
+def _honours_create(path) -> bool:
+    """Whether the filesystem under `path` refuses a second `pipe_file(mode="create")` of one
+    object, checked once per filesystem and bucket with a probe object: some backends accept the
+    argument and ignore it (obstore's adapter, old gcsfs, S3-compatible servers without
+    If-None-Match), and every caller would then win a lease or a commit."""
+    key = (type(path.fs).__name__, str(path).split("://", 1)[-1].lstrip("/").split("/", 1)[0])  # its kind and bucket
+    if key not in _HONOURS:
+        probe = path.parent / f".create-probe-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        ok = False
+        try:
+            path.fs.pipe_file(probe.path, b"1", mode="create")
+            try:
+                path.fs.pipe_file(probe.path, b"2", mode="create")
+            except FileExistsError:
+                ok = True
+        except (TypeError, NotImplementedError, ValueError):  # no exclusive creation at all
+            ok = False
+        finally:
+            try:
+                path.fs.rm_file(probe.path)
+            except (FileNotFoundError, OSError):
+                pass
+        _HONOURS[key] = ok
+    return _HONOURS[key]
 
 
 def describe(rec: dict) -> str:

@@ -114,3 +114,32 @@ def test_of_eight_processes_taking_over_one_expired_lease_exactly_one_wins(tmp_p
         won = pool.map(_race, [(str(d), i) for i in range(8)])
     assert sum(won) == 1, won
     assert sorted(p.name for p in d.iterdir() if p.name.startswith("gen-")) == ["gen-000001.json", "gen-000002.json"]
+
+
+def test_exclusive_create_on_a_filesystem_that_ignores_mode(tmp_path):
+    """Issue 51, item 9: a backend whose `pipe_file` accepts mode="create" and ignores it (obstore's
+    adapter, old gcsfs, S3-compatible servers without If-None-Match) is found out by a probe, and
+    the second taker of a lease or a commit does not win; one that honours it still uses it."""
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from pipeline.engine import lease
+
+    class IgnoresMode(MemoryFileSystem):
+        protocol = "ignoresmode"
+        store: dict = {}
+        pseudo_dirs = [""]
+
+        def pipe_file(self, path, value, mode="overwrite", **kw):
+            return super().pipe_file(path, value, **kw)  # mode dropped: every write overwrites
+
+    fsspec.register_implementation("ignoresmode", IgnoresMode, clobber=True)
+    target = "ignoresmode://bucket/leases/step/gen-1.json"
+    assert lease.create_exclusive(target, b"first") is True
+    assert lease.create_exclusive(target, b"second") is False
+    assert fsspec.filesystem("ignoresmode").cat_file(target) == b"first"
+    assert lease._HONOURS[("IgnoresMode", "bucket")] is False
+    assert not [p for p in IgnoresMode.store if ".create-probe" in p]  # the probe removed
+    honest = "memory://bucket2/leases/step/gen-1.json"
+    assert lease.create_exclusive(honest, b"a") is True and lease.create_exclusive(honest, b"b") is False
+    assert lease._HONOURS[("MemoryFileSystem", "bucket2")] is True
