@@ -224,6 +224,14 @@ class Leases:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._me = identity()
+        self._renewed_at = time.monotonic()  # the last time every lease held was written fresh
+        self._lapsed = False  # a gap past the ttl between two renewals: others may have seen our leases expire
+
+    def lapsed(self) -> bool:
+        """Whether this process went longer than the ttl without renewing (paused: Ctrl-Z, a
+        stalled machine, a stop-the-world pause): another process may have judged its leases
+        expired and acted on it, even if none was taken over."""
+        return self._lapsed or time.monotonic() - self._renewed_at > self.ttl
 
     def _record(self, **extra) -> bytes:
         return orjson.dumps({"run": self.run_id, "name": self.name, **self._me, "renewed": time.time(), "ttl": self.ttl,
@@ -240,7 +248,7 @@ class Leases:
         d = str(d)
         gen = self.held.get(d)
         gens = _gens(d)
-        if gen is None or (gens and gens[-1] > gen):
+        if gen is None or not gens or gens[-1] != gen:  # taken over, or the entry removed (a gc while we were paused)
             rec = self.lost.get(d)
             if rec is None and gens:
                 try:
@@ -269,6 +277,8 @@ class Leases:
             gen = (gens[-1] if gens else 0) + 1
             if create_exclusive(fs.path(d) / _name(gen), self._record()):
                 with self._lock:
+                    if not self.held:
+                        self._renewed_at = time.monotonic()
                     self.held[d] = gen
                 if rec is not None and not rec.get("released"):
                     self.took_over[d] = rec
@@ -297,6 +307,8 @@ class Leases:
         self._stop.set()
 
     def renew(self) -> None:
+        if time.monotonic() - self._renewed_at > self.ttl:
+            self._lapsed = True
         with self._lock:
             items = list(self.held.items())
         for d, gen in items:
@@ -307,12 +319,21 @@ class Leases:
                     with self._lock:
                         self.held.pop(d, None)
                     continue
+                if not gens or gens[-1] < gen:  # our entry removed (a gc judged it dead while we were paused):
+                    with self._lock:  # never recreated by a renewal; lost, unless we released it meanwhile
+                        if d not in self.held:
+                            continue
+                        self.held.pop(d, None)
+                    self.lost[d] = {"run": "gc", "name": "curate gc", "host": "?", "pid": None, "renewed": time.time(),
+                                    "removed": True}
+                    continue
                 with self._lock:
                     if d not in self.held:
                         continue
                 atomic.write_bytes(fs.path(d) / _name(gen), self._record())
             except (OSError, ValueError):
                 pass  # a missed renewal; the next one comes in ttl / 4
+        self._renewed_at = time.monotonic()
 
     def _start(self) -> None:
         if self._thread is not None:

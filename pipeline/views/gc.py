@@ -19,7 +19,7 @@ from __future__ import annotations
 from pipeline.engine import lease, storelock
 from pipeline.engine.lease import Leases
 from pipeline.engine.step import MARKERS, SUCCESS
-from pipeline.errors import UsageError
+from pipeline.errors import RunError, UsageError
 from pipeline.io import atomic, fs
 
 
@@ -112,18 +112,37 @@ def collect(output, store=None, dry_run: bool = False) -> tuple[dict, list[str]]
                              + ". Run gc again when that finishes (a run killed without cleanup frees the store after "
                              + f"{leases.ttl:.0f}s, CURATE_LEASE_SECONDS)")
     try:
-        return _collect(output, store, dry_run)
+        return _collect(output, store, dry_run, guard=(lambda: _still_ours(leases, store_dir)) if leases else None)
     finally:
         if leases is not None:
             leases.release_all()
 
 
-def _collect(output, store, dry_run: bool) -> tuple[dict, list[str]]:
+def _still_ours(leases: Leases, store_dir) -> None:
+    """Before each deletion: gc still holds the store alone. Its lease not taken over, and no
+    gap past the ttl in its renewals: a gc paused past its lease (Ctrl-Z, a stalled machine)
+    may have let a run see the lease expire and reuse a step gc had listed, so it stops there
+    and deletes nothing more (what it planned is stale)."""
+    try:
+        leases.check(store_dir / storelock.GC)
+    except lease.LeaseLost as e:
+        raise RunError(f"curate gc: stopped: it lost the store's lease to {lease.describe(e.rec)} while paused past "
+                       f"{leases.ttl:.0f}s (CURATE_LEASE_SECONDS); the steps not yet deleted are kept. "
+                       "Run gc again") from None
+    if leases.lapsed():
+        raise RunError(f"curate gc: stopped: it went {leases.ttl:.0f}s (CURATE_LEASE_SECONDS) without renewing its "
+                       "lease on the store (paused?), so a run may have started using steps it had listed; the steps "
+                       "not yet deleted are kept. Run gc again")
+
+
+def _collect(output, store, dry_run: bool, guard=None) -> tuple[dict, list[str]]:
     p = plan(output, store)
     verb = "would delete" if dry_run else "deleted"
     lines = []
     for step, size in p["delete"]:
         if not dry_run:
+            if guard is not None:
+                guard()
             delete_step(step)
             fs.rmtree(p["store"] / "_leases" / step.name)
         lines.append(f"{verb}  {step.name:<44} {size / 1e6:>10.1f} MB")

@@ -15,7 +15,8 @@ import time
 import pytest
 
 from pipeline.engine.executor import Executor
-from pipeline.engine.lease import Leases
+from pipeline.engine import storelock
+from pipeline.engine.lease import LeaseLost, Leases
 from pipeline.engine.step import SUCCESS, Step, StoreError, committed, step_status
 from pipeline.errors import RunError, UsageError
 from pipeline.io import atomic, fs
@@ -265,3 +266,43 @@ def test_the_store_lock_works_on_an_object_store(s3_server):
     storelock.release_shared(later, store)
     for leases in (later, run, gc2):
         leases.release_all()
+
+
+def test_a_gc_paused_past_its_lease_stops_before_deleting_what_a_run_reused(small_yaml, small_run, joined, tmp_path):
+    """Issue 51, item 8: gc plans, then is paused past its lease (its renewals stop, as under
+    SIGSTOP); a run sees the lease expired and reuses every step gc listed; gc resumes and
+    stops before its first deletion. The run's bytes are those of a run without gc; every
+    step is still there. And a renewal never recreates an entry a gc removed: the holder
+    learns it lost it."""
+    out = tmp_path / "out"
+    assert curate("run", str(small_yaml), "--workers", "2", env=joined).returncode == 0
+    store = out / "_store"
+    (out / "remote").rename(tmp_path / "hidden")  # its steps are nobody's now: gc lists every one
+    gc_leases = Leases(name="gc", ttl=2)
+    assert storelock.hold_exclusive(gc_leases, store) == []
+    planned = gc.plan(out)["delete"]
+    assert planned
+
+    def paused_then_guarded():  # called after gc planned, before its first deletion
+        gc_leases._stop.set()  # paused: no renewal from here on
+        gc_leases._thread.join(timeout=5)
+        time.sleep(2.5)
+        r = curate("run", str(small_yaml), "--workers", "2", env=joined)  # sees gc's lease expired, reuses the steps
+        assert r.returncode == 0 and "waiting: curate gc" not in r.stdout + r.stderr, r.stderr[-2000:]
+        gc._still_ours(gc_leases, store)
+
+    with pytest.raises(RunError, match=r"gc: stopped: it went 2s .* without renewing"):
+        gc._collect(out, None, False, guard=paused_then_guarded)
+    assert all(s.exists() and (s / "_SUCCESS").exists() for s, _ in planned)
+    assert mixture_shas(out / "remote") == mixture_shas(small_run)
+    gc_leases.release_all()
+
+    held = Leases(name="r", ttl=30)
+    d = store / "_lock" / "runs" / "someone"
+    assert held.acquire(d) is None
+    fs.rmtree(d)  # what a gc does to an entry it judged dead
+    held.renew()
+    assert str(d) in held.lost and not d.exists()
+    with pytest.raises(LeaseLost):
+        held.check(d)
+    held.release_all()
