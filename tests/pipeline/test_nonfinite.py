@@ -19,7 +19,6 @@ from pipeline.steps import embed
 DIM = 4
 
 
-@embeddings.register_backend("nan-on-overflow", version="1")
 class NanOnOverflow(embeddings.EmbeddingBackend):
     """A test backend: a unit vector a text, NaN for a text holding 'overflow'."""
 
@@ -37,7 +36,18 @@ class NanOnOverflow(embeddings.EmbeddingBackend):
         return v
 
 
-def test_the_embed_step_names_the_document_whose_vector_is_not_finite(tmp_path):
+@pytest.fixture
+def nan_backend():
+    """The test backend, registered for the test only (other tests list the registry)."""
+    embeddings.register_backend("nan-on-overflow", version="1")(NanOnOverflow)
+    embeddings.backend.cache_clear()
+    yield
+    embeddings.BACKENDS.types.pop("nan-on-overflow", None)
+    embeddings.backend.cache_clear()
+    embeddings.loaded.cache_clear() if hasattr(embeddings.loaded, "cache_clear") else None
+
+
+def test_the_embed_step_names_the_document_whose_vector_is_not_finite(tmp_path, nan_backend):
     docs = tmp_path / "part-00000.parquet"
     pq.write_table(pa.table({"id": ["a", "b", "c"], "text": ["fine", "an overflow here", "fine too"]}), docs)
     with pytest.raises(embeddings.NonFiniteEmbedding) as e:
