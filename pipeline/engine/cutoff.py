@@ -44,7 +44,7 @@ def same_as_before(spec: dict, out, read_key: str) -> dict | None:
     from the executor) read the same, its files are linked into this shard's folder and its
     stats returned, with `read_key`: the task returns them instead of computing. None: compute.
 
-        rk = view.digest(doc["documents"], doc["layers"])
+        rk = readkey.view(doc["documents"], doc["layers"])   # pipeline/shards/readkey.py
         if (st := same_as_before(spec, out, rk)) is not None:
             return st
         ...                                   # the work; the stats it returns carry read_key=rk
