@@ -44,10 +44,10 @@ def same_as_before(spec: dict, out, read_key: str) -> dict | None:
     from the executor) read the same, its files are linked into this shard's folder and its
     stats returned, with `read_key`: the task returns them instead of computing. None: compute.
 
-        rk = readkey.view(doc["documents"], doc["layers"])   # pipeline/shards/readkey.py
+        rk, state = readkey.shard(doc)   # pipeline/shards/readkey.py: read key and layer state
         if (st := same_as_before(spec, out, rk)) is not None:
             return st
-        ...                                   # the work; the stats it returns carry read_key=rk
+        ...   # the work, reading through view.kept_batches(..., state=state); its stats carry read_key=rk
     """
     h = spec.get("prior")
     if not isinstance(h, dict) or h.get("read_key") != read_key:

@@ -37,10 +37,11 @@ def stage_stats(doc: dict, rows: np.ndarray, chars: np.ndarray, toks: np.ndarray
             "tokens_in": int(toks.sum()), "tokens_out": int(toks[kept].sum()), "removed": dict(sorted(removed.items()))}
 
 
-def sizes(doc: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, n_chars, n_tokens) of the shard's kept rows, with rewritten counts."""
+def sizes(doc: dict, state: view.Layers | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, n_chars, n_tokens) of the shard's kept rows, with rewritten counts (`state`: its
+    layers already read, with their n_chars and n_tokens overrides)."""
     rows, chars, toks = [], [], []
-    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["n_chars", "n_tokens"]):
+    for r, b in view.kept_batches(doc["documents"], doc["layers"], ["n_chars", "n_tokens"], state=state):
         rows.append(r)
         chars.append(b.column("n_chars").to_numpy(zero_copy_only=False))
         toks.append(b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False))
@@ -63,11 +64,11 @@ def run_shard(spec: dict, out) -> dict:
     if spec.get("combined"):  # key-level decisions (pipeline/shards/combine.py)
         dec = combine.resolve(dec, spec.get("rest"), list(spec["columns"]))
     # what it reads of its layers and of the reducers' folder: an earlier shard that read the same is linked
-    rk = readkey.view(doc["documents"], doc["layers"], ("n_chars", "n_tokens"), dec)
+    rk, state = readkey.shard(doc, ("n_chars", "n_tokens"), dec)
     if (st := same_as_before(spec, out, rk)) is not None:
         return st
-    n = view.num_rows(doc["documents"])
-    rows, chars, toks = sizes(doc)
+    n = len(state.keep)
+    rows, chars, toks = sizes(doc, state)
     keep = np.zeros(n, dtype=bool)
     keep[rows] = True
     seen = keep.copy()

@@ -9,9 +9,11 @@ key changes but what the task reads does not. Such a task digests what it reads 
 before its work, and `engine.cutoff.same_as_before` links the earlier shard's output when
 the digests agree: the cascade stops where the inputs that matter are the same.
 
-    rk = readkey.view(doc["documents"], doc["layers"], columns=("text",))
+    rk, state = readkey.shard(doc, ("text",))
     if (st := same_as_before(spec, out, rk)) is not None:
         return st
+    for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["text"], state=state):
+        ...                                   # the layers are read once, for the key and the pass
 
 A digest covers values, not how Arrow chunked them: the same rows give the same digest
 whichever files they came from.
@@ -26,14 +28,19 @@ import xxhash
 from pipeline.shards.view import OVERRIDES, Layers, num_rows
 
 
-def view(documents: str, layers: list[str], columns=OVERRIDES, *more: pa.Table | None) -> str:
-    """The keep mask of a document shard and the overrides of `columns` its layers hold,
-    with the tables in `more` (a task's decisions): what a pass over its kept rows reads
-    beside the documents file (which the partial key covers)."""
-    n = num_rows(documents)
-    st = Layers(layers, n, columns)
+def shard(doc: dict, columns=OVERRIDES, *more: pa.Table | None) -> tuple[str, Layers]:
+    """(read key, layer state) of a document shard: its keep mask and the overrides of
+    `columns` its layers hold, with the tables in `more` (a task's decisions), digested; the
+    state is what the task then reads its kept rows through (view.kept_batches(state=...)),
+    so the layers are read once. `columns` must cover the overrides the task reads."""
+    st = Layers(doc["layers"], num_rows(doc["documents"]), columns)
+    return of(st, *more), st
+
+
+def of(st: Layers, *more: pa.Table | None) -> str:
+    """The read key of a layer state (and of the tables in `more`)."""
     h = xxhash.xxh3_128()
-    h.update(n.to_bytes(8, "little"))
+    h.update(len(st.keep).to_bytes(8, "little"))
     h.update(np.packbits(st.keep).tobytes())
     for c in sorted(st.overrides):
         h.update(b"\x00col:" + c.encode())
@@ -54,13 +61,24 @@ def _table(h, t: pa.Table) -> None:
 
 def _array(h, arr) -> None:
     """Values and nulls of an array, whatever its chunks: numbers by their bytes (a NaN is not
-    a null), anything else by its Python values."""
+    a null), strings and bytes by their lengths and bytes, anything
+    else by its Python values."""
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
     h.update(str(arr.type).encode())
     h.update(np.packbits(arr.is_valid().to_numpy(zero_copy_only=False)).tobytes())
     vals = arr.drop_null()
     if pa.types.is_integer(vals.type) or pa.types.is_floating(vals.type) or pa.types.is_boolean(vals.type):
         h.update(vals.to_numpy(zero_copy_only=False).tobytes())
+        return
+    t = vals.type
+    if len(vals) and (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)
+                      or pa.types.is_large_binary(t)):  # the lengths and the bytes, without a Python value a row
+        bufs = vals.buffers()
+        o = np.frombuffer(bufs[1], np.int64 if pa.types.is_large_string(t) or pa.types.is_large_binary(t) else np.int32)
+        o = o[vals.offset: vals.offset + len(vals) + 1].astype(np.int64)
+        h.update(np.diff(o).tobytes())
+        if bufs[2] is not None:
+            h.update(memoryview(bufs[2])[int(o[0]):int(o[-1])])
         return
     for v in vals.to_pylist():
         b = v.encode("utf-8", "surrogatepass") if isinstance(v, str) else repr(v).encode("utf-8", "surrogatepass")

@@ -61,11 +61,12 @@ class Layers:
         return batch
 
 
-def kept_batches(documents: str, layers: list[str], columns: list[str], batch_rows: int = BATCH_ROWS
-                 ) -> Iterator[tuple[np.ndarray, pa.RecordBatch]]:
-    """(row numbers in the shard, batch of those rows' current values), kept rows only."""
+def kept_batches(documents: str, layers: list[str], columns: list[str], batch_rows: int = BATCH_ROWS,
+                 state: Layers | None = None) -> Iterator[tuple[np.ndarray, pa.RecordBatch]]:
+    """(row numbers in the shard, batch of those rows' current values), kept rows only;
+    `state`: the shard's layers already read (readkey.shard), holding the overrides of `columns`."""
     pf = fs.parquet_file(documents)
-    state = Layers(layers, pf.metadata.num_rows, columns)
+    state = state if state is not None else Layers(layers, pf.metadata.num_rows, columns)
     start = 0
     for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
         n = batch.num_rows

@@ -189,13 +189,13 @@ def apply_shard(spec: dict, out) -> dict:
     """`decontaminate`, per document shard: an attribute file with `keep`, `reason` and the
     eval item each removed document contains (its set, id, overlap, the unit's span)."""
     doc, n = spec["doc"], spec["ngram"]
-    rk = readkey.view(doc["documents"], doc["layers"])  # the kept texts: an earlier shard that read the same is linked
+    rk, state = readkey.shard(doc)  # the kept texts: an earlier shard that read the same is linked
     if (got := same_as_before(spec, out, rk)) is not None:
         return got
     min_words = spec["min_unit_words"] or n
     idx = Index(spec["index"])
     total = view.num_rows(doc["documents"])
-    rows, chars, toks = apply.sizes(doc)
+    rows, chars, toks = apply.sizes(doc, state)
     keep = np.zeros(total, bool)
     keep[rows] = True
     seen = keep.copy()
@@ -207,7 +207,7 @@ def apply_shard(spec: dict, out) -> dict:
     cut = spec.get("action") == "cut"
     new_text: dict[int, str] = {}
     cut_stats = {"paragraphs_cut": 0, "chars_cut": 0, "docs_rewritten": 0}
-    batches = view.kept_batches(doc["documents"], doc["layers"], ["text"]) if doc["source"] in spec["train"] else []
+    batches = view.kept_batches(doc["documents"], doc["layers"], ["text"], state=state) if doc["source"] in spec["train"] else []
     for r, b in batches:  # eval and reference sources pass: they are what is checked against
         units, owner, spans = [], [], []
         texts = dict(zip(r.tolist(), b.column("text").to_pylist(), strict=True))

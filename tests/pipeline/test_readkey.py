@@ -4,8 +4,13 @@ changed keep, text or decision row changes it."""
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
-from pipeline.shards import readkey
+from pipeline.shards import readkey, view
+
+
+def key(documents: str, layers: list[str], *more) -> str:
+    return readkey.shard({"documents": documents, "layers": layers}, *more)[0]
 
 
 def _shard(tmp_path, layers: list[dict]) -> tuple[str, list[str]]:
@@ -24,7 +29,7 @@ def test_other_columns_of_a_layer_do_not_change_the_key(tmp_path):
     (tmp_path / "2").mkdir()
     d1, l1 = _shard(tmp_path / "1", [{"keep": [True, False, None], "cluster_size": [None, 2, None]}])
     d2, l2 = _shard(tmp_path / "2", [{"keep": [True, False, None], "cluster_size": [None, 3, None]}])
-    assert readkey.view(d1, l1) == readkey.view(d2, l2)
+    assert key(d1, l1) == key(d2, l2)
 
 
 def test_keep_text_and_decisions_change_the_key(tmp_path):
@@ -33,13 +38,13 @@ def test_keep_text_and_decisions_change_the_key(tmp_path):
     d1, l1 = _shard(tmp_path / "1", [{"keep": [True, True, None]}])
     d2, l2 = _shard(tmp_path / "2", [{"keep": [True, False, None]}])
     d3, l3 = _shard(tmp_path / "3", [{"keep": [True, True, None], "text": [None, "y2", None]}])
-    keys = {readkey.view(d1, l1), readkey.view(d2, l2), readkey.view(d3, l3)}
+    keys = {key(d1, l1), key(d2, l2), key(d3, l3)}
     assert len(keys) == 3
     # a text override is read only when asked for
-    assert readkey.view(d3, l3, ("n_chars",)) == readkey.view(d1, l1, ("n_chars",))
+    assert key(d3, l3, ("n_chars",)) == key(d1, l1, ("n_chars",))
     dec = pa.table({"row": [1], "jaccard": [float("nan")]})
     null = pa.table({"row": [1], "jaccard": pa.array([None], pa.float64())})
-    assert len({readkey.view(d1, l1, (), None), readkey.view(d1, l1, (), dec), readkey.view(d1, l1, (), null)}) == 3
+    assert len({key(d1, l1, (), None), key(d1, l1, (), dec), key(d1, l1, (), null)}) == 3
 
 
 def test_the_key_covers_values_not_chunks(tmp_path):
@@ -47,4 +52,73 @@ def test_the_key_covers_values_not_chunks(tmp_path):
     one = pa.table({"row": [0, 1, 2], "reason": ["a", None, "c"]})
     two = pa.concat_tables([one.slice(0, 1), one.slice(1, 2)])
     assert two.column("row").num_chunks == 2
-    assert readkey.view(d, ls, (), one) == readkey.view(d, ls, (), two)
+    assert key(d, ls, (), one) == key(d, ls, (), two)
+
+
+def test_strings_are_keyed_by_their_bytes_and_a_slice_by_its_values(tmp_path):
+    """Strings are hashed from their offsets and bytes: a sliced array (an offset into its
+    buffers) keys as the same values copied, and one changed character changes the key."""
+    d, ls = _shard(tmp_path, [{"keep": [True, True, True]}])
+    whole = pa.table({"reason": ["a", "bb", None, "ccc"]})
+    part, copy = whole.slice(1, 3), pa.table({"reason": ["bb", None, "ccc"]})
+    assert key(d, ls, (), part) == key(d, ls, (), copy) != key(d, ls, (), pa.table({"reason": ["bb", None, "ccd"]}))
+    assert key(d, ls, (), pa.table({"reason": ["ab", "c"]})) != key(d, ls, (), pa.table({"reason": ["a", "bc"]}))
+
+
+def _task_steps():
+    from pipeline.shards import apply
+    from pipeline.steps import decontam
+    from pipeline.steps.classify import tasks as classify
+    from pipeline.steps.dedup import exact, fuzzy, paragraph
+    from pipeline.steps.tokenize import tasks as tokenize
+
+    return {"tokenize-web": tokenize.encode_shard, "classify-score": classify.score_shard,
+            "dedup-paragraph-map": paragraph.map_shard, "dedup-paragraph": paragraph.apply_shard,
+            "dedup-exact": apply.run_shard, "dedup-exact-map": exact.map_shard,
+            "dedup-fuzzy-signatures": fuzzy.sig_shard, "decontaminate": decontam.apply_shard}
+
+
+@pytest.mark.parametrize("name", list(_task_steps()))
+def test_a_task_links_what_it_read_before_and_computes_what_changed(demo_run, tmp_path, name):
+    """Cutoff by what a task reads, task by task, on a real run's shard: a layer that gains a
+    column the task does not read (as a dedup layer's `cluster_size` changes when a new page
+    joins an old page's cluster) leaves its read key: the earlier shard's files are linked,
+    byte for byte. A layer whose keep mask changed is computed."""
+    import orjson
+
+    from pipeline.engine.cutoff import hint
+    from pipeline.engine.step import read_markers
+    from pipeline.engine.task import run_shard
+
+    fn = _task_steps()[name]
+    steps = orjson.loads((demo_run / "run.json").read_bytes())["steps"]
+    step = name if name != "classify-score" else next(s for s in steps if s.startswith("classify-") and s.endswith("-web")
+                                                          and not s.endswith(("-train", "-examples")))
+    folder = (demo_run / steps[step]["dir"]).resolve()
+    spec = orjson.loads((folder / "step.json").read_bytes())["shards"][0]
+    marker = read_markers(folder)[0]
+    assert "read_key" in marker and "partial_key" in marker and spec["doc"]["layers"]  # the step declares read_keyed
+
+    def with_last_layer(change) -> dict:
+        t = pq.read_table(spec["doc"]["layers"][-1])
+        p = tmp_path / f"layer-{change.__name__}.parquet"
+        pq.write_table(change(t), p)
+        return {**spec, "doc": {**spec["doc"], "layers": spec["doc"]["layers"][:-1] + [str(p)]},
+                "prior": hint((folder, 0, marker))}
+
+    def other_column(t):
+        return t.append_column("cluster_size_now", pa.array(range(t.num_rows)))
+
+    kept = view.Layers(spec["doc"]["layers"], view.num_rows(spec["doc"]["documents"]), ()).keep
+
+    def one_removed(t):  # a row every layer kept
+        keep = t.column("keep").to_pylist()
+        i = int(kept.nonzero()[0][0])
+        keep[i] = False
+        return t.set_column(t.schema.get_field_index("keep"), "keep", pa.array(keep, pa.bool_()))
+
+    task = f"{fn.__module__}:{fn.__qualname__}"
+    same = run_shard(task, with_last_layer(other_column), str(tmp_path / "same"), 0)
+    assert same.get("linked_from") == folder.name and same["out_files"] == marker["out_files"], same
+    changed = run_shard(task, with_last_layer(one_removed), str(tmp_path / "changed"), 0)
+    assert "linked_from" not in changed and changed["read_key"] != marker["read_key"]

@@ -324,7 +324,7 @@ def stored_vectors(path: str, rows: np.ndarray | None = None) -> np.ndarray:
 @task(version="2")  # 2: also writes keys/, the kept rows' keys for the threshold's merge
 def score_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
-    rk = readkey.view(doc["documents"], doc["layers"], ("text",))  # the keep mask and texts: not a dedup's cluster columns
+    rk, state = readkey.shard(doc, ("text",))  # the keep mask and texts: not a dedup's cluster columns
     if (st := same_as_before(spec, out, rk)) is not None:
         return st
     fam = family(spec["type"])
@@ -332,7 +332,6 @@ def score_shard(spec: dict, out) -> dict:
     pf = fs.parquet_file(doc["documents"])
     vectors = stored_vectors(spec["vectors"]) if spec.get("vectors") else None  # embedded once, by embed-<source>
     texts = vectors is None or fam.mixed_inputs  # an ensemble's other members read the texts
-    state = view.Layers(doc["layers"], pf.metadata.num_rows, ["text"] if texts else [])
     parts_s, parts_t, ids = [], [], []
     start = 0
     for batch in pf.iter_batches(batch_size=view.BATCH_ROWS, columns=["id", "text"] if texts else ["id"]):

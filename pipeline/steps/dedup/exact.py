@@ -68,13 +68,13 @@ def _url_keys(metas: list, spec: dict, h1: list, h2: list, order: list) -> list[
 @task(version=combine.VERSION)
 def map_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
-    rk = readkey.view(doc["documents"], doc["layers"])  # an earlier shard that read the same is linked
+    rk, state = readkey.shard(doc)  # an earlier shard that read the same is linked
     if (st := same_as_before(spec, out, rk)) is not None:
         return st
     opts = spec["normalize"]
     by_url = spec.get("key") == "url"
     h1, h2, ids, rows_all, order = [], [], [], [], []
-    for rows, b in view.kept_batches(doc["documents"], doc["layers"], ["id", "metadata" if by_url else "text"]):
+    for rows, b in view.kept_batches(doc["documents"], doc["layers"], ["id", "metadata" if by_url else "text"], state=state):
         if by_url:
             keep = _url_keys(b.column("metadata").to_pylist(), spec, h1, h2, order)
             ids.append(b.column("id").take(pa.array(keep, pa.int64())))

@@ -118,13 +118,13 @@ def partitions_of(keys: np.ndarray, okeys: np.ndarray, nparts: int, heavy: dict 
 @task(version=shuffle.VERSION)
 def sig_shard(spec: dict, out) -> dict:
     doc, p = spec["doc"], spec["params"]
-    rk = readkey.view(doc["documents"], doc["layers"])  # an earlier shard that read the same is linked
+    rk, state = readkey.shard(doc)  # an earlier shard that read the same is linked
     if (st := same_as_before(spec, out, rk)) is not None:
         return st
     a, b = text.permutations(p["num_perm"], p["seed"])
     keys, okeys, okeys2, gids = [], [], [], []
     nbytes = ndocs = 0
-    for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"], batch_rows=BATCH):
+    for rows, batch in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"], batch_rows=BATCH, state=state):
         lengths = pa.compute.binary_length(batch.column("text")).to_numpy(zero_copy_only=False)
         nbytes += int(lengths.sum())
         for lo, hi in chunks(lengths, CHUNK_BYTES):

@@ -47,12 +47,12 @@ def _hashes(t: str, unit: str, min_chars: int) -> list[tuple[int, int, int, int]
 @task(version=combine.VERSION)
 def map_shard(spec: dict, out) -> dict:
     doc, p = spec["doc"], spec["params"]
-    rk = readkey.view(doc["documents"], doc["layers"])  # an earlier shard that read the same is linked
+    rk, state = readkey.shard(doc)  # an earlier shard that read the same is linked
     if (st := same_as_before(spec, out, rk)) is not None:
         return st
     h1, h2, ids, gids = [], [], [], []
     ndocs = 0
-    for rows, b in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"]):
+    for rows, b in view.kept_batches(doc["documents"], doc["layers"], ["id", "text"], state=state):
         g = shuffle.gid(doc["src"], doc["part"], rows)
         for gg, i, t in zip(g.tolist(), b.column("id").to_pylist(), b.column("text").to_pylist()):
             seen = set()
@@ -102,7 +102,7 @@ def apply_shard(spec: dict, out) -> dict:
     n = view.num_rows(doc["documents"])
     dec = combine.resolve(shuffle.decisions(spec["decisions"], spec["slot"], spec["reducers"]), spec.get("rest"),
                           ["kept_in", "kept_in_source"])
-    rk = readkey.view(doc["documents"], doc["layers"], view.OVERRIDES, dec)
+    rk, state = readkey.shard(doc, view.OVERRIDES, dec)
     if (got := same_as_before(spec, out, rk)) is not None:
         return got
     cuts: dict[int, dict[tuple[int, int], str]] = {}
@@ -121,7 +121,7 @@ def apply_shard(spec: dict, out) -> dict:
     chars_all = np.zeros(n, np.int64)
     toks_all = np.zeros(n, np.int64)
     changed: list[int] = []
-    for rows, b in view.kept_batches(doc["documents"], doc["layers"], ["id", "text", "n_chars", "n_tokens"]):
+    for rows, b in view.kept_batches(doc["documents"], doc["layers"], ["id", "text", "n_chars", "n_tokens"], state=state):
         seen[rows] = keep[rows] = True
         chars_all[rows] = b.column("n_chars").to_numpy(zero_copy_only=False)
         toks_all[rows] = b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False)

@@ -71,7 +71,7 @@ def unpack_ids(col, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
 def encode_shard(spec: dict, out) -> dict:
     """One document shard's kept documents -> their token ids (no specials)."""
     d = spec["doc"]
-    rk = readkey.view(d["documents"], d["layers"], ("text",))  # the kept texts: an earlier shard that read the same is linked
+    rk, state = readkey.shard(d, ("text",))  # the kept texts: an earlier shard that read the same is linked
     if (st := same_as_before(spec, out, rk)) is not None:
         return st
     dtype = np.dtype(spec["ids"])
@@ -80,7 +80,7 @@ def encode_shard(spec: dict, out) -> dict:
     tmp = atomic.tmp_path(final)
     # binary values compress with zstd at level 1 to ~1.3 bytes a uint16 id; no dictionary (ids are not categories)
     with fs.parquet_writer(tmp, SCHEMA, compression="zstd", compression_level=1, use_dictionary=False) as w:
-        for rows, b in view.kept_batches(d["documents"], d["layers"], ["text"]):
+        for rows, b in view.kept_batches(d["documents"], d["layers"], ["text"], state=state):
             lengths, flat = tokens.encode_flat(spec["tokenizer"], b.column("text").to_pylist())  # no int per token
             w.write_table(pa.table({"row": pa.array(rows, pa.int64()), "tokens": pack_ids(lengths, flat, dtype)}, schema=SCHEMA))
             n += len(lengths)
