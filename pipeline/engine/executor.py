@@ -326,8 +326,9 @@ class Executor:
             for k, spec in enumerate(s.shards(s, self.stats) if planned is False else planned or ()):
                 data = orjson.dumps(spec)
                 specs.append_json(data)
-                keys.append(self.keys.key(s, k, spec))
-                partials.append(self.keys.partial(s, k, spec))
+                key, partial = self.keys.both(s, k, spec)
+                keys.append(key)
+                partials.append(partial)
                 yield (b",\n" if k else b"\n") + data
             yield b"\n]}\n"
 
@@ -397,6 +398,8 @@ class Executor:
         if isinstance(s.meta.get("specs"), SpilledSpecs):
             s.meta["specs"].close()
         s.meta["specs"] = None  # step.json holds them: the driver keeps specs of running steps only, not of the whole run
+        if hasattr(s.meta.get("priors"), "close"):
+            s.meta["priors"].close()
         s.meta["keys"] = s.meta["partials"] = s.meta["priors"] = None
         self.timings[s.name] = time.time() - started.get(s.name, time.time())
         self.status[s.name] = "SUCCESS"

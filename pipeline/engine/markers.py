@@ -227,6 +227,17 @@ class RunningMarkers(_Slots):
         yield b"".join(parts) + b"\n}\n"
 
 
+class SpilledDicts(_Slots):
+    """Dicts by shard number in a local spill file (the markers of the shards found in earlier
+    folders, a step's `prior` hints): the driver holds 12 bytes a shard, not the dicts."""
+
+    def __init__(self, n: int, prefix: str = "curate-found-"):
+        super().__init__(n, prefix)
+
+    def __setitem__(self, i: int, d: dict) -> None:
+        self._set(operator.index(i), orjson.dumps(d))
+
+
 class _Index(_Slots):
     """A committed step's markers copied from its index into a local spill file, a line at a
     time (read_index)."""

@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import orjson
 
 from pipeline.engine.cutoff import json_str, renamed, hint
-from pipeline.engine.markers import read_index
+from pipeline.engine.markers import SpilledDicts, read_index
 from pipeline.engine.step import MARKERS, Step, hash_json, iter_markers, shard_name, success
 from pipeline.errors import RunError
 from pipeline.io import atomic, fs
@@ -75,27 +76,30 @@ class Keys:
         self._folders = {k: v for k, v in self._folders.items() if k[0] in keep}
 
     def key(self, step: Step, index: int, spec: dict) -> str:
-        own = step.dir(self.store).name
-        body = self._digested({k: v for k, v in spec.items() if k not in HINTS}, own)
+        return self.both(step, index, spec)[0]
+
+    def both(self, step: Step, index: int, spec: dict) -> tuple[str, str | None]:
+        """(content key, partial key) of a shard, its spec digested once. The partial key
+        leaves out the inputs its task digests itself (`step.read_keyed`; None for a step
+        without them): an earlier shard of the same partial key is what the task compares
+        what it reads with (engine/cutoff.same_as_before)."""
+        body = self._digested({k: v for k, v in spec.items() if k not in HINTS}, step.dir(self.store).name)
+        key = self._hash(step, index, body)
+        if not step.read_keyed:
+            return key, None
+        drop = set(step.read_keyed)  # digesting keeps the spec's shape: dropping after it is dropping before
+        part = {k: v for k, v in body.items() if k not in drop}
+        if isinstance(part.get("doc"), dict):
+            part["doc"] = {k: v for k, v in part["doc"].items() if k not in drop}
+        return key, "p" + self._hash(step, index, part)[1:]
+
+    @staticmethod
+    def _hash(step: Step, index: int, body: dict) -> str:
         if step.position_free:  # the shard number and the document shard's global place left out
             index = None
             body = _placeless(body)
         return hash_json({"config": step.shard_config_hash, "code": step.code_hash, "shard": index,
                           "spec": body})[:KEY_CHARS]
-
-    def partial(self, step: Step, index: int, spec: dict) -> str | None:
-        """The key of a shard without the inputs its task digests itself (`step.read_keyed`),
-        None for a step without them: an earlier shard of the same partial key is what the
-        task compares what it reads with (engine/cutoff.same_as_before)."""
-        if not step.read_keyed:
-            return None
-        drop = set(step.read_keyed)
-        body = {k: v for k, v in spec.items() if k not in drop}
-        if isinstance(body.get("doc"), dict):
-            body["doc"] = {k: v for k, v in body["doc"].items() if k not in drop}
-        elif "documents" in body:
-            body = {k: v for k, v in body.items() if k not in drop}
-        return "p" + self.key(step, index, body)[1:]
 
     def _digested(self, v, own: str):
         if isinstance(v, str):
@@ -160,12 +164,22 @@ def _placeless(spec):
 
 
 class Found(dict):
-    """shard -> (folder, its shard there, marker) of the wanted keys found in earlier folders;
-    `cost`: shard -> the CPU seconds of the shards not found, in the most recent earlier
-    folder (what computing them again is likely to cost)."""
+    """shard -> (folder, its shard there) of the wanted keys found in earlier folders, their
+    markers in a spill file (`marker(j)`: the driver holds no marker a shard); `cost`: shard
+    -> the CPU seconds of the shards not found, in the most recent earlier folder (what
+    computing them again is likely to cost)."""
 
     cost: dict[int, float]
     mean: float | None  # a shard's CPU seconds in the most recent earlier folder, on average (None: no folder)
+    markers: SpilledDicts
+
+    def marker(self, j: int) -> dict:
+        with self.lock:  # one spill file read from the linking threads
+            return self.markers[j]
+
+    def hit(self, j: int) -> tuple[Path, int, dict]:
+        d, i = self[j]
+        return d, i, self.markers[j]
 
 
 def earlier(store: Path, step: Step, finished: bool = False) -> list[Path]:
@@ -220,6 +234,7 @@ def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VAR
     their marker indexes a marker at a time and keeps the hits only: O(wanted), not
     O(shards x folders). `field="partial_key"` looks up partial keys instead."""
     out = Found()
+    out.markers, out.lock = SpilledDicts(max(wanted.values(), default=-1) + 1), threading.Lock()
     out.cost, out.mean = {}, None
     total = count = 0
     targets = set(wanted.values())
@@ -232,7 +247,8 @@ def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VAR
                 k = m.get(field)
                 j = wanted.get(k) if k else None
                 if j is not None and j not in out and m.get("reusable", True) and "out_files" in m:
-                    out[j] = (d, i, m)
+                    out[j] = (d, i)
+                    out.markers[j] = m
                 if first and "cpu_seconds" in m:
                     total, count = total + m["cpu_seconds"], count + 1
                     if i in targets:
@@ -254,21 +270,22 @@ def link_earlier(store: Path, s: Step, running, keys: list[str], missing: list[i
     found = candidates(store, s, {keys[i]: i for i in missing})
     hits = sorted(found.items())
     n = 0
-    if hits:
-        d = s.dir(store)
-        prev = fs.set_fence(fence)  # the markers' temporary names carry the run's fence
-        try:
-            linked = list(fs.read_many(lambda h: link_shard(h[1][0], h[1][1], h[1][2], d, h[0]), hits, threads=8))
-        finally:
-            fs.set_fence(prev)
+    d = s.dir(store)
+    prev = fs.set_fence(fence)  # the markers' temporary names carry the run's fence
+    try:
+        # read_many holds at most 4 x 8 results: the linked markers go to `running` (a spill) as they come
+        linked = fs.read_many(lambda h: link_shard(h[1][0], h[1][1], found.marker(h[0]), d, h[0]), hits, threads=8)
         for (i, _), m in zip(hits, linked):
             if m is not None:
                 running[i] = m
                 n += 1
+    finally:
+        fs.set_fence(prev)
+        found.markers.close()
     return n, found, [i for i in missing if i not in running]
 
 
-def prior_hints(store: Path, s: Step, left: list[int]) -> dict[int, dict]:
+def prior_hints(store: Path, s: Step, left: list[int]) -> Mapping[int, dict]:
     """For the shards left to compute of a step with read-keyed inputs: the earlier shard of
     each one's partial key, which its task compares what it reads with (engine/cutoff.same_as_before).
     The executor adds it to the shard's spec as `prior`."""
@@ -277,7 +294,12 @@ def prior_hints(store: Path, s: Step, left: list[int]) -> dict[int, dict]:
     if not wanted:
         return {}
     found = candidates(store, s, wanted, field="partial_key")
-    return {i: h for i, f in found.items() if (h := hint(f)) is not None}
+    out = SpilledDicts(len(partials), "curate-hints-")  # a hint a shard to compute: not held in the driver
+    for i in found:
+        if (h := hint(found.hit(i))) is not None:
+            out[i] = h
+    found.markers.close()
+    return out
 
 
 def _markers_of(d: Path):
@@ -347,4 +369,5 @@ def preview(step: Step, steps: list[Step], store: Path, stats: dict) -> tuple[in
     except KeyError:  # the plan reads a step that has not run
         return None
     found = candidates(store, step, {k: i for i, k in enumerate(ks)})
+    found.markers.close()
     return len(ks), len(found)
