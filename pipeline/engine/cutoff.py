@@ -4,9 +4,9 @@ A shard's content key covers whole files. A task that reads less of them (a docu
 shard's keep mask and texts, not the other columns of its layers; the decisions about its
 own rows, not a reducer's whole folder) declares those spec keys `Step.read_keyed`: the
 shard's *partial key* leaves them out, the executor finds the earlier shard of the same
-partial key (`reuse.prior_hints`) and passes it in the spec as `prior`, and the task,
-having digested what it read (pipeline/shards/readkey.py), links that shard's files when
-the digests agree instead of computing. A new page that joins an old page's cluster
+partial key (`reuse.candidates`, in the pass that looks up content keys) and passes it in
+the spec as `prior`, and the task, having digested what it read (pipeline/shards/readkey.py),
+links that shard's files when the digests agree instead of computing. A new page that joins an old page's cluster
 changes the old shard's dedup layer file, not its keep mask: what reads the kept texts
 after it is linked, not computed.
 """

@@ -36,7 +36,7 @@ from pipeline.engine.cluster import check_shared_output, start_ray
 from pipeline.engine.lease import LeaseLost, Leases, create_exclusive, describe
 from pipeline.engine.markers import RunningMarkers, SpilledSpecs, StepMarkers, pinned
 from pipeline.engine.progress import Progress
-from pipeline.engine.reuse import Keys, link_earlier, prior_hints
+from pipeline.engine.reuse import Keys, link_earlier
 from pipeline.engine.step import SUCCESS, Step, committed, iter_markers, read_markers, shard_name, success
 from pipeline.engine.task import run_shard, versions
 from pipeline.errors import CurateError, RunError, TransientError
@@ -368,11 +368,11 @@ class Executor:
         missing = [i for i in range(len(keys)) if i not in running]
         if not missing:
             return 0.0
-        n, found, left = link_earlier(self.store, s, running, keys, missing, self.fence(s))
+        n, found, left = link_earlier(self.store, s, running, keys, missing, self.fence(s), s.meta.get("partials"))
         if n:
             self.reused[s.name] = n
             self.progress.note(f"[{s.name}] {n} of {len(keys)} shards reused by content from earlier runs")
-        s.meta["priors"] = prior_hints(self.store, s, left)
+        s.meta["priors"] = found.hints  # the shards linked above are not computed: their hints are never read
         return _cost(found, left)
 
     def _finish(self, s: Step, remaining: dict, started: dict):

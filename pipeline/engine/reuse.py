@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
@@ -173,13 +173,11 @@ class Found(dict):
     mean: float | None  # a shard's CPU seconds in the most recent earlier folder, on average (None: no folder)
     markers: SpilledDicts
 
+    hints: SpilledDicts  # shard -> the `prior` of a shard to compute (by its partial key)
+
     def marker(self, j: int) -> dict:
         with self.lock:  # one spill file read from the linking threads
             return self.markers[j]
-
-    def hit(self, j: int) -> tuple[Path, int, dict]:
-        d, i = self[j]
-        return d, i, self.markers[j]
 
 
 def earlier(store: Path, step: Step, finished: bool = False) -> list[Path]:
@@ -228,27 +226,36 @@ def priors(store: Path, step: Step, same, limit: int = 2) -> list[tuple[Path, di
 
 
 def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VARIANTS,
-               field: str = "content_key") -> Found:
+               partials: dict[str, int] | None = None) -> Found:
     """Where `wanted` (content key -> this step's shard) are in `step`'s earlier folders in
     the store (the same step name, another hash), the most recently finished first. Reads
     their marker indexes a marker at a time and keeps the hits only: O(wanted), not
-    O(shards x folders). `field="partial_key"` looks up partial keys instead."""
+    O(shards x folders). In the same pass, `partials` (partial key -> shard) finds the
+    earlier shard a read-keyed task compares what it reads with: `found.hints`, the `prior`
+    of each (engine/cutoff.same_as_before), in a spill file."""
     out = Found()
     out.markers, out.lock = SpilledDicts(max(wanted.values(), default=-1) + 1), threading.Lock()
+    partials = partials or {}
+    out.hints = SpilledDicts(max(partials.values(), default=-1) + 1, "curate-hints-")
     out.cost, out.mean = {}, None
     total = count = 0
     targets = set(wanted.values())
     first = True
     for d in earlier(store, step)[:limit]:
-        if len(out) == len(wanted):
+        if len(out) == len(wanted) and len(out.hints) == len(partials):
             break
         try:
             for i, m in _markers_of(d):
-                k = m.get(field)
+                usable = m.get("reusable", True) and "out_files" in m
+                k = m.get("content_key")
                 j = wanted.get(k) if k else None
-                if j is not None and j not in out and m.get("reusable", True) and "out_files" in m:
+                if j is not None and j not in out and usable:
                     out[j] = (d, i)
                     out.markers[j] = m
+                k = m.get("partial_key")
+                j = partials.get(k) if k else None
+                if j is not None and j not in out.hints and usable and (h := hint((d, i, m))) is not None:
+                    out.hints[j] = h
                 if first and "cpu_seconds" in m:
                     total, count = total + m["cpu_seconds"], count + 1
                     if i in targets:
@@ -262,12 +269,14 @@ def candidates(store: Path, step: Step, wanted: dict[str, int], limit: int = VAR
     return out
 
 
-def link_earlier(store: Path, s: Step, running, keys: list[str], missing: list[int], fence: str
-                 ) -> tuple[int, Found, list[int]]:
+def link_earlier(store: Path, s: Step, running, keys: list[str], missing: list[int], fence: str,
+                 partials: list[str | None] | None = None) -> tuple[int, Found, list[int]]:
     """Link into `s`'s folder the shards of `missing` whose content key an earlier folder of
-    the step holds (`running`: shard -> marker, filled with theirs). Returns (how many were
-    linked, what was found, the shards left to compute)."""
-    found = candidates(store, s, {keys[i]: i for i in missing})
+    the step holds (`running`: shard -> marker, filled with theirs); with `partials` (each
+    shard's partial key), `found.hints` holds the `prior` of the others. Returns (how many
+    were linked, what was found, the shards left to compute)."""
+    pk = {partials[i]: i for i in missing if partials and i < len(partials) and partials[i]}
+    found = candidates(store, s, {keys[i]: i for i in missing}, partials=pk)
     hits = sorted(found.items())
     n = 0
     d = s.dir(store)
@@ -283,23 +292,6 @@ def link_earlier(store: Path, s: Step, running, keys: list[str], missing: list[i
         fs.set_fence(prev)
         found.markers.close()
     return n, found, [i for i in missing if i not in running]
-
-
-def prior_hints(store: Path, s: Step, left: list[int]) -> Mapping[int, dict]:
-    """For the shards left to compute of a step with read-keyed inputs: the earlier shard of
-    each one's partial key, which its task compares what it reads with (engine/cutoff.same_as_before).
-    The executor adds it to the shard's spec as `prior`."""
-    partials = s.meta.get("partials") or []
-    wanted = {partials[i]: i for i in left if i < len(partials) and partials[i]}
-    if not wanted:
-        return {}
-    found = candidates(store, s, wanted, field="partial_key")
-    out = SpilledDicts(len(partials), "curate-hints-")  # a hint a shard to compute: not held in the driver
-    for i in found:
-        if (h := hint(found.hit(i))) is not None:
-            out[i] = h
-    found.markers.close()
-    return out
 
 
 def _markers_of(d: Path):
@@ -370,4 +362,5 @@ def preview(step: Step, steps: list[Step], store: Path, stats: dict) -> tuple[in
         return None
     found = candidates(store, step, {k: i for i, k in enumerate(ks)})
     found.markers.close()
+    found.hints.close()
     return len(ks), len(found)
