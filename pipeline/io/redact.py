@@ -41,22 +41,24 @@ def _tail(p: str) -> str:
 def portable(obj, base: Path | None):
     """`obj` (JSON-like) with every string's secrets cut and its absolute local paths made
     relative to `base` (or cut to their last two components)."""
-    if isinstance(obj, str):
-        s = secrets(obj)
+    def paths(s: str) -> str:
+        s = secrets(s)
         return _ABS.sub(lambda m: _relative(m.group(0), base), s) if "/" in s else s
-    if isinstance(obj, dict):
-        return {k: portable(v, base) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [portable(v, base) for v in obj]
-    return obj
+
+    return _walk(obj, paths)
 
 
 def portable_secrets(obj):
     """`obj` (JSON-like) with every string's secrets cut, paths left as they are (run.json)."""
+    return _walk(obj, lambda s: secrets(s) if "@" in s or "=" in s else s)
+
+
+def _walk(obj, fn):
+    """`obj` (JSON-like) with `fn` applied to every string in it."""
     if isinstance(obj, str):
-        return secrets(obj) if "@" in obj or "=" in obj else obj
+        return fn(obj)
     if isinstance(obj, dict):
-        return {k: portable_secrets(v) for k, v in obj.items()}
+        return {k: _walk(v, fn) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [portable_secrets(v) for v in obj]
+        return [_walk(v, fn) for v in obj]
     return obj

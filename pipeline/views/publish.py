@@ -125,7 +125,7 @@ def _config_yaml(record: dict) -> tuple[str, bool]:
     return yaml.safe_dump({k: cfg[k] for k in order}, sort_keys=False, allow_unicode=True), False
 
 
-def _check_owner(out: Path, record: dict, replace: bool) -> None:
+def _check_owner(out: Path, record: dict, replace: bool, run_dir) -> None:
     """A folder an earlier publish of another run wrote is not replaced unless asked: two
     mixture files with one `publish.dir`, or a `fit` proposal's, would replace each other's data."""
     if replace or not (out / MARK).is_file():
@@ -137,7 +137,7 @@ def _check_owner(out: Path, record: dict, replace: bool) -> None:
     if prev is not None and prev != record["name"]:
         raise UsageError(f"publish: {out} holds run {prev}'s published dataset, not run {record['name']}'s; give "
                          f"another folder (`publish.dir: .../{{name}}` gives each mixture its own), or replace it "
-                         f"with `curate publish {{run}} {out} --replace`")
+                         f"with `curate publish {run_dir} {out} --replace`")
 
 
 def _check_out(out: Path, run_dir) -> None:
@@ -238,7 +238,7 @@ def _publish(run_dir, out: Path, license, pretty_name, include, allow_unknown_lo
         raise UsageError(f"publish: {run_dir}/ledger.json does not balance; a run that loses documents is not published")
     check_unknown_loss(run_dir, led, out, allow_unknown_loss)
     _check_out(out, run_dir)
-    _check_owner(out, record, replace)
+    _check_owner(out, record, replace, run_dir)
     tmp = out.with_name(f".{out.name}.publish-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
