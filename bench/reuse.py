@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CG = Path("/sys/fs/cgroup/cpuacct")
 
 
-def cpu_run(yaml: Path, tag: str) -> tuple[float, float]:
+def cpu_run(yaml: Path, tag: str, args: list[str] = ()) -> tuple[float, float]:
     """(CPU seconds of every process of `curate run yaml`, wall seconds)."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     cg = CG / f"curate-bench-{os.getpid()}-{tag}"
@@ -46,7 +46,7 @@ def cpu_run(yaml: Path, tag: str) -> tuple[float, float]:
     else:
         pre = "exec "
     t0 = time.time()
-    r = subprocess.run(["bash", "-c", pre + f"{sys.executable} -m pipeline run {yaml} --quiet"], env=env,
+    r = subprocess.run(["bash", "-c", pre + f"{sys.executable} -m pipeline run {yaml} --quiet " + " ".join(args)], env=env,
                        capture_output=True, text=True)
     wall = time.time() - t0
     if r.returncode:

@@ -34,7 +34,7 @@ from filters.spacy_rules import read_rules, rules_file, rules_from_spacy, save_r
 
 CACHE_MAX = 500_000
 
-NATIVE_VERSION = 3  # the filters/_native.c this code is written for (its VERSION)
+NATIVE_VERSION = 4  # the filters/_native.c this code is written for (its VERSION)
 
 
 def load_rules(language: str) -> dict:

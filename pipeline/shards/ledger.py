@@ -34,6 +34,12 @@ def _sum(markers: dict[int, dict], key: str) -> int:
     return sum(int(m.get(key) or 0) for m in markers.values())
 
 
+def _add(a: int | None, b: int | None) -> int | None:
+    """A sum that stays unknown (None) once a part is: a filtered source's tokens before
+    its last filter are never counted (pipeline/steps/filter.py)."""
+    return None if a is None or b is None else a + b
+
+
 def _merge_counts(into: dict, counts: dict) -> None:
     for k, v in counts.items():
         into[k] = into.get(k, 0) + v
@@ -52,7 +58,7 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
     stream_errors = [m["stream_error"] for m in ingest.values() if m.get("stream_error")]
     stages = [{
         "stage": "ingest", "docs_in": records_in, "docs_out": _sum(ingest, "docs_out"),
-        "chars_out": _sum(ingest, "chars"), "tokens_out": _sum(ingest, "tokens"),
+        "chars_out": _sum(ingest, "chars"), "tokens_out": None if any(m.get("tokens", 0) is None for m in ingest.values()) else _sum(ingest, "tokens"),
         "quarantined": sum(quarantined.values()),
     }]
     skipped: dict[str, int] = {}
@@ -69,7 +75,7 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
         for m in filt.values():
             st = m["stages"][fname]
             for k in agg:
-                agg[k] += st[k]
+                agg[k] = _add(agg[k], st[k])
             _merge_counts(reasons, st["removed"])
             _merge_counts(rewritten, st.get("rewritten") or {})
         if reasons:

@@ -7,10 +7,13 @@ Writes `part-XXXXX.parquet` with the same rows in the same order as the document
 A document's first failing filter is its removal stage (the filter's name in the YAML)
 and reason; later filters do not see it, so their scores are null for it. A rewriting
 filter (a rewriter: filters/rewrite.py, or `c4_quality` with `rewrite: true`) hands its new text to the filters after it; the
-shard then also gets `text`, `n_chars` and `n_tokens` columns, null where the text is
-unchanged, which the mix step prefers to the document's own, and `rewritten_by` (the
-names of the filters that changed it, comma-separated) for the sample browser. The marker carries per-stage
-counts (docs, chars, tokens in and out; removals by reason; what a rewriter changed:
+shard then also gets `text` and `n_chars` columns, null where the text is unchanged,
+which the mix step prefers to the document's own, and `rewritten_by` (the names of the
+filters that changed it, comma-separated) for the sample browser. Token counts: ingest
+leaves a filtered source's uncounted, and this step counts the documents its chain keeps,
+with their final text (`n_tokens`, null for the removed: a crawl's filters drop most of
+its pages, and the tokenizer was ~80% of ingest's CPU). The marker carries per-stage
+counts (docs and chars in and out, tokens out of the last stage; removals by reason; what a rewriter changed:
 `rewritten`, and `emptied_by_rewrite` for a document it emptied) for the ledger. Changing a
 filter's parameters changes this step's hash, not ingest's; so do a filter type's
 registered version, the libraries it calls and the user functions it names (plan/code.py).
@@ -18,6 +21,7 @@ registered version, the libraries it calls and the user functions it names (plan
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,11 +55,11 @@ def plan(ctx: Context) -> list[Step]:
         def filter_shards(st, stats, ing=ing, fl=fl):
             d = ing.dir(ctx.store)
             return [{"documents": str(d / f"{shard_name(i)}.parquet"), "filters": fl, "tokenizer": ctx.tokenizer,
-                     "describe": f"{ing.name}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
+                     "count_tokens": True, "describe": f"{ing.name}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
 
         files = {f"{n}.{k}": atomic.file_digest(fs.path(v))[1] for n, _ in fl if n != EXTRACT_STAGE
                  for k, v in filter_base.path_fields(ctx.mixture.filters[n]).items()}
-        cfg = {"filters": fl, "files": files, "tokenizer": ctx.tokenizer_id}
+        cfg = {"filters": fl, "files": files, "tokenizer": ctx.tokenizer_id, "count_tokens": True}
         used = code.filter_code(filter_base.parse_params(p) for _, p in fl)  # versions, libraries, user functions
         flt = Step(f"filter-{sname}", "filter", cfg, [ing], run_shard, shards=filter_shards, code=used)
         steps.append(flt)
@@ -75,11 +79,15 @@ STAGE = Stage("filter", plan)
 def run_shard(spec: dict, out) -> dict:
     filters = [(name, filter_base.build(filter_base.parse_params(p))) for name, p in spec["filters"]]
     pf = fs.parquet_file(spec["documents"])
-    stages = {name: {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": 0, "tokens_out": 0, "removed": {}}
+    count = spec.get("count_tokens", False)  # ingest did not count: the kept documents are counted here, at the end
+    t0 = None if count else 0
+    stages = {name: {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": t0, "tokens_out": t0, "removed": {}}
               for name, _ in filters}
+    if count and filters:
+        stages[filters[-1][0]]["tokens_out"] = 0
     tables = []
     for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["id", "text", "metadata", "n_chars", "n_tokens"]):
-        tables.append(filter_batch(batch, filters, stages, spec.get("tokenizer")))
+        tables.append(filter_batch(batch, filters, stages, spec.get("tokenizer"), count))
     table = pa.concat_tables(tables, promote_options="default") if tables else pa.table(
         {"id": pa.array([], pa.string()), "keep": pa.array([], pa.bool_()), "stage": pa.array([], pa.string()), "reason": pa.array([], pa.string())}
     )
@@ -100,7 +108,10 @@ def languages(table: pa.Table) -> dict[str, int]:
     return {str(v["values"]): int(v["counts"]) for v in vc.to_pylist()}
 
 
-def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None = None) -> pa.Table:
+def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None = None, count: bool = False) -> pa.Table:
+    """`count`: the batch's n_tokens are not known (ingest left them to this step): the
+    documents the chain keeps are counted once, with their final text, and only the last
+    stage's tokens_out is known; the documents a filter removes are never tokenized."""
     n = batch.num_rows
     keep = np.ones(n, dtype=bool)
     stage = [None] * n
@@ -116,7 +127,8 @@ def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None =
         st = stages[name]
         st["docs_in"] += len(idx)
         st["chars_in"] += int(chars[idx].sum())
-        st["tokens_in"] += int(toks[idx].sum())
+        if not count:
+            st["tokens_in"] += int(toks[idx].sum())
         if len(idx):
             sub = work if len(idx) == n else work.take(pa.array(idx))
             res = flt.apply(sub)
@@ -135,7 +147,7 @@ def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None =
                 st["removed"][r] = st["removed"].get(r, 0) + 1
             keep[dropped] = False
             if res.texts is not None:
-                changed = _apply_rewrites(res, idx, rewritten, chars, toks, tokenizer)
+                changed = _apply_rewrites(res, idx, rewritten, chars, toks, None if count else tokenizer)
                 for i in changed:
                     by.setdefault(i, []).append(name)
                 if changed:  # only the rows this rewriter changed are replaced in the current texts
@@ -155,7 +167,15 @@ def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None =
         kept_idx = np.flatnonzero(keep)
         st["docs_out"] += len(kept_idx)
         st["chars_out"] += int(chars[kept_idx].sum())
-        st["tokens_out"] += int(toks[kept_idx].sum())
+        if not count:
+            st["tokens_out"] += int(toks[kept_idx].sum())
+    kept_idx = np.flatnonzero(keep)
+    if count and filters and len(kept_idx):
+        c0 = time.process_time()
+        got = tokens.count(tokenizer, work.column("text").take(pa.array(kept_idx)).to_pylist())
+        stages[filters[-1][0]]["tokenizer_seconds"] = stages[filters[-1][0]].get("tokenizer_seconds", 0.0) + time.process_time() - c0
+        toks[kept_idx] = got if got is not None else 0
+        stages[filters[-1][0]]["tokens_out"] += int(toks[kept_idx].sum())
     cols = {
         "id": batch.column("id"),
         "keep": pa.array(keep, pa.bool_()),
@@ -165,8 +185,13 @@ def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None =
     if rewritten:
         cols["text"] = pa.array([rewritten.get(i) for i in range(n)], pa.string())
         cols["n_chars"] = pa.array([int(chars[i]) if i in rewritten else None for i in range(n)], pa.int64())
-        cols["n_tokens"] = pa.array([int(toks[i]) if i in rewritten else None for i in range(n)], pa.int64())
+        if not count:
+            cols["n_tokens"] = pa.array([int(toks[i]) if i in rewritten else None for i in range(n)], pa.int64())
         cols["rewritten_by"] = pa.array([",".join(by[i]) if i in rewritten else None for i in range(n)], pa.string())
+    if count and tokenizer is not None:  # every kept document's count (null for the removed: never tokenized)
+        mask = np.zeros(n, bool)
+        mask[kept_idx] = True
+        cols["n_tokens"] = pa.array(toks, pa.int64(), mask=~mask)
     cols.update(scores)
     return pa.table(cols)
 

@@ -61,6 +61,13 @@ def size_category(n: int) -> str:
     return next((c for limit, c in SIZES if n < limit), "n>1T")
 
 
+def tokens_after_filters(entry: dict) -> int | None:
+    """A source's tokens once ingested and filtered (its ledger entry): the first point at
+    which a filtered source's tokens are counted (pipeline/steps/filter.py)."""
+    last = [st for st in entry["stages"] if st["stage"] == "ingest" or st["stage"].startswith("filter:")]
+    return last[-1].get("tokens_out") if last else None
+
+
 def _n(v) -> str:
     if v is None:
         return "–"
@@ -194,9 +201,9 @@ def render(c: Context) -> str:
           "`topic`, `topic_score`, `lang` (null where the source has no such stage).", ""]
 
     L += ["## Sources", ""]
-    L += _table(["source", "role", "documents in", "kept", "removed", "quarantined", "tokens in", "tokens in the mixture"],
+    L += _table(["source", "role", "documents in", "kept", "removed", "quarantined", "tokens after filters", "tokens in the mixture"],
                 [[s, cfg["sources"][s].get("role", "train"), e["in"], e["kept"], e["removed_total"], e["quarantined"],
-                  e["stages"][0].get("tokens_out"), (man["sources"].get(s) or {}).get("realized_tokens", 0)]
+                  tokens_after_filters(e), (man["sources"].get(s) or {}).get("realized_tokens", 0)]
                  for s, e in led["sources"].items()])
     L += [f"{_accounted(led)} (ledger conservation: {_n(led['conservation'])}). Inputs: " + "; ".join(
         f"`{s}` {', '.join(f'`{p}`' for p in v['paths'])}" for s, v in cfg["sources"].items()) + ".", ""]

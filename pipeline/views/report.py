@@ -257,7 +257,7 @@ def render(rep: dict) -> str:
                            v["documents"], v["distinct_documents"], v["epochs"]] for k, v in ph["cells"].items()])]
     for s, e in rep["sources"].items():
         parts += [f"<h2>{html.escape(s)}</h2>", plots[f"funnel-{s}"],
-                  _table(["stage", "documents", "tokens"], [[f["stage"], f["docs"], f["tokens"]] for f in e["funnel"]])]
+                  _table(["stage", "documents", "tokens"], [[f["stage"], f["docs"], "not counted" if f["tokens"] is None else f["tokens"]] for f in e["funnel"]])]
         x = e.get("extraction")
         if x:
             rate = x["pages"] / x["cpu_seconds"] if x["cpu_seconds"] else None

@@ -4,6 +4,9 @@ Every record becomes a row of `part-XXXXX.parquet` with the columns
 
     id, text, source, source_id, metadata (JSON of the other fields), n_chars, n_tokens
 
+(n_tokens null for a source with filters: its filter step counts the documents it keeps,
+since a tokenizer is ~80% of ingest's CPU and a crawl's filters drop most of its pages)
+
 or, when it cannot be read, a line of `quarantine/part-XXXXX.jsonl` with its file, line
 (or row), byte offset, error and an excerpt. `on_bad_record: fail` stops at the first bad
 record with `path:line: what is wrong; what to do` instead.
@@ -95,7 +98,7 @@ class _Shard:
         self.dups = _duplicates(spec, out)
         self.cols: dict[str, list] = {"id": [], "text": [], "source_id": [], "metadata": []}
         self.pending_bytes = 0
-        self.stats = {"records_in": 0, "docs_out": 0, "chars": 0, "tokens": 0, "quarantined": {}, "stream_error": None}
+        self.stats = {"records_in": 0, "docs_out": 0, "chars": 0, "tokens": 0 if spec.get("count_tokens", True) else None, "quarantined": {}, "stream_error": None}
         self.hashes: list[np.ndarray] = []  # of the ids, for the id index (steps/ingest/idindex.py)
 
     def duplicate(self, loc: int) -> str | None:
@@ -143,7 +146,7 @@ class _Shard:
             return
         texts = c["text"]
         n_chars = [len(t) for t in texts]
-        n_tok = tokens.count(self.tokenizer, texts)
+        n_tok = tokens.count(self.tokenizer, texts) if self.spec.get("count_tokens", True) else None
         table = pa.table(
             {
                 "id": pa.array(c["id"], pa.string()),
@@ -160,7 +163,8 @@ class _Shard:
         self.hashes.append(idindex.id_hash(c["id"]))
         self.stats["docs_out"] += len(texts)
         self.stats["chars"] += sum(n_chars)
-        self.stats["tokens"] += sum(n_tok or [])
+        if self.stats["tokens"] is not None:  # else the filter step counts the documents it keeps: unknown here
+            self.stats["tokens"] += sum(n_tok or [])
         for v in c.values():
             v.clear()
         self.pending_bytes = 0

@@ -60,6 +60,9 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
     }
     if extract:  # only web sources carry these keys: other sources' hashes stay as they were
         ing_cfg.update({"extract": extract, "html_field": spec.html_field})
+    count_tokens = not (extract or spec.filters)  # a filtered source's tokens are counted by its filter step, kept documents only
+    if not count_tokens:
+        ing_cfg["count_tokens"] = False
 
     def ingest_shards(st, stats, duplicates=None):
         dups = {"duplicates": str(duplicates.dir(ctx.store)), "duplicate_files": len(stats[duplicates.name])} \
@@ -72,7 +75,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
         common = {"source": sname, "text_field": spec.text_field, "id_field": spec.id_field,
                   "hf_split": spec.hf_split, "on_bad_record": spec.on_bad_record, "tokenizer": ctx.tokenizer,
                   "max_doc_bytes": spec.max_doc_bytes, **dups,
-                  "extract": extract, "html_field": spec.html_field}
+                  "extract": extract, "html_field": spec.html_field, "count_tokens": count_tokens}
         return [{**common, **({"duplicates": None, "duplicate_files": None} if with_dups is not None and j not in with_dups
                               else {}), "split": sp, "describe": sp["describe"]} for j, sp in enumerate(parts)]
 

@@ -69,6 +69,26 @@ def test_shingle_sets_and_jaccard_match_python_sets(real_texts):
         assert T.jaccard(T.shingle_set(a, 5), T.shingle_set(b, 5)) == pytest.approx(want)
 
 
+def test_the_listed_wide_spaces_are_every_non_ascii_space():
+    import sys
+
+    assert T.WIDE_SPACES == tuple(i for i in range(128, sys.maxunicode + 1) if chr(i).isspace())
+
+
+@pytest.mark.parametrize("n,min_words", [(5, 0), (1, 0), (3, 4), (13, 13)])
+def test_compiled_shingles_are_the_numpy_values(real_texts, monkeypatch, n, min_words):
+    """filters/_native.c's one pass gives the numpy path's hashes and documents exactly
+    (stored signatures and every dedup decision depend on them)."""
+    from filters.kernels import native
+
+    assert native() is not None, "filters/_native.c is not built: run make setup"
+    texts = real_texts + ["a", "a b", "\x00x y", "  ", "one two three four five six", "x" * 5, "é" * 3]
+    h1, d1 = T.shingles(texts, n, min_words=min_words)
+    monkeypatch.setenv("CURATE_NATIVE", "0")
+    h0, d0 = T.shingles(texts, n, min_words=min_words)
+    assert len(h0) > len(texts) // 2 and np.array_equal(h0, h1) and np.array_equal(d0, d1)
+
+
 def test_minhash_estimates_jaccard(real_texts):
     rng = random.Random(1)
     a_, b_ = T.permutations(256, 0)
