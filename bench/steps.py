@@ -119,11 +119,11 @@ mixture:
     return y
 
 
-def step_cpu(out: Path) -> tuple[dict[str, float], dict[str, float]]:
+def step_cpu(out: Path, name: str = "steps") -> tuple[dict[str, float], dict[str, float]]:
     """Task CPU seconds per stage and per step of the last run under `out` (computed shards' markers)."""
     from pipeline.engine.step import read_markers
 
-    run = json.loads((out / "steps" / "run.json").read_text())
+    run = json.loads((out / name / "run.json").read_text())
     cpu, steps = collections.Counter(), {}
     for name, v in run["steps"].items():
         if v.get("status") != "SUCCESS":

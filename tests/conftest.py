@@ -22,7 +22,8 @@ WHEEL_DIR = Path(os.environ.get("CURATE_WHEEL_DIR") or ROOT / ".cache" / "wheels
 # this session, not the user's ~/.cache/curate (commands started by the tests inherit it)
 os.environ.setdefault("CURATE_CACHE_DIR", __import__("tempfile").mkdtemp(prefix="curate-cache-"))
 # every step on Ray, as at scale: small steps would otherwise run in curate's own process
-# (CURATE_INLINE_DOCS, engine/executor.py); tests/pipeline/test_inline.py runs that path
+# (CURATE_INLINE_DOCS, engine/executor.py), and small runs in local worker processes
+# (CURATE_LOCAL_BYTES, engine/pool.py: off with this too); tests/pipeline/test_inline.py runs both
 os.environ["CURATE_INLINE_DOCS"] = "0"
 
 

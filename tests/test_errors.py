@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import UsageError, env_int
+from pipeline.engine import pool
 from pipeline.run import runner
 from pipeline.steps import merge
 from pipeline.steps.dedup import salt
@@ -26,7 +27,7 @@ def test_env_int_reads_the_setting_or_the_default_and_names_a_bad_value(monkeypa
 @pytest.mark.parametrize("name, read, value", [
     ("CURATE_SHUFFLE_GROUP", merge.group, 4), ("CURATE_SHUFFLE_FANIN", merge.max_fanin, 3),
     ("CURATE_MERGE_BYTES", merge.split_bytes, 3000), ("CURATE_FUZZY_SALT_ROWS", salt.salt_rows, 40),
-    ("CURATE_INLINE_DOCS", runner.inline_docs, 0),
+    ("CURATE_INLINE_DOCS", runner.inline_docs, 0), ("CURATE_LOCAL_BYTES", pool.local_bytes, 1000),
 ])
 def test_each_knob_reads_through_it(monkeypatch, name, read, value):
     monkeypatch.setenv(name, str(value))

@@ -48,7 +48,7 @@ class Executor:
 
     def __init__(self, store: Path, workers: int | None = None, max_retries: int = 3, progress: Progress | None = None,
                  leases: Leases | None = None, inline_docs: int = 0, input_bytes: int | None = None,
-                 inline_seconds: float = 0.0):
+                 inline_seconds: float = 0.0, local_bytes: int = 0):
         self.store = fs.path(store)
         self.leases = leases  # None: no other run shares these steps (no leases taken)
         self.workers = workers
@@ -67,6 +67,9 @@ class Executor:
         self.input_bytes = input_bytes  # the run's input files (None: unknown), for steps that read no other step
         self.inlined: list[str] = []  # steps this run computed in its own process
         self._ray = None  # (ray, remote task, in-flight cap, largest node's MB) once Ray is up
+        self.local_bytes = local_bytes  # a run whose inputs hold at most this many bytes: local processes, no Ray
+        self._pool = None  # the LocalPool (engine/pool.py) of such a run
+        self.pooled: set[str] = set()  # steps with shards run there
 
     def _ensure_ray(self):
         if self._ray is None:
@@ -124,10 +127,36 @@ class Executor:
             return self._fence
         return self.leases.fence(self.lease_dir(s))
 
+    def _start_pool(self) -> None:
+        """A small run's local worker processes instead of Ray (engine/pool.py), started now so
+        that they come up while the driver plans; Ray is never started."""
+        if (self.local_bytes > 0 and self.inline_docs > 0 and self.input_bytes is not None
+                and self.input_bytes <= self.local_bytes and self._no_ray()):
+            from pipeline.engine.pool import LocalPool
+
+            # a run every step of which runs in this process (its inputs at ~1 KB a document
+            # within inline_docs) starts the pool only if a step turns out larger
+            self._pool = LocalPool(self.workers or os.cpu_count() or 1, self.max_retries,
+                                   start=self.input_bytes // 1000 > self.inline_docs)
+
+    @property
+    def backend(self) -> str:
+        """Where this run's tasks ran: "ray", "local processes" (engine/pool.py) or "in process"."""
+        return "ray" if self._ray is not None else "local processes" if self.pooled else "in process"
+
+    def _cap(self) -> int:
+        """Tasks in flight at most (none until Ray or the pool is up)."""
+        if self._pool is not None:
+            return 2 * self._pool.workers
+        return self._ray[2] if self._ray is not None else 1 << 30
+
     def run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
         try:
             return self._run(steps)
         finally:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
             for s in steps:
                 if self.status.get(s.name) != "SUCCESS":
                     if self.leases is not None:  # failed or interrupted: free what we hold for the others at once
@@ -146,6 +175,7 @@ class Executor:
         todo = [s for s in steps if s.name not in self.stats]
         if not todo:
             return self.stats
+        self._start_pool()
         queue = _Queue()
         in_flight: dict = {}
         remaining: dict[str, int] = {}
@@ -198,10 +228,11 @@ class Executor:
                     blocked.pop(name)
 
         activate_ready()
-        while queue or in_flight or blocked:
+        pool = self._pool
+        while queue or in_flight or blocked or (pool is not None and len(pool)):
             self._check_lost()
             finished: list = []  # (step, shard, stats or the exception that ended it)
-            while queue and (self._ray is None or len(in_flight) < self._ray[2]):
+            while queue and len(in_flight) + (len(pool) if pool is not None else 0) < self._cap():
                 s, idx = queue.pop()
                 spec = s.meta["specs"][idx]
                 if idx in (s.meta.get("priors") or ()):  # the earlier shard of its partial key (engine/cutoff.same_as_before)
@@ -209,6 +240,10 @@ class Executor:
                 if s.meta.get("inline"):
                     finished.append((s, idx, self._run_inline(s, idx, spec)))
                     break  # harvest it: its step may be done and others ready
+                if pool is not None:
+                    self.pooled.add(s.name)
+                    pool.submit((s, idx), s.task, spec, str(s.dir(self.store)), idx, self.fence(s), *_keys(s, idx))
+                    continue
                 ray, remote, cap, node_mb = self._ensure_ray()
                 opts = task_options(s, node_mb)
                 r = remote.options(**opts) if opts else remote
@@ -227,6 +262,8 @@ class Executor:
                         finished.append((s, idx, ray.get(ref)))
                     except Exception as e:  # noqa: BLE001 -- the others go on; the run fails once, at the end
                         finished.append((s, idx, e))
+            elif pool is not None and len(pool):
+                finished += [(s, idx, st) for (s, idx), st in pool.wait(0 if finished else 1.0)]
             elif not finished:  # only waiting on other runs' steps
                 time.sleep(min(1.0, self.leases.ttl / 8) if self.leases else 1.0)
             for s, idx, st in finished:
@@ -248,7 +285,7 @@ class Executor:
                 poll_blocked()
                 if len(blocked) < n:
                     activate_ready()
-            if self._ray is None or len(in_flight) < self._ray[2]:  # room for more: start any step whose inputs just finished
+            if len(in_flight) + (len(pool) if pool is not None else 0) < self._cap():  # room: start any step whose inputs just finished
                 activate_ready()
         if self.failed:
             raise RunError(self._failure_report(waiting))

@@ -162,8 +162,11 @@ def finish_record(record: dict, ctx: Context, run_dir: Path, ex: Executor, t0: f
         r["reused"] = ex.reused.get(s.name, 0)  # shards linked from an earlier folder by their content (engine/reuse.py)
         if s.name in ex.inlined:
             r["where"] = "inline"  # in the run's own process (a small step while no Ray was up)
+        elif s.name in ex.pooled:
+            r["where"] = "local"  # in the local worker processes of a small run (engine/pool.py)
         if s.name in ex.timings:
             r["seconds"] = round(ex.timings[s.name], 3)
+    record["executor"] = ex.backend  # engine/pool.py: a small run starts no Ray
     record["versions"] = versions()
     record["finished"] = time.time()
     record["seconds"] = round(record["finished"] - t0, 3)

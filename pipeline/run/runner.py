@@ -28,6 +28,7 @@ from pipeline.engine import storelock
 from pipeline.engine.lease import Leases
 from pipeline.engine.progress import Progress
 from pipeline.engine.step import step_status
+from pipeline.engine.pool import local_bytes
 from pipeline.errors import RunError, env_int
 from pipeline.io import atomic, fs, redact
 from pipeline.run import graph, outputs
@@ -104,7 +105,8 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         log(f"{s.name:<24} {action:<5} {why}")
     atomic.write_json(run_dir / "run.json", record)
     ex = Executor(store, workers=workers, progress=Progress(quiet=quiet), leases=leases,
-                  inline_docs=inline_docs(), input_bytes=_input_bytes(ctx), inline_seconds=inline_seconds())
+                  inline_docs=inline_docs(), input_bytes=_input_bytes(ctx), inline_seconds=inline_seconds(),
+                  local_bytes=local_bytes())
     try:
         stats = ex.run(ctx.steps)
     except BaseException as e:

@@ -38,6 +38,14 @@ def flaky(text):
     if _calls["n"] == 1 and not os.path.exists(os.path.join(HERE, "calm")):  # each worker's first call
         raise ConnectionResetError(104, "Connection reset by peer")
     return True
+
+
+def dies_once(text):
+    mark = os.path.join(HERE, "died")
+    if not os.path.exists(mark):  # the first call of the whole run: its worker process dies
+        open(mark, "w").close()
+        os._exit(3)
+    return flaky(text)
 '''
 
 

@@ -36,17 +36,20 @@ def test_gpt2_ranks_are_cached_once_converted_and_a_damaged_cache_is_replaced(tm
     data = tokens._gpt2_files()
     want = tiktoken.load.data_gym_to_mergeable_bpe_ranks(str(data / "vocab.bpe"), str(data / "encoder.json"))
     assert tokens._gpt2_ranks(data) == want  # converted, then written to the cache folder
-    [cached] = tmp_path.glob("gpt2-*.tiktoken")
+    [cached] = tmp_path.glob("gpt2-*.ranks")
     assert tokens._gpt2_ranks(data) == want  # read back from it
-    lines = cached.read_bytes().splitlines()
-    a, b = lines[0].split(), lines[1].split()  # a cache whose first two ranks are swapped is what a process gets:
-    cached.write_bytes(b"\n".join([a[0] + b" " + b[1], b[0] + b" " + a[1], *lines[2:]]) + b"\n")  # the cache is read,
-    got = tokens._gpt2_ranks(data)  # not the files converted again
-    assert got != want and got[next(k for k, v in want.items() if v == 0)] == 1
-    cached.write_bytes(b"\n".join(lines) + b"\n")
-    cached.write_bytes(cached.read_bytes()[:1000])  # cut short: not taken, converted again and rewritten
-    assert tokens._gpt2_ranks(data) == want
-    assert len(cached.read_bytes().splitlines()) == 50256
+    blob = cached.read_bytes()
+    n = 50256
+    first, second = blob[2 * n:2 * n + blob[0]], blob[2 * n + blob[0]:2 * n + blob[0] + blob[2]]
+    assert len(blob[0:2]) == 2 and want[first] == 0 and want[second] == 1
+    # a cache whose first two tokens are swapped (lengths too) is what a process gets: the cache is read,
+    # not the files converted again
+    swapped = blob[2:4] + blob[0:2] + blob[4:2 * n] + second + first + blob[2 * n + len(first) + len(second):]
+    cached.write_bytes(swapped)
+    got = tokens._gpt2_ranks(data)
+    assert got != want and got[first] == 1 and got[second] == 0
+    cached.write_bytes(blob[:1000])  # cut short: not taken, converted again and rewritten
+    assert tokens._gpt2_ranks(data) == want and cached.read_bytes() == blob
 
 
 def test_special_tokens_in_text_are_encoded_as_text(tmp_path):
