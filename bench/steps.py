@@ -133,6 +133,7 @@ def step_cpu(out: Path, name: str = "steps") -> tuple[dict[str, float], dict[str
         steps[name] = sum(m.get("cpu_seconds", 0) for m in own)
         tok = sum(st.get("tokenizer_seconds", 0) for m in own for st in (m.get("stages") or {}).values()
                   if isinstance(st, dict))  # the filter step counts the tokens of what it keeps: a tokenizer's cost
+        tok += sum(m.get("tokenizer_seconds", 0) for m in own)  # paragraph dedup counts its cut texts again
         cpu[stage_of(name)] += steps[name] - tok
         cpu["token counts"] += tok
     return dict(cpu), steps

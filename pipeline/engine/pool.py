@@ -6,8 +6,8 @@ documents. A run whose input files fit `CURATE_LOCAL_BYTES` (default 64 MB, no
 RAY_ADDRESS) runs its tasks here instead: the same `run_shard` calls (so the same bytes),
 in `workers` processes forked from a fork server started at the run's beginning, while the
 driver plans; the server imports numpy, pyarrow, pandas (pyarrow imports it at its first
-numpy conversion: 0.2 s a process) and the task module once, and each worker is forked from
-it. Larger runs, a cluster and the test suite's CURATE_INLINE_DOCS=0 use Ray.
+numpy conversion: 0.2 s a process) and the common steps' modules once, and each worker is
+forked from it. Larger runs, a cluster and the test suite's CURATE_INLINE_DOCS=0 use Ray.
 
 What Ray gave that this keeps: a transient fault is retried in the worker (`max_retries`),
 a worker that dies (killed, out of memory) fails only the shards it had, which are
@@ -25,7 +25,10 @@ from pipeline.engine.task import run_shard
 from pipeline.errors import TransientError, env_int
 
 LOCAL_BYTES = 64 << 20
-PRELOAD = ["numpy", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "pandas", "pipeline.engine.task"]
+PRELOAD = ["numpy", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "pandas", "pipeline.engine.task",  # once, not
+           "pipeline.steps.ingest.ids", "pipeline.steps.ingest.documents", "pipeline.steps.filter",   # once a worker
+           "pipeline.steps.dedup.exact", "pipeline.steps.dedup.fuzzy", "pipeline.steps.dedup.paragraph",
+           "pipeline.steps.mix.tasks", "pipeline.steps.samples.tasks"]
 
 
 def local_bytes() -> int:

@@ -17,6 +17,8 @@ apply (per document shard): the cuts are made (each cut paragraph goes with the
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pyarrow as pa
 import xxhash
@@ -155,8 +157,11 @@ def apply_shard(spec: dict, out) -> dict:
                 new_chars[r] = len(nt)
                 changed.append(r)
     new_toks: list = [None] * n
-    if changed:
+    tok_cpu = 0.0
+    if changed:  # a cut text's tokens, counted again (BPE counts do not subtract)
+        c0 = time.process_time()
         counts = tokens.count(spec.get("tokenizer"), [new_text[r] for r in changed])
+        tok_cpu = time.process_time() - c0
         for k, r in enumerate(changed):
             new_toks[r] = int(counts[k]) if counts is not None else 0
     ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
@@ -178,5 +183,5 @@ def apply_shard(spec: dict, out) -> dict:
                "chars_out": int(chars_out[out_rows].sum()), "tokens_in": int(toks_all[rows_in].sum()),
                "tokens_out": int(toks_out[out_rows].sum()), "docs_rewritten": len(changed)})
     empty = int(sum(1 for x in reason if x))
-    return {"rows": len(rows_in), "source": doc["source"], "part": doc["part"], **st,
+    return {"rows": len(rows_in), "source": doc["source"], "part": doc["part"], **st, "tokenizer_seconds": round(tok_cpu, 3),
             "removed": {"paragraph_dedup:empty": empty} if empty else {}, "read_key": rk}
