@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline.mixing import cells
 from pipeline.io import atomic, fs
@@ -109,9 +110,13 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
     buckets = topics = None  # quality buckets and topics, when the source has them
     rewritten_by: list[list[str] | None] = [None] * n  # the stages (filters by name) that changed a row's text
     layers = run.layers(source, part)
+    n_tokens = docs.column("n_tokens")
     for label, path in layers:
-        t = fs.read_table(path)
-        names = t.schema.names
+        names = fs.parquet_file(path).schema_arrow.names
+        # a layer's rewritten texts are read only when wanted (they are most of its bytes)
+        t = fs.read_table(path, columns=names if with_text else [c for c in names if c != "text"])
+        if "n_tokens" in names:  # a layer's counts: a filtered source's are first counted by its filter step
+            n_tokens = pc.coalesce(t.column("n_tokens"), n_tokens)
         if "rewritten_by" in names or "n_chars" in names:
             col = t.column("rewritten_by" if "rewritten_by" in names else "n_chars").to_pylist()
             for i, v in enumerate(col):
@@ -192,7 +197,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
         "reason": pa.array(list(reason), pa.string()),
         "scores": pa.array([orjson.dumps(s).decode() if s else None for s in scores], pa.string()),
         "survivor_source": pa.array(list(surv_src), pa.string()), "survivor_id": pa.array(list(surv_id), pa.string()),
-        "survivor_gid": pa.array(list(surv_gid), pa.int64()), "n_tokens": docs.column("n_tokens"),
+        "survivor_gid": pa.array(list(surv_gid), pa.int64()), "n_tokens": n_tokens,
         "rewritten_by": pa.array(rewritten_by, pa.list_(pa.string())),
     }
     if with_text:

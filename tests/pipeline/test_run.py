@@ -174,3 +174,24 @@ def test_explain_names_the_filter_and_reason(demo_run):
     assert "=> kept, in mixture/part-00000.parquet\n" in r.stdout
     r = curate("explain", str(run_dir), "--id", "nope")
     assert r.returncode == 1 and "no document with id 'nope'" in r.stdout
+
+
+def test_a_filtered_sources_tokens_are_counted_for_what_its_filters_keep(demo_run):
+    """Ingest leaves a filtered source's n_tokens null and its filter step counts the documents it
+    keeps: the decisions (explain, samples) and the mixture carry the same counts, the removed
+    documents none, and the ledger says the tokens before the last filter were not counted."""
+    import pyarrow.parquet as pq
+
+    from pipeline.plan import tokens
+    from pipeline.shards import decisions as dec
+
+    part = next((demo_run / "steps").glob("ingest-web-*")) / "part-00000.parquet"
+    assert set(pq.read_table(part, columns=["n_tokens"]).column("n_tokens").to_pylist()) == {None}
+    t = dec.shard_decisions(dec.Run(demo_run), "web", part, with_text=True).to_pylist()
+    mixed = {r["id"]: r["n_tokens"] for f in sorted((demo_run / "mixture").glob("part-*.parquet"))
+             for r in pq.read_table(f, columns=["id", "n_tokens"]).to_pylist()}
+    kept = [r for r in t if r["status"] == "kept"]
+    assert kept and all(r["n_tokens"] == mixed[r["id"]] == tokens.count("gpt2", [r["text"]])[0] for r in kept[:50])
+    assert all(r["n_tokens"] is None for r in t if r["stage"] and r["stage"].startswith("filter:"))
+    web = atomic.read_json(demo_run / "ledger.json")["sources"]["web"]["stages"]
+    assert web[0]["tokens_out"] is None and web[-1]["tokens_out"] > 0
