@@ -21,9 +21,14 @@ Per step, at D documents (every assumption is printed beside the table):
 - **requests per task**: a + b x files read, a and b solved from the N and 4N runs (the
   step's readers read different numbers of files at each); a step reading no shuffle: the
   4N run's mean per task.
-- **CPU**: the 4N run's task seconds per document x D, x (3,000 bytes / the bench's bytes
-  per document) for the steps that read text; requests add `latency` each, serially (an
-  upper bound: shuffle reads keep 16 in flight).
+- **CPU**: the 4N run's task CPU seconds per document (its shards' `cpu_seconds`; until
+  issue 52 the tasks' wall seconds, which held every request's 20 ms as well) x D, x (3,000
+  bytes / the bench's bytes per document) for the steps that read text; the fuzzy
+  components' round tasks: their wall seconds (their CPU is not in a marker), an upper
+  bound. The bench's shards are 2,500-5,000 rows, so a task's fixed CPU is counted 10-20x
+  what a 50,000-row shard pays: an upper bound too.
+- **task time**: CPU + requests x `latency`, serially (an upper bound: shuffle reads keep
+  16 in flight).
 - **wall**: a step's tasks x task time / cores, or its one task's time; steps one after
   another (the executor overlaps ready steps: this is the pessimistic sum).
 - **peak memory per task**: measured; for per-shard steps also the bound if memory grew with
@@ -137,6 +142,13 @@ def per_task_requests(name: str, small: dict, big: dict, writers_small: int, wri
     return max(0.0, q1 - b * f1), b
 
 
+def cpu_of(st: dict) -> float:
+    """A step's CPU seconds in the bench: its shards' `cpu_seconds` (the worker process's CPU
+    during the task); runs recorded before markers had them: the tasks' wall seconds, which
+    also hold every request's latency (the model adds latency to wall time on its own)."""
+    return st["cpu"] if st.get("cpu") else st["total"]
+
+
 def model(small: dict, big: dict, docs: float, cores: int, latency: float) -> list[dict]:
     n = big["docs"]
     text_factor = TEXT_BYTES / (big["chars"] / n)
@@ -154,7 +166,7 @@ def model(small: dict, big: dict, docs: float, cores: int, latency: float) -> li
         reads = files_read(at.get(w, 1)) if w else 0
         req_task = a + b * reads
         f = text_factor if name.startswith(TEXT_STEPS) and not is_merge(name) else 1.0
-        cpu = st["total"] / n * docs * f
+        cpu = cpu_of(st) / n * docs * f
         if is_merge(name):
             # no merge task ran in the bench (at most 32 writers): the code's figures. A task streams its
             # group's files front to back with MERGE_BUFFER read-ahead, ~1 GET per 4 MB, writes one file
@@ -187,7 +199,7 @@ def model(small: dict, big: dict, docs: float, cores: int, latency: float) -> li
             # reads one small candidates file (ids and texts) per examples task, 32 in flight (classify/tasks.py)
             files = at.get(name[: -len("-train")] + "-examples", 1)
             req_task = sum(st["requests"].values()) + 2 * files
-            cpu = st["total"]
+            cpu = cpu_of(st)
             reads = files
             task_s = cpu + 2 * files * latency / 32
             rows.append({"step": name, "tasks": 1, "files_read": reads, "requests": req_task, "cpu_h": cpu / 3600,
@@ -196,7 +208,7 @@ def model(small: dict, big: dict, docs: float, cores: int, latency: float) -> li
         elif name.endswith(ONE):  # one task: its requests and CPU as they grew from N to 4N (a power law)
             grow = lambda x0, x1: x1 * (docs / n) ** max(0.0, math.log(max(x1, 1e-9) / max(x0, 1e-9)) / math.log(n / small["docs"]))  # noqa: E731
             req_task = grow(sum(small["steps"][name]["requests"].values()), sum(st["requests"].values()))
-            cpu = grow(small["steps"][name]["total"], st["total"])
+            cpu = grow(cpu_of(small["steps"][name]), cpu_of(st))
         task_s = cpu / max(1, t) + req_task * latency
         wall = task_s if t == 1 else t * task_s / cores
         if name == "dedup-fuzzy-clusters":  # its waves run one after another

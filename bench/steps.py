@@ -1,10 +1,10 @@
 """Every step of a whole chain against its filters and the I/O floor, per kind of text (issue 52).
 
-    python -m bench.steps [--docs 4000] [--scales 1,4] [--kinds K,..] [--workers 2] [--json F]
+    python -m bench.steps [--docs 8000] [--scales 1,4] [--per-file 2000] [--kinds K,..] [--workers 2] [--json F]
 
 For each kind of text (bench/textkinds.py) and each size (`--docs` x each of `--scales`,
 files x the scale too, so shards and partitions grow with the corpus), the documents are
-written as JSONL.zst files of 1,000 and `curate run --workers W` runs a mixture of that one
+written as JSONL.zst files of `--per-file` and `curate run --workers W` runs a mixture of that one
 source through the chain a crawl gets: ingest -> filters -> exact, fuzzy (verified) and
 paragraph dedup -> the mixture (Parquet) -> samples and the report. Prose, technical
 documents, code and non-English prose get the full heuristic chain (Gopher repetition,
@@ -12,7 +12,8 @@ Gopher quality, C4, FineWeb); short texts get two cheap filters (length, Gopher 
 as a crawl's short pages would. No classifier: its cost is the model's.
 
 Printed per kind and size: every step's task CPU (its shards' markers) in µs per input
-document and per input MB; the I/O floor measured in the same run (one core: read,
+document and per input MB, the tokenizer's time (`tokenizer_seconds` of the filter and
+paragraph steps' markers) taken out of its step as "token counts", a model's cost; the I/O floor measured in the same run (one core: read,
 decompress, parse, write Parquet, nothing else) in the same units; the chain's task CPU over
 the filter steps' (the issue's ratio) and over the floor; the CPU of every process of the
 command (a cgroup: Ray's start and the driver included). Not a test: timings never gate CI.
@@ -31,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".cache" / "bench" / "steps"
-PER_FILE = 1000
+PER_FILE = 2000
 FULL = ["gopher_repetition", "gopher_quality", "c4_quality", "fineweb_quality"]
 CHEAP = ["long_enough", "gopher_repetition"]
 STAGES = [  # (stage, step-name prefixes), in pipeline order
@@ -53,16 +54,16 @@ def stage_of(step: str) -> str:
     return "other: " + step.split("-")[0]
 
 
-def write_corpus(texts: list[str], folder: Path, prefix: str) -> float:
-    """JSONL.zst files of PER_FILE documents; returns the texts' MB."""
+def write_corpus(texts: list[str], folder: Path, prefix: str, per_file: int = PER_FILE) -> float:
+    """JSONL.zst files of `per_file` documents; returns the texts' MB."""
     import orjson
     import zstandard
 
     folder.mkdir(parents=True, exist_ok=True)
-    for i in range(0, len(texts), PER_FILE):
+    for i in range(0, len(texts), per_file):
         lines = b"".join(orjson.dumps({"id": f"{prefix}{j:08d}", "text": t}) + b"\n"
-                         for j, t in enumerate(texts[i:i + PER_FILE], start=i))
-        (folder / f"part-{i // PER_FILE:05d}.jsonl.zst").write_bytes(zstandard.ZstdCompressor(level=3).compress(lines))
+                         for j, t in enumerate(texts[i:i + per_file], start=i))
+        (folder / f"part-{i // per_file:05d}.jsonl.zst").write_bytes(zstandard.ZstdCompressor(level=3).compress(lines))
     return sum(len(t.encode()) for t in texts) / 1e6
 
 
@@ -139,30 +140,31 @@ def step_cpu(out: Path, name: str = "steps") -> tuple[dict[str, float], dict[str
     return dict(cpu), steps
 
 
-def one(kind: str, texts: list[str], scale: int, workers: int) -> dict:
+def one(kind: str, texts: list[str], scale: int, workers: int, per_file: int = PER_FILE) -> dict:
     from bench.reuse import cpu_run
 
     base = WORK / kind.replace(" ", "_") / str(len(texts))
     shutil.rmtree(base, ignore_errors=True)
-    mb = write_corpus(texts, base / "in", "d")
+    mb = write_corpus(texts, base / "in", "d", per_file)
     floor = io_floor(base / "in", base / "floor")
     y = mixture_yaml(base / "in", base / "out", CHEAP if kind.startswith("short") else FULL)
     cpu, wall = cpu_run(y, f"steps-{scale}", ["--workers", str(workers)])
     stages, steps = step_cpu(base / "out")
+    executor = json.loads((base / "out" / "steps" / "run.json").read_text()).get("executor", "ray")
     shutil.rmtree(base, ignore_errors=True)
-    return {"kind": kind, "docs": len(texts), "mb": mb, "scale": scale, "floor": floor, "stages": stages, "steps": steps,
+    return {"kind": kind, "docs": len(texts), "mb": mb, "scale": scale, "floor": floor, "stages": stages, "steps": steps, "executor": executor,
             "command_cpu": cpu, "wall": wall}
 
 
 def table(rows: list[dict]) -> str:
     names = [s for s, _ in STAGES] + sorted({k for r in rows for k in r["stages"]} - {s for s, _ in STAGES})
-    head = ["kind", "docs"] + names + ["I/O floor", "chain/filters", "with token counts", "chain/floor", "command CPU/chain"]
-    out = ["| " + " | ".join(head) + " |", "|" + " --- |" * 2 + " ---: |" * (len(head) - 2)]
+    head = ["kind", "docs", "tasks ran in"] + names + ["I/O floor", "chain/filters", "with token counts", "chain/floor", "command CPU/chain"]
+    out = ["| " + " | ".join(head) + " |", "|" + " --- |" * 3 + " ---: |" * (len(head) - 3)]
     for r in rows:
         d, tok = r["docs"], r["stages"].get("token counts", 0.0)
         chain = sum(r["stages"].values()) - tok
         us = lambda s: f"{1e6 * s / d:,.0f} ({s / r['mb'] * 1e6 / 1e6 * 1e3:,.0f})"  # noqa: E731  µs/doc (ms/MB)
-        cells = [r["kind"], f"{d:,}"] + [us(r["stages"].get(n, 0.0)) for n in names] + [us(r["floor"])]
+        cells = [r["kind"], f"{d:,}", r.get("executor", "ray")] + [us(r["stages"].get(n, 0.0)) for n in names] + [us(r["floor"])]
         flt = max(r["stages"].get("filters", 0), 1e-9)
         cells += [f"{chain / flt:.2f}", f"{(chain + tok) / flt:.2f}", f"{chain / r['floor']:.1f}",
                   f"{r['command_cpu'] / (chain + tok):.2f}"]
@@ -174,7 +176,8 @@ def main(argv=None) -> None:
     from bench import textkinds
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--docs", type=int, default=4000)
+    ap.add_argument("--docs", type=int, default=8000)
+    ap.add_argument("--per-file", type=int, default=PER_FILE)
     ap.add_argument("--scales", default="1,4")
     ap.add_argument("--kinds", default=",".join(textkinds.KINDS))
     ap.add_argument("--workers", type=int, default=2)
@@ -188,7 +191,7 @@ def main(argv=None) -> None:
                 "short texts and spam": textkinds.short_and_spam}[kind]
         for scale in scales:
             texts = make(a.docs * scale)
-            rows.append(one(kind, texts, scale, a.workers))
+            rows.append(one(kind, texts, scale, a.workers, a.per_file))
             print(f"{kind} x{scale}: {len(texts):,} docs, chain {sum(rows[-1]['stages'].values()):.1f} task CPU-s, "
                   f"command {rows[-1]['command_cpu']:.1f} CPU-s", file=sys.stderr, flush=True)
     print("Task CPU per stage in µs per input document (ms per input MB). chain: every stage but the token counts "

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import array
 import itertools
-import os
 import time
 import uuid
 from collections import deque
@@ -32,18 +31,18 @@ from pathlib import Path
 
 import orjson
 
-from pipeline.engine.cluster import check_shared_output, start_ray
 from pipeline.engine.lease import LeaseLost, Leases, create_exclusive, describe
 from pipeline.engine.markers import RunningMarkers, SpilledSpecs, StepMarkers, pinned
 from pipeline.engine.progress import Progress
 from pipeline.engine.reuse import Keys, link_earlier
 from pipeline.engine.step import SUCCESS, Step, committed, iter_markers, read_markers, shard_name, success
-from pipeline.engine.task import run_shard, versions
-from pipeline.errors import CurateError, RunError, TransientError
+from pipeline.engine.task import versions
+from pipeline.errors import CurateError, RunError
+from pipeline.engine.where import Where, _keys, task_options
 from pipeline.io import atomic, fs
 
 
-class Executor:
+class Executor(Where):
     """Runs steps in dependency order; the shards of every ready step share one task pool."""
 
     def __init__(self, store: Path, workers: int | None = None, max_retries: int = 3, progress: Progress | None = None,
@@ -71,53 +70,6 @@ class Executor:
         self._pool = None  # the LocalPool (engine/pool.py) of such a run
         self.pooled: set[str] = set()  # steps with shards run there
 
-    def _ensure_ray(self):
-        if self._ray is None:
-            import ray
-
-            if not ray.is_initialized():
-                start_ray(self.workers)
-                check_shared_output(self.store)
-            remote = ray.remote(num_cpus=1, max_retries=self.max_retries, retry_exceptions=[TransientError])(run_shard)
-            cap = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers or 1)))
-            node_mb = max((n["Resources"].get("memory", 0) / 2**20 for n in ray.nodes() if n.get("Alive")), default=0)
-            self._ray = (ray, remote, cap, node_mb)
-        return self._ray
-
-    def _inline_ok(self, s: Step) -> bool:
-        """Run `s` in this process: no Ray is up, and its largest input holds at most
-        `inline_docs` rows (a step that reads no other step: its run's input files at ~1 KB
-        a document)."""
-        if self.inline_docs <= 0 or not self._no_ray():
-            return False
-        if s.inputs:
-            docs = max(sum(m.get("rows", 0) for m in self.stats.get(i.name, {}).values()) for i in s.inputs)
-        elif self.input_bytes is None:
-            return False
-        else:
-            docs = self.input_bytes // 1000
-        return docs <= self.inline_docs
-
-    def _no_ray(self) -> bool:
-        """No Ray is up, nor is one named (RAY_ADDRESS): a step may run in this process."""
-        import sys
-
-        if self._ray is not None or os.environ.get("RAY_ADDRESS"):
-            return False
-        return not ("ray" in sys.modules and sys.modules["ray"].is_initialized())
-
-    def _run_inline(self, s: Step, idx: int, spec: dict):
-        """One shard in this process, with the retries Ray would give a transient fault;
-        returns its stats or the exception that ended it."""
-        for attempt in range(self.max_retries + 1):
-            try:
-                return run_shard(s.task, spec, str(s.dir(self.store)), idx, self.fence(s), *_keys(s, idx))
-            except TransientError as e:
-                if attempt == self.max_retries:
-                    return e
-            except Exception as e:  # noqa: BLE001 -- reported as a Ray task's error would be
-                return e
-
     def lease_dir(self, s: Step):
         return self.store / "_leases" / s.dir(self.store).name
 
@@ -126,29 +78,6 @@ class Executor:
         if self.leases is None or str(self.lease_dir(s)) not in self.leases.held:
             return self._fence
         return self.leases.fence(self.lease_dir(s))
-
-    def _start_pool(self) -> None:
-        """A small run's local worker processes instead of Ray (engine/pool.py), started now so
-        that they come up while the driver plans; Ray is never started."""
-        if (self.local_bytes > 0 and self.inline_docs > 0 and self.input_bytes is not None
-                and self.input_bytes <= self.local_bytes and self._no_ray()):
-            from pipeline.engine.pool import LocalPool
-
-            # a run every step of which runs in this process (its inputs at ~1 KB a document
-            # within inline_docs) starts the pool only if a step turns out larger
-            self._pool = LocalPool(self.workers or os.cpu_count() or 1, self.max_retries,
-                                   start=self.input_bytes // 1000 > self.inline_docs)
-
-    @property
-    def backend(self) -> str:
-        """Where this run's tasks ran: "ray", "local processes" (engine/pool.py) or "in process"."""
-        return "ray" if self._ray is not None else "local processes" if self.pooled else "in process"
-
-    def _cap(self) -> int:
-        """Tasks in flight at most (none until Ray or the pool is up)."""
-        if self._pool is not None:
-            return 2 * self._pool.workers
-        return self._ray[2] if self._ray is not None else 1 << 30
 
     def run(self, steps: list[Step]) -> dict[str, dict[int, dict]]:
         try:
@@ -443,12 +372,6 @@ class Executor:
         self.progress.finish(s.name, self.timings[s.name])
 
 
-def _keys(s: Step, idx: int) -> tuple[str, str | None]:
-    """A shard's content key and partial key, for its marker."""
-    partials = s.meta.get("partials") or []
-    return s.meta["keys"][idx], partials[idx] if idx < len(partials) else None
-
-
 SOLO = 8  # a step left with one shard runs here when it took at most this many times CURATE_INLINE_SECONDS
 
 
@@ -500,17 +423,6 @@ def commit(d, step_hash: str, fence: str, markers) -> Path | None:
         return d / name
     (d / name).unlink(missing_ok=True)
     return None
-
-
-def task_options(s: Step, node_mb: float) -> dict:
-    """Ray options beyond the defaults: CPU slots, and the memory the step declares, at most
-    80% of the largest node's (a task that asks for more than any node has never starts)."""
-    opts: dict = {}
-    if s.cpus != 1:
-        opts["num_cpus"] = s.cpus
-    if s.memory_mb and node_mb:
-        opts["memory"] = int(min(s.memory_mb, 0.8 * node_mb) * 2**20)
-    return opts
 
 
 def _describe(s: Step, idx: int) -> str:

@@ -44,9 +44,13 @@ def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
         docs = toks = "?"
         if (mk := committed(ing, store)) is not None:
             docs = f"{sum(m['docs_out'] for m in mk.values()):,}"
-            toks = f"{sum(m['tokens'] for m in mk.values()):,}"
+            if all(m.get("tokens") is not None for m in mk.values()):
+                toks = f"{sum(m['tokens'] for m in mk.values()):,}"
+            elif (flt := ctx.filter.get(sname)) is not None and (fk := committed(flt, store)) is not None:
+                toks = f"{sum(list(m['stages'].values())[-1]['tokens_out'] or 0 for m in fk.values() if m['stages']):,}*"
         lines.append(f"{sname:<16} {len(files):>6} {sum(f.size for f in files) / 1e6:>10.1f} {docs:>10} {toks:>12}")
-    lines.append("(docs and tokens after ingest; '?' until ingest has run)")
+    lines.append("(docs after ingest, tokens too, or *after the filters, where a filtered source's are counted; "
+                 "'?' until they have run)")
     lines += ["", *graph.expected(ctx)]
     return "\n".join(lines)
 

@@ -302,18 +302,14 @@ def verify_shard(spec: dict, out) -> dict:
         texts = dict(zip(g, tt.column("text").to_pylist()))
         dig = {x: xxhash.xxh3_128_digest(t.encode("utf-8", "surrogatepass")) for x, t in texts.items()}
         known = _known(spec.get("prior") or [])
-        sets: dict[int, np.ndarray] = {}
-
-        def shingled(x: int) -> np.ndarray:
-            if x not in sets:
-                sets[x] = text.shingle_set(texts[x], p["ngram"], p["normalize"])
-            return sets[x]
-
+        found = [known.get(dig[a] + dig[b]) for a, b in zip(lo, hi)]
+        need = sorted({x for (a, b), j in zip(zip(lo, hi), found) if j is None for x in (a, b)})
+        sets = dict(zip(need, text.shingle_sets([texts[x] for x in need], p["ngram"], p["normalize"])))
         jac = np.empty(len(lo))
         for i, (a, b) in enumerate(zip(lo, hi)):
-            j = known.get(dig[a] + dig[b])
+            j = found[i]
             if j is None:
-                j = text.jaccard(shingled(a), shingled(b))
+                j = text.jaccard(sets[a], sets[b])
             else:
                 looked += 1
             jac[i] = j

@@ -124,3 +124,11 @@ def test_segments_cover_the_text_with_their_separators():
     assert "".join(t[s:e] for s, e in spans) == t
     assert [t[s:e].strip() for s, e in spans] == ["First para.", "Second para\nstill second.", "Third."]
     assert [t[s:e].strip() for s, e in T.segments(t, "line")] == ["First para.", "", "Second para", "still second.", "", "", "Third."]
+
+
+def test_shingle_sets_in_batches_are_each_texts_own_set(real_texts):
+    texts = real_texts[:300] + ["", "a", "a b c", "...", "x " * 5000]
+    for chunk in (1 << 20, 2000, 1):  # one batch, several, one text a batch
+        got = T.shingle_sets(texts, 5, chunk_bytes=chunk)
+        assert len(got) == len(texts)
+        assert all(np.array_equal(g, T.shingle_set(t, 5)) for g, t in zip(got, texts))

@@ -152,7 +152,7 @@ def test_validate_reports_a_missing_classifier_model_or_eval_file(tmp_path):
 def test_text_carrying_tasks_declare_their_memory_and_a_declaration_always_fits_a_node(demo_yaml, tmp_path):
     """Ray packs tasks by CPU unless told: the steps whose tasks hold a shard of text declare
     memory from the sources' max_shard_bytes (capped at 80% of the largest node), the rest none."""
-    from pipeline.engine.executor import task_options
+    from pipeline.engine.where import task_options
 
     lm = config.load(demo_yaml)
     steps = {s.name: s for s in graph.build(lm, tmp_path / "run").steps}
