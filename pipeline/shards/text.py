@@ -50,6 +50,15 @@ def _tables():
 WIDE_SPACES = (0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
 
 
+@lru_cache(maxsize=4)
+def _wide_re(punctuation: bool, space: bool):
+    """One character class of the non-ASCII characters `normalize` makes spaces (a regex
+    scan, ~10x a set intersection with the text), or None when there are none."""
+    wide_punct, wide_space = _tables()[1:]
+    chars = (wide_punct if punctuation else frozenset()) | (wide_space if space else frozenset())
+    return re.compile("[" + "".join(re.escape(c) for c in sorted(chars)) + "]") if chars else None
+
+
 _NUMBERS = re.compile(r"\d+([.,،٫⎖⎗⎘]\d+)?")  # simplify_text's number pattern (\d is Unicode Nd)
 _NUMBERS_ASCII = re.compile(rb"[0-9]+([.,][0-9]+)?")
 
@@ -64,10 +73,9 @@ def normalize(text: str, options) -> bytes:
     if not ascii_only:
         if "digits" in options:
             text = _NUMBERS.sub("0", text)
-        wide_punct, wide_space = _tables()[1:]
-        wide = (wide_punct if "punctuation" in options else frozenset()) | (wide_space if fold_space else frozenset())
-        for c in wide.intersection(text):
-            text = text.replace(c, " ")
+        rx = _wide_re("punctuation" in options, fold_space)
+        if rx is not None:
+            text = rx.sub(" ", text)
     data = text.encode("utf-8", "surrogatepass")
     if "digits" in options and ascii_only:
         data = _NUMBERS_ASCII.sub(b"0", data)
