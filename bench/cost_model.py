@@ -63,8 +63,9 @@ BANDS, PARAGRAPHS_PER_DOC = 14, 8
 DRIVER_KB_PER_SHARD = 2.2  # bench.driver: planning and resuming a step of 10^5 shards
 DRIVER_KB_PER_MARKER = 0.82  # a finished shard's marker held by the driver (mean over the 4N local run's steps)
 BASE_RSS = 300.0
+# steps whose work grows with the bytes of text (samples-pick reads the texts of the records it picks only)
 TEXT_STEPS = ("ids-", "ingest-", "filter-", "dedup-fuzzy-signatures", "dedup-fuzzy-fetch", "dedup-fuzzy-verify",
-              "dedup-paragraph-map", "dedup-exact-map", "classify-", "samples-pick", "mix-route", "mix")
+              "dedup-paragraph-map", "dedup-exact-map", "classify-", "mix-route", "mix")
 SPLIT_WRITERS = ("mix-route", "dedup-fuzzy-fetch")  # merged by partition ranges past SPLIT_BYTES a group
 ONE = ("-train", "-threshold", "mix-select", "samples", "dedup-fuzzy-clusters")
 # reader -> the shuffle it reads (its writer step); a -merge step between them joins the writers' files
