@@ -104,7 +104,7 @@ class Executor(Where):
         todo = [s for s in steps if s.name not in self.stats]
         if not todo:
             return self.stats
-        self._start_pool()
+        self._start_pool(todo)
         queue = _Queue()
         in_flight: dict = {}
         remaining: dict[str, int] = {}

@@ -65,17 +65,18 @@ class Where:
             except Exception as e:  # noqa: BLE001 -- reported as a Ray task's error would be
                 return e
 
-    def _start_pool(self) -> None:
-        """A small run's local worker processes instead of Ray (engine/pool.py), started now so
-        that they come up while the driver plans; Ray is never started."""
+    def _start_pool(self, todo: list[Step]) -> None:
+        """A small run's local worker processes instead of Ray (engine/pool.py); Ray is never
+        started. Started now, so that they come up while the driver plans, when the run reads
+        input files larger than a step run inline (a first run, new data); else at the first
+        task it has (an edit's few shards mostly run inline: no pool at all)."""
         if (self.local_bytes > 0 and self.inline_docs > 0 and self.input_bytes is not None
                 and self.input_bytes <= self.local_bytes and self._no_ray()):
             from pipeline.engine.pool import LocalPool
 
-            # a run every step of which runs in this process (its inputs at ~1 KB a document
-            # within inline_docs) starts the pool only if a step turns out larger
+            reads_inputs = any(not s.inputs for s in todo)
             self._pool = LocalPool(self.workers or os.cpu_count() or 1, self.max_retries,
-                                   start=self.input_bytes // 1000 > self.inline_docs)
+                                   start=reads_inputs and self.input_bytes // 1000 > self.inline_docs)
 
     @property
     def backend(self) -> str:
