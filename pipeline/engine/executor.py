@@ -7,7 +7,9 @@ engine/markers.py); documents never pass through the driver, except that a
 small step runs in the driver's own process while no Ray is up (`inline_docs`: a step whose
 largest input holds at most that many rows; Ray starts at the first larger step): a
 1,000-document run or a weights-only variant then costs its work, not Ray's start and
-stop, and since the task functions are the same, so are the bytes. In-flight
+stop, and since the task functions are the same, so are the bytes; a run whose inputs are
+small runs its larger steps in local worker processes instead of Ray (engine/pool.py; where a
+shard runs: engine/where.py). In-flight
 tasks are bounded (`ray.wait` backpressure); Ray retries a shard lost with its worker or
 node (`max_retries`), and since names are deterministic and writes atomic, a retry
 produces the same bytes. Steps shared with other runs are claimed through leases
