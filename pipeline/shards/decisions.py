@@ -96,7 +96,11 @@ def reason_group(reason: str | None) -> str | None:
     return reason.split(" (", 1)[0]
 
 
-def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) -> pa.Table:
+def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False, score_rows=None) -> pa.Table:
+    """Every row's fate in one document shard: status, stage, reason, scores (JSON), the
+    survivor of a dedup removal, n_tokens (and text). `score_rows`: only these rows get their
+    scores (the others null): a filter chain's scores are a dict entry per row and score,
+    most of this function's time, and the samples want a few rows' (None: every row's)."""
     cols = ["id", "source_id", "n_tokens"] + (["text", "metadata"] if with_text else [])
     docs = fs.read_table(part, columns=cols)
     n = docs.num_rows
@@ -111,6 +115,13 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
     rewritten_by: list[list[str] | None] = [None] * n  # the stages (filters by name) that changed a row's text
     layers = run.layers(source, part)
     n_tokens = docs.column("n_tokens")
+    scored = list(range(n)) if score_rows is None else sorted(score_rows)
+    at = pa.array(scored, pa.int64())
+
+    def values(t: pa.Table, c: str) -> list:
+        """(row, value) of column c at the rows that get scores."""
+        col = t.column(c)
+        return list(zip(scored, (col if score_rows is None else col.take(at)).to_pylist()))
     for label, path in layers:
         names = fs.parquet_file(path).schema_arrow.names
         # a layer's rewritten texts are read only when wanted (they are most of its bytes)
@@ -128,7 +139,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
             stg = t.column("stage").to_pylist()
             for c in names:
                 if "." in c:
-                    for i, v in enumerate(t.column(c).to_pylist()):
+                    for i, v in values(t, c):
                         if v is not None:
                             scores[i][c] = v
         for i, k in enumerate(keep):
@@ -145,23 +156,23 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False) 
                     if g is not None:
                         surv_gid[i] = g
         if "jaccard" in names:
-            for i, v in enumerate(t.column("jaccard").to_pylist()):
+            for i, v in values(t, "jaccard"):
                 if v is not None:
                     scores[i]["jaccard"] = v
         if label.startswith("quality:"):
-            for i, v in enumerate(t.column("score").to_pylist()):
+            for i, v in values(t, "score"):
                 if v is not None:
                     scores[i]["quality_score"] = round(v, 6)
             if "bucket" in names:
                 buckets = t.column("bucket").fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-                for i, v in enumerate(buckets):
-                    if v >= 1:
-                        scores[i]["quality_bucket"] = int(v)
+                for i in scored:
+                    if buckets[i] >= 1:
+                        scores[i]["quality_bucket"] = int(buckets[i])
         if label.startswith("topic:"):
             topics = np.array(t.column("topic").to_pylist(), dtype=object)
-            for i, (v, p) in enumerate(zip(topics, t.column("topic_score").to_pylist(), strict=True)):
-                if v is not None:
-                    scores[i]["topic"], scores[i]["topic_score"] = v, round(p, 6)
+            for i, p in values(t, "topic_score"):
+                if topics[i] is not None:
+                    scores[i]["topic"], scores[i]["topic_score"] = topics[i], round(p, 6)
         if with_text and "text" in names:  # rewritten text (c4 rewrite, paragraph cuts)
             new = t.column("text").to_pylist()
             docs = docs.set_column(docs.schema.get_field_index("text"), "text",

@@ -195,3 +195,19 @@ def test_a_filtered_sources_tokens_are_counted_for_what_its_filters_keep(demo_ru
     assert all(r["n_tokens"] is None for r in t if r["stage"] and r["stage"].startswith("filter:"))
     web = atomic.read_json(demo_run / "ledger.json")["sources"]["web"]["stages"]
     assert web[0]["tokens_out"] is None and web[-1]["tokens_out"] > 0
+
+
+def test_decisions_for_a_few_rows_scores_are_those_of_the_whole_shard(demo_run):
+    """samples-pick asks for the scores of its picks only (a filter chain's scores are most of
+    the decisions' cost): the same values as the whole shard's, every other column the same."""
+    from pipeline.shards import decisions as dec
+
+    part = next((demo_run / "steps").glob("ingest-web-*")) / "part-00000.parquet"
+    run = dec.Run(demo_run)
+    full = dec.shard_decisions(run, "web", part)
+    rows = [0, 3, 17, full.num_rows - 1]
+    some = dec.shard_decisions(run, "web", part, score_rows=rows)
+    assert some.drop(["scores"]).equals(full.drop(["scores"]))
+    got, want = some.column("scores").to_pylist(), full.column("scores").to_pylist()
+    assert [got[i] for i in rows] == [want[i] for i in rows] and all(want[i] for i in rows)
+    assert all(got[i] is None for i in range(full.num_rows) if i not in rows)

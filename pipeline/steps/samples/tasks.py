@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pyarrow as pa
 import xxhash
 
 from pipeline.shards import decisions as dec
@@ -202,7 +203,7 @@ def pick_shard(spec: dict, out) -> dict:
     at most as many as the source publishes, with their texts. Writes part-XXXXX.jsonl."""
     run = dec.Run(fs.path(spec["run_dir"]))
     source, part = spec["source"], fs.path(spec["documents"])
-    t = dec.shard_decisions(run, source, part)
+    t = dec.shard_decisions(run, source, part, score_rows=())  # the picks' scores only, below
     ids = t.column("id").to_pylist()
     keys = np.array([_h(run.seed, source, i) for i in ids], np.uint64)
     status = np.array(t.column("status").to_pylist(), dtype=object)
@@ -227,10 +228,14 @@ def pick_shard(spec: dict, out) -> dict:
         rows = np.array(sorted({i for _, i in chosen}))
         layers = [str(p) for _, p in run.layers(source, part)]
         texts = view_rows(str(part), layers, rows)
-        cols = _columns(t)  # once a shard, not once a record
-        changed = originals(str(part), {i: cols["rewritten_by"][i] for i in rows.tolist()})
+        at = pa.array(rows)
+        scored = dec.shard_decisions(run, source, part, score_rows=rows.tolist()).column("scores").take(at)
+        picked = t.take(at)
+        cols = _columns(picked.set_column(picked.schema.get_field_index("scores"), "scores", scored))
+        pos = {int(r): j for j, r in enumerate(rows.tolist())}  # shard row -> its row among the picks
+        changed = originals(str(part), {i: cols["rewritten_by"][pos[i]] for i in rows.tolist()})
         for g, i in chosen:
-            row = {k: v[i] for k, v in cols.items()}
+            row = {k: v[pos[i]] for k, v in cols.items()}
             text, meta = texts[i]
             row["text"] = text
             row["url"] = dec._url(meta)
