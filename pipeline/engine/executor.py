@@ -40,7 +40,7 @@ from pipeline.engine.reuse import Keys, link_earlier
 from pipeline.engine.step import SUCCESS, Step, committed, iter_markers, read_markers, shard_name, success
 from pipeline.engine.task import versions
 from pipeline.errors import CurateError, RunError
-from pipeline.engine.where import Where, _keys, task_options
+from pipeline.engine.where import Where, task_options
 from pipeline.io import atomic, fs
 
 
@@ -160,10 +160,14 @@ class Executor(Where):
 
         activate_ready()
         pool = self._pool
-        while queue or in_flight or blocked or (pool is not None and len(pool)):
+
+        def busy() -> int:  # shards in flight, on Ray or in the local pool
+            return len(in_flight) + (len(pool) if pool is not None else 0)
+
+        while queue or blocked or busy():
             self._check_lost()
             finished: list = []  # (step, shard, stats or the exception that ended it)
-            while queue and len(in_flight) + (len(pool) if pool is not None else 0) < self._cap():
+            while queue and busy() < self._cap():
                 s, idx = queue.pop()
                 spec = s.meta["specs"][idx]
                 if idx in (s.meta.get("priors") or ()):  # the earlier shard of its partial key (engine/cutoff.same_as_before)
@@ -173,12 +177,12 @@ class Executor(Where):
                     break  # harvest it: its step may be done and others ready
                 if pool is not None:
                     self.pooled.add(s.name)
-                    pool.submit((s, idx), s.task, spec, str(s.dir(self.store)), idx, self.fence(s), *_keys(s, idx))
+                    pool.submit((s, idx), *self._args(s, idx, spec))
                     continue
                 ray, remote, cap, node_mb = self._ensure_ray()
                 opts = task_options(s, node_mb)
                 r = remote.options(**opts) if opts else remote
-                ref = r.remote(s.task, spec, str(s.dir(self.store)), idx, self.fence(s), *_keys(s, idx))
+                ref = r.remote(*self._args(s, idx, spec))
                 in_flight[ref] = (s, idx)
             refs = list(in_flight)
             if refs:
@@ -216,7 +220,7 @@ class Executor(Where):
                 poll_blocked()
                 if len(blocked) < n:
                     activate_ready()
-            if len(in_flight) + (len(pool) if pool is not None else 0) < self._cap():  # room: start any step whose inputs just finished
+            if busy() < self._cap():  # room for more: start any step whose inputs just finished
                 activate_ready()
         if self.failed:
             raise RunError(self._failure_report(waiting))

@@ -21,8 +21,8 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 
-from pipeline.engine.task import run_shard
-from pipeline.errors import TransientError, env_int
+from pipeline.engine.task import run_shard_retrying
+from pipeline.errors import env_int
 
 LOCAL_BYTES = 64 << 20
 PRELOAD = ["numpy", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "pandas", "pipeline.engine.task",  # once, not
@@ -33,16 +33,6 @@ PRELOAD = ["numpy", "pyarrow", "pyarrow.parquet", "pyarrow.compute", "pandas", "
 
 def local_bytes() -> int:
     return env_int("CURATE_LOCAL_BYTES", LOCAL_BYTES, "a number of bytes of input (0: always Ray)", least=0)
-
-
-def _task(retries: int, *args):
-    """One shard in a pool worker, with the retries Ray would give a transient fault."""
-    for attempt in range(retries + 1):
-        try:
-            return run_shard(*args)
-        except TransientError:
-            if attempt == retries:
-                raise
 
 
 class LocalPool:
@@ -63,7 +53,7 @@ class LocalPool:
     def submit(self, key, *args, died: int = 0) -> None:
         if self.pool is None:
             self.pool = self._new()
-        self.futures[self.pool.submit(_task, self.max_retries, *args)] = (key, args, died)
+        self.futures[self.pool.submit(run_shard_retrying, self.max_retries, *args)] = (key, args, died)
 
     def __len__(self) -> int:
         return len(self.futures)

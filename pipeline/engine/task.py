@@ -86,6 +86,17 @@ def _call(fn, spec: dict, out: ShardOutput) -> dict:
 TASK_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
+def run_shard_retrying(retries: int, *args) -> dict:
+    """`run_shard` with the retries Ray gives a transient fault, for a shard run outside Ray
+    (in the driver, or a small run's local worker: engine/where.py, engine/pool.py)."""
+    for attempt in range(retries + 1):
+        try:
+            return run_shard(*args)
+        except TransientError:
+            if attempt == retries:
+                raise
+
+
 def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None = None, key: str | None = None,
               partial: str | None = None) -> dict:
     """Body of one shard task (also callable in-process): run, then write the marker.

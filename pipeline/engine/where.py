@@ -10,7 +10,7 @@ import os
 
 from pipeline.engine.cluster import check_shared_output, start_ray
 from pipeline.engine.step import Step
-from pipeline.engine.task import run_shard
+from pipeline.engine.task import run_shard, run_shard_retrying
 from pipeline.errors import TransientError
 
 
@@ -56,14 +56,14 @@ class Where:
     def _run_inline(self, s: Step, idx: int, spec: dict):
         """One shard in this process, with the retries Ray would give a transient fault;
         returns its stats or the exception that ended it."""
-        for attempt in range(self.max_retries + 1):
-            try:
-                return run_shard(s.task, spec, str(s.dir(self.store)), idx, self.fence(s), *_keys(s, idx))
-            except TransientError as e:
-                if attempt == self.max_retries:
-                    return e
-            except Exception as e:  # noqa: BLE001 -- reported as a Ray task's error would be
-                return e
+        try:
+            return run_shard_retrying(self.max_retries, *self._args(s, idx, spec))
+        except Exception as e:  # noqa: BLE001 -- reported as a Ray task's error would be
+            return e
+
+    def _args(self, s: Step, idx: int, spec: dict) -> tuple:
+        """run_shard's arguments for shard `idx` of `s`, wherever it runs."""
+        return (s.task, spec, str(s.dir(self.store)), idx, self.fence(s), *_keys(s, idx))
 
     def _start_pool(self, todo: list[Step]) -> None:
         """A small run's local worker processes instead of Ray (engine/pool.py); Ray is never
@@ -84,7 +84,7 @@ class Where:
         return "ray" if self._ray is not None else "local processes" if self.pooled else "in process"
 
     def _cap(self) -> int:
-        """Tasks in flight at most (none until Ray or the pool is up)."""
+        """Tasks in flight at most (no bound while neither Ray nor the pool is up)."""
         if self._pool is not None:
             return 2 * self._pool.workers
         return self._ray[2] if self._ray is not None else 1 << 30

@@ -55,11 +55,11 @@ def plan(ctx: Context) -> list[Step]:
         def filter_shards(st, stats, ing=ing, fl=fl):
             d = ing.dir(ctx.store)
             return [{"documents": str(d / f"{shard_name(i)}.parquet"), "filters": fl, "tokenizer": ctx.tokenizer,
-                     "count_tokens": True, "describe": f"{ing.name}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
+                     "describe": f"{ing.name}/{shard_name(i)}"} for i in sorted(stats[ing.name])]
 
         files = {f"{n}.{k}": atomic.file_digest(fs.path(v))[1] for n, _ in fl if n != EXTRACT_STAGE
                  for k, v in filter_base.path_fields(ctx.mixture.filters[n]).items()}
-        cfg = {"filters": fl, "files": files, "tokenizer": ctx.tokenizer_id, "count_tokens": True}
+        cfg = {"filters": fl, "files": files, "tokenizer": ctx.tokenizer_id, "count_tokens": True}  # this step counts tokens: in its hash, so no earlier output is reused
         used = code.filter_code(filter_base.parse_params(p) for _, p in fl)  # versions, libraries, user functions
         flt = Step(f"filter-{sname}", "filter", cfg, [ing], run_shard, shards=filter_shards, code=used)
         steps.append(flt)
@@ -79,15 +79,14 @@ STAGE = Stage("filter", plan)
 def run_shard(spec: dict, out) -> dict:
     filters = [(name, filter_base.build(filter_base.parse_params(p))) for name, p in spec["filters"]]
     pf = fs.parquet_file(spec["documents"])
-    count = spec.get("count_tokens", False)  # ingest did not count: the kept documents are counted here, at the end
-    t0 = None if count else 0
-    stages = {name: {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": t0, "tokens_out": t0, "removed": {}}
-              for name, _ in filters}
-    if count and filters:
+    # tokens are unknown until the end of the chain, where the kept documents are counted
+    stages = {name: {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": None, "tokens_out": None,
+                     "removed": {}} for name, _ in filters}
+    if filters:
         stages[filters[-1][0]]["tokens_out"] = 0
     tables = []
     for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["id", "text", "metadata", "n_chars", "n_tokens"]):
-        tables.append(filter_batch(batch, filters, stages, spec.get("tokenizer"), count))
+        tables.append(filter_batch(batch, filters, stages, spec.get("tokenizer")))
     table = pa.concat_tables(tables, promote_options="default") if tables else pa.table(
         {"id": pa.array([], pa.string()), "keep": pa.array([], pa.bool_()), "stage": pa.array([], pa.string()), "reason": pa.array([], pa.string())}
     )
@@ -108,16 +107,15 @@ def languages(table: pa.Table) -> dict[str, int]:
     return {str(v["values"]): int(v["counts"]) for v in vc.to_pylist()}
 
 
-def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None = None, count: bool = False) -> pa.Table:
-    """`count`: the batch's n_tokens are not known (ingest left them to this step): the
-    documents the chain keeps are counted once, with their final text, and only the last
-    stage's tokens_out is known; the documents a filter removes are never tokenized."""
+def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None = None) -> pa.Table:
+    """The chain over one batch. The documents it keeps are counted once, at the end, with
+    their final text (the last stage's tokens_out); the ones a filter removes are never
+    tokenized (ingest leaves a filtered source's n_tokens null)."""
     n = batch.num_rows
     keep = np.ones(n, dtype=bool)
     stage = [None] * n
     reason = [None] * n
     chars = batch.column("n_chars").to_numpy(zero_copy_only=False).copy()
-    toks = batch.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).copy()
     scores: dict[str, pa.ChunkedArray | pa.Array] = {}
     rewritten: dict[int, str] = {}  # row -> current text, once a filter rewrote it
     by: dict[int, list[str]] = {}  # row -> the filters that rewrote it
@@ -127,8 +125,6 @@ def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None =
         st = stages[name]
         st["docs_in"] += len(idx)
         st["chars_in"] += int(chars[idx].sum())
-        if not count:
-            st["tokens_in"] += int(toks[idx].sum())
         if len(idx):
             sub = work if len(idx) == n else work.take(pa.array(idx))
             res = flt.apply(sub)
@@ -147,7 +143,7 @@ def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None =
                 st["removed"][r] = st["removed"].get(r, 0) + 1
             keep[dropped] = False
             if res.texts is not None:
-                changed = _apply_rewrites(res, idx, rewritten, chars, toks, None if count else tokenizer)
+                changed = _apply_rewrites(res, idx, rewritten, chars)
                 for i in changed:
                     by.setdefault(i, []).append(name)
                 if changed:  # only the rows this rewriter changed are replaced in the current texts
@@ -167,15 +163,15 @@ def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None =
         kept_idx = np.flatnonzero(keep)
         st["docs_out"] += len(kept_idx)
         st["chars_out"] += int(chars[kept_idx].sum())
-        if not count:
-            st["tokens_out"] += int(toks[kept_idx].sum())
     kept_idx = np.flatnonzero(keep)
-    if count and filters and len(kept_idx):
+    toks = np.zeros(n, np.int64)
+    if filters and len(kept_idx):
+        last = stages[filters[-1][0]]
         c0 = time.process_time()
         got = tokens.count(tokenizer, work.column("text").take(pa.array(kept_idx)).to_pylist())
-        stages[filters[-1][0]]["tokenizer_seconds"] = stages[filters[-1][0]].get("tokenizer_seconds", 0.0) + time.process_time() - c0
+        last["tokenizer_seconds"] = last.get("tokenizer_seconds", 0.0) + time.process_time() - c0
         toks[kept_idx] = got if got is not None else 0
-        stages[filters[-1][0]]["tokens_out"] += int(toks[kept_idx].sum())
+        last["tokens_out"] += int(toks[kept_idx].sum())
     cols = {
         "id": batch.column("id"),
         "keep": pa.array(keep, pa.bool_()),
@@ -185,10 +181,8 @@ def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None =
     if rewritten:
         cols["text"] = pa.array([rewritten.get(i) for i in range(n)], pa.string())
         cols["n_chars"] = pa.array([int(chars[i]) if i in rewritten else None for i in range(n)], pa.int64())
-        if not count:
-            cols["n_tokens"] = pa.array([int(toks[i]) if i in rewritten else None for i in range(n)], pa.int64())
         cols["rewritten_by"] = pa.array([",".join(by[i]) if i in rewritten else None for i in range(n)], pa.string())
-    if count and tokenizer is not None:  # every kept document's count (null for the removed: never tokenized)
+    if tokenizer is not None:  # every kept document's count (null for the removed: never tokenized)
         mask = np.zeros(n, bool)
         mask[kept_idx] = True
         cols["n_tokens"] = pa.array(toks, pa.int64(), mask=~mask)
@@ -206,14 +200,10 @@ def _count_changes(st: dict, res) -> None:
         rw[kind] = rw.get(kind, 0) + int(np.asarray(per_row)[res.keep].sum())
 
 
-def _apply_rewrites(res, idx, rewritten: dict, chars, toks, tokenizer) -> list[int]:
+def _apply_rewrites(res, idx, rewritten: dict, chars) -> list[int]:
     """Record a rewriter's new texts of the rows it keeps; returns those rows."""
     changed = [(int(idx[local]), t) for local, t in enumerate(res.texts) if t is not None and res.keep[local]]
-    if not changed:
-        return []
-    counts = tokens.count(tokenizer, [t for _, t in changed])
-    for k, (i, t) in enumerate(changed):
+    for i, t in changed:
         rewritten[i] = t
         chars[i] = len(t)
-        toks[i] = counts[k] if counts is not None else 0
     return [i for i, _ in changed]
