@@ -92,10 +92,19 @@ def io_floor(folder: Path, tmp: Path) -> float:
     return time.process_time() - c0
 
 
-def mixture_yaml(folder: Path, out: Path, filters: list[str]) -> Path:
-    y = out / "steps.yaml"
+DEDUP = """dedup:
+  exact: {}
+  fuzzy: {ngram: 5, num_perm: 112, bands: 14, threshold: 0.8, verify: true}
+  paragraph: {min_chars: 50, max_occurrences: 5}
+"""
+
+
+def mixture_yaml(folder: Path, out: Path, filters: list[str], name: str = "steps", dedup: bool = True) -> Path:
+    """A mixture of one source (`web`) of JSONL.zst files with these filters, all dedup
+    kinds (or none), the whole source in the mixture; bench.whole uses it without dedup."""
+    y = out / f"{name}.yaml"
     out.mkdir(parents=True, exist_ok=True)
-    y.write_text(f"""name: steps
+    y.write_text(f"""name: {name}
 output: {out}
 seed: 0
 tokenizer: gpt2
@@ -107,11 +116,7 @@ filters:
   gopher_quality: {{type: gopher_quality}}
   c4_quality: {{type: c4_quality, filter_no_terminal_punct: false}}
   fineweb_quality: {{type: fineweb_quality}}
-dedup:
-  exact: {{}}
-  fuzzy: {{ngram: 5, num_perm: 112, bands: 14, threshold: 0.8, verify: true}}
-  paragraph: {{min_chars: 50, max_occurrences: 5}}
-mixture:
+{DEDUP if dedup else ""}mixture:
   target_tokens: 1000000000000
   weights: {{web: 1.0}}
   max_epochs: 1

@@ -66,24 +66,10 @@ def timed(cmd: list[str], tag: str, env: dict | None = None) -> tuple[float, flo
 def curate(corpus: Path, out: Path, workers: int) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    y = out / "whole.yaml"
-    y.write_text(f"""name: whole
-output: {out}
-seed: 0
-tokenizer: gpt2
-sources:
-  docs: {{paths: ["{corpus}/*.jsonl.zst"], id_field: id, filters: [{", ".join(FILTERS)}]}}
-filters:
-  gopher_repetition: {{type: gopher_repetition}}
-  gopher_quality: {{type: gopher_quality}}
-  c4_quality: {{type: c4_quality, filter_no_terminal_punct: false}}
-  fineweb_quality: {{type: fineweb_quality}}
-mixture:
-  weights: {{docs: 1.0}}
-""")
-    wall, cpu, _ = timed([sys.executable, "-m", "pipeline", "run", str(y), "--workers", str(workers), "--quiet"], "curate")
-    from bench.steps import step_cpu
+    from bench.steps import mixture_yaml, step_cpu
 
+    y = mixture_yaml(corpus, out, FILTERS, name="whole", dedup=False)
+    wall, cpu, _ = timed([sys.executable, "-m", "pipeline", "run", str(y), "--workers", str(workers), "--quiet"], "curate")
     stages, _ = step_cpu(out, "whole")
     return {"wall": wall, "cpu": cpu, "task_cpu": sum(stages.values())}
 
