@@ -1,7 +1,8 @@
 """The `tokenize:` section: the mixture as trainer-ready token files (pipeline/steps/tokenize/).
 
     tokenize:
-      formats: [megatron, datatrove, memmap]   # Megatron .bin/.idx, datatrove .ds/..., Dolma/OLMo .npy/.csv.gz
+      formats: [megatron, datatrove, memmap, levanter]   # Megatron .bin/.idx, datatrove .ds/..., Dolma/OLMo .npy/.csv.gz,
+                                                         # Levanter caches (tensorstore) with levanter-data.yaml
       eos: true                        # the tokenizer's end-of-text after every document
       dtype: auto                      # uint16 when the vocabulary fits, else each format's wide type
       max_file_tokens: 100000000       # a mixture shard's file split past this many tokens
@@ -17,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-FORMATS = ("megatron", "datatrove", "memmap")
+FORMATS = ("megatron", "datatrove", "memmap", "levanter")
 
 
 class PackSpec(BaseModel):
@@ -33,9 +34,10 @@ class PackSpec(BaseModel):
 class TokenizeSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    formats: list[Literal["megatron", "datatrove", "memmap"]] = Field(
+    formats: list[Literal["megatron", "datatrove", "memmap", "levanter"]] = Field(
         ["megatron"], min_length=1, description="token file formats: megatron (.bin + .idx, MMIDIDX version 1), "
-                                                "datatrove (.ds + .ds.index + .ds.metadata), memmap (Dolma/OLMo .npy + .csv.gz)")
+                                                "datatrove (.ds + .ds.index + .ds.metadata), memmap (Dolma/OLMo .npy + .csv.gz), "
+                                                "levanter (Levanter caches: tensorstore zarr3 arrays, levanter-data.yaml)")
     tokenizer: str | None = Field(None, description="gpt2 or a tokenizer.json; default: the run's `tokenizer`")
     bos: str | None = Field(None, description="a special token put before every document (e.g. '<|endoftext|>'); default none")
     eos: bool = Field(True, description="the tokenizer's end-of-text token after every document; a literal "
@@ -49,7 +51,8 @@ class TokenizeSpec(BaseModel):
         "mixture", description="mixture: the mixture's files as they are; cells: one dataset per cell "
                                "(tokenized/<format>/[<phase>/]<cell>/part-XXXXX.*, each the cell's documents of a mixture shard "
                                "in the mixture's order) with the trainer's blend of the cells' weights beside them, so a "
-                               "trainer can reweight the cells without a new run")
+                               "trainer can reweight the cells without a new run; levanter: a cache per cell of every kept "
+                               "document of the cell once, whatever the weights, which go to levanter-data.yaml")
 
     pack: PackSpec | None = Field(None, description="pack the documents into sequences of exactly seq_len tokens "
                                   "(one sequence a document when unset); needs eos (the padding)")

@@ -30,12 +30,17 @@ import numpy as np
 from pipeline.io import atomic, fs
 
 MEGATRON_CODES = {"uint16": 8, "int32": 4}  # Megatron-LM indexed_dataset DType codes (it has no uint32)
-EXTENSIONS = {"megatron": (".bin", ".idx"), "datatrove": (".ds", ".ds.index", ".ds.metadata"), "memmap": (".npy", ".csv.gz")}
+EXTENSIONS = {"megatron": (".bin", ".idx"), "datatrove": (".ds", ".ds.index", ".ds.metadata"), "memmap": (".npy", ".csv.gz"),
+              "levanter": (".ids",)}  # levanter: the pieces its caches are assembled from (levanter.py)
 
 
 def dtype_for(fmt: str, dtype: str, vocab: int) -> str:
     """The token type of `fmt` for `dtype` ("auto": uint16 when every id fits, else the
     format's wide type); a ValueError says why a given type cannot hold the vocabulary."""
+    if fmt == "levanter":  # the caches' ids (levanter.py); "auto" stays: the pieces are as narrow as the ids
+        if dtype not in ("auto", "int32"):
+            raise ValueError("Levanter's caches hold int32 ids (the type its trainer feeds the model); use int32 (or auto)")
+        return "int32"
     wide = "int32" if fmt == "megatron" else "uint32"  # datatrove and memmap: uint32
     if dtype == "auto":
         return "uint16" if vocab <= 1 << 16 else wide
@@ -67,6 +72,8 @@ def write(fmt: str, base: Path, ids: np.ndarray, lengths: np.ndarray, dtype: str
                         lengths.astype("<i4").tobytes(), (np.r_[0, np.cumsum(lengths)[:-1]] * size).astype("<i8").tobytes()
                         if len(lengths) else b"", np.arange(len(lengths) + 1, dtype="<i8").tobytes()])
         files = {".bin": data, ".idx": idx}
+    elif fmt == "levanter":  # a piece: the ids alone (the sidecar has the documents' ends)
+        files = {".ids": data}
     elif fmt == "memmap":
         text = io.StringIO()
         csv.writer(text).writerows(rows or [])

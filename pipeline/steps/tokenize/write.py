@@ -11,7 +11,8 @@ from pipeline.engine.step import Step
 from pipeline.io import atomic
 from pipeline.plan.context import Context
 from pipeline.plan.stage import Stage
-from pipeline.steps.tokenize import blends, formats, tasks
+from pipeline.steps.tokenize import blends, formats, levanter, tasks
+from pipeline.steps.tokenize import levanter_publish
 from pipeline.steps.tokenize.plan import settings
 
 
@@ -23,6 +24,9 @@ def plan(ctx: Context) -> list[Step]:
     write = ctx.mix.write
     out = []
     for fmt in tz.formats:
+        if fmt == "levanter":  # caches assembled from pieces, a chunk file a task (levanter.py)
+            out += levanter.plan(ctx, st, tasks.write_shard, tasks.validation_shard)
+            continue
         params = {"dtype": st["dtypes"][fmt], "bos_id": st["bos_id"], "eos_id": st["eos_id"],
                   "max_file_tokens": tz.max_file_tokens, "tokenizer_name": st["tokenizer"],  # a .ds.metadata names it
                   "ids": st["ids"],  # the width of the ids the encode step stored
@@ -53,7 +57,7 @@ def publish(ctx: Context, stats: dict) -> dict:
     if ctx.mixture.tokenize is None:
         return {}
     st = settings(ctx)
-    steps = [s for s in ctx.steps if s.kind == "tokens"]
+    steps = [s for s in ctx.steps if s.kind == "tokens" and s.config["format"] != "levanter"]
     pairs, body = [], {}
     for step in steps:
         fmt = step.config["format"]
@@ -72,9 +76,11 @@ def publish(ctx: Context, stats: dict) -> dict:
                 total += f["tokens"]
         body.setdefault(fmt, {}).update({f"{split}_files": files, f"{split}_tokens": total} if split else
                                         {"files": files, "tokens": total})
+    if "levanter" in ctx.mixture.tokenize.formats:
+        pairs += levanter_publish.pairs(ctx, stats, st, body)
     atomic.link_tree(pairs, ctx.run_dir / "tokenized")
     for fmt, b in body.items():
-        b["trainer"] = _trainer_config(ctx, fmt, b)
+        b["trainer"] = levanter_publish.write(ctx, st, b) if fmt == "levanter" else _trainer_config(ctx, fmt, b)
     return {"tokenized": {"tokenizer": st["tokenizer"], "tokenizer_identity": st["identity"], "vocab_size": st["vocab_size"],
                           "bos": st["bos"], "bos_id": st["bos_id"], "eos": st["eos"], "eos_id": st["eos_id"],
                           **({"pack": ctx.mixture.tokenize.pack.model_dump()} if ctx.mixture.tokenize.pack else {}),

@@ -1,0 +1,297 @@
+"""Levanter caches (`tokenize.formats: [levanter]`): the mixture as the tensorstore arrays
+Levanter's trainer reads, written in parallel a chunk file at a time.
+
+A Levanter cache (levanter/store/: `TreeStore` of `JaggedArrayStore`s) is a folder
+
+    <cache>/train/input_ids/data/      zarr v3, int32: the documents' ids back to back
+    <cache>/train/input_ids/offsets/   zarr v3, int64: [0] the number of documents, [i + 1] the end of document i
+    <cache>/train/shard_ledger.json    rows, rows per source shard, is_finished, the tokenizer's metadata
+
+Both arrays have Levanter's own metadata (jagged_array._get_spec): shape 2^54, a chunk grid
+of 134,217,728 elements (256 Ki x 512), each chunk one file (`c/<k>`) sharded
+(`sharding_indexed`) into inner chunks of 262,144 elements compressed with blosc level 5.
+Levanter opens an existing array with that metadata as a constraint, so it must be exactly
+this; it reads any integer dtype the metadata names (its own writer stores the Python ints
+of a Hugging Face tokenizer; int32 is what the trainer feeds the model).
+
+How it is written: the `tokens-levanter` step writes pieces, the documents of a mixture
+shard (layout mixture) or of a cell in a document shard (layout cells) as raw ids with
+their specials (`.ids`, the encoded width) and the provenance sidecar; `tokens-levanter-cache`
+then writes each chunk file of each array as its own task, from the pieces that overlap it
+(the planner knows every piece's rows and tokens from the markers). A chunk file is written
+once, whole, by one task: tasks never share a file, so they run in parallel, a retried task
+rewrites the same bytes, and a cache of 10^12 tokens is 7,451 data tasks of 134 M tokens
+each. Within a task the chunk is filled in aligned blocks of 8 M ids, always the same blocks
+in the same order (tensorstore lays a shard's inner chunks out in the order they were
+written: the same blocks give the same bytes), in memory (tensorstore's `memory` kvstore),
+and the file is then committed through pipeline/io/fs.py (a local folder or an object store).
+The cache folders, `zarr.json`s and ledgers are assembled at publish by hard links (copies
+on object stores), so a weights edit with layout cells relinks the same files and rewrites
+`levanter-data.yaml` only.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.engine.step import shard_name, task
+from pipeline.io import atomic, fs
+from pipeline.mixing import cells as cellmod
+from pipeline.shards import view
+
+INNER = 256 * 1024  # levanter.store.jagged_array.DEFAULT_CHUNK_SIZE
+CHUNK = INNER * 512  # DEFAULT_WRITE_CHUNK_SIZE: the chunk grid, one file a chunk
+BLOCK = INNER * 32  # ids a task writes at a time (8 Mi: 32 MB of int32)
+SHAPE = 2 ** 54
+DTYPES = {"data": "int32", "offsets": "int64"}
+LEDGER = "shard_ledger.json"
+
+
+def array_spec(kvstore: dict) -> dict:
+    """Levanter's tensorstore spec of a jagged array's `data` or `offsets` (jagged_array._get_spec)."""
+    return {"driver": "zarr3", "kvstore": kvstore, "metadata": {
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [CHUNK]}},
+        "codecs": [{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [INNER], "codecs": [{"name": "blosc", "configuration": {"clevel": 5}}]}}]}}
+
+
+def _memory_array(array: str):
+    import tensorstore as ts
+
+    return ts.open(array_spec({"driver": "memory"}), dtype=DTYPES[array], shape=[SHAPE], create=True).result()
+
+
+def metadata(array: str) -> bytes:
+    """The `zarr.json` tensorstore writes for Levanter's spec (the same bytes every run)."""
+    a = _memory_array(array)
+    return a.kvstore.read("zarr.json").result().value
+
+
+def plan_chunks(cache: str, pieces: list[dict]) -> list[dict]:
+    """The chunk tasks of one cache from its pieces in order (each {"path", "rows",
+    "tokens"}, `path` the piece without extension): per array, per chunk of CHUNK elements,
+    the pieces' ranges it holds. Element e of `offsets` (e >= 1) is the end of row e - 1;
+    element 0 the number of rows. Chunk 0 of each array is always planned (its task also
+    yields the zarr.json)."""
+    rows = sum(p["rows"] for p in pieces)
+    tokens = sum(p["tokens"] for p in pieces)
+    out = []
+    for array, size, count in (("data", tokens, "tokens"), ("offsets", rows + 1, "rows")):
+        bounds, r0, t0 = [], 0, 0  # each piece's first element in this array, and its token base
+        for p in pieces:
+            first = t0 if array == "data" else r0 + 1
+            bounds.append((first, first + p[count], t0))
+            r0, t0 = r0 + p["rows"], t0 + p["tokens"]
+        for k in range(max(1, -(-size // CHUNK))):
+            lo, hi = k * CHUNK, min((k + 1) * CHUNK, size)
+            inputs = [{"path": p["path"], "skip": max(lo, a) - a, "take": min(hi, b) - max(lo, a), "at": max(lo, a),
+                       "base": base} for p, (a, b, base) in zip(pieces, bounds) if a < hi and b > lo]
+            out.append({"cache": cache, "array": array, "chunk": k, "lo": lo, "hi": hi, "rows": rows, "inputs": inputs,
+                        "describe": f"levanter {cache} {array} chunk {k}"})
+    return out
+
+
+def _segments(spec: dict, ids_dtype: str):
+    """(global element, values) of the chunk's inputs, in order, at most BLOCK values at a time."""
+    if spec["array"] == "offsets" and spec["lo"] == 0:
+        yield 0, np.array([spec["rows"]], np.int64)
+    for inp in spec["inputs"]:
+        if spec["array"] == "data":
+            size = np.dtype(ids_dtype).itemsize
+            with fs.open_read(inp["path"] + ".ids") as f:
+                f.seek(inp["skip"] * size)
+                done = 0
+                while done < inp["take"]:
+                    n = min(BLOCK, inp["take"] - done)
+                    yield inp["at"] + done, np.frombuffer(f.read(n * size), dtype=np.dtype(ids_dtype).newbyteorder("<"))
+                    done += n
+        else:  # the ends of the piece's documents, in its tokens, moved to the cache's
+            ends = fs.read_table(inp["path"] + ".docs.parquet", columns=["end"]).column("end").to_numpy()
+            yield inp["at"], ends[inp["skip"]: inp["skip"] + inp["take"]].astype(np.int64) + inp["base"]
+
+
+@task(version="1")
+def cache_chunk(spec: dict, out) -> dict:
+    """One chunk file of a cache's `data` or `offsets`: `<array>/c/<k>` (and `zarr.json` for chunk 0)."""
+    array, lo, hi = spec["array"], spec["lo"], spec["hi"]
+    dtype = np.dtype(DTYPES[array])
+    a = _memory_array(array)
+    buf = np.zeros(BLOCK, dtype)
+    start, fill = lo, 0  # the block being filled: [start, start + BLOCK), `fill` values in it
+
+    def flush():
+        nonlocal start, fill
+        if fill:
+            a[start:start + fill].write(buf[:fill]).result()
+        start, fill = start + fill, 0
+
+    for at, vals in _segments(spec, spec["ids"]):
+        if at != start + fill:
+            raise RuntimeError(f"levanter {spec['cache']} {array}: a gap at element {at:,} (expected {start + fill:,})")
+        while len(vals):
+            n = min(BLOCK - fill, len(vals))
+            buf[fill:fill + n] = vals[:n]
+            fill, vals = fill + n, vals[n:]
+            if fill == BLOCK:
+                flush()
+    flush()
+    if start != hi:
+        raise RuntimeError(f"levanter {spec['cache']} {array} chunk {spec['chunk']}: {start - lo:,} of {hi - lo:,} elements")
+    base = fs.path(out.dir) / spec["cache"] / array
+    files = {}
+    got = a.kvstore.read(f"c/{spec['chunk']}").result()
+    if got.state == "value":  # a chunk of fill values only (an empty cache's data) is not stored
+        atomic.write_bytes(base / "c" / str(spec["chunk"]), got.value)
+        files[f"c/{spec['chunk']}"] = len(got.value)
+    if spec["chunk"] == 0:
+        atomic.write_bytes(base / "zarr.json", a.kvstore.read("zarr.json").result().value)
+        files["zarr.json"] = 0
+    return {"rows": 0, "cache": spec["cache"], "array": array, "chunk": spec["chunk"], "files": sorted(files)}
+
+
+@task(version="1")
+def cell_pieces(spec: dict, out) -> dict:
+    """Layout cells: one document shard's kept documents, per cell, as pieces
+    (`<cell>/<source>-part-XXXXX.ids` with its sidecar), in the shard's row order; every
+    kept document once, whatever the weights (they are the trainer's)."""
+    from pipeline.steps.tokenize import tasks
+
+    d, p = spec["doc"], spec["params"]
+    tok = fs.read_table(spec["tokens"])
+    rows = tok.column("row").to_numpy()
+    offs, vals = tasks.unpack_ids(tok.column("tokens"), np.dtype(p["ids"]))
+    ids: list[str] = []
+    for r, b in view.kept_batches(d["documents"], d["layers"], ["id"]):
+        ids += b.column("id").to_pylist()
+    if len(ids) != len(rows):
+        raise RuntimeError(f"{spec['tokens']}: {len(rows):,} encoded documents, {len(ids):,} kept; its tokenize step is stale")
+    buckets, topics = view.shard_buckets(d), view.shard_topics(d)
+    where = cellmod.index(spec["cells"], None if buckets is None else buckets[rows], len(rows),
+                          None if topics is None else topics[rows])
+    all_ids, lengths = tasks.with_specials(offs, vals, p["bos_id"], p["eos_id"])
+    pieces = []
+    for pos, c in enumerate(spec["cells"]):
+        ix = np.flatnonzero(where == pos)
+        sub_ids, sub_len = tasks.gather(all_ids, lengths, ix)
+        name = f"{c['name'].replace('/', '__')}/{d['source']}-{shard_name(d['part'])}"
+        base = fs.path(out.dir) / "levanter" / name
+        ends = np.cumsum(sub_len)
+        pc = {"doc": ix, "piece": np.zeros(len(ix), np.int64), "start": ends - sub_len, "end": ends}
+        meta = [(ids[i], d["source"], int(rows[i])) for i in ix.tolist()]
+        entry = tasks._write_file("levanter", base, f"levanter/{name}", sub_ids, sub_len, pc, meta,
+                                  [c["name"]] * len(ix), np.zeros(len(ix), np.int64), p, len(ix))
+        pieces.append({**entry, "cell": c["name"]})
+    return {"rows": len(rows), "files": pieces}
+
+
+def ledger(rows: int, shard_rows: dict[str, int], meta: dict) -> bytes:
+    """shard_ledger.json as Levanter's `CacheLedger.to_json()` writes it (dataclass_json, its field order)."""
+    return json.dumps({"total_num_rows": rows, "shard_rows": shard_rows, "is_finished": True,
+                       "finished_shards": list(shard_rows), "field_counts": {},
+                       "metadata": {"preprocessor_metadata": meta}}).encode()
+
+
+def preprocessor_metadata(tokenizer: str, vocab: int, bos: bool, eos: bool) -> dict:
+    """What Levanter's `BatchTokenizer.metadata` records (a mismatch is a warning when it loads)."""
+    return {"tokenizer": tokenizer, "vocab_size": vocab, "return_attention_mask": False, "padding": False,
+            "max_length": 1024 if tokenizer == "gpt2" else int(1e30), "append_bos": bos, "append_eos": eos}
+
+
+def cache_name(cell: str | None) -> str:
+    return "mixture" if cell is None else cell.replace("/", "__")
+
+
+def data_config(root: str, tokenizer: str, caches: dict[str, float], validation: bool) -> str:
+    """levanter-data.yaml: an `LMMixtureDatasetConfig` (levanter.data.text) over the caches."""
+    import yaml
+
+    configs = {c: {"cache_dir": f"{root}/{c}"} for c in caches}
+    weights = dict(caches)
+    if validation:
+        configs["validation"] = {"cache_dir": f"{root}/validation"}
+        weights["validation"] = 0.0
+    head = ("# Levanter's data: section (LMMixtureDatasetConfig): a cache per component at <cache_dir>/train,\n"
+            "# the held-out documents at validation/validation. Change train_weights and train: no new files.\n")
+    return head + yaml.safe_dump({"tokenizer": tokenizer, "cache_dir": root, "configs": configs,
+                                  "train_weights": weights}, sort_keys=False)
+
+
+
+def plan(ctx, st: dict, write_shard, validation_shard) -> list:
+    """The Levanter steps: `tokens-levanter` (pieces), `tokens-levanter-validation` (the
+    held-out documents' pieces) and `tokens-levanter-cache` (the chunk files)."""
+    from pipeline.engine.step import Step
+    from pipeline.errors import UsageError
+    from pipeline.steps.tokenize import formats
+
+    tz, mx = ctx.mixture.tokenize, ctx.mixture.mixture
+    if tz.pack is not None:
+        raise UsageError(f"{ctx.lm.where(('tokenize', 'pack'))}: a Levanter cache holds documents (its trainer packs "
+                         "them into sequences itself); remove pack or the levanter format")
+    if mx.phases:
+        raise UsageError(f"{ctx.lm.where(('mixture', 'phases'))}: the levanter format does not write phased mixtures yet "
+                         "(Levanter's train_weights change by training step, which a mixture's phases do not know); "
+                         "use megatron, datatrove or memmap, or one phase")
+    params = {"dtype": formats.dtype_for("datatrove", "auto", st["vocab_size"]),  # the pieces: as narrow as the ids
+              "bos_id": st["bos_id"], "eos_id": st["eos_id"], "max_file_tokens": None, "tokenizer_name": st["tokenizer"],
+              "ids": st["ids"]}
+    cfg = {"format": "levanter", "params": params, "tokenizer": st["identity"]}
+    if tz.layout == "cells":
+        cell_list = [c.to_dict() for c in ctx.mix.phases[0]["cells"]]
+        tok = dict(ctx.tokenized)
+
+        def shards(step, stats):
+            return ({"doc": d, "params": params, "cells": [c for c in cell_list if c["source"] == d["source"]],
+                     "tokens": str(tok[d["source"]].dir(ctx.store) / f"{shard_name(d['index'])}.parquet"),
+                     "describe": f"levanter: {d['source']}/{shard_name(d['part'])}"} for d in ctx.mix.docs(stats))
+
+        pieces = Step("tokens-levanter", "tokens", {**cfg, "layout": "cells", "cells": cell_list},
+                      list(ctx.mix.priority.inputs) + list(tok.values()), cell_pieces, shards=shards, position_free=True)
+    else:
+        write = ctx.mix.write
+
+        def shards(step, stats):
+            return [{**{k: v for k, v in sp.items() if k != "describe"}, "format": "levanter", "params": params,
+                     "describe": f"levanter: {sp['describe']}"} for sp in write.shards(write, stats)]
+
+        pieces = Step("tokens-levanter", "tokens", cfg, list(write.inputs), write_shard, shards=shards)
+    out = [pieces]
+    held = ctx.step("validation")
+    if held is not None:
+        def vshards(step, stats):
+            return [{"input": str(held.dir(ctx.store) / "docs" / m["held"]["file"]), "name": m["held"]["file"],
+                     "format": "levanter", "params": params, "tokenizer": st["tokenizer"],
+                     "describe": f"levanter: validation/{m['held']['file']}"}
+                    for m in sorted(stats[held.name].values(), key=lambda m: (m["source"], m["part"])) if m.get("held")]
+
+        out.append(Step("tokens-levanter-validation", "tokens", {**cfg, "split": "validation"}, [held], validation_shard,
+                        shards=vshards))
+
+    def chunk_shards(step, stats):
+        specs = []
+        for name, ps in caches(ctx, out, stats).items():
+            specs += [{**sp, "ids": params["dtype"]} for sp in plan_chunks(name, ps)]
+        return specs
+
+    out.append(Step("tokens-levanter-cache", "tokens-cache", {"format": "levanter", "chunk": CHUNK, "inner": INNER},
+                    list(out), cache_chunk, shards=chunk_shards))
+    return out
+
+
+def caches(ctx, steps: list, stats: dict) -> dict[str, list[dict]]:
+    """Cache name -> its pieces in order ({"path", "rows", "tokens", "sidecar"}); "validation" for the held-out documents."""
+    out: dict[str, list[dict]] = {}
+    if ctx.mixture.tokenize.layout == "cells":
+        for c in ctx.mix.phases[0]["cells"]:
+            out[cache_name(c.name)] = []
+    for s in steps:
+        for i in sorted(stats.get(s.name, {})):
+            for f in stats[s.name][i]["files"]:
+                name = "validation" if s.config.get("split") else cache_name(f.get("cell"))
+                rest = f["file"].split("/", 2 if f.get("cell") or s.config.get("split") else 1)[-1]  # after its cache's folder
+                out.setdefault(name, []).append({"path": str(s.dir(ctx.store) / f["file"]), "rows": f["documents"],
+                                                 "tokens": f["tokens"], "piece": rest.replace("/", "-")})
+    return out
