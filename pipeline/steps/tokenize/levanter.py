@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pyarrow as pa
 
 from pipeline.engine.step import shard_name, task
 from pipeline.io import atomic, fs
@@ -140,16 +139,19 @@ def cache_chunk(spec: dict, out) -> dict:
     flush()
     if start != hi:
         raise RuntimeError(f"levanter {spec['cache']} {array} chunk {spec['chunk']}: {start - lo:,} of {hi - lo:,} elements")
-    base = fs.path(out.dir) / spec["cache"] / array
-    files = {}
+    base = fs.path(out.dir) / spec["cache"]
+    files = []  # relative to the cache's folder
     got = a.kvstore.read(f"c/{spec['chunk']}").result()
     if got.state == "value":  # a chunk of fill values only (an empty cache's data) is not stored
-        atomic.write_bytes(base / "c" / str(spec["chunk"]), got.value)
-        files[f"c/{spec['chunk']}"] = len(got.value)
+        atomic.write_bytes(base / "input_ids" / array / "c" / str(spec["chunk"]), got.value)
+        files.append(f"input_ids/{array}/c/{spec['chunk']}")
     if spec["chunk"] == 0:
-        atomic.write_bytes(base / "zarr.json", a.kvstore.read("zarr.json").result().value)
-        files["zarr.json"] = 0
-    return {"rows": 0, "cache": spec["cache"], "array": array, "chunk": spec["chunk"], "files": sorted(files)}
+        atomic.write_bytes(base / "input_ids" / array / "zarr.json", a.kvstore.read("zarr.json").result().value)
+        files.append(f"input_ids/{array}/zarr.json")
+    if spec.get("ledger"):  # the offsets' first chunk task: the cache's ledger, last (it says the cache is finished)
+        atomic.write_bytes(base / LEDGER, ledger(spec["rows"], spec["ledger"]["shard_rows"], spec["ledger"]["meta"]))
+        files.append(LEDGER)
+    return {"rows": 0, "cache": spec["cache"], "array": array, "chunk": spec["chunk"], "files": files}
 
 
 @task(version="1")
@@ -259,6 +261,9 @@ def plan(ctx, st: dict, write_shard, validation_shard) -> list:
 
         pieces = Step("tokens-levanter", "tokens", cfg, list(write.inputs), write_shard, shards=shards)
     out = [pieces]
+    tname = st["tokenizer"]
+    meta = preprocessor_metadata(tname.rsplit("/", 1)[0] if tname.endswith("tokenizer.json") else tname, st["vocab_size"],
+                                 st["bos_id"] is not None, st["eos_id"] is not None)
     held = ctx.step("validation")
     if held is not None:
         def vshards(step, stats):
@@ -273,10 +278,12 @@ def plan(ctx, st: dict, write_shard, validation_shard) -> list:
     def chunk_shards(step, stats):
         specs = []
         for name, ps in caches(ctx, out, stats).items():
-            specs += [{**sp, "ids": params["dtype"]} for sp in plan_chunks(name, ps)]
+            led = {"shard_rows": {p["piece"]: p["rows"] for p in ps}, "meta": meta}
+            specs += [{**sp, "ids": params["dtype"], **({"ledger": led} if sp["array"] == "offsets" and sp["chunk"] == 0 else {})}
+                      for sp in plan_chunks(name, ps)]
         return specs
 
-    out.append(Step("tokens-levanter-cache", "tokens-cache", {"format": "levanter", "chunk": CHUNK, "inner": INNER},
+    out.append(Step("tokens-levanter-cache", "tokens-cache", {"format": "levanter", "chunk": CHUNK, "inner": INNER, "meta": meta},
                     list(out), cache_chunk, shards=chunk_shards))
     return out
 

@@ -1,5 +1,5 @@
 """Publishing the Levanter caches: tokenized/levanter/ assembled from the chunk files by hard
-links (copies on object stores), each cache's `shard_ledger.json`, and `levanter-data.yaml`.
+links (copies on object stores; `shard_ledger.json` is a chunk task's file too), and `levanter-data.yaml`.
 
     tokenized/levanter/
       levanter-data.yaml                  the trainer's data section: the caches and train_weights
@@ -9,7 +9,7 @@ links (copies on object stores), each cache's `shard_ledger.json`, and `levanter
       validation/validation/...           the held-out documents (a component of weight 0)
 
 A cache is `mixture` (layout mixture) or a cell with `/` as `__` (layout cells). Nothing
-here reads a token: the files are linked, the ledgers and the YAML are a few hundred bytes.
+here reads a token: the files are linked, the YAML is a few hundred bytes.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ def pairs(ctx, stats: dict, st: dict, body: dict) -> list[tuple]:
     for i in sorted(stats[chunks.name]):
         m = stats[chunks.name][i]
         for f in m["files"]:
-            out.append((chunks.dir(ctx.store) / m["cache"] / m["array"] / f,
-                        f"levanter/{folder(m['cache'])}/input_ids/{m['array']}/{f}"))
+            out.append((chunks.dir(ctx.store) / m["cache"] / f, f"levanter/{folder(m['cache'])}/{f}"))
     entry = {"dtype": "int32", "extensions": [], "files": [], "tokens": 0, "validation_tokens": 0, "caches": {}}
     for name, ps in levanter.caches(ctx, steps, stats).items():
         start, listed = 0, []
@@ -62,14 +61,10 @@ def _weights(ctx, entry: dict) -> dict[str, float]:
 
 
 def write(ctx, st: dict, entry: dict) -> str:
-    """Each cache's shard_ledger.json and levanter-data.yaml (after the links); returns the YAML's name."""
+    """levanter-data.yaml (after the links: the ledgers are the chunk tasks'); returns its name."""
     root = ctx.run_dir / "tokenized" / "levanter"
     tok = st["tokenizer"]
     hf_name = tok.rsplit("/", 1)[0] if tok.endswith("tokenizer.json") else tok  # an HF tokenizer folder or name
-    meta = levanter.preprocessor_metadata(hf_name, st["vocab_size"], st["bos_id"] is not None, st["eos_id"] is not None)
-    for name, c in entry["caches"].items():
-        shard_rows = {p["piece"]: p["documents"] for p in c["pieces"]}
-        atomic.write_bytes(root / folder(name) / levanter.LEDGER, levanter.ledger(c["documents"], shard_rows, meta))
     weights = _weights(ctx, entry)
     for name, c in entry["caches"].items():
         if name != "validation":
