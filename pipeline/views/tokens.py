@@ -1,6 +1,7 @@
 """Reading a run's token files back: which document holds a token (`curate explain RUN
 --token FILE:OFFSET`), and `curate verify-tokens RUN`, which checks the files against the
-formats' own invariants, the manifest and the mixture's texts.
+formats' own invariants, the manifest and the mixture's texts (Levanter's caches:
+tokens_levanter.py).
 
 verify-tokens, per format and file:
 - the layout: Megatron's `.idx` header, version 1, dtype code, document indices 0..n,
@@ -31,6 +32,7 @@ import pyarrow.parquet as pq
 from pipeline.errors import UsageError
 from pipeline.io import atomic
 from pipeline.steps.tokenize.tasks import PROVENANCE
+from pipeline.views import tokens_levanter
 
 _DATA = {"megatron": ".bin", "datatrove": ".ds", "memmap": ".npy"}
 _SPLIT = re.compile(r"^(.*part-\d{5})-\d{5}$")
@@ -52,6 +54,8 @@ def locate(run_dir: Path, where: str) -> dict:
     p = Path(file)
     rel = p.relative_to(run_dir) if p.is_absolute() and p.is_relative_to(run_dir) else p
     stem = str(rel)
+    if stem.startswith("tokenized/levanter/"):  # a cache, not a file: tokenized/levanter/<cache>[/train]
+        return tokens_levanter.locate(run_dir, _tokenized(run_dir)["tokenized"]["formats"]["levanter"]["caches"], stem, int(off))
     for ext in (".ds.index", ".ds.metadata", ".csv.gz", ".bin", ".idx", ".ds", ".npy"):
         if stem.endswith(ext):
             stem = stem[: -len(ext)]
@@ -94,6 +98,10 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
     except UsageError as e:
         problems.append(f"the texts are not checked: {e}")
     for fmt, body in tz["formats"].items():
+        if fmt == "levanter":  # caches, read as Levanter reads them
+            got, summary[fmt] = tokens_levanter.verify(run_dir, tz, body, enc, sample, seed)
+            problems += got
+            continue
         dtype = np.dtype(body["dtype"])
         if dtype.itemsize == 2 and tz["vocab_size"] > 1 << 16:
             problems.append(f"{fmt}: dtype {body['dtype']} cannot hold the tokenizer's {tz['vocab_size']:,} ids")

@@ -165,3 +165,38 @@ def test_chunk_files_are_the_same_bytes_whatever_the_pieces(tmp_path):
                 got[str(p.relative_to(tmp_path / f"o{k}"))] = p.read_bytes()
         outs.append(got)
     assert outs[0] == outs[1] == outs[2] and "c/input_ids/data/c/0" in outs[0]
+
+
+def test_verify_tokens_reads_the_caches_and_catches_planted_faults(lev, tmp_path):
+    import shutil
+
+    import tensorstore as ts
+
+    run, _ = lev
+    r = curate("verify-tokens", str(run))
+    assert r.returncode == 0 and "levanter: 6 files" in r.stdout, r.stdout + r.stderr
+    copy = tmp_path / "demo"
+    shutil.copytree(run, copy)  # copies: the run's files are links into the step store
+    data = copy / "tokenized" / "levanter" / "wiki" / "train" / "input_ids" / "data"
+    a = ts.open(levanter.array_spec({"driver": "file", "path": str(data)}), open=True).result()
+    a[3:4].write(np.array([tokens.end_of_text("gpt2")[1]], np.int32)).result()  # an EOS inside the first document
+    (copy / "tokenized" / "levanter" / "code" / "train" / "shard_ledger.json").unlink()
+    r = curate("verify-tokens", str(copy))
+    assert r.returncode != 0
+    assert "tokenized/levanter/wiki/train: the special 50256 inside a document, at token 3" in r.stdout + r.stderr
+    assert "tokenized/levanter/code/train: cannot be opened" in r.stdout + r.stderr
+
+
+def test_explain_names_the_document_at_a_cache_token(lev):
+    run, _ = lev
+    m = atomic.read_json(run / "manifest.json")["tokenized"]["formats"]["levanter"]["caches"]["web__q5"]
+    p = m["pieces"][1]
+    side = pq.read_table(run / p["provenance"]).to_pylist()
+    off = p["start"] + side[2]["start"] + 1  # the third document of the second piece, its second token
+    r = curate("explain", str(run), "--token", f"tokenized/levanter/web__q5:{off}")
+    assert r.returncode == 0, r.stderr
+    doc = m["pieces"][0]["documents"] + 2
+    first = r.stdout.splitlines()[0]
+    assert f"document {doc} of the file" in first and side[2]["id"] in first, first
+    c = Cache(str(run / "tokenized" / "levanter" / "web__q5" / "train"))
+    assert int(c.ends()[doc - 1]) == p["start"] + side[2]["start"]  # the cache's offsets put that document there
