@@ -99,13 +99,22 @@ def _pieces(folder: Path, total: int, per_piece: int) -> list[dict]:
     return pieces
 
 
+def _peak_mb() -> float:
+    """The process's peak resident memory since its exec (VmHWM: ru_maxrss would keep the
+    forking parent's, which a fork child starts with)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _run_chunk(spec: dict, out_dir: str, index: int, q) -> None:
     from pipeline.engine.step import ShardOutput
     from pipeline.steps.tokenize import levanter
 
     c0 = time.process_time()
     levanter.cache_chunk(spec, ShardOutput(out_dir, index))
-    q.put((time.process_time() - c0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    q.put((time.process_time() - c0, _peak_mb()))
 
 
 def _run_megatron(pieces: list[dict], out_dir: str, q) -> None:
@@ -118,7 +127,7 @@ def _run_megatron(pieces: list[dict], out_dir: str, q) -> None:
         ids = np.fromfile(p["path"] + ".ids", np.uint16)
         ends = pq.read_table(p["lengths"]).column("end").to_numpy()
         formats.write("megatron", Path(out_dir) / f"part-{i:05d}", ids, np.diff(np.r_[0, ends]), "uint16", "gpt2")
-    q.put((time.process_time() - c0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    q.put((time.process_time() - c0, _peak_mb()))
 
 
 def _child(target, *args) -> tuple[float, float]:

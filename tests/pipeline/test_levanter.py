@@ -136,13 +136,14 @@ def test_arrays_carry_levanters_metadata_and_chunk_tasks_tile_a_large_cache():
         [(1, 0), (11, W - 5), (15, W + 15)]
 
 
-def test_chunk_files_are_the_same_bytes_whatever_the_pieces(tmp_path):
-    """A chunk written from one piece or from many small ones is the same file (tensorstore's
-    shard layout follows the write order: the task always writes the same aligned blocks)."""
+def test_chunk_files_are_tensorstores_bytes_whatever_the_pieces(tmp_path):
+    """A chunk written from one piece or from many small ones is the same file, and the file
+    tensorstore writes for the same array (an inner chunk of zeros left out as it does)."""
     from pipeline.engine.step import ShardOutput
 
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 50257, 3_000_000).astype("<u2")
+    ids[levanter.INNER:2 * levanter.INNER] = 0  # an inner chunk of the fill value: not stored
     lens = np.full(3000, 1000)
     outs = []
     for k, cuts in enumerate(([3000], [7, 993, 1000, 1000], [1] * 50 + [2950])):
@@ -165,6 +166,12 @@ def test_chunk_files_are_the_same_bytes_whatever_the_pieces(tmp_path):
                 got[str(p.relative_to(tmp_path / f"o{k}"))] = p.read_bytes()
         outs.append(got)
     assert outs[0] == outs[1] == outs[2] and "c/input_ids/data/c/0" in outs[0]
+    # byte for byte what tensorstore writes for the same arrays (zarr_shard.py streams it instead)
+    for array, values in (("data", ids.astype(np.int32)), ("offsets", np.r_[3000, np.cumsum(lens)].astype(np.int64))):
+        a = levanter._memory_array(array)
+        a[0:len(values)].write(values).result()
+        assert outs[0][f"c/input_ids/{array}/c/0"] == a.kvstore.read("c/0").result().value, array
+        assert outs[0][f"c/input_ids/{array}/zarr.json"] == a.kvstore.read("zarr.json").result().value
 
 
 def test_verify_tokens_reads_the_caches_and_catches_planted_faults(lev, tmp_path):

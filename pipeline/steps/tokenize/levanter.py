@@ -21,17 +21,17 @@ then writes each chunk file of each array as its own task, from the pieces that 
 (the planner knows every piece's rows and tokens from the markers). A chunk file is written
 once, whole, by one task: tasks never share a file, so they run in parallel, a retried task
 rewrites the same bytes, and a cache of 10^12 tokens is 7,451 data tasks of 134 M tokens
-each. Within a task the chunk is filled in aligned blocks of 8 M ids, always the same blocks
-in the same order (tensorstore lays a shard's inner chunks out in the order they were
-written: the same blocks give the same bytes), in memory (tensorstore's `memory` kvstore),
-and the file is then committed through pipeline/io/fs.py (a local folder or an object store).
-The cache folders, `zarr.json`s and ledgers are assembled at publish by hard links (copies
-on object stores), so a weights edit with layout cells relinks the same files and rewrites
-`levanter-data.yaml` only.
+each. A task streams its chunk file (zarr_shard.py: each inner chunk encoded by tensorstore
+as it comes, the shard's index last), holding one inner chunk, not the chunk, and commits it
+through pipeline/io/fs.py (a local folder or an object store). The cache folders,
+`zarr.json`s and ledgers (a chunk task's files too) are assembled at publish by hard links
+(copies on object stores), so a weights edit with layout cells relinks the same files and
+rewrites `levanter-data.yaml` only.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -40,10 +40,11 @@ from pipeline.engine.step import shard_name, task
 from pipeline.io import atomic, fs
 from pipeline.mixing import cells as cellmod
 from pipeline.shards import view
+from pipeline.steps.tokenize import zarr_shard
 
 INNER = 256 * 1024  # levanter.store.jagged_array.DEFAULT_CHUNK_SIZE
 CHUNK = INNER * 512  # DEFAULT_WRITE_CHUNK_SIZE: the chunk grid, one file a chunk
-BLOCK = INNER * 32  # ids a task writes at a time (8 Mi: 32 MB of int32)
+BLOCK = INNER * 8  # ids a task reads from a piece at a time (2 Mi)
 SHAPE = 2 ** 54
 DTYPES = {"data": "int32", "offsets": "int64"}
 LEDGER = "shard_ledger.json"
@@ -112,46 +113,46 @@ def _segments(spec: dict, ids_dtype: str):
             yield inp["at"], ends[inp["skip"]: inp["skip"] + inp["take"]].astype(np.int64) + inp["base"]
 
 
-@task(version="1")
+@task(version="2")  # 2: streamed (zarr_shard.py)
 def cache_chunk(spec: dict, out) -> dict:
     """One chunk file of a cache's `data` or `offsets`: `<array>/c/<k>` (and `zarr.json` for chunk 0)."""
-    array, lo, hi = spec["array"], spec["lo"], spec["hi"]
-    dtype = np.dtype(DTYPES[array])
-    a = _memory_array(array)
-    buf = np.zeros(BLOCK, dtype)
-    start, fill = lo, 0  # the block being filled: [start, start + BLOCK), `fill` values in it
-
-    def flush():
-        nonlocal start, fill
-        if fill:
-            a[start:start + fill].write(buf[:fill]).result()
-        start, fill = start + fill, 0
-
-    for at, vals in _segments(spec, spec["ids"]):
-        if at != start + fill:
-            raise RuntimeError(f"levanter {spec['cache']} {array}: a gap at element {at:,} (expected {start + fill:,})")
-        while len(vals):
-            n = min(BLOCK - fill, len(vals))
-            buf[fill:fill + n] = vals[:n]
-            fill, vals = fill + n, vals[n:]
-            if fill == BLOCK:
-                flush()
-    flush()
-    if start != hi:
-        raise RuntimeError(f"levanter {spec['cache']} {array} chunk {spec['chunk']}: {start - lo:,} of {hi - lo:,} elements")
+    array = spec["array"]
     base = fs.path(out.dir) / spec["cache"]
     files = []  # relative to the cache's folder
-    got = a.kvstore.read(f"c/{spec['chunk']}").result()
-    if got.state == "value":  # a chunk of fill values only (an empty cache's data) is not stored
-        atomic.write_bytes(base / "input_ids" / array / "c" / str(spec["chunk"]), got.value)
+    parts = zarr_shard.shard(_inner_blocks(spec), DTYPES[array], INNER, CHUNK // INNER)
+    first = next(parts, None)
+    if first is not None:  # a chunk of fill values only (an empty cache's data) is not stored
+        atomic.write_stream(base / "input_ids" / array / "c" / str(spec["chunk"]), itertools.chain([first], parts))
         files.append(f"input_ids/{array}/c/{spec['chunk']}")
     if spec["chunk"] == 0:
-        atomic.write_bytes(base / "input_ids" / array / "zarr.json", a.kvstore.read("zarr.json").result().value)
+        atomic.write_bytes(base / "input_ids" / array / "zarr.json", metadata(array))
         files.append(f"input_ids/{array}/zarr.json")
     if spec.get("ledger"):  # the offsets' first chunk task: the cache's ledger, last (it says the cache is finished)
         atomic.write_bytes(base / LEDGER, ledger(spec["rows"], spec["ledger"]["shard_rows"], spec["ledger"]["meta"]))
         files.append(LEDGER)
     return {"rows": 0, "cache": spec["cache"], "array": array, "chunk": spec["chunk"], "files": files}
+
+
+def _inner_blocks(spec: dict):
+    """The chunk's inner chunks in order, INNER values each (the last zero-padded), from its inputs."""
+    array, lo, hi = spec["array"], spec["lo"], spec["hi"]
+    buf = np.zeros(INNER, DTYPES[array])
+    at, fill = lo, 0
+    for start, vals in _segments(spec, spec["ids"]):
+        if start != at + fill:
+            raise RuntimeError(f"levanter {spec['cache']} {array}: a gap at element {start:,} (expected {at + fill:,})")
+        while len(vals):
+            n = min(INNER - fill, len(vals))
+            buf[fill:fill + n] = vals[:n]
+            fill, vals = fill + n, vals[n:]
+            if fill == INNER:
+                yield buf
+                at, fill = at + INNER, 0
+    if at + fill != hi:
+        raise RuntimeError(f"levanter {spec['cache']} {array} chunk {spec['chunk']}: {at + fill - lo:,} of {hi - lo:,} elements")
+    if fill:
+        buf[fill:] = 0
+        yield buf
 
 
 @task(version="1")
