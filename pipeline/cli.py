@@ -285,7 +285,9 @@ def _dispatch(args) -> int:
 
         problems, summary = token_view.verify(_run_dir(args.run_dir), sample=args.sample, seed=args.seed)
         for fmt, x in summary.items():
-            print(f"{fmt}: {x['files']} files, {x['documents']:,} documents, {x['tokens']:,} tokens")
+            what = f"{x['files']} caches" if fmt == "levanter" else f"{x['files']} files"
+            unchecked = f" ({x['texts_unchecked']:,} sampled texts not in the mixture, unchecked)" if x.get("texts_unchecked") else ""
+            print(f"{fmt}: {what}, {x['documents']:,} documents, {x['tokens']:,} tokens{unchecked}")
         for p in problems:
             print(f"problem: {p}")
         print("ok" if not problems else f"{len(problems)} problem{'s' if len(problems) > 1 else ''}")
