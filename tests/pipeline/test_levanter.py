@@ -244,3 +244,29 @@ def test_caches_on_s3_are_the_bytes_of_a_local_run(s3_server, demo_corpus, tmp_p
         assert enc.decode(row[:-1].tolist()) == texts[i], i
     r = curate("verify-tokens", str(tmp_path / "local" / "remote"))
     assert r.returncode == 0 and "levanter: 1 caches" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("tz, key, says", [
+    ("{formats: [levanter], pack: {seq_len: 128}}", "tokenize.pack", "Levanter cache holds documents"),
+    ("{formats: [levanter], dtype: uint16}", "tokenize.dtype", "int32"),
+])
+def test_what_a_cache_cannot_hold_is_a_config_error_naming_the_key(tmp_path, demo_corpus, tz, key, says):
+    from tests.conftest import small_mixture
+
+    y = write_yaml(tmp_path / "x.yaml", small_mixture(str(demo_corpus), "out") + f"\n        tokenize: {tz}\n")
+    r = curate("plan", str(y))
+    assert r.returncode != 0 and key in r.stderr and says in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
+def test_phases_are_a_config_error_naming_the_key(tmp_path, demo_corpus):
+    from tests.conftest import small_mixture
+
+    text = small_mixture(str(demo_corpus), "out").replace(
+        "mixture: {target_tokens: 150000, weights: {web: 0.5, wiki: 0.5}, shard_tokens: 50000}",
+        "mixture: {shard_tokens: 50000, phases: [{name: a, target_tokens: 50000, weights: {web: 0.5, wiki: 0.5}}, "
+        "{name: b, target_tokens: 50000, weights: {web: 0.2, wiki: 0.8}}]}")
+    assert "phases" in text
+    r = curate("plan", str(write_yaml(tmp_path / "p.yaml", text + "\n        tokenize: {formats: [levanter]}\n")))
+    assert r.returncode != 0 and "mixture.phases" in r.stderr and "levanter" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
