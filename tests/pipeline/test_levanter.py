@@ -210,9 +210,9 @@ def test_explain_names_the_document_at_a_cache_token(lev):
 
 
 def test_caches_on_s3_are_the_bytes_of_a_local_run(s3_server, demo_corpus, tmp_path):
-    """The small mixture with formats [levanter] on a real S3 API (moto on loopback) and on a
-    local disk: every cache file the same bytes (the chunk files are committed through the
-    file layer; tensorstore only encodes)."""
+    """The small mixture with formats [levanter] on a real S3 API (moto on loopback, 1% of its
+    requests failing with a 500) and on a local disk: every cache file the same bytes (the chunk
+    files are committed through the file layer, which retries; tensorstore only encodes)."""
     from tests.conftest import small_mixture
 
     env, s3, _ = s3_server
@@ -221,9 +221,16 @@ def test_caches_on_s3_are_the_bytes_of_a_local_run(s3_server, demo_corpus, tmp_p
     tz = "\n        tokenize: {formats: [levanter]}\n"
     remote = write_yaml(tmp_path / "r.yaml", small_mixture("s3://curate-test/lev-in", "s3://curate-test/lev-runs") + tz)
     local = write_yaml(tmp_path / "l.yaml", small_mixture(str(demo_corpus), str(tmp_path / "local")) + tz)
-    for y in (remote, local):
-        r = curate("run", str(y), "--workers", "2", env=env)  # an embedded Ray: its workers see the store's keys
-        assert r.returncode == 0, r.stderr[-3000:]
+    from tests.pipeline.test_remote import FaultyProxy
+
+    proxy = FaultyProxy(int(env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1]), rate=0.01)  # 1% of requests: a 500
+    try:  # an embedded Ray: its workers see the store's keys
+        r = curate("run", str(remote), "--workers", "2", env={**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"})
+    finally:
+        proxy.close()
+    assert r.returncode == 0 and proxy.faults >= 3, (proxy.faults, r.stderr[-3000:])
+    r = curate("run", str(local), "--workers", "2", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
     root_l = tmp_path / "local" / "remote" / "tokenized" / "levanter"
     got_l = {str(p.relative_to(root_l)): p.read_bytes() for p in root_l.rglob("*") if p.is_file()}
     prefix = "curate-test/lev-runs/remote/tokenized/levanter/"
