@@ -269,7 +269,7 @@ def _dispatch(args) -> int:
             args.id = at["id"]
             print(f"token {at['offset']:,} of {at['file']}: document {at['document']:,} of the file, tokens "
                   f"[{at['start']:,}, {at['end']:,}), id {at['id']}, source {at['source']}, cell {at['cell']}, "
-                  f"epoch {at['epoch']}, mixture row {at['row']:,}")
+                  f"epoch {at['epoch']}, {at.get('row_of', 'mixture')} row {at['row']:,}")
         if not args.id:
             raise UsageError("curate explain needs --id ID or --token FILE:OFFSET (or --all --out FILE.parquet)")
         infos = explain.find(fs.path(args.run_dir), args.id)

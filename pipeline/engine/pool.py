@@ -38,14 +38,15 @@ def local_bytes() -> int:
 class LocalPool:
     """`workers` local processes running shard tasks; futures keyed by the caller's key."""
 
-    def __init__(self, workers: int, max_retries: int, start: bool = True):
+    def __init__(self, workers: int, max_retries: int, start: bool = True, preload: tuple[str, ...] = ()):
         self.workers, self.max_retries = max(1, workers), max_retries
+        self.preload = PRELOAD + [m for m in preload if m not in PRELOAD]  # and what the run's steps declare
         self.pool = self._new() if start else None  # else at the first task
         self.futures: dict[cf.Future, tuple] = {}  # future -> (key, args, times its worker died)
 
     def _new(self) -> cf.ProcessPoolExecutor:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)
+        ctx.set_forkserver_preload(self.preload)
         pool = cf.ProcessPoolExecutor(self.workers, mp_context=ctx)
         pool.submit(os.getpid)  # start the server and the workers now, while the driver plans
         return pool

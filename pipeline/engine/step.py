@@ -132,6 +132,9 @@ class Step:
     # shard's partial key leaves them out, and a shard whose task read the same as an earlier
     # one of the same partial key links that one's files instead of computing
     read_keyed: tuple[str, ...] = ()
+    # heavy modules its task imports on first use (not hashed): a run's local worker processes
+    # import them once, in the process they are forked from (engine/pool.py), not once a worker
+    preload: tuple[str, ...] = ()
 
     def __post_init__(self):
         self.task = task_name(self.fn)  # what a worker imports; the hash never includes it

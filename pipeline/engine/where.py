@@ -76,7 +76,8 @@ class Where:
 
             reads_inputs = any(not s.inputs for s in todo)
             self._pool = LocalPool(self.workers or os.cpu_count() or 1, self.max_retries,
-                                   start=reads_inputs and self.input_bytes // 1000 > self.inline_docs)
+                                   start=reads_inputs and self.input_bytes // 1000 > self.inline_docs,
+                                   preload=tuple(sorted({m for s in todo for m in s.preload})))
 
     @property
     def backend(self) -> str:

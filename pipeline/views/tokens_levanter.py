@@ -55,7 +55,9 @@ def locate(run_dir: Path, caches: dict, stem: str, off: int) -> dict:
     j = int(np.searchsorted(ends, off - p["start"], side="right"))
     row = side.slice(j, 1).to_pylist()[0]
     before = sum(q["documents"] for q in c["pieces"][:k])
-    return {"file": c["path"], "offset": off, "document": before + j, "piece": p["piece"],
+    # layout cells: a piece is a cell's documents of a document shard, its rows that shard's
+    of = "mixture" if name in ("mixture", "validation") else f"document shard {p['piece']}'s"
+    return {"file": c["path"], "offset": off, "document": before + j, "piece": p["piece"], "row_of": of,
             **{**row, "start": row["start"] + p["start"], "end": row["end"] + p["start"]}}
 
 

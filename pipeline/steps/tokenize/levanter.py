@@ -244,6 +244,9 @@ def plan(ctx, st: dict, write_shard, validation_shard) -> list:
     cfg = {"format": "levanter", "params": params, "tokenizer": st["identity"]}
     if tz.layout == "cells":
         cell_list = [c.to_dict() for c in ctx.mix.phases[0]["cells"]]
+        if "validation" in {cache_name(c["name"]) for c in cell_list}:  # the held-out documents' cache has that name
+            raise UsageError(f"{ctx.lm.where(('sources',))}: a cell named `validation` would share its Levanter cache "
+                             "folder with the held-out documents'; rename the source")
         tok = dict(ctx.tokenized)
 
         def shards(step, stats):
@@ -285,7 +288,7 @@ def plan(ctx, st: dict, write_shard, validation_shard) -> list:
         return specs
 
     out.append(Step("tokens-levanter-cache", "tokens-cache", {"format": "levanter", "chunk": CHUNK, "inner": INNER, "meta": meta},
-                    list(out), cache_chunk, shards=chunk_shards))
+                    list(out), cache_chunk, shards=chunk_shards, preload=("tensorstore",)))
     return out
 
 
