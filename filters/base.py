@@ -26,7 +26,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from filters.registry import Registry
 
@@ -55,10 +55,23 @@ RegexPattern = Annotated[str, AfterValidator(_compiles)]
 
 
 class FilterParams(BaseModel):
-    """Base of every filter's parameters: frozen, unknown keys are errors."""
+    """Base of every filter's parameters: frozen, unknown keys are errors. Any instance
+    takes `per_language` (filters/routing.py): its parameters per detected language."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # .nan, .inf: config errors
     type: str
+    per_language: dict[str, dict[str, Any]] | str | None = Field(
+        None, description="parameters per language detected by the chain's language filter: {<lang>: {<param>: "
+                          "<value>}, default: {...}}, `fineweb2` (FineWeb-2's thresholds) or a YAML/JSON file of the "
+                          "same mapping (filters/routing.py)")
+
+    @model_validator(mode="after")
+    def _per_language(self):
+        if self.per_language is not None:
+            from filters import routing
+
+            routing.check(self)
+        return self
 
 
 @dataclass
@@ -173,6 +186,9 @@ def path_fields(params: FilterParams) -> dict[str, str]:
         extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
         if extra.get("is_path") and getattr(params, name) is not None:
             out[name] = getattr(params, name)
+    pl = getattr(params, "per_language", None)
+    if isinstance(pl, str) and pl != "fineweb2":  # a file of per-language parameters
+        out["per_language"] = pl
     default = getattr(filter_class(params.type), "default_files", None)
     if default:
         out.update({k: v for k, v in default(params).items() if k not in out})
@@ -201,6 +217,12 @@ def missing_dependencies(params: FilterParams) -> list[str]:
 
 
 def build(params: FilterParams) -> Filter:
+    """A filter instance; with per_language, one that routes each document to its language's
+    parameters (filters/routing.py)."""
+    if params.per_language is not None:
+        from filters.routing import Routed
+
+        return Routed(params, lambda p: filter_class(p.type)(p))
     return filter_class(params.type)(params)
 
 
@@ -211,13 +233,15 @@ def describe_registry() -> str:
         lines.append(f"{name} (v{cls.version}): {cls.description}")
         for fname, f in cls.Params.model_fields.items():
             fname = f.alias or fname
-            if fname == "type":
+            if fname in ("type", "per_language"):
                 continue
             default = "required" if f.is_required() else f"default {f.get_default(call_default_factory=True)!r}"
             ann = getattr(f.annotation, "__name__", None) or str(f.annotation).replace("typing.", "")
             lines.append(f"    {fname}: {ann}, {default}" + (f". {f.description}" if f.description else ""))
         lines.append("")
     lines.append("thresholds are min_*/max_* with their unit; None (null in YAML) switches one off")
+    lines.append("every type also takes per_language: its parameters per detected language ({<lang>: {...}, default: "
+                 "{...}}, fineweb2, or a YAML file), after a language filter in the chain")
     return "\n".join(lines)
 
 
@@ -229,7 +253,7 @@ def reference_markdown() -> str:
         rows.append(f"| `{name}` | | | | {cls.description} |")
         for fname, f in cls.Params.model_fields.items():
             fname = f.alias or fname
-            if fname != "type":
+            if fname not in ("type", "per_language"):  # per_language: every type's, documented once
                 default = "required" if f.is_required() else repr(f.get_default(call_default_factory=True))
                 rows.append(f"| | `{fname}` | {type_name(f.annotation)} | {default} | {f.description or ''} |")
     return "\n".join(rows)

@@ -43,6 +43,13 @@ def check_filter_files(lm: "LoadedMixture") -> list[str]:
                     out.append(f"{lm.where(('filters', name))}: {models.missing_model_message('language filter', Path(value))}")
                 else:
                     out.append(f"{lm.where(('filters', name, field))}: no such file: {value}")
+            elif field == "per_language":  # its contents: each language's parameters valid for the type
+                from filters import routing
+
+                try:
+                    routing.table(params)
+                except (ValueError, OSError) as e:
+                    out.append(f"{lm.where(('filters', name, 'per_language'))}: {value}: {e}")
     return out
 
 
@@ -149,9 +156,17 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
     defined_sources = ", ".join(m.sources)
     defined_cls = ", ".join(m.classifiers) or "(none: add a `classifiers` section)"
     for sname, src in m.sources.items():
+        lid = False  # a language filter earlier in the chain: what routes per_language
         for i, f in enumerate(src.filters):
             if f not in m.filters:
                 out.append((("sources", sname, "filters", i), f"unknown filter {f!r}; defined: {defined_filters}"))
+                continue
+            p = m.filters[f]
+            if p.per_language is not None and p.type != "language" and not lid:
+                out.append((("sources", sname, "filters", i), f"{f} has per_language, which routes each document by the "
+                            "language the chain's language filter detects, but none comes before it; add one first "
+                            "(type: language, label_only: true labels without removing)"))
+            lid = lid or p.type == "language"
         if src.quality and src.quality.classifier not in m.classifiers:
             out.append(
                 (("sources", sname, "quality", "classifier"), f"unknown classifier {src.quality.classifier!r}; defined: {defined_cls}")

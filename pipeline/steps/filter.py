@@ -78,6 +78,12 @@ STAGE = Stage("filter", plan)
 
 def run_shard(spec: dict, out) -> dict:
     filters = [(name, filter_base.build(filter_base.parse_params(p))) for name, p in spec["filters"]]
+    lid = None  # the chain's language filter so far: what routes a filter with per_language
+    for (name, p), (_, flt) in zip(spec["filters"], filters):
+        if getattr(flt, "routed", False):
+            flt.routes_by = lid
+        if p.get("type") == "language":
+            lid = name
     pf = fs.parquet_file(spec["documents"])
     # tokens are unknown until the end of the chain, where the kept documents are counted
     stages = {name: {"docs_in": 0, "docs_out": 0, "chars_in": 0, "chars_out": 0, "tokens_in": None, "tokens_out": None,
@@ -127,7 +133,10 @@ def filter_batch(batch: pa.RecordBatch, filters, stages, tokenizer: str | None =
         st["chars_in"] += int(chars[idx].sum())
         if len(idx):
             sub = work if len(idx) == n else work.take(pa.array(idx))
-            res = flt.apply(sub)
+            if getattr(flt, "routed", False) and flt.routes_by is not None:  # per_language: each row's detected language
+                res = flt.apply(sub, scores[f"{flt.routes_by}.lang"].take(pa.array(idx)))
+            else:
+                res = flt.apply(sub)
             if res.texts is not None:  # a rewriter that empties a document removes it
                 for local, t in enumerate(res.texts):
                     if t is not None and res.keep[local] and not t.strip():

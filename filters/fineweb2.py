@@ -1,0 +1,95 @@
+"""`per_language: fineweb2`: FineWeb-2's per-language thresholds, shipped as data.
+
+FineWeb-2 (huggingface/fineweb-2, Apache-2.0) filters each language with thresholds fitted
+for it, one `configs/<lang>_<script>.yml` per language: Gopher repetition (`dup_line_frac`,
+`top_n_grams`, `dup_n_grams`), FineWeb quality (`line_punct_thr`, `new_line_ratio`), Gopher
+quality (`min_avg_word_length`, `max_avg_word_length`, `max_non_alpha_words_ratio`,
+`stopwords`) and the language ID score (`language_score`), applied by datatrove's filters
+as its `fineweb-2-pipeline.py` calls them (with the other rules it switches off). The
+table here (filters/data/fineweb2.json, written by `python -m filters.fineweb2 REPO`) keeps
+those fields for the languages lid.176 names, keyed by lid.176's code (`fr`), or code and
+script for a language FineWeb-2 writes in two (`sr` Cyrillic, `sr_Latn`), with the word
+splitting language datatrove assigns (its tokenizer_assignment.csv). Only languages whose
+words Curate splits as datatrove does offline are kept: spaCy's rule-based tokenizer
+(Japanese, Chinese, Thai, Korean and Vietnamese need segmenters not installed here).
+
+`params(type, entry)` turns a language's entry into one filter type's parameters, as
+FineWeb-2's pipeline passes them to datatrove's filters.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import sys
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data" / "fineweb2.json"
+SOURCE = "huggingface/fineweb-2 configs/*.yml (Apache-2.0), commit d0defb24f193bb9a5a11b8b14524a03c4858e1b6"
+
+
+@functools.lru_cache(maxsize=1)
+def table() -> dict[str, dict]:
+    return json.loads(DATA.read_text())["languages"]
+
+
+def params(type_name: str, e: dict) -> dict:
+    """One language's entry as parameters of a filter type (FineWeb-2's pipeline's calls)."""
+    if type_name == "gopher_quality":
+        return {"min_avg_word_length": e["min_avg_word_length"], "max_avg_word_length": e["max_avg_word_length"],
+                "min_alpha_words_ratio": e["max_non_alpha_words_ratio"], "stop_words": e["stopwords"],
+                "min_stop_words": 2, "language": e["words"]}
+    if type_name == "gopher_repetition":
+        return {"max_dup_para_frac": None, "max_dup_para_char_frac": None, "max_dup_line_char_frac": None,
+                "max_dup_line_frac": e["dup_line_frac"], "max_top_ngram_char_frac": dict(e["top_n_grams"]),
+                "max_dup_ngram_char_frac": dict(e["dup_n_grams"]), "language": e["words"]}
+    if type_name == "fineweb_quality":
+        return {"min_line_punct_ratio": e["line_punct_thr"], "max_newline_word_ratio": e["new_line_ratio"],
+                "max_char_dup_ratio": 0.1, "max_short_line_ratio": None, "language": e["words"]}
+    if type_name == "language":
+        return {"min_score": e["language_score"]}
+    raise KeyError(type_name)
+
+
+TYPES = ("gopher_quality", "gopher_repetition", "fineweb_quality", "language")
+
+
+def _rule_based(code: str) -> bool:
+    import spacy
+
+    try:
+        return type(spacy.blank(code).tokenizer).__name__ == "Tokenizer"
+    except Exception:  # a language spaCy cannot build without a package not installed here
+        return False
+
+
+def build(repo: Path) -> dict:
+    """The table from a FineWeb-2 checkout, for lid.176's languages."""
+    import datatrove
+
+    from filters import language, models
+
+    labels = [lab[9:] for lab in language.load_model(str(models.lid176_path())).get_labels()]
+    rows = list(csv.DictReader(open(Path(datatrove.__file__).parent / "assets" / "tokenizer_assignment.csv")))
+    out: dict[str, dict] = {}
+    for code in sorted(labels):
+        for r in (r for r in rows if r["code_1"] == code and r["default_code_1"] == "TRUE"):
+            cfg = repo / "configs" / f"{r['code_3']}_{r['script']}.yml"
+            if not cfg.exists() or r["type"] != "SpaCyTokenizer" or not _rule_based(r["tok_code"]):
+                continue
+            import yaml
+
+            c = yaml.safe_load(cfg.read_text())
+            key = code if r["default_script"] == "TRUE" else f"{code}_{r['script']}"
+            out[key] = {"fineweb2": f"{r['code_3']}_{r['script']}", "script": r["script"], "words": r["tok_code"],
+                        **{k: c[k] for k in ("dup_line_frac", "top_n_grams", "dup_n_grams", "line_punct_thr",
+                                             "new_line_ratio", "min_avg_word_length", "max_avg_word_length",
+                                             "max_non_alpha_words_ratio", "stopwords", "language_score")}}
+    return {"source": SOURCE, "languages": out}
+
+
+if __name__ == "__main__":
+    DATA.parent.mkdir(exist_ok=True)
+    DATA.write_text(json.dumps(build(Path(sys.argv[1])), ensure_ascii=False, indent=0, sort_keys=True) + "\n")
+    print(f"wrote {DATA}: {len(table())} languages")
