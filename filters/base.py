@@ -26,7 +26,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from filters.registry import Registry
 
@@ -64,6 +64,14 @@ class FilterParams(BaseModel):
         None, description="parameters per language detected by the chain's language filter: {<lang>: {<param>: "
                           "<value>}, default: {...}}, `fineweb2` (FineWeb-2's thresholds) or a YAML/JSON file of the "
                           "same mapping (filters/routing.py)")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):
+        """per_language only when set: a config without it dumps, and hashes, as before it existed."""
+        d = handler(self)
+        if isinstance(d, dict) and d.get("per_language", 0) is None:
+            d.pop("per_language")
+        return d
 
     @model_validator(mode="after")
     def _per_language(self):

@@ -6,7 +6,7 @@ for it, one `configs/<lang>_<script>.yml` per language: Gopher repetition (`dup_
 quality (`min_avg_word_length`, `max_avg_word_length`, `max_non_alpha_words_ratio`,
 `stopwords`) and the language ID score (`language_score`), applied by datatrove's filters
 as its `fineweb-2-pipeline.py` calls them (with the other rules it switches off). The
-table here (filters/data/fineweb2.json, written by `python -m filters.fineweb2 REPO`) keeps
+table here (filters/data/fineweb2.json, written by `python -m bench.fineweb2_table REPO`) keeps
 those fields for the languages lid.176 names, keyed by lid.176's code (`fr`), or code and
 script for a language FineWeb-2 writes in two (`sr` Cyrillic, `sr_Latn`), with the word
 splitting language datatrove assigns (its tokenizer_assignment.csv). Only languages whose
@@ -19,10 +19,8 @@ FineWeb-2's pipeline passes them to datatrove's filters.
 
 from __future__ import annotations
 
-import csv
 import functools
 import json
-import sys
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data" / "fineweb2.json"
@@ -53,43 +51,3 @@ def params(type_name: str, e: dict) -> dict:
 
 
 TYPES = ("gopher_quality", "gopher_repetition", "fineweb_quality", "language")
-
-
-def _rule_based(code: str) -> bool:
-    import spacy
-
-    try:
-        return type(spacy.blank(code).tokenizer).__name__ == "Tokenizer"
-    except Exception:  # a language spaCy cannot build without a package not installed here
-        return False
-
-
-def build(repo: Path) -> dict:
-    """The table from a FineWeb-2 checkout, for lid.176's languages."""
-    import datatrove
-
-    from filters import language, models
-
-    labels = [lab[9:] for lab in language.load_model(str(models.lid176_path())).get_labels()]
-    rows = list(csv.DictReader(open(Path(datatrove.__file__).parent / "assets" / "tokenizer_assignment.csv")))
-    out: dict[str, dict] = {}
-    for code in sorted(labels):
-        for r in (r for r in rows if r["code_1"] == code and r["default_code_1"] == "TRUE"):
-            cfg = repo / "configs" / f"{r['code_3']}_{r['script']}.yml"
-            if not cfg.exists() or r["type"] != "SpaCyTokenizer" or not _rule_based(r["tok_code"]):
-                continue
-            import yaml
-
-            c = yaml.safe_load(cfg.read_text())
-            key = code if r["default_script"] == "TRUE" else f"{code}_{r['script']}"
-            out[key] = {"fineweb2": f"{r['code_3']}_{r['script']}", "script": r["script"], "words": r["tok_code"],
-                        **{k: c[k] for k in ("dup_line_frac", "top_n_grams", "dup_n_grams", "line_punct_thr",
-                                             "new_line_ratio", "min_avg_word_length", "max_avg_word_length",
-                                             "max_non_alpha_words_ratio", "stopwords", "language_score")}}
-    return {"source": SOURCE, "languages": out}
-
-
-if __name__ == "__main__":
-    DATA.parent.mkdir(exist_ok=True)
-    DATA.write_text(json.dumps(build(Path(sys.argv[1])), ensure_ascii=False, indent=0, sort_keys=True) + "\n")
-    print(f"wrote {DATA}: {len(table())} languages")

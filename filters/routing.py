@@ -71,7 +71,7 @@ def validate(params, mapping: dict) -> None:
 def merged(params, mapping: dict, key: str):
     """The parameters of one language (or `default`): the instance's, default's, the language's."""
     d = params.model_dump()
-    d.pop("per_language")
+    d.pop("per_language", None)
     d.update(mapping.get("default", {}))
     if key != "default":
         d.update(mapping.get(key, {}))
@@ -144,8 +144,6 @@ class Routed:
         return lang if lang in self.table and lang != "default" else "default"
 
     def apply(self, batch: pa.RecordBatch, langs: pa.Array | None = None):
-        from filters.base import FilterResult
-
         if self.params.type == "language":  # routes by its own label
             return self._language(batch)
         if langs is None:
@@ -156,6 +154,9 @@ class Routed:
         for i, k in enumerate(keys):
             groups.setdefault(k, []).append(i)
         n = batch.num_rows
+        if not n:
+            return self.instance("default").apply(batch)
+        result = None  # the inner filters' result class (filters/base.py's FilterResult: not imported here, which imports this)
         keep = np.ones(n, bool)
         reasons: list[str | None] = [None] * n
         out_texts: list[str | None] | None = None
@@ -165,6 +166,7 @@ class Routed:
             ix = np.array(rows, np.int64)
             sub = batch if len(ix) == n else batch.take(pa.array(ix))
             res = self.instance(k).apply(sub)
+            result = type(res)
             keep[ix] = res.keep
             for j, r in zip(rows, res.reasons):
                 reasons[j] = None if r is None else f"{r}:{k}"
@@ -187,13 +189,11 @@ class Routed:
                 pos = np.empty(n, np.int64)
             pos[order] = np.arange(len(order))
             scores[name] = vals.take(pa.array(pos))
-        return FilterResult(keep, reasons, scores, out_texts, changes or None)
+        return result(keep, reasons, scores, out_texts, changes or None)
 
     def _language(self, batch: pa.RecordBatch):
         """The language filter: its labels from the instance's model, then each row's own
         language's `min_score` (and `languages`)."""
-        from filters.base import FilterResult
-
         base = self.instance("default")
         labelled = type(base)(base.params.model_copy(update={"label_only": True})).apply(batch)
         lang = labelled.scores["lang"].to_pylist()
@@ -208,4 +208,4 @@ class Routed:
             wanted = p.languages is None or x in p.languages
             keep[i] = wanted and score[i] > p.min_score
             reasons.append(None if keep[i] else (f"low_language_score:{k}" if wanted else f"wrong_language:{x}"))
-        return FilterResult(keep, reasons, labelled.scores)
+        return type(labelled)(keep, reasons, labelled.scores)

@@ -63,7 +63,7 @@ def test_unknown_filter_type_lists_known_types(tmp_path):
 
 def test_filter_param_typo_and_bad_type(tmp_path):
     msg = _err(tmp_path, GOOD.replace("min_words: 3", "min_word: 3").replace("max_chars: 1000", "max_chars: lots"))
-    assert "x.yaml:7: filters.english.min_word: unknown key 'min_word'; did you mean 'min_words'?; allowed keys: max_chars, max_lines, max_words, min_chars, min_lines, min_words, type" in msg
+    assert "x.yaml:7: filters.english.min_word: unknown key 'min_word'; did you mean 'min_words'?; allowed keys: max_chars, max_lines, max_words, min_chars, min_lines, min_words, per_language, type" in msg
     assert "x.yaml:8: filters.gopher_quality.max_chars: Input should be a valid integer" in msg
     assert "(got 'lots')" in msg
 
