@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 CELL = re.compile(r"^(?P<source>[A-Za-z0-9][A-Za-z0-9_.-]*)"
-                  r"(?:/(?!q\d+(?:-q\d+)?(?:/|$))(?P<topic>[A-Za-z0-9][A-Za-z0-9_.-]*))?"
+                  r"(?:/lang=(?P<lang>[a-z]{2,3}(?:_[A-Z][a-z]{3})?|other))?"
+                  r"(?:/(?!q\d+(?:-q\d+)?(?:/|$))(?!lang=)(?P<topic>[A-Za-z0-9][A-Za-z0-9_.-]*))?"
                   r"(?:/q(?P<lo>\d+)(?:-q(?P<hi>\d+))?)?$")
 
 
@@ -39,10 +40,15 @@ class Cell:
     hi: int | None = None  # last bucket, inclusive
     named: bool = True  # False: what no weight names (weight 0)
     topic: str | None = None  # None: every topic
+    lang: str | None = None  # None: every language; "other": the languages no cell of the source names
+    others: tuple[str, ...] = ()  # lang "other": the languages the source's cells name
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "source": self.source, "topic": self.topic, "lo": self.lo, "hi": self.hi,
-                "named": self.named}
+        d = {"name": self.name, "source": self.source, "topic": self.topic, "lo": self.lo, "hi": self.hi,
+             "named": self.named}
+        if self.lang is not None:  # only then: a mixture without language cells keeps its config
+            d.update({"lang": self.lang, "others": list(self.others)})
+        return d
 
 
 def bucket_name(source: str, lo: int, hi: int, topic: str | None = None) -> str:
@@ -51,13 +57,24 @@ def bucket_name(source: str, lo: int, hi: int, topic: str | None = None) -> str:
 
 
 def parse(key: str) -> tuple[str, str | None, int | None, int | None] | None:
-    """(source, topic, lo, hi) of a weight key, or None when it is not one."""
+    """(source, topic, lo, hi) of a weight key, or None when it is not one (lang_of: its language)."""
     m = CELL.match(key)
     if not m:
         return None
     lo = int(m["lo"]) if m["lo"] else None
     hi = int(m["hi"]) if m["hi"] else lo
     return m["source"], m["topic"], lo, hi
+
+
+def lang_of(key: str) -> str | None:
+    """The language of a weight key (`web/lang=fr/q5` -> fr), None when it names none."""
+    m = CELL.match(key)
+    return m["lang"] if m else None
+
+
+def lang_name(source: str, lang: str, lo: int | None = None, hi: int | None = None) -> str:
+    head = f"{source}/lang={lang}"
+    return head if lo is None else bucket_name(head, lo, hi)
 
 
 def topics_of(m) -> dict[str, list[str] | None]:
@@ -132,8 +149,24 @@ def problems(m, field: str = "weights", topics: dict | None = None) -> list[tupl
                     out.append((loc, f"{key}: {topic!r} is not a topic of {source}'s classifier; its labels: "
                                      f"{', '.join(topics[source])}"))
                 continue
+        lang = lang_of(key)
+        if lang is not None:
+            chain = [m.filters[f].type for f in spec.filters if f in m.filters]
+            if "language" not in chain:
+                out.append((loc, f"{key} names a language, but {source}'s filters have no language filter to detect it; "
+                                 f"add one to sources.{source}.filters (type: language, label_only: true keeps every "
+                                 "document)"))
+                continue
+            if topic is not None:
+                out.append((loc, f"{key}: a language cell with a topic is not supported yet; weight {source}/lang=<code> "
+                                 f"or its buckets ({source}/lang=<code>/q<k>)"))
+                continue
+        if any((lang_of(other) is None) != (lang is None) for r, other in taken.get(source, [])):
+            out.append((loc, f"{key}: give every weight key of {source} a language (lang=<code>, lang=other for the "
+                             "rest), or none"))
+            continue
         rect = (topic, lo, hi)
-        clash = next((other for r, other in taken.get(source, []) if _overlap(rect, r)), None)
+        clash = next((other for r, other in taken.get(source, []) if lang_of(other) == lang and _overlap(rect, r)), None)
         if clash is not None:
             out.append((loc, f"{key} overlaps {clash}: a document may be in one cell only; "
                              "weight the whole source or disjoint cells"))
@@ -154,12 +187,15 @@ def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]
     for key in w:
         p = parse(key)
         if p is not None and p[0] in m.sources:
-            named.setdefault(p[0], []).append(Cell(key, p[0], p[2], p[3], topic=p[1]))
+            named.setdefault(p[0], []).append(Cell(key, p[0], p[2], p[3], topic=p[1], lang=lang_of(key)))
     out = []
     for s in m.sources:
         if s in excluded:
             continue
         mine = named.get(s)
+        if mine and any(c.lang is not None for c in mine):
+            out += _lang_cells(m, s, mine)
+            continue
         if not mine or any(c.lo is None and c.topic is None for c in mine):
             out.append(Cell(s, s))
             continue
@@ -191,6 +227,36 @@ def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]
     return out
 
 
+def _lang_cells(m, s: str, mine: list[Cell]) -> list[Cell]:
+    """A source weighted by language: its named cells, and for each named language (and
+    `other`, the languages no key names) the runs of buckets no key covers, weight 0."""
+    langs = list(dict.fromkeys(c.lang for c in mine if c.lang != "other"))
+    others = tuple(langs)
+    by_bucket = any(c.lo is not None for c in mine)
+    n = m.sources[s].quality.n_buckets() if by_bucket else 1
+    out = []
+    for lang in langs + ["other"]:
+        own = [c for c in mine if c.lang == lang]
+        out += [Cell(c.name, s, c.lo, c.hi, topic=None, lang=lang, others=others if lang == "other" else ())
+                for c in sorted(own, key=lambda c: c.lo or 0)]
+        covered = set()
+        for c in own:
+            covered |= set(range(c.lo, c.hi + 1)) if c.lo is not None else set(range(1, n + 1))
+        b = 1
+        while b <= n:
+            if b in covered:
+                b += 1
+                continue
+            e = b
+            while e + 1 <= n and e + 1 not in covered:
+                e += 1
+            whole = not by_bucket or (b == 1 and e == n)
+            out.append(Cell(lang_name(s, lang) if whole else lang_name(s, lang, b, e), s, None if whole else b,
+                            None if whole else e, named=False, lang=lang, others=others if lang == "other" else ()))
+            b = e + 1
+    return out
+
+
 def rates(m, cell_list: list[Cell], r: dict | None = None) -> dict[str, float] | None:
     """Each cell's sample rate (0 where no key names it); None without sample_rates."""
     r = m.mixture.sample_rates if r is None else r
@@ -209,14 +275,24 @@ def weights(m, cell_list: list[Cell], w: dict | None = None) -> dict[str, float]
     return {k: v / total for k, v in got.items()} if m.mixture.normalize and total else got
 
 
-def index(source_cells: list[dict], buckets: np.ndarray | None, n: int, topics: np.ndarray | None = None) -> np.ndarray:
-    """For each of n rows of one source (their quality buckets and topics, or None), the
-    position of its cell in `source_cells` (dicts of Cell.to_dict)."""
-    if len(source_cells) == 1 and source_cells[0]["lo"] is None and source_cells[0].get("topic") is None:
+def index(source_cells: list[dict], buckets: np.ndarray | None, n: int, topics: np.ndarray | None = None,
+          langs: np.ndarray | None = None) -> np.ndarray:
+    """For each of n rows of one source (their quality buckets, topics and detected
+    languages, or None), the position of its cell in `source_cells` (dicts of Cell.to_dict)."""
+    if len(source_cells) == 1 and source_cells[0]["lo"] is None and source_cells[0].get("topic") is None \
+            and source_cells[0].get("lang") is None:
         return np.zeros(n, np.int64)
     out = np.full(n, -1, np.int64)
     for pos, c in enumerate(source_cells):
         m = np.ones(n, bool)
+        if c.get("lang") is not None:
+            if langs is None:
+                raise ValueError(f"cell {c['name']} is a language, but the source's documents carry no language")
+            if c["lang"] == "other":
+                named = set(c["others"])
+                m &= np.fromiter((x not in named for x in langs), bool, n)
+            else:
+                m &= np.fromiter((x == c["lang"] for x in langs), bool, n)
         if c.get("topic") is not None:
             if topics is None:
                 raise ValueError(f"cell {c['name']} is a topic, but the source's documents carry no topic")
@@ -238,7 +314,14 @@ def available(cell_list: list[Cell], d: dict) -> dict[str, tuple[int, int]]:
     (topic, bucket) group (a topic step), per bucket (a quality step), or the whole shard."""
     out = {}
     for c in cell_list:
-        if c.lo is None and c.topic is None:
+        if c.lang is not None:  # the langs-<source> step's counts per (language, bucket)
+            docs = tok = 0
+            for lang, bucket, nd, nt in d["lang_groups"]:
+                if (lang not in c.others if c.lang == "other" else lang == c.lang) and \
+                        (c.lo is None or c.lo <= bucket <= c.hi):
+                    docs, tok = docs + nd, tok + nt
+            out[c.name] = (docs, tok)
+        elif c.lo is None and c.topic is None:
             out[c.name] = (d["kept"], d["tokens"])
         elif "groups" in d:
             docs = tok = 0

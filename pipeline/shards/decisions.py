@@ -111,7 +111,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False, 
     surv_id = np.array([None] * n, dtype=object)
     surv_gid = np.array([None] * n, dtype=object)
     scores: list[dict] = [{} for _ in range(n)]
-    buckets = topics = None  # quality buckets and topics, when the source has them
+    buckets = topics = langs = None  # quality buckets, topics and detected languages, when the source has them
     rewritten_by: list[list[str] | None] = [None] * n  # the stages (filters by name) that changed a row's text
     layers = run.layers(source, part)
     n_tokens = docs.column("n_tokens")
@@ -137,6 +137,9 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False, 
         rs = t.column("reason").to_pylist()
         if label == "filter":
             stg = t.column("stage").to_pylist()
+            lang_cols = [c for c in names if c.endswith(".lang")]
+            if lang_cols:  # the chain's first language filter: language cells
+                langs = np.array(t.column(lang_cols[0]).to_pylist(), dtype=object)
             for c in names:
                 if "." in c:
                     for i, v in values(t, c):
@@ -193,7 +196,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False, 
             for name, ph, _ in phases:
                 cl = budget.source_cells(ph["sources"][source])
                 where = cells.index(cl, None if buckets is None else buckets[kept_idx], len(kept_idx),
-                                    None if topics is None else topics[kept_idx])
+                                    None if topics is None else topics[kept_idx], None if langs is None else langs[kept_idx])
                 for pos, c in enumerate(cl):
                     inside = np.flatnonzero(where == pos)
                     why[inside] = budget.not_selected_reason(c, phased=name is not None)

@@ -107,6 +107,17 @@ def read_rows(documents: str, layers: list[str], rows: np.ndarray, columns: list
     return table
 
 
+def shard_langs(d: dict) -> np.ndarray | None:
+    """The language the chain's first language filter detected for every row of a document
+    shard (None where unset: a row it did not see), or None without one."""
+    for path in d["layers"]:
+        names = fs.parquet_file(path).schema_arrow.names
+        langs = [c for c in names if c.endswith(".lang")]
+        if langs:
+            return np.array(fs.read_table(path, columns=langs[:1]).column(0).to_pylist(), dtype=object)
+    return None
+
+
 def shard_topics(d: dict) -> np.ndarray | None:
     """The topic of every row of a document shard (None where unset), or None."""
     for path in d["layers"]:

@@ -71,6 +71,8 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         step_cfg = atomic.read_json(fdir / "step.json")["config"]["filters"]
         for fname, _params in step_cfg:
             scores = {k.split(".", 1)[1]: v for k, v in rec.items() if k.startswith(f"{fname}.") and v is not None}
+            if "lang" in scores and "lang" not in info:  # the chain's language: its language cell
+                info["lang"] = scores["lang"]
             if rec["stage"] == fname:
                 info["stages"].append({"stage": filter_stage(fname), "result": "removed", "reason": rec["reason"], "scores": scores})
                 info["status"] = "removed"
@@ -119,7 +121,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["stages"].append({"stage": stage, "result": "kept", "scores": scores})
     if info["status"] == "kept":
         info["mixture_file"], cell, phased = _mixture_file(run_dir, rj, source, doc["id"], info.get("quality_bucket"),
-                                                           info.get("topic"))
+                                                           info.get("topic"), info.get("lang"))
         if cell is not None:
             info["cell"] = cell["name"] or source
         if info["mixture_file"] is None:
@@ -192,7 +194,7 @@ def _first_change(old: str, new: str, before: int = 40, after: int = 100) -> dic
 
 
 def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int | None,
-                  topic: str | None = None) -> tuple[str | None, dict | None, bool]:
+                  topic: str | None = None, lang: str | None = None) -> tuple[str | None, dict | None, bool]:
     """Where the mixture holds this kept document, and its cell: recomputed from the
     selection (its priorities against its cell's cutoff) and the routing hash, as the mix
     steps did."""
@@ -208,7 +210,8 @@ def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int
     for name, sel, _ in phases:
         cl = budget.source_cells(sel["sources"][source])
         c = cl[int(cells.index(cl, None if bucket is None else np.array([bucket]), 1,
-                               None if topic is None else np.array([topic], dtype=object))[0])]
+                               None if topic is None else np.array([topic], dtype=object),
+                               np.array([lang], dtype=object))[0])]
         cell = cell or c
         epochs = [e for e, m in budget.cell_epochs(c, seed, source, [doc_id]) if m is None or m[0]]
         folder = f"mixture/{name}/" if name else "mixture/"

@@ -41,9 +41,26 @@ def plan(ctx: Context) -> list[Step]:
     mixed = [s for s in m.sources if s not in m.excluded()]
     every_shard = ctx.all_doc_shards()
 
-    def mixed_docs(stats):  # the document shards of the sources in the mixture, with all their layers (a generator)
+    def raw_docs(stats):  # the document shards of the sources in the mixture, with all their layers (a generator)
         return (d for d in every_shard(stats) if d["source"] in mixed)
     ph_list = phases(ctx)
+    by_lang = sorted({c.source for ph in ph_list for c in ph["cells"] if c.lang is not None})
+    langs = None
+    if by_lang:  # language cells: kept documents and tokens per (language, bucket) of each document shard
+        def lang_shards(st, stats):
+            return ({"doc": d, "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                    for d in raw_docs(stats) if d["source"] in by_lang)
+
+        langs = Step("mix-langs", "mix-langs", {"sources": by_lang}, upstream, tasks.lang_groups_shard,
+                     shards=lang_shards, position_free=True)
+
+    def mixed_docs(stats):  # ... with each language-weighted shard's counts per language (mix-langs' markers)
+        if langs is None:
+            yield from raw_docs(stats)
+            return
+        got = iter(stats[langs.name][j] for j in sorted(stats[langs.name]))
+        for d in raw_docs(stats):
+            yield {**d, "lang_groups": next(got)["lang_groups"]} if d["source"] in by_lang else d
     first = [sum(len(p["cells"]) for p in ph_list[:k]) for k in range(len(ph_list))]  # key folders c<index>
     cell_dicts = [{c.name: {**c.to_dict(), "index": first[k] + i, "phase": ph["name"], "seed": ph["seed"]}
                    for i, c in enumerate(ph["cells"])} for k, ph in enumerate(ph_list)]
@@ -53,7 +70,7 @@ def plan(ctx: Context) -> list[Step]:
            **({"phases": [p.model_dump() for p in mx.phases], "disjoint": mx.disjoint} if mx.phases else {}),
            "max_epochs": {s: (m.sources[s].max_epochs or mx.max_epochs) for s in mixed}, "on_shortfall": mx.on_shortfall,
            "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows, "sources": mixed}
-    if any(c.lo is not None or c.topic is not None for ph in ph_list for c in ph["cells"]):
+    if any(c.lo is not None or c.topic is not None or c.lang is not None for ph in ph_list for c in ph["cells"]):
         cfg["cells"] = [[c.to_dict() for c in ph["cells"]] for ph in ph_list] if mx.phases else \
             [c.to_dict() for c in ph_list[0]["cells"]]  # only then: a mixture without cells keeps its config
 
@@ -78,8 +95,8 @@ def plan(ctx: Context) -> list[Step]:
         return ({"doc": d, "seed": m.seed, "cells": of_source(d["source"], epochs),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in mixed_docs(stats))
 
-    priority = Step("mix-priority", "mix-priority", cfg, upstream, tasks.priority_shard, shards=priority_shards,
-                    position_free=True)
+    priority = Step("mix-priority", "mix-priority", cfg, upstream + ([langs] if langs else []), tasks.priority_shard,
+                    shards=priority_shards, position_free=True)
 
     def select_shards(st, stats):
         out, epochs = cell_budgets(stats)
@@ -126,8 +143,8 @@ def plan(ctx: Context) -> list[Step]:
 
     write = Step("mix", "mix", {}, [route, merged], tasks.write_shard, shards=write_shards)
     ctx.mix = MixSteps(priority, select, route, write, ph_list, mixed_docs)
-    ctx.fate = list(ctx.steps) + [priority, select]  # up to the mixture's selection, not its files
-    return [priority, select, route, merged, write]
+    ctx.fate = list(ctx.steps) + ([langs] if langs else []) + [priority, select]  # up to the mixture's selection, not its files
+    return ([langs] if langs else []) + [priority, select, route, merged, write]
 
 
 def upstream_steps(step: Step) -> list[Step]:

@@ -63,12 +63,14 @@ def priority_shard(spec: dict, out) -> dict:
     rows = 0
     if todo:
         buckets, topics = view.shard_buckets(d), view.shard_topics(d)
+        langs = view.shard_langs(d) if any(c.get("lang") for c in spec["cells"]) else None
         for r, b in view.kept_batches(d["documents"], d["layers"], ["id", "n_tokens"]):
             ids = b.column("id").to_pylist()
             rows += len(ids)
             tok = b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
             for group in by_phase(spec["cells"]):  # each phase partitions the documents into its own cells
-                where = cells.index(group, None if buckets is None else buckets[r], len(ids), None if topics is None else topics[r])
+                where = cells.index(group, None if buckets is None else buckets[r], len(ids), None if topics is None else topics[r],
+                                    None if langs is None else langs[r])
                 for pos, c in enumerate(group):
                     if c["epoch"] is None:
                         continue
@@ -80,6 +82,25 @@ def priority_shard(spec: dict, out) -> dict:
         select.write_keys(out.path(".parquet", f"keys/c{k}"), np.concatenate(p[k]) if p[k] else np.zeros(0, np.uint64),
                           np.concatenate(t[k]) if t[k] else np.zeros(0, np.int64))
     return {"rows": rows, "source": d["source"]}
+
+
+@task(version="1")
+def lang_groups_shard(spec: dict, out) -> dict:
+    """`langs-<source>`, per document shard of a source weighted by language: its kept
+    documents and tokens per (detected language, quality bucket; -1 without buckets), what
+    the budget of its language cells is computed from (pipeline/mixing/cells.available)."""
+    d = spec["doc"]
+    langs, buckets = view.shard_langs(d), view.shard_buckets(d)
+    groups: dict[tuple, list[int]] = {}
+    rows = 0
+    for r, b in view.kept_batches(d["documents"], d["layers"], ["n_tokens"]):
+        tok = b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        rows += len(r)
+        for i, t in zip(r.tolist(), tok.tolist()):
+            g = groups.setdefault((langs[i] if langs is not None else None, int(buckets[i]) if buckets is not None else -1), [0, 0])
+            g[0] += 1
+            g[1] += t
+    return {"rows": rows, "lang_groups": sorted([lang or "", bk, nd, nt] for (lang, bk), (nd, nt) in groups.items())}
 
 
 def lang_counts(col) -> dict[str, int]:
@@ -212,6 +233,7 @@ def route_shard(spec: dict, out) -> dict:
     bucket_all = extra["quality_bucket"]
     buckets = bucket_all.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) if bucket_all.null_count < n else None
     topics = np.array(extra["topic"].to_pylist(), dtype=object) if extra["topic"].null_count < n else None
+    langs = np.array(extra["lang"].to_pylist(), dtype=object)
     parts, dests, chosen_any = [], [], 0
     tok = fs.read_table(spec["tokens"]) if spec.get("tokens") else None  # the shard's ids (tokenize-<source>)
     for rows, b in view.kept_batches(d["documents"], d["layers"], ["id", "text", "source", "source_id", "n_tokens"]):
@@ -225,7 +247,8 @@ def route_shard(spec: dict, out) -> dict:
         anywhere = np.zeros(len(ids), bool)  # chosen in some phase (the ledger's kept)
         for ph in spec["phases"]:
             cl = ph["cells"]
-            where = cells.index(cl, None if buckets is None else buckets[rows], len(ids), None if topics is None else topics[rows])
+            where = cells.index(cl, None if buckets is None else buckets[rows], len(ids), None if topics is None else topics[rows],
+                                langs[rows])
             for pos, c in enumerate(cl):
                 inside = np.flatnonzero(where == pos)
                 if len(inside) == 0:

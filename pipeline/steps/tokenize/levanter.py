@@ -171,9 +171,9 @@ def cell_pieces(spec: dict, out) -> dict:
         ids += b.column("id").to_pylist()
     if len(ids) != len(rows):
         raise RuntimeError(f"{spec['tokens']}: {len(rows):,} encoded documents, {len(ids):,} kept; its tokenize step is stale")
-    buckets, topics = view.shard_buckets(d), view.shard_topics(d)
+    buckets, topics, langs = view.shard_buckets(d), view.shard_topics(d), view.shard_langs(d)
     where = cellmod.index(spec["cells"], None if buckets is None else buckets[rows], len(rows),
-                          None if topics is None else topics[rows])
+                          None if topics is None else topics[rows], None if langs is None else langs[rows])
     all_ids, lengths = tasks.with_specials(offs, vals, p["bos_id"], p["eos_id"])
     pieces = []
     for pos, c in enumerate(spec["cells"]):
