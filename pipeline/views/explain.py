@@ -69,7 +69,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         attrs = fs.read_table(fdir / part.name)
         rec = attrs.slice(row, 1).to_pylist()[0]
         step_cfg = atomic.read_json(fdir / "step.json")["config"]["filters"]
-        for fname, _params in step_cfg:
+        for fname, params in step_cfg:
             scores = {k.split(".", 1)[1]: v for k, v in rec.items() if k.startswith(f"{fname}.") and v is not None}
             if "lang" in scores and "lang" not in info:  # the chain's language: its language cell
                 info["lang"] = scores["lang"]
@@ -77,6 +77,9 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
                 info["stages"].append({"stage": filter_stage(fname), "result": "removed", "reason": rec["reason"], "scores": scores})
                 info["status"] = "removed"
                 info["removed_by"] = {"stage": filter_stage(fname), "reason": rec["reason"]}
+                rule = _language_rule(params, rec["reason"])
+                if rule is not None:  # per_language: the language whose parameters removed it, and those
+                    info["removed_by"]["language_rule"] = rule
                 break
             info["stages"].append({"stage": filter_stage(fname), "result": "kept", "scores": scores})
         if info["status"] == "kept" and rec.get("text") is not None:
@@ -184,6 +187,24 @@ def _read_row(path: Path, row: int, columns: list[str]) -> dict:
     raise IndexError(f"{path} has no row {row}")
 
 
+def _language_rule(params: dict, reason: str | None) -> dict | None:
+    """For a filter with per_language: the language key its reason names (`too_few_words:fr`)
+    and that language's parameters that differ from the instance's own."""
+    if not isinstance(params, dict) or params.get("per_language") is None or not reason or ":" not in reason:
+        return None
+    from filters import base as filter_base
+    from filters import routing
+
+    key = reason.rsplit(":", 1)[1]
+    p = filter_base.parse_params(params)
+    try:
+        mine = routing.merged(p, routing.table(p), key).model_dump()
+    except (ValueError, OSError):  # the file changed or is gone since the run
+        return {"language": key}
+    own = routing.merged(p, {}, "default").model_dump()
+    return {"language": key, "parameters": {k: v for k, v in mine.items() if own.get(k) != v}}
+
+
 def _first_change(old: str, new: str, before: int = 40, after: int = 100) -> dict:
     """The text around the first place a rewriter changed it: before and after."""
     from filters.rewrite import common_prefix
@@ -237,6 +258,12 @@ def render(infos: list[dict], doc_id: str, run_dir: Path | None = None) -> str:
             lines.append(f"  {st['stage']:<28} {st['result']}{extra}{('  (' + scores + ')') if scores else ''}{where}")
         if info["status"] == "removed":
             lines.append(f"  => removed at {info['removed_by']['stage']}: {info['removed_by']['reason']}")
+            rule = info["removed_by"].get("language_rule")
+            if rule:
+                shown = ", ".join(f"{k}={_fmt(v) if not isinstance(v, (list, dict)) else v}" for k, v in
+                                  (rule.get("parameters") or {}).items())
+                lines.append(f"  by the rules of language {rule['language']}" + (f": {shown}" if shown else
+                                                                                ": the instance's own parameters"))
             ct = info.get("contamination")
             if ct:
                 lines.append(f"  eval item {ct['eval_set']}:{ct['eval_id']} (overlap {ct['overlap']:.2f}, "

@@ -94,3 +94,19 @@ def test_what_cannot_be_a_language_cell_is_a_config_error(tmp_path, demo_corpus,
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     if says:
         assert says in r.stderr, r.stderr
+
+
+def test_explain_names_the_language_and_thresholds_that_removed_a_document(runs):
+    rj = atomic.read_json(runs[1] / "run.json")
+    d = runs[1].parent / "_store" / "steps" / rj["steps"]["filter-wiki"]["dir"].split("/")[-1]
+    t = pq.read_table(sorted(d.glob("part-*.parquet"))[0], columns=["id", "reason"])
+    doc, reason = next((i, r) for i, r in zip(t.column("id").to_pylist(), t.column("reason").to_pylist())
+                       if r and r.endswith(":fr"))
+    r = subprocess.run([sys.executable, "-m", "pipeline", "explain", str(runs[1]), "--id", doc, "--json"],
+                       capture_output=True, text=True)
+    rule = json.loads(r.stdout)[0]["removed_by"]["language_rule"]
+    assert rule["language"] == "fr" and rule["parameters"]["min_alpha_words_ratio"] == 0.812  # FineWeb-2's fra_Latn
+    assert "de" in rule["parameters"]["stop_words"] and rule["parameters"]["language"] == "fr"
+    text = subprocess.run([sys.executable, "-m", "pipeline", "explain", str(runs[1]), "--id", doc],
+                          capture_output=True, text=True).stdout
+    assert f"removed at filter:gq: {reason}" in text and "by the rules of language fr: min_avg_word_length=2" in text
