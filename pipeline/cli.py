@@ -58,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--output", default=None, help="directory or fsspec URL for run directories (default: the YAML's `output`, relative to it)")
     r.add_argument("--dry-run", action="store_true", help="print the plan and stop (same as `curate plan`)")
     r.add_argument("--quiet", action="store_true", help="no progress lines (errors and the final summary still print)")
+    r.add_argument("--verbose", action="store_true", help="the plan step by step and a line per step start, progress "
+                   "and end (default: a line per stage; a live display on a terminal)")
+    r.add_argument("--log-format", choices=["text", "json"], default="text",
+                   help="json: progress as JSON lines on stderr (event, stage, step, shards_done, shards_total, docs, "
+                        "docs_per_s, eta_s, elapsed_s), for job logs and scripts")
     r.add_argument("--overwrite", action="store_true",
                    help="take over a run directory that holds a run of a different mixture file (refused otherwise)")
 
@@ -323,8 +328,12 @@ def _dispatch(args) -> int:
             print(f"note: `curate run` will refuse: {e}")
         return 0
     try:
+        from pipeline.engine.progress import mode_for
+
+        mode = mode_for(args.log_format, args.quiet, args.verbose)
         run_dir = runner.run(lm, workers=args.workers, output=args.output, quiet=args.quiet, overwrite=args.overwrite,
-                             log=(lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
+                             log=(lambda m: None) if mode in ("quiet", "json") else (lambda m: print(m, file=sys.stderr)),
+                             mode=mode)
     finally:
         from pipeline.engine.cluster import stop_ray
 

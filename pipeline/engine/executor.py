@@ -85,6 +85,7 @@ class Executor(Where):
         try:
             return self._run(steps)
         finally:
+            self.progress.close()
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
@@ -106,6 +107,7 @@ class Executor(Where):
         todo = [s for s in steps if s.name not in self.stats]
         if not todo:
             return self.stats
+        self.progress.expect([s.name for s in todo])
         self._start_pool(todo)
         queue = _Queue()
         in_flight: dict = {}

@@ -65,7 +65,7 @@ def _input_bytes(ctx) -> int | None:
 
 
 def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None, log=print, quiet: bool = False,
-        overwrite: bool = False, stages: list | None = None) -> Path:
+        overwrite: bool = False, stages: list | None = None, mode: str | None = None) -> Path:
     """Plan, run every step (cached ones are skipped), assemble and publish; returns the run
     directory. `stages`: another stage list than graph.STAGES (a stage being written)."""
     run_dir = lm.output_dir(output)
@@ -73,13 +73,31 @@ def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None
     check_owner(lm, run_dir, overwrite)
     leases = Leases(name=lm.mixture.name)
     try:
-        return _run(lm, run_dir, store, leases, workers, log, quiet, stages)
+        return _run(lm, run_dir, store, leases, workers, log, quiet, stages, mode)
     finally:
         storelock.release_shared(leases, store)
         leases.release_all()
 
 
-def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, quiet, stages=None) -> Path:
+def plan_lines(ctx, store, prev, log, verbose: bool) -> None:
+    """The plan before a run: a line a step with `verbose` (its action and why), else a line
+    a stage (its steps to run and cached); `curate plan` prints the full table."""
+    from pipeline.engine.progress import STAGES, stage_of
+
+    per: dict[str, list[int]] = {}
+    for s in ctx.steps:
+        action, why = step_status(s, store, prev)
+        if verbose:
+            log(f"{s.name:<24} {action:<5} {why}")
+        per.setdefault(stage_of(s.name), [0, 0])[0 if action == "run" else 1] += 1
+    if not verbose:
+        order = [x for x in STAGES if x in per] + [x for x in per if x not in STAGES]
+        log("plan: " + ", ".join(f"{x} {per[x][0]} to run" + (f" ({per[x][1]} cached)" if per[x][1] else "")
+                                 for x in order if per[x][0]) +
+            (f"; cached: {', '.join(x for x in order if not per[x][0])}" if any(not per[x][0] for x in order) else ""))
+
+
+def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, quiet, stages=None, mode=None) -> Path:
     record_mod.claim_run_dir(leases, run_dir, store)
     storelock.hold_shared(leases, store, log)  # until the last read: gc deletes nothing this run plans to read
     ctx = graph.build(lm, run_dir, store, stages)
@@ -100,11 +118,10 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         "mix_sources": ctx.mix.select.config.get("sources") if ctx.mix and ctx.mix.select else None,
     }
     record_mod.link_steps(ctx, run_dir)
-    for s in ctx.steps:
-        action, why = step_status(s, store, prev)
-        log(f"{s.name:<24} {action:<5} {why}")
+    mode = mode or ("quiet" if quiet else "verbose")
+    plan_lines(ctx, store, prev, log, verbose=mode == "verbose")
     atomic.write_json(run_dir / "run.json", record)
-    ex = Executor(store, workers=workers, progress=Progress(quiet=quiet), leases=leases,
+    ex = Executor(store, workers=workers, progress=Progress(mode=mode), leases=leases,
                   inline_docs=inline_docs(), input_bytes=_input_bytes(ctx), inline_seconds=inline_seconds(),
                   local_bytes=local_bytes())
     try:
