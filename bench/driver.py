@@ -16,6 +16,7 @@ empty tasks submitted and awaited with the same bound on tasks in flight. The dr
 is counted from the first task's submission (Ray's start is not per task).
 
     python -m bench.driver --tasks 2000
+    CURATE_BENCH_PROGRESS=text python -m bench.driver --tasks 2000   # with the run's display (text, json, verbose)
 
 `--chain K` measures a run, not a step: K chained steps of n shards each (every plan reads
 its input's markers, as a filter's reads its ingest's), all resumed at their ends, through
@@ -75,7 +76,9 @@ def run_tasks(n: int, root: Path) -> dict:
 
     store = root / f"tasks-{n}"
     s = Step("filter-web", "filter", {"n": n}, [], fn, shards=_specs(n))
-    ex = Executor(store, workers=2, progress=Progress(quiet=True))
+    mode = os.environ.get("CURATE_BENCH_PROGRESS", "quiet")  # text, json, verbose: the run's display, to a null file
+    ex = Executor(store, workers=2, progress=Progress(mode=mode, stream=open(os.devnull, "w")) if mode != "quiet"
+                  else Progress(quiet=True))
     ex._ensure_ray()
     c0, t0 = time.process_time(), time.perf_counter()
     ex.run([s])
