@@ -174,7 +174,7 @@ def test_steps_left_half_deleted_run_again_never_read_as_empty(small_yaml, small
     (flt / SUCCESS).unlink()
     for p in flt.glob("_markers*.json"):
         p.unlink()
-    again = curate("run", str(small_yaml), "--workers", "2", env=joined)
+    again = curate("run", str(small_yaml), "--workers", "2", "--verbose", env=joined)  # the plan step by step
     assert again.returncode == 0, again.stderr[-3000:]
     plan = again.stderr + again.stdout
     assert "ingest-web" in plan and "resume (0 shards done)" in plan, plan
