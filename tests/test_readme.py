@@ -99,3 +99,19 @@ def test_the_readme_says_a_mixture_file_must_be_trusted_like_code():
 
     assert adapters.DatatroveParams.model_fields["class_"].alias == "class"
     assert "callable" in adapters.PythonParams.model_fields and "callable" in PythonExtract.model_fields
+
+
+def test_docs_are_scannable_no_prose_line_over_800_characters_and_a_summary_first():
+    """Every page of docs/ opens with its summary (a paragraph right after the title), and no
+    prose line (outside code blocks and tables) is over 800 characters: a paragraph that long
+    is a list or a table waiting to be written."""
+    long, no_summary = [], []
+    for f in sorted((ROOT / "docs").glob("*.md")):
+        lines = _outside_fences(f.read_text()).split("\n")
+        long += [f"{f.name}:{i} ({len(x)} chars)" for i, x in enumerate(lines, 1)
+                 if not x.startswith("|") and len(x) > 800]
+        body = [x for x in lines[1:] if x.strip()]
+        if not lines[0].startswith("# ") or not body or body[0].startswith(("#", "|", "-", "*", "<!--")):
+            no_summary.append(f.name)
+    assert not long, "prose lines over 800 characters (split them into lists, tables or short paragraphs): " + ", ".join(long)
+    assert not no_summary, f"pages that do not open with a summary after their title: {no_summary}"
