@@ -94,6 +94,21 @@ def _languages(run: dec.Run, source: str) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+def _by_language(removed: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Removals by the language whose rules removed them (a per_language filter's reasons end
+    in `:<lang>`, or `:default`: filters/routing.py): language -> "<stage> <reason>" -> documents."""
+    import re
+
+    key = re.compile(r"^[a-z]{2,3}(_[A-Z][a-z]{3})?$|^default$")
+    out: dict[str, dict[str, int]] = {}
+    for stage, reasons in removed.items():
+        for r, n in (reasons or {}).items():
+            head, sep, lang = r.rpartition(":")
+            if sep and key.match(lang) and not head.startswith(("wrong_language", "cell_weight_0")):
+                out.setdefault(lang, {})[f"{stage} {head}"] = n
+    return dict(sorted(out.items(), key=lambda kv: -sum(kv[1].values())))
+
+
 def _rewritten(stages: list[dict]) -> dict[str, dict[str, int]]:
     """stage -> what it changed in the text of the documents it kept: a rewriter's counts
     (documents rewritten, then per kind), paragraph dedup's and decontamination's cuts."""
@@ -117,6 +132,7 @@ def build(run_dir: Path) -> dict:
             "conservation": e["conservation"],
             "funnel": [{"stage": st["stage"], "docs": st["docs_out"], "tokens": st.get("tokens_out")} for st in e["stages"]],
             "removed_by_reason": e["removed"], "quality": _quality(run, s), "languages": _languages(run, s),
+            "removed_by_language": _by_language(e["removed"]),
             "topics": _topics(run, s), "rewritten": _rewritten(e["stages"]),
             "mixture": man["sources"].get(s),
             "extraction": e.get("extraction"), "skipped_records": e["stages"][0].get("skipped_records"),
@@ -293,6 +309,11 @@ def render(rep: dict) -> str:
         if e["languages"]:
             parts += ["<h3>Languages (language ID's best label)</h3>",
                       _table(["language", "documents"], list(e["languages"].items())[:15])]
+        if e.get("removed_by_language"):
+            parts += ["<h3>Removals by the language whose rules removed them (per_language filters)</h3>",
+                      _table(["language", "documents removed", "stage and reason: documents"],
+                             [[lang, sum(v.values()), "; ".join(f"{k}: {n:,}" for k, n in sorted(v.items(), key=lambda kv: -kv[1]))]
+                              for lang, v in list(e["removed_by_language"].items())[:20]])]
     c = rep.get("contamination")
     if c:
         parts += ["<h2>Contamination</h2>",

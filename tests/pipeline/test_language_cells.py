@@ -111,3 +111,13 @@ def test_explain_names_the_language_and_thresholds_that_removed_a_document(runs)
     text = subprocess.run([sys.executable, "-m", "pipeline", "explain", str(runs[1]), "--id", doc],
                           capture_output=True, text=True).stdout
     assert f"removed at filter:gq: {reason}" in text and "by the rules of language fr: min_avg_word_length=2" in text
+
+
+def test_the_report_counts_removals_by_the_language_whose_rules_removed_them(runs):
+    rep = atomic.read_json(runs[1] / "report.json")["sources"]["wiki"]
+    by = rep["removed_by_language"]
+    assert {"fr", "es", "default"} <= set(by)
+    led = atomic.read_json(runs[1] / "ledger.json")["sources"]["wiki"]["removed"]["filter:gq"]
+    for lang, reasons in by.items():  # the ledger's reasons with that language, none lost
+        assert reasons == {f"filter:gq {r.rsplit(':', 1)[0]}": n for r, n in led.items() if r.endswith(f":{lang}")}
+    assert "Removals by the language whose rules removed them" in (runs[1] / "report.html").read_text()
