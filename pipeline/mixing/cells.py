@@ -206,23 +206,11 @@ def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]
         rank = {t: i for i, t in enumerate(labels)}
         filled = list(mine)
         for t in labels:
-            covered = set()
-            for c in mine:
-                if c.topic is None or c.topic == t:
-                    covered |= set(range(c.lo, c.hi + 1)) if c.lo is not None else set(range(1, n + 1))
-            b = 1
-            while b <= n:
-                if b in covered:
-                    b += 1
-                    continue
-                e = b
-                while e + 1 <= n and e + 1 not in covered:
-                    e += 1
+            for b, e in _uncovered([c for c in mine if c.topic is None or c.topic == t], n):
                 if by_bucket and not (b == 1 and e == n):
                     filled.append(Cell(bucket_name(s, b, e, t), s, b, e, named=False, topic=t))
                 else:
                     filled.append(Cell(f"{s}/{t}" if t else s, s, None, None, named=False, topic=t))
-                b = e + 1
         out += sorted(filled, key=lambda c: (rank.get(c.topic, -1), c.lo or 0))
     return out
 
@@ -239,22 +227,29 @@ def _lang_cells(m, s: str, mine: list[Cell]) -> list[Cell]:
         own = [c for c in mine if c.lang == lang]
         out += [Cell(c.name, s, c.lo, c.hi, topic=None, lang=lang, others=others if lang == "other" else ())
                 for c in sorted(own, key=lambda c: c.lo or 0)]
-        covered = set()
-        for c in own:
-            covered |= set(range(c.lo, c.hi + 1)) if c.lo is not None else set(range(1, n + 1))
-        b = 1
-        while b <= n:
-            if b in covered:
-                b += 1
-                continue
-            e = b
-            while e + 1 <= n and e + 1 not in covered:
-                e += 1
+        for b, e in _uncovered(own, n):
             whole = not by_bucket or (b == 1 and e == n)
             out.append(Cell(lang_name(s, lang) if whole else lang_name(s, lang, b, e), s, None if whole else b,
                             None if whole else e, named=False, lang=lang, others=others if lang == "other" else ()))
-            b = e + 1
     return out
+
+
+def _uncovered(cells_: list[Cell], n: int) -> list[tuple[int, int]]:
+    """The runs [b, e] of buckets 1..n that none of `cells_` covers (a cell without buckets covers all)."""
+    covered = set()
+    for c in cells_:
+        covered |= set(range(c.lo, c.hi + 1)) if c.lo is not None else set(range(1, n + 1))
+    runs, b = [], 1
+    while b <= n:
+        if b in covered:
+            b += 1
+            continue
+        e = b
+        while e + 1 <= n and e + 1 not in covered:
+            e += 1
+        runs.append((b, e))
+        b = e + 1
+    return runs
 
 
 def rates(m, cell_list: list[Cell], r: dict | None = None) -> dict[str, float] | None:

@@ -233,7 +233,8 @@ def route_shard(spec: dict, out) -> dict:
     bucket_all = extra["quality_bucket"]
     buckets = bucket_all.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) if bucket_all.null_count < n else None
     topics = np.array(extra["topic"].to_pylist(), dtype=object) if extra["topic"].null_count < n else None
-    langs = np.array(extra["lang"].to_pylist(), dtype=object)
+    by_lang = any(c.get("lang") for ph in spec["phases"] for c in ph["cells"])  # only language cells read it
+    langs = np.array(extra["lang"].to_pylist(), dtype=object) if by_lang else None
     parts, dests, chosen_any = [], [], 0
     tok = fs.read_table(spec["tokens"]) if spec.get("tokens") else None  # the shard's ids (tokenize-<source>)
     for rows, b in view.kept_batches(d["documents"], d["layers"], ["id", "text", "source", "source_id", "n_tokens"]):
@@ -248,7 +249,7 @@ def route_shard(spec: dict, out) -> dict:
         for ph in spec["phases"]:
             cl = ph["cells"]
             where = cells.index(cl, None if buckets is None else buckets[rows], len(ids), None if topics is None else topics[rows],
-                                langs[rows])
+                                None if langs is None else langs[rows])
             for pos, c in enumerate(cl):
                 inside = np.flatnonzero(where == pos)
                 if len(inside) == 0:
