@@ -23,7 +23,19 @@ from pipeline.io import fs
 def environment(lm: LoadedMixture) -> list[str]:
     """Every problem between the file and this machine, each naming the key and the fix."""
     return (check_filter_files(lm) + check_extractors(lm) + check_classifier_files(lm) + check_eval_files(lm)
-            + check_embedding_folders(lm))
+            + check_embedding_folders(lm) + check_engine_env(lm))
+
+
+def check_engine_env(lm: "LoadedMixture") -> list[str]:
+    """The environment's overrides of `engine:` (CURATE_SHUFFLE_GROUP, ...) must be numbers
+    it takes; `validate` sees what `run` will plan with."""
+    from pipeline.errors import UsageError
+
+    try:
+        lm.engine()
+    except UsageError as e:
+        return [f"{lm.path}: engine: {e}"]
+    return []
 
 
 def check_filter_files(lm: "LoadedMixture") -> list[str]:

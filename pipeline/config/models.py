@@ -25,6 +25,7 @@ from pydantic import (
 
 from filters import base as filter_base
 from filters import classifiers as classifier_registry
+from pipeline.config.engine import EngineSpec, with_env
 from pipeline.config.lines import dotted, line_of
 from pipeline.config.tokenize import TokenizeSpec
 from pipeline.engine.step import hash_json
@@ -412,6 +413,8 @@ class Mixture(Model):
                                         "generated dataset card at the end of every successful run")
     tokenize: TokenizeSpec | None = Field(None, description="write the mixture as trainer-ready token files too "
                                           "(tokenized/<format>/), encoded once per document shard")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="how steps are laid out (merge groups, fan-in, "
+                               "LSH salt); never what the mixture holds; recorded in run.json, outside `config`")
 
     def excluded(self) -> set[str]:
         """Sources left out of the mixture: `mixture.exclude` and every eval or reference source."""
@@ -475,7 +478,13 @@ class LoadedMixture:
 
     def canonical(self) -> dict:
         # serialize_as_any: each filter with its own parameters, not only the base model's `type`
-        return self.mixture.model_dump(mode="json", serialize_as_any=True)
+        # without `engine`: how steps are laid out is not what the mixture is (run.json records it apart)
+        return self.mixture.model_dump(mode="json", serialize_as_any=True, exclude={"engine"})
+
+    def engine(self):
+        """(the `engine:` settings with the environment's overrides, {key: "VAR=value"} of
+        those that came from it), read now: on the driver, when a run is planned."""
+        return with_env(self.mixture.engine)
 
     def config_hash(self) -> str:
         return hash_json(self.canonical())

@@ -52,7 +52,9 @@ from pipeline.io import atomic, fs
 
 KEY_CHARS = 32  # of the sha256: 128 bits, no two shard contents share one in any store
 VARIANTS = 8  # earlier folders of a step searched for reusable shards (the most recently finished)
-HINTS = ("prior",)  # spec keys naming earlier results a task may look values up in; they never change its bytes
+# spec keys that never change a task's bytes: earlier results it may look values up in (`prior`), how it
+# lays out its own intermediate work (`layout`: the engine settings a coordinator's rounds use)
+HINTS = ("prior", "layout")
 
 
 class Keys:

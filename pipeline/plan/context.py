@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.config import LoadedMixture, Mixture
+from pipeline.config.engine import EngineSpec
 from pipeline.engine.step import Step, shard_name
 from pipeline.errors import UsageError
 from pipeline.io import fs
@@ -51,6 +52,8 @@ class Context:
     tokenizer: str | None  # what tasks count tokens with (plan/tokens.py)
     tokenizer_id: str | None  # what identifies the counts in step hashes
     stages: list[Stage] = field(default_factory=list)  # the stages being planned, in order (run/graph.py)
+    engine: EngineSpec | None = None  # the `engine:` settings with their environment overrides, read once (post_init)
+    engine_env: dict[str, str] = field(default_factory=dict)  # setting -> "VAR=value" of those the environment set
     steps: list[Step] = field(default_factory=list)  # every step planned so far, in order
     stage_of: dict[str, str] = field(default_factory=dict)  # step name -> the stage that planned it
     # ingest stage
@@ -75,6 +78,10 @@ class Context:
     mix: MixSteps | None = None
     fate: list[Step] = field(default_factory=list)  # what a document's fate depends on: every step up to the selection
     samples: Step | None = None
+
+    def __post_init__(self):
+        if self.engine is None:
+            self.engine, self.engine_env = self.lm.engine()
 
     @property
     def mixture(self) -> Mixture:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.config import LoadedMixture
+from pipeline.config.engine import DEFAULTS
+from pipeline.config.engine import describe as describe_engine
 from pipeline.engine.lease import describe
 from pipeline.engine.lease import holder as lease_holder
 from pipeline.engine.reuse import preview
@@ -22,16 +24,31 @@ def previous_steps(run_dir: Path) -> dict:
         return {}
 
 
+def status(s: Step, store, prev: dict, engine_env: dict[str, str]) -> tuple[str, str]:
+    """step_status, with the `engine:` settings that changed named when they are why a step
+    runs again (`config changed: engine.shuffle_group 32 -> 2 (CURATE_SHUFFLE_GROUP=2)`)."""
+    action, why = step_status(s, store, prev)
+    now = s.meta.get("engine")
+    if why == "config changed" and now:
+        old = (prev.get(s.name) or {}).get("engine") or {}  # a run.json from before `engine:` ran with the defaults
+        diffs = [f"engine.{k} {old.get(k, DEFAULTS[k]):,} -> {v:,}" + (f" ({engine_env[k]})" if k in engine_env else "")
+                 for k, v in now.items() if old.get(k, DEFAULTS[k]) != v]
+        why += f": {', '.join(diffs)}" if diffs else ""
+    return action, why
+
+
 def describe_plan(lm: LoadedMixture, output: str | None = None) -> str:
     run_dir = lm.output_dir(output)
     store = lm.store_dir(output)
     ctx = graph.build(lm, run_dir, store)
     prev = previous_steps(run_dir)
-    lines = [f"run directory: {run_dir}", f"step store:    {store}", "", f"{'step':<24} {'hash':<9} {'action':<6} why"]
+    head = describe_engine(ctx.engine, ctx.engine_env)
+    lines = [f"run directory: {run_dir}", f"step store:    {store}", *([head] if head else []), "",
+             f"{'step':<24} {'hash':<9} {'action':<6} why"]
     pending: set[str] = set()  # steps that will run: the steps after them are keyed by what those write
     done = _Committed(ctx.steps, store)
     for s in ctx.steps:
-        action, why = step_status(s, store, prev)
+        action, why = status(s, store, prev, ctx.engine_env)
         if action == "run" and not why.startswith("resume"):
             why += _shards(s, ctx.steps, store, pending, done)
         if action == "run" and (rec := lease_holder(fs.path(store) / "_leases" / s.dir(store).name)) is not None:

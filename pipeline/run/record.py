@@ -109,7 +109,8 @@ def step_record(ctx: Context, s: Step, status: str) -> dict:
     """A step's entry in run.json; `dir` as the run directory names it (Context.step_ref).
     The next plan compares its hashes, and its `code`, to say why a step runs again."""
     return {"hash": s.hash, "config_hash": s.config_hash, "inputs_hash": s.inputs_hash, "code_hash": s.code_hash,
-            "code": s.code, "dir": ctx.step_ref(s), "status": status}
+            "code": s.code, "dir": ctx.step_ref(s), "status": status,
+            **({"engine": s.meta["engine"]} if s.meta.get("engine") else {})}
 
 
 def link_steps(ctx: Context, run_dir: Path) -> None:

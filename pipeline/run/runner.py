@@ -27,13 +27,12 @@ from pipeline.engine.executor import Executor
 from pipeline.engine import storelock
 from pipeline.engine.lease import Leases
 from pipeline.engine.progress import Progress
-from pipeline.engine.step import step_status
 from pipeline.engine.pool import local_bytes
 from pipeline.errors import RunError, env_int
 from pipeline.io import atomic, fs, redact
 from pipeline.run import graph, outputs
 from pipeline.run import record as record_mod
-from pipeline.run.dryrun import previous_steps
+from pipeline.run.dryrun import previous_steps, status
 from pipeline.run.record import check_owner
 from pipeline.shards import ledger
 from pipeline.views import report
@@ -86,7 +85,7 @@ def plan_lines(ctx, store, prev, log, verbose: bool) -> None:
 
     per: dict[str, list[int]] = {}
     for s in ctx.steps:
-        action, why = step_status(s, store, prev)
+        action, why = status(s, store, prev, ctx.engine_env)
         if verbose:
             log(f"{s.name:<24} {action:<5} {why}")
         per.setdefault(stage_of(s.name), [0, 0])[0 if action == "run" else 1] += 1
@@ -115,6 +114,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         "store": redact.secrets(str(store)), "run_id": leases.run_id,
         "steps": {s.name: record_mod.step_record(ctx, s, "PENDING") for s in ctx.steps},
         "layers": ctx.layer_stages(),
+        "engine": ctx.engine.model_dump(), "engine_from_env": ctx.engine_env,  # how steps were laid out (config/engine.py)
         "mix_sources": ctx.mix.select.config.get("sources") if ctx.mix and ctx.mix.select else None,
     }
     record_mod.link_steps(ctx, run_dir)

@@ -24,7 +24,7 @@ a group over SPLIT_BYTES (2 GB) is merged by R tasks, each one contiguous range 
 partitions (read from the range's first byte of every file): merged file r x groups + j,
 and a reader of partition p reads only its range's `groups` files (shuffle.files_of).
 
-    mg = merge_step("dedup-exact-map-merge", mp, ["buckets"], lambda stats: len(stats[mp.name]), ctx.store)
+    mg = merge_step("dedup-exact-map-merge", mp, ["buckets"], lambda stats: len(stats[mp.name]), ctx.store, ctx.engine)
     folder, files = read_from(stats, mp, mg, len(stats[mp.name]), ctx.store)  # then folder/buckets
 """
 
@@ -32,42 +32,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pipeline.config.engine import DEFAULTS, EngineSpec
 from pipeline.engine.step import Step, task
-from pipeline.errors import env_int
 from pipeline.io import fs
 from pipeline.shards import shuffle
 
-GROUP = 32  # writers per merge task at least (CURATE_SHUFFLE_GROUP)
-FANIN = 64  # files a reader reads at most: above GROUP x FANIN writers, groups grow instead
+GROUP = DEFAULTS["shuffle_group"]  # writers per merge task at least (engine.shuffle_group)
+FANIN = DEFAULTS["shuffle_fanin"]  # files a reader reads at most: above GROUP x FANIN writers, groups grow instead
 MEMORY = 256 << 20  # a merge task's read-ahead over all of its files (4 MB a file up to 64 files)
-SPLIT_BYTES = 2 << 30  # a merge task copies at most about this much (CURATE_MERGE_BYTES): larger groups split by partition ranges
+SPLIT_BYTES = DEFAULTS["merge_bytes"]  # a merge task copies at most about this much (engine.merge_bytes): larger groups split by partition ranges
 
 
-def group_size(writers: int, least: int | None = None, fanin: int | None = None) -> int:
-    """Writers per merge task: `least` (GROUP), or more when that would leave a reader
-    more than `fanin` (FANIN) files, so that a reader's requests stay flat as writers grow."""
-    least = least or group()
-    return max(least, -(-writers // (fanin or max_fanin())))
+def group_size(writers: int, least: int = GROUP, fanin: int = FANIN) -> int:
+    """Writers per merge task: `least` (engine.shuffle_group), or more when that would leave
+    a reader more than `fanin` (engine.shuffle_fanin) files, so that a reader's requests stay
+    flat as writers grow."""
+    return max(least, -(-writers // fanin))
 
 
 def read_ahead(group_size: int) -> int:
     """Read-ahead per input file of a merge task of `group_size` files: MEMORY in all, at
     most 4 MB and at least 256 KB a file."""
     return max(256 << 10, min(4 << 20, MEMORY // max(1, group_size)))
-
-
-def group() -> int:
-    return env_int("CURATE_SHUFFLE_GROUP", GROUP, "the number of shuffle files a merge task joins at least", least=2)
-
-
-def max_fanin() -> int:
-    """Files a reader reads at most (CURATE_SHUFFLE_FANIN; benches lower it, with the group,
-    to show at tens of writers the regime of tens of thousands)."""
-    return env_int("CURATE_SHUFFLE_FANIN", FANIN, "the number of merged files a shuffle's reader reads at most", least=2)
-
-
-def split_bytes() -> int:
-    return env_int("CURATE_MERGE_BYTES", SPLIT_BYTES, "the bytes a merge task copies at most")
 
 
 @task(version="1")
@@ -87,14 +73,15 @@ def merge_shard(spec: dict, out) -> dict:
     return {"rows": 0, "maps": spec["last"] - spec["first"], "bytes": sum(r["bytes"] for r in res.values()), **ranges}
 
 
-def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], int], store, split: bool = False) -> Step:
+def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], int], store, engine: EngineSpec,
+               split: bool = False) -> Step:
     """A step merging `src`'s shuffle files under each of `subs` in groups; `count(stats)`
     is how many files `src` wrote per subfolder. `split`: `src`'s markers carry the bytes
-    each writer wrote (`shuffle_bytes`), and a group holding more than `split_bytes()` is
+    each writer wrote (`shuffle_bytes`), and a group holding more than `engine.merge_bytes` is
     merged by R tasks, each one range of the partitions (file r x groups + j: range r of
     group j), so that no merge task copies a large share of a text-carrying shuffle (at
     10^9 documents, 313 writers' texts are ~50 GB)."""
-    g, f, most = group(), max_fanin(), split_bytes()
+    g, f, most = engine.shuffle_group, engine.shuffle_fanin, engine.merge_bytes
 
     def shards(st, stats):
         n = count(stats)
@@ -116,6 +103,7 @@ def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], in
            **({"split_bytes": most} if split and most != SPLIT_BYTES else {})}
     step = Step(name, "shuffle-merge", cfg, [src], merge_shard, shards=shards)
     step.meta["may_be_empty"] = True  # planned before its lease: with no task it takes none (engine/executor.py)
+    step.meta["engine"] = {"shuffle_group": g, "shuffle_fanin": f, **({"merge_bytes": most} if split else {})}
     return step
 
 

@@ -37,6 +37,7 @@ from pipeline.io import fs
 from pipeline.shards import shuffle
 from pipeline.shards.text import fmix64
 from pipeline.steps.dedup.rounds import Runner, Source
+from pipeline.steps.merge import FANIN, GROUP
 
 MAX_ROUNDS = 64
 MAX_MEMBERS = 1000  # members listed in a cluster row (its size is exact)
@@ -282,13 +283,13 @@ def decide_task(picked: Source, node_dir: str, out_dir: str, part: int, nparts: 
 
 
 def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: list[str], src_rank: list[int],
-        offsets: list[int], ndocs: int) -> dict:
+        offsets: list[int], ndocs: int, group: int = GROUP, fanin: int = FANIN) -> dict:
     """Components and survivors of the verified edges in `edge_files`; decisions go to
     out_dir/to/part-XXXXX (one per partition, shuffled to document shards by `offsets`:
     pipeline/shards/shuffle.py), cluster rows to out_dir/clusters/. Each wave writes one
     shuffle file per partition, and the next reads them through the merge tier
     (pipeline/steps/dedup/rounds.py)."""
-    runner = Runner(nparts > 1, work)
+    runner = Runner(nparts > 1, work, group, fanin)
     groups = [edge_files[i::nparts] for i in range(nparts)]
     seeded = runner.phase("r000-seed", seed_task, [(g, str(work / "r000-seed"), str(work / "nodes"), i, nparts)
                                                    for i, g in enumerate(groups)])

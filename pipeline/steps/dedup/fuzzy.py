@@ -35,6 +35,7 @@ import xxhash
 from pipeline.engine.cutoff import same_as_before
 from pipeline.shards import readkey, text
 from pipeline.steps.dedup import components
+from pipeline.steps.merge import FANIN, GROUP
 from pipeline.shards import shuffle
 from pipeline.engine.step import task
 from pipeline.io import fs
@@ -336,8 +337,9 @@ def clusters_shard(spec: dict, out) -> dict:
     edges = spec["edge_count"]  # from the verify markers: no task reads every edge file to count
     nparts = max(spec["partitions"] or 1, -(-edges // EDGES_PER_PARTITION))
     work = fs.path(out.dir) / "_work"  # kept until the end: a retried or resumed coordinator goes on from its checkpoints
+    layout = spec.get("layout") or {}
     res = components.run(files, work, fs.path(out.dir), nparts, spec["sources"], spec["src_rank"],
-                         spec["offsets"], spec["ndocs"])
+                         spec["offsets"], spec["ndocs"], layout.get("group", GROUP), layout.get("fanin", FANIN))
     fs.rmtree(work)
     return {"rows": edges, "edges": edges, "outputs": nparts, "coordinator_cpu_seconds": round(time.process_time() - cpu0, 3),
             **res}

@@ -70,7 +70,7 @@ def plan(ctx: Context) -> list[Step]:
 
     def merged(src: Step, subs: list[str], count, split: bool = False) -> Step:
         """The merge tier after `src`'s shuffle files (pipeline/steps/merge.py)."""
-        return add(merge_step(f"{src.name}-merge", src, subs, count, ctx.store, split))
+        return add(merge_step(f"{src.name}-merge", src, subs, count, ctx.store, ctx.engine, split))
 
     def reduce_specs(map_step, mg, extra):
         def shards(st, stats):
@@ -173,6 +173,8 @@ def plan(ctx: Context) -> list[Step]:
                                                  "verified": len(stats[vf.name]),
                                                  "edge_count": sum(m["edges"] for m in stats[vf.name].values()),
                                                  **dict(zip(("offsets", "ndocs"), ctx.slot_offsets(stats))),
+                                                 "layout": {"group": ctx.engine.shuffle_group,
+                                                            "fanin": ctx.engine.shuffle_fanin},
                                                  "describe": "connected components"}]))
         ctx.add_layer(apply_step("fuzzy", cl, apply.run_shard, fuzzy.COLUMNS, prev), "dedup:fuzzy")
 
@@ -194,9 +196,10 @@ def plan(ctx: Context) -> list[Step]:
 def heavy_steps(ctx: Context, add, params: dict, prev: list, base: list) -> Step:
     """sample -> heavy: the LSH buckets to cut into blocks (pipeline/steps/dedup/salt.py);
     both have no task below `salt_rows` kept documents."""
-    most = salt.salt_rows()
+    most = ctx.engine.fuzzy_salt_rows
     smp = add(Step("dedup-fuzzy-sample", "dedup-fuzzy-sample", {"params": params, "salt_rows": most, "ranks": ctx.ranks()},
                    base + prev, salt.sample_shard, shards=lambda st, stats: sample_specs(ctx, stats, prev, params, most)))
+    smp.meta["engine"] = {"fuzzy_salt_rows": most}
 
     def heavy_specs(st, stats):
         n = len(stats[smp.name])

@@ -6,7 +6,7 @@ Without the tier, every task of a wave reads its segment of every file the previ
 wrote: P x P ranged reads a wave, so a run's requests grow as the square of the partitions
 (measured on S3: 2.95x per document from N to 4N, the one step that grew). With it, past
 `group` writers the files are joined in groups first, and a reader reads at most `fanin`
-of them (CURATE_SHUFFLE_GROUP, CURATE_SHUFFLE_FANIN): the same rows in the same order, so
+of them (engine.shuffle_group, engine.shuffle_fanin, carried by the coordinator's spec): the same rows in the same order, so
 the same bytes downstream.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pipeline.io import atomic, fs
 from pipeline.shards import shuffle
-from pipeline.steps.merge import group, group_size, max_fanin, read_ahead
+from pipeline.steps.merge import FANIN, GROUP, group_size, read_ahead
 
 Source = tuple[str, int]  # (folder, files): what a reader passes to shuffle.read_partition
 
@@ -29,7 +29,8 @@ class Runner:
     writes its outputs atomically to names of its phase, so a phase cut short runs again
     whole and writes the same bytes)."""
 
-    def __init__(self, parallel: bool, work: Path | None = None):
+    def __init__(self, parallel: bool, work: Path | None = None, group: int = GROUP, fanin: int = FANIN):
+        self.group, self.fanin = group, fanin  # engine.shuffle_group and shuffle_fanin, as the planner read them
         self.done = fs.path(work) / "_done" if work is not None else None
         self.resumed = 0  # phases whose results came from a checkpoint
         self.merges = 0  # merge tasks run or resumed
@@ -73,7 +74,7 @@ class Runner:
         """What the next phase reads of each folder's `writers` shuffle files: the files
         themselves up to the group, else their groups joined under `<folder>/merged` (one
         phase of merge tasks for all the folders)."""
-        least, fanin = group(), max_fanin()
+        least, fanin = self.group, self.fanin
         if writers <= least:
             return [(str(f), writers) for f in folders]
         k = group_size(writers, least, fanin)

@@ -32,23 +32,17 @@ import math
 import numpy as np
 import pyarrow as pa
 
+from pipeline.config.engine import DEFAULTS
 from pipeline.engine.step import task
-from pipeline.errors import env_int
 from pipeline.io import fs
 from pipeline.shards import text, view
 from pipeline.steps.dedup import fuzzy
 
-SALT_ROWS = 2_000_000  # rows of one bucket a reducer holds at most (half of dedup's PARTITION_ROWS)
+SALT_ROWS = DEFAULTS["fuzzy_salt_rows"]  # (engine.fuzzy_salt_rows) rows of one bucket a reducer holds at most (half of dedup's PARTITION_ROWS)
 SAMPLES_PER_BLOCK = 20  # expected samples of a bucket of salt_rows members
 GROUP = 64  # document shards per sample task
 TABLE = "heavy.parquet"  # the heavy step's table, in its step folder
 SCHEMA = pa.schema([("bucket", pa.uint64()), ("okey", pa.uint64()), ("okey2", pa.uint64()), ("gid", pa.int64())])
-
-
-def salt_rows() -> int:
-    """CURATE_FUZZY_SALT_ROWS, or SALT_ROWS; tests and benches lower it to show the cut at a
-    few thousand documents. It enters the sample step's hash."""
-    return env_int("CURATE_FUZZY_SALT_ROWS", SALT_ROWS, "the rows of one LSH bucket a reducer holds", least=2)
 
 
 def rate(salt: int) -> float:

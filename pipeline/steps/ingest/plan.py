@@ -88,7 +88,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
             return [{**s, "partitions": n} for s in specs]
 
         idm = Step(f"ids-{sname}", "ids-map", ing_cfg, before, ids.map_shard, shards=id_shards, shard_free=("files",))
-        idmg = merge_step(f"merge-ids-{sname}", idm, ["buckets"], lambda stats: len(stats[idm.name]), ctx.store)
+        idmg = merge_step(f"merge-ids-{sname}", idm, ["buckets"], lambda stats: len(stats[idm.name]), ctx.store, ctx.engine)
 
         def unique_shards(st, stats):
             ms = stats[idm.name]
@@ -113,7 +113,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
     ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, documents.run_shard, shards=indexed,
                code=code.extract_code(extract) if extract else {}, shard_free=("files",))  # the extractor's libraries or function
 
-    ingm = merge_step(f"merge-id-index-{sname}", ing, ["index"], lambda stats: len(stats[ing.name]), ctx.store)
+    ingm = merge_step(f"merge-id-index-{sname}", ing, ["index"], lambda stats: len(stats[ing.name]), ctx.store, ctx.engine)
 
     def index_shards(st, stats):
         ms = stats[ing.name]

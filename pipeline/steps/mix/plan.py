@@ -128,7 +128,8 @@ def plan(ctx: Context) -> list[Step]:
     route = Step("mix-route", "mix-route", {}, [select, *tok.values()], tasks.route_shard, shards=route_shards,
                  position_free=True)
 
-    merged = merge_step("mix-route-merge", route, ["to"], lambda stats: len(stats[route.name]), ctx.store, split=True)
+    merged = merge_step("mix-route-merge", route, ["to"], lambda stats: len(stats[route.name]), ctx.store, ctx.engine,
+                        split=True)
 
     def write_shards(st, stats):
         folder, maps = read_from(stats, route, merged, len(stats[route.name]), ctx.store)

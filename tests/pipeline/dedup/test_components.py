@@ -157,9 +157,7 @@ def test_the_merge_tier_between_waves_reads_fewer_files_and_changes_no_byte(tmp_
     pq.write_table(t, tmp_path / "part-00000.parquet")
     files, args = [str(tmp_path / "part-00000.parquet")], (["s0", "s1"], [0, 1], [0, 5], 10)
     plain = components.run(files, tmp_path / "work-a", tmp_path / "a", 5, *args)
-    monkeypatch.setenv("CURATE_SHUFFLE_GROUP", "2")
-    monkeypatch.setenv("CURATE_SHUFFLE_FANIN", "2")
-    merged = components.run(files, tmp_path / "work-b", tmp_path / "b", 5, *args)
+    merged = components.run(files, tmp_path / "work-b", tmp_path / "b", 5, *args, group=2, fanin=2)
     assert plain["merge_tasks"] == 0
     waves = 2 + 6 * merged["rounds"] + 3  # seed (edges and nodes), 3 a star, labels, best, pick
     assert merged["merge_tasks"] == 2 * waves  # groups of 3 files: 2 merged files a wave
