@@ -76,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("filters", help="list the registered filter types with their parameters and defaults")
     sub.add_parser("classifiers", help="list the registered classifier families (classifiers.<name>.type) with their "
                    "parameters and defaults")
+    sub.add_parser("formats", help="list the registered token formats (tokenize.formats) with their files")
     sub.add_parser("embeddings", help="list the registered embedding backends (classifiers.<name>.model of `type: embedding`)")
 
     fm = sub.add_parser("fetch-models", help="put lid.176.ftz (fastText language ID) into the model directory",
@@ -206,6 +207,11 @@ def _dispatch(args) -> int:
 
         print(classifiers.describe_registry())
         return 0
+    if args.cmd == "formats":
+        from pipeline.steps.tokenize import registry as token_formats
+
+        print(token_formats.describe())
+        return 0
     if args.cmd == "embeddings":
         from filters import embeddings
 
@@ -286,11 +292,12 @@ def _dispatch(args) -> int:
             print(explain.render(infos, args.id, fs.path(args.run_dir)))
         return 0 if infos else 1
     if args.cmd == "verify-tokens":
+        from pipeline.steps.tokenize import registry as token_formats
         from pipeline.views import tokens as token_view
 
         problems, summary = token_view.verify(_run_dir(args.run_dir), sample=args.sample, seed=args.seed)
         for fmt, x in summary.items():
-            what = f"{x['files']} caches" if fmt == "levanter" else f"{x['files']} files"
+            what = f"{x['files']} {token_formats.get(fmt).unit}"
             unchecked = f" ({x['texts_unchecked']:,} sampled texts not in the mixture, unchecked)" if x.get("texts_unchecked") else ""
             print(f"{fmt}: {what}, {x['documents']:,} documents, {x['tokens']:,} tokens{unchecked}")
         for p in problems:
@@ -315,7 +322,10 @@ def _dispatch(args) -> int:
     if args.cmd == "validate":
         from pipeline.plan import sources
 
+        from pipeline.steps.tokenize.plan import check_formats
+
         files, _ = sources.check(lm)  # the same check `curate run` makes before it plans
+        check_formats(lm)
         runner.check_owner(lm, lm.output_dir(None), overwrite=False)
         n = sum(len(v) for v in files.values())
         print(f"{args.mixture}: ok ({len(files)} sources, {n} input files)")

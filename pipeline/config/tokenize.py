@@ -14,11 +14,10 @@ Its own module so that the models file stays one screen of sections; models.py i
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-FORMATS = ("megatron", "datatrove", "memmap", "levanter")
 
 
 class PackSpec(BaseModel):
@@ -34,10 +33,11 @@ class PackSpec(BaseModel):
 class TokenizeSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    formats: list[Literal["megatron", "datatrove", "memmap", "levanter"]] = Field(
-        ["megatron"], min_length=1, description="token file formats: megatron (.bin + .idx, MMIDIDX version 1), "
-                                                "datatrove (.ds + .ds.index + .ds.metadata), memmap (Dolma/OLMo .npy + .csv.gz), "
-                                                "levanter (Levanter caches: tensorstore zarr3 arrays, levanter-data.yaml)")
+    formats: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]] = Field(
+        ["megatron"], min_length=1, description="registered token formats (`curate formats`): megatron (.bin + .idx, "
+                                                "MMIDIDX version 1), datatrove (.ds + .ds.index + .ds.metadata), memmap "
+                                                "(Dolma/OLMo .npy + .csv.gz), levanter (Levanter caches: tensorstore zarr3 "
+                                                "arrays, levanter-data.yaml)")
     tokenizer: str | None = Field(None, description="gpt2 or a tokenizer.json; default: the run's `tokenizer`")
     bos: str | None = Field(None, description="a special token put before every document (e.g. '<|endoftext|>'); default none")
     eos: bool = Field(True, description="the tokenizer's end-of-text token after every document; a literal "

@@ -1,7 +1,8 @@
 """Reading a run's token files back: which document holds a token (`curate explain RUN
 --token FILE:OFFSET`), and `curate verify-tokens RUN`, which checks the files against the
-formats' own invariants, the manifest and the mixture's texts (Levanter's caches:
-tokens_levanter.py).
+formats' own invariants (each format's `check`, pipeline/steps/tokenize/registry.py), the
+manifest and the mixture's texts (a format that verifies itself, Levanter's caches: its
+`verify` and `locate`).
 
 verify-tokens, per format and file:
 - the layout: Megatron's `.idx` header, version 1, dtype code, document indices 0..n,
@@ -31,10 +32,9 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import UsageError
 from pipeline.io import atomic
+from pipeline.steps.tokenize import registry
 from pipeline.steps.tokenize.tasks import PROVENANCE
-from pipeline.views import tokens_levanter
 
-_DATA = {"megatron": ".bin", "datatrove": ".ds", "memmap": ".npy"}
 _SPLIT = re.compile(r"^(.*part-\d{5})-\d{5}$")
 
 
@@ -54,9 +54,12 @@ def locate(run_dir: Path, where: str) -> dict:
     p = Path(file)
     rel = p.relative_to(run_dir) if p.is_absolute() and p.is_relative_to(run_dir) else p
     stem = str(rel)
-    if stem.startswith("tokenized/levanter/"):  # a cache, not a file: tokenized/levanter/<cache>[/train]
-        return tokens_levanter.locate(run_dir, _tokenized(run_dir)["tokenized"]["formats"]["levanter"]["caches"], stem, int(off))
-    for ext in (".ds.index", ".ds.metadata", ".csv.gz", ".bin", ".idx", ".ds", ".npy"):
+    parts = Path(stem).parts
+    if len(parts) > 1 and parts[0] == "tokenized" and parts[1] in registry.names() and registry.get(parts[1]).locate:
+        # not a file (a Levanter cache: tokenized/levanter/<cache>[/train]): the format finds the document
+        fmt = registry.get(parts[1])
+        return fmt.locate(run_dir, _tokenized(run_dir)["tokenized"]["formats"][fmt.name], stem, int(off))
+    for ext in sorted({e for n in registry.names() for e in registry.get(n).extensions}, key=len, reverse=True):
         if stem.endswith(ext):
             stem = stem[: -len(ext)]
             break
@@ -69,8 +72,8 @@ def locate(run_dir: Path, where: str) -> dict:
     k = int(np.searchsorted(ends, int(off), side="right"))
     if k >= t.num_rows:
         fmt = Path(stem).parts[1] if len(Path(stem).parts) > 2 else None
-        data = run_dir / (stem + _DATA.get(fmt, ""))
-        if "piece" in t.column_names and fmt in _DATA and data.is_file():  # packed: the last sequence's padding
+        data = run_dir / (stem + (registry.get(fmt).data if fmt in registry.names() else ""))
+        if "piece" in t.column_names and fmt in registry.names() and data.is_file():  # packed: the last sequence's padding
             size = np.dtype(_tokenized(run_dir)["tokenized"]["formats"][fmt]["dtype"]).itemsize
             if int(off) < data.stat().st_size // size:
                 raise UsageError(f"{stem}: token {off} is padding (EOS) at the end of the file's last sequence")
@@ -98,8 +101,9 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
     except UsageError as e:
         problems.append(f"the texts are not checked: {e}")
     for fmt, body in tz["formats"].items():
-        if fmt == "levanter":  # caches, read as Levanter reads them
-            got, summary[fmt] = tokens_levanter.verify(run_dir, tz, body, enc, sample, seed)
+        f_ = registry.get(fmt)
+        if f_.verify is not None:  # a format that reads itself back (Levanter's caches, as Levanter reads them)
+            got, summary[fmt] = f_.verify(run_dir, tz, body, enc, sample, seed)
             problems += got
             continue
         dtype = np.dtype(body["dtype"])
@@ -111,13 +115,13 @@ def verify(run_dir: Path, sample: int = 200, seed: int = 0) -> tuple[list[str], 
             held = f["path"] in held_paths
             base = run_dir / f["path"]
             where = f["path"]
-            data_path = base.with_name(base.name + _DATA[fmt])
+            data_path = base.with_name(base.name + f_.data)
             if not data_path.exists():
-                problems.append(f"{where}{_DATA[fmt]}: missing")
+                problems.append(f"{where}{f_.data}: missing")
                 continue
             size = data_path.stat().st_size
             if size % dtype.itemsize:
-                problems.append(f"{where}{_DATA[fmt]}: {size:,} bytes is not a whole number of {body['dtype']} tokens (truncated?)")
+                problems.append(f"{where}{f_.data}: {size:,} bytes is not a whole number of {body['dtype']} tokens (truncated?)")
                 continue
             n = size // dtype.itemsize
             side = pq.read_table(base.with_name(base.name + PROVENANCE))
@@ -168,40 +172,8 @@ def _layout(fmt: str, base: Path, n_tokens: int, dtype: np.dtype, starts: np.nda
             out.append(f"its {n_tokens:,} tokens are not whole sequences of {seq_len:,} holding its {PROVENANCE} pieces")
         seq = np.full(n_tokens // seq_len, seq_len, np.int64)
         starts, ends = np.cumsum(seq) - seq, np.cumsum(seq)  # the sequences: what the index must list
-    if fmt == "megatron":
-        idx = base.with_name(base.name + ".idx").read_bytes()
-        if idx[:9] != b"MMIDIDX\x00\x00" or np.frombuffer(idx[9:17], "<u8")[0] != 1:
-            return out + ["the .idx is not a Megatron index, version 1"]
-        code = idx[17]
-        if {8: 2, 4: 4}.get(code) != dtype.itemsize:
-            out.append(f"the .idx's dtype code {code} does not match {dtype}")
-        n, nd = (int(x) for x in np.frombuffer(idx[18:34], "<u8"))
-        if len(idx) != 34 + 12 * n + 8 * nd:
-            return out + [f"the .idx is {len(idx):,} bytes, {34 + 12 * n + 8 * nd:,} for {n:,} sequences"]
-        sizes = np.frombuffer(idx, "<i4", n, 34).astype(np.int64)
-        ptrs = np.frombuffer(idx, "<i8", n, 34 + 4 * n)
-        doc_idx = np.frombuffer(idx, "<i8", nd, 34 + 12 * n)
-        if nd != n + 1 or doc_idx[0] != 0 or np.any(doc_idx != np.arange(nd)):
-            out.append("document_indices are not 0..n (one sequence a document, document_indices[0] == 0)")
-        if n and (np.any(ptrs != np.r_[0, np.cumsum(sizes)[:-1]] * dtype.itemsize) or sizes.sum() != n_tokens):
-            out.append(f"sequence lengths and pointers do not tile the .bin's {n_tokens:,} tokens")
-        if n != len(starts) or (n and np.any(sizes != ends - starts)):
-            out.append("the .idx's sequences are not the documents of the sidecar" if seq_len is None else
-                       f"the .idx's sequences are not {n_tokens // seq_len:,} sequences of {seq_len:,}")
-    elif fmt == "datatrove":
-        index = np.frombuffer(base.with_name(base.name + ".ds.index").read_bytes(), "<u8")
-        if len(index) != len(ends) or (len(index) and (np.any(index != ends) or index[-1] != n_tokens)):
-            out.append(".ds.index's document ends do not match the .ds")
-    else:
-        import csv
-        import gzip
-        import io
-
-        rows = list(csv.reader(io.StringIO(gzip.decompress(base.with_name(base.name + ".csv.gz").read_bytes()).decode())))
-        if len(rows) != len(piece_ends) or (rows and ((seq_len is None and int(rows[-1][1]) != n_tokens)
-                                                       or [int(r[1]) for r in rows] != piece_ends.tolist())):
-            out.append(".csv.gz's start/end do not match the .npy")
-    return out
+    check = registry.get(fmt).check
+    return out + (check(base, n_tokens, dtype, starts, ends, piece_ends, seq_len) if check is not None else [])
 
 
 CHUNK_TOKENS = 1 << 24  # tokens read at a time: a token file is streamed, never held (32-64 MB a chunk)

@@ -19,9 +19,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
-
 from pipeline.io import atomic
+from pipeline.steps.tokenize import registry
 
 
 def _groups(fmt: str, b: dict) -> dict[str, dict[str, dict]]:
@@ -43,7 +42,8 @@ def _groups(fmt: str, b: dict) -> dict[str, dict[str, dict]]:
 def write(root: Path, fmt: str, b: dict) -> tuple[str, dict]:
     """The blends of one format under `root` (tokenized/<format>/); returns the main file's
     name and, per phase ("" for none), each cell's weight, tokens and documents."""
-    main = {"megatron": "data-path.txt", "memmap": "olmo-mix.yaml", "datatrove": "folders.json"}[fmt]
+    f = registry.get(fmt)
+    main = f.blend_file or "cells.json"
     cells_out: dict[str, dict] = {}
     for phase, cells in _groups(fmt, b).items():
         total = sum(g["tokens"] for g in cells.values()) or 1
@@ -51,17 +51,7 @@ def write(root: Path, fmt: str, b: dict) -> tuple[str, dict]:
         table = {c: {"weight": round(g["tokens"] / total, 6), "tokens": g["tokens"], "documents": g["documents"],
                      "files": [str(root / rel) for rel, _ in g["files"]]} for c, g in sorted(cells.items())}
         atomic.write_bytes(where / "cells.json", (json.dumps(table, indent=1) + "\n").encode())
-        if fmt == "megatron":
-            text = " ".join(f"{t['weight'] * n / g['tokens']:.6g} {root / rel}" for c, t in table.items()
-                            for g in [cells[c]] for rel, n in g["files"]) + "\n"
-        elif fmt == "memmap":
-            text = "# OLMo-core source mixture: a cell's target_ratio is its share of the mixture's tokens\n" + yaml.safe_dump(
-                {"memmap_dtype": b["dtype"], "source_mixture": {"sources": [
-                    {"source_name": c, "target_ratio": t["weight"], "paths": [f"{p}.npy" for p in t["files"]]}
-                    for c, t in table.items() if t["files"]]}}, sort_keys=False)
-        else:
-            text = json.dumps({c: {"folder": str(where / c), "weight": t["weight"]} for c, t in table.items()},
-                              indent=1) + "\n"
-        atomic.write_bytes(where / main, text.encode())
+        if f.blend is not None:  # the format's own blend (megatron, memmap, datatrove); cells.json for any
+            atomic.write_bytes(where / main, f.blend(root, where, table, cells, b).encode())
         cells_out[phase] = {c: {k: t[k] for k in ("weight", "tokens", "documents")} for c, t in table.items()}
     return main, cells_out

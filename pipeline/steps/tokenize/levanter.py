@@ -228,7 +228,7 @@ def plan(ctx, st: dict, write_shard, validation_shard) -> list:
     held-out documents' pieces) and `tokens-levanter-cache` (the chunk files)."""
     from pipeline.engine.step import Step
     from pipeline.errors import UsageError
-    from pipeline.steps.tokenize import formats
+    from pipeline.steps.tokenize.registry import standard_dtype
 
     tz, mx = ctx.mixture.tokenize, ctx.mixture.mixture
     if tz.pack is not None:
@@ -238,7 +238,7 @@ def plan(ctx, st: dict, write_shard, validation_shard) -> list:
         raise UsageError(f"{ctx.lm.where(('mixture', 'phases'))}: the levanter format does not write phased mixtures yet "
                          "(Levanter's train_weights change by training step, which a mixture's phases do not know); "
                          "use megatron, datatrove or memmap, or one phase")
-    params = {"dtype": formats.dtype_for("datatrove", "auto", st["vocab_size"]),  # the pieces: as narrow as the ids
+    params = {"dtype": standard_dtype("pieces", "uint32")("auto", st["vocab_size"]),  # the pieces: as narrow as the ids
               "bos_id": st["bos_id"], "eos_id": st["eos_id"], "max_file_tokens": None, "tokenizer_name": st["tokenizer"],
               "ids": st["ids"]}
     cfg = {"format": "levanter", "params": params, "tokenizer": st["identity"]}

@@ -19,7 +19,18 @@ from pipeline.errors import UsageError
 from pipeline.plan import tokens
 from pipeline.plan.context import Context
 from pipeline.plan.stage import Stage
-from pipeline.steps.tokenize import formats, tasks
+from pipeline.steps.tokenize import formats, registry, tasks
+
+
+def check_formats(lm) -> None:
+    """Every `tokenize.formats` entry a registered format (registry.py), else a UsageError
+    at its line naming the registered ones (`curate validate` and every plan call it)."""
+    tz = lm.mixture.tokenize
+    for i, f in enumerate(tz.formats if tz is not None else []):
+        try:
+            registry.get(f)
+        except KeyError as e:
+            raise UsageError(f"{lm.where(('tokenize', 'formats', i))}: {e.args[0]}") from None
 
 
 def settings(ctx: Context) -> dict:
@@ -43,6 +54,7 @@ def settings(ctx: Context) -> dict:
         bos = tokens.special_id(spec, tz.bos)
         if bos is None:
             raise UsageError(f"{ctx.lm.where(('tokenize', 'bos'))}: {tz.bos!r} is not a token of the tokenizer")
+    check_formats(ctx.lm)
     dtypes = {}
     for f in tz.formats:
         try:

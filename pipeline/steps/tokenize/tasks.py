@@ -30,7 +30,7 @@ from pipeline.plan import tokens
 from pipeline.engine.cutoff import same_as_before
 from pipeline.shards import readkey, shuffle, view
 from pipeline.steps.mix.tasks import MIX_ORDER
-from pipeline.steps.tokenize import formats, pack
+from pipeline.steps.tokenize import formats, pack, registry
 
 SCHEMA = pa.schema([("row", pa.int64()), ("tokens", pa.large_binary())])  # ids back to back, `ids_dtype` little-endian
 PROVENANCE = ".docs.parquet"  # beside every token file: which document holds which tokens
@@ -161,8 +161,10 @@ def validation_shard(spec: dict, out) -> dict:
 def _write_file(fmt: str, base, rel: str, tok, seqs, pc: dict, pm: list, cells: list, epochs, p: dict, documents: int) -> dict:
     """One token file set and its provenance sidecar; its entry in the step's marker (with
     sequences, pieces and padding when packed). `pm`: each piece's (id, source, row)."""
-    rows = [(int(x), int(y), m[0], m[1], m[2]) for x, y, m in zip(pc["start"], pc["end"], pm)] if fmt == "memmap" else None
-    res = formats.write(fmt, base, tok, seqs, p["dtype"], p["tokenizer_name"], rows)
+    module = p.get("format_module")  # a format registered outside Curate's built-ins: imported here
+    rows = ([(int(x), int(y), m[0], m[1], m[2]) for x, y, m in zip(pc["start"], pc["end"], pm)]
+            if registry.get(fmt, module).needs_rows else None)
+    res = formats.write(fmt, base, tok, seqs, p["dtype"], p["tokenizer_name"], rows, module)
     res["files"].update(_provenance(base, pc, pm, cells, epochs, packed="pack" in p))
     entry = {"file": rel, "documents": documents, "tokens": res["tokens"], "files": res["files"]}
     if "pack" in p:  # sequences of seq_len: pieces of documents and padding

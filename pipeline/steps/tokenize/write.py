@@ -11,8 +11,7 @@ from pipeline.engine.step import Step
 from pipeline.io import atomic
 from pipeline.plan.context import Context
 from pipeline.plan.stage import Stage
-from pipeline.steps.tokenize import blends, formats, levanter, tasks
-from pipeline.steps.tokenize import levanter_publish
+from pipeline.steps.tokenize import blends, registry, tasks
 from pipeline.steps.tokenize.plan import settings
 
 
@@ -24,14 +23,15 @@ def plan(ctx: Context) -> list[Step]:
     write = ctx.mix.write
     out = []
     for fmt in tz.formats:
-        if fmt == "levanter":  # caches assembled from pieces, a chunk file a task (levanter.py)
-            out += levanter.plan(ctx, st, tasks.write_shard, tasks.validation_shard)
+        if (f := registry.get(fmt)).steps is not None:  # its own steps: per-shard pieces, then a cross-shard finalize
+            out += f.steps(ctx, st, tasks.write_shard, tasks.validation_shard)
             continue
         params = {"dtype": st["dtypes"][fmt], "bos_id": st["bos_id"], "eos_id": st["eos_id"],
                   "max_file_tokens": tz.max_file_tokens, "tokenizer_name": st["tokenizer"],  # a .ds.metadata names it
                   "ids": st["ids"],  # the width of the ids the encode step stored
                   **({"layout": "cells"} if tz.layout == "cells" else {}),  # only then: the mixture layout keeps its hashes
-                  **({"pack": tz.pack.model_dump()} if tz.pack else {})}
+                  **({"pack": tz.pack.model_dump()} if tz.pack else {}),
+                  **registry.module_of(fmt)}  # a format from outside Curate: the module its tasks import
 
         def shards(step, stats, fmt=fmt, params=params):
             return [{**{k: v for k, v in sp.items() if k != "describe"}, "format": fmt, "params": params,
@@ -57,12 +57,12 @@ def publish(ctx: Context, stats: dict) -> dict:
     if ctx.mixture.tokenize is None:
         return {}
     st = settings(ctx)
-    steps = [s for s in ctx.steps if s.kind == "tokens" and s.config["format"] != "levanter"]
+    steps = [s for s in ctx.steps if s.kind == "tokens" and registry.get(s.config["format"]).publish is None]
     pairs, body = [], {}
     for step in steps:
         fmt = step.config["format"]
         split = step.config.get("split")
-        body.setdefault(fmt, {}).update({"dtype": st["dtypes"][fmt], "extensions": list(formats.EXTENSIONS[fmt])})
+        body.setdefault(fmt, {}).update({"dtype": st["dtypes"][fmt], "extensions": list(registry.get(fmt).extensions)})
         files, total = [], 0
         for i in sorted(stats[step.name]):
             m = stats[step.name][i]
@@ -76,11 +76,13 @@ def publish(ctx: Context, stats: dict) -> dict:
                 total += f["tokens"]
         body.setdefault(fmt, {}).update({f"{split}_files": files, f"{split}_tokens": total} if split else
                                         {"files": files, "tokens": total})
-    if "levanter" in ctx.mixture.tokenize.formats:
-        pairs += levanter_publish.pairs(ctx, stats, st, body)
+    for fmt in ctx.mixture.tokenize.formats:  # formats that publish themselves (Levanter's caches)
+        if (f := registry.get(fmt)).publish is not None:
+            pairs += f.publish(ctx, stats, st, body)
     atomic.link_tree(pairs, ctx.run_dir / "tokenized")
     for fmt, b in body.items():
-        b["trainer"] = levanter_publish.write(ctx, st, b) if fmt == "levanter" else _trainer_config(ctx, fmt, b)
+        f = registry.get(fmt)
+        b["trainer"] = f.write_trainer(ctx, st, b) if f.write_trainer is not None else _trainer_config(ctx, fmt, b)
     return {"tokenized": {"tokenizer": st["tokenizer"], "tokenizer_identity": st["identity"], "vocab_size": st["vocab_size"],
                           "bos": st["bos"], "bos_id": st["bos_id"], "eos": st["eos"], "eos_id": st["eos_id"],
                           **({"pack": ctx.mixture.tokenize.pack.model_dump()} if ctx.mixture.tokenize.pack else {}),
@@ -95,28 +97,22 @@ def _trainer_config(ctx: Context, fmt: str, b: dict) -> str | None:
 
 
 def _mixture_config(ctx: Context, fmt: str, b: dict) -> str | None:
-    """What a trainer reads, written beside the files: Megatron's `--data-path` (each file's
-    prefix weighted by its tokens: the files are the mixture already, so sampling them by
-    size keeps its weights), OLMo's `data:` section (memmap paths and dtype); datatrove's
-    `DatatroveFolderDataset` takes the folder itself. Per phase when the mixture has phases.
-    Returns the file's name under tokenized/<format>/ (None for datatrove)."""
-    if fmt == "datatrove":
+    """What a trainer reads, written beside the files (the format's `trainer`: Megatron's
+    `--data-path`, OLMo's `data:` section; none for datatrove, whose dataset takes the
+    folder). Per phase when the mixture has phases. Returns the file's name under
+    tokenized/<format>/ (None when the format writes none)."""
+    f = registry.get(fmt)
+    if f.trainer is None:
         return None
     root = ctx.run_dir / "tokenized" / fmt
-    phases: dict[str, list[dict]] = {}
-    for f in b["files"]:
-        rel = f["path"][len(f"tokenized/{fmt}/"):]
-        phases.setdefault(rel.rsplit("/", 1)[0] if "/" in rel else "", []).append({**f, "rel": rel})
-    name = "data-path.txt" if fmt == "megatron" else "olmo-data.yaml"
+    phases: dict[str, list[tuple[str, int]]] = {}
+    for x in b["files"]:
+        rel = x["path"][len(f"tokenized/{fmt}/"):]
+        phases.setdefault(rel.rsplit("/", 1)[0] if "/" in rel else "", []).append((rel, x["tokens"]))
     for phase, files in phases.items():
-        total = sum(f["tokens"] for f in files) or 1
-        if fmt == "megatron":
-            text = " ".join(f"{f['tokens'] / total:.6g} {root / f['rel']}" for f in files if f["tokens"]) + "\n"
-        else:
-            text = f"data:\n  memmap_dtype: {b['dtype']}\n  paths:\n" + "".join(
-                f"    - {root / f['rel']}.npy\n" for f in files if f["tokens"])
-        atomic.write_bytes(root / phase / name if phase else root / name, text.encode())
-    return name
+        text = f.trainer(root, files, b)
+        atomic.write_bytes(root / phase / f.trainer_file if phase else root / f.trainer_file, text.encode())
+    return f.trainer_file
 
 
 STAGE = Stage("tokens", plan, publish=publish)
