@@ -78,6 +78,7 @@ class Context:
     mix: MixSteps | None = None
     fate: list[Step] = field(default_factory=list)  # what a document's fate depends on: every step up to the selection
     samples: Step | None = None
+    declared: dict[tuple[str, str | None], str] = field(default_factory=dict)  # (role, source) -> step name (declare)
 
     def __post_init__(self):
         if self.engine is None:
@@ -97,6 +98,27 @@ class Context:
             if s.memory_mb is None:
                 s.memory_mb = memory.estimate_mb(s.kind, self.mixture)
             self.steps.append(s)
+
+    def declare(self, role: str, step: Step, source: str | None = None) -> Step:
+        """A step's role beyond the typed fields (a source's `id_index`, `quality_threshold`;
+        the run's `selection`, `decontaminate_index`), for what reads a finished run."""
+        self.declared[(role, source)] = step.name
+        return step
+
+    def roles(self) -> dict:
+        """run.json's `roles`: per source and for the run, role -> step name. explain, the
+        report, diff and the samples find a finished run's steps by role, never by a step
+        name of their own (pipeline/shards/decisions.py `role_of`)."""
+        out: dict = {"sources": {}, "run": {}}
+        for s in self.mixture.sources:
+            typed = {"ingest": self.ingest.get(s), "filter": self.filter.get(s), "quality": self.quality.get(s),
+                     "topic": self.topic.get(s)}
+            out["sources"][s] = {r: st.name for r, st in typed.items() if st is not None}
+        for (role, source), name in self.declared.items():
+            (out["sources"].setdefault(source, {}) if source else out["run"])[role] = name
+        if self.mix is not None:
+            out["run"]["selection"] = self.mix.select.name
+        return out
 
     def add_layer(self, step: Step, stage: str) -> None:
         """A global attribute layer (a file per document shard, same rows as the documents,

@@ -113,7 +113,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         "curate_commit": record_mod.curate_commit(),
         "store": redact.secrets(str(store)), "run_id": leases.run_id,
         "steps": {s.name: record_mod.step_record(ctx, s, "PENDING") for s in ctx.steps},
-        "layers": ctx.layer_stages(),
+        "layers": ctx.layer_stages(), "roles": ctx.roles(),  # which step is what, for the views of a finished run
         "engine": ctx.engine.model_dump(), "engine_from_env": ctx.engine_env,  # how steps were laid out (config/engine.py)
         "mix_sources": ctx.mix.select.config.get("sources") if ctx.mix and ctx.mix.select else None,
     }

@@ -39,7 +39,7 @@ class Run:
         self.steps = self.record["steps"]
         self.config = self.record["config"]
         self.seed = self.config["seed"]
-        sel = self.steps.get("mix-select")
+        sel = self.step("selection")
         self.selection = atomic.read_json(fs.join(self.dir, sel["dir"]) / "_markers" / "part-00000.json") if sel else None
         mixed = self.record.get("mix_sources")
         if mixed is None and sel:  # a run recorded before run.json named them: the step's file (lists every shard)
@@ -52,12 +52,20 @@ class Run:
         known = [s for s in self.sources if s in names]
         return known + [s for s in names if s not in known]
 
-    def step_dir(self, name: str) -> Path | None:
-        st = self.steps.get(name)
+    def step_dir(self, name: str | None) -> Path | None:
+        st = self.steps.get(name) if name else None
         return fs.join(self.dir, st["dir"]) if st else None
 
+    def step(self, role: str, source: str | None = None) -> dict | None:
+        """run.json's entry of the step with this role (of this source), or None."""
+        name = role_of(self.record, role, source)
+        return self.steps.get(name) if name else None
+
+    def role_dir(self, role: str, source: str | None = None) -> Path | None:
+        return self.step_dir(role_of(self.record, role, source))
+
     def shards(self, source: str) -> list[Path]:
-        d = self.step_dir(f"ingest-{source}")
+        d = self.role_dir("ingest", source)
         return sorted(d.glob("part-*.parquet")) if d else []
 
     def layers(self, source: str, part: Path) -> list[tuple[str, Path]]:
@@ -67,18 +75,42 @@ class Run:
                 for stage, name in layer_names(self.record, source)]
 
 
+def role_of(record: dict, role: str, source: str | None = None) -> str | None:
+    """The step name of `role` (of `source`) in a run's record: its `roles`, which the
+    stages declare (pipeline/plan/context.py `roles`); for a run from before that record,
+    the name the stage gave it then."""
+    roles = record.get("roles")
+    if roles is not None:
+        return (roles["sources"].get(source) or {} if source else roles["run"]).get(role)
+    name = _LEGACY[role].format(source=source)
+    return name if name in record["steps"] else None
+
+
+def sources_with(record: dict, role: str) -> list[str]:
+    """The sources that have a step of `role` (every mixed or eval source has `ingest`)."""
+    if record.get("roles") is not None:
+        return [s for s, r in record["roles"]["sources"].items() if role in r]
+    return [s for s in record["config"]["sources"] if role_of(record, role, s)]
+
+
+# the step names of the roles before run.json recorded them (runs of older versions)
+_LEGACY = {"ingest": "ingest-{source}", "id_index": "id-index-{source}", "filter": "filter-{source}",
+           "quality": "quality-{source}", "quality_threshold": "quality-{source}-threshold", "topic": "topic-{source}",
+           "selection": "mix-select", "decontaminate": "decontaminate", "decontaminate_index": "decontaminate-index"}
+
+
 def layer_names(record: dict, source: str) -> list[tuple[str, str]]:
     """(ledger stage, step name) of a source's layers in deciding order, as run.json records
     them; for a run from before that record, the stages there were then, by step name."""
     if "layers" in record:
         return [(stage, name) for stage, name in record["layers"].get(source, [])]
     steps, cfg = record["steps"], record["config"]["sources"][source]
-    out = [("filter", f"filter-{source}")] if f"filter-{source}" in steps else []
+    out = [("filter", name)] if (name := role_of(record, "filter", source)) else []
     out += [(f"dedup:{kind}", f"dedup-{kind}") for kind in DEDUP if f"dedup-{kind}" in steps]
     out += [(name, name) for name in ("decontaminate", "validation") if name in steps]
     for kind in ("quality", "topic"):
-        if f"{kind}-{source}" in steps:
-            out.append((f"{kind}:{(cfg.get(kind) or {}).get('classifier')}", f"{kind}-{source}"))
+        if name := role_of(record, kind, source):
+            out.append((f"{kind}:{(cfg.get(kind) or {}).get('classifier')}", name))
     return out
 
 
@@ -231,7 +263,7 @@ def _url(meta: str | None) -> str | None:
 def quarantined(run: Run, source: str) -> list[dict]:
     """The source's quarantined records, read from its ingest step (the run publishes them
     to <run>/quarantine only at its end, after the samples steps have read them)."""
-    ing = run.step_dir(f"ingest-{source}")
+    ing = run.role_dir("ingest", source)
     q = ing / "quarantine" if ing else None
     files = sorted(q.glob("*.jsonl")) if q and q.is_dir() else []
     return [row for f in files for row in _quarantine_rows(f, source)]
@@ -239,7 +271,7 @@ def quarantined(run: Run, source: str) -> list[dict]:
 
 def quarantined_shard(run: Run, source: str, shard: int) -> list[dict]:
     """The quarantined records of one ingest shard."""
-    ing = run.step_dir(f"ingest-{source}")
+    ing = run.role_dir("ingest", source)
     f = ing / "quarantine" / f"part-{shard:05d}.jsonl" if ing else None
     return _quarantine_rows(f, source) if f is not None and f.exists() else []
 

@@ -118,17 +118,32 @@ def shard_langs(d: dict) -> np.ndarray | None:
     return None
 
 
+# The attributes the mix reads of a document shard's layers, found by the columns the layer
+# that gives them declares (never by its step's name): a classifier's quality layer has
+# `score` (and `bucket` when the source has buckets), its topic layer `topic` and
+# `topic_score`, a language filter's attributes `<filter>.lang`. No other layer has them.
+QUALITY = ("score", "bucket")
+TOPIC = ("topic", "topic_score")
+
+
+def layer_with(d: dict, column: str) -> tuple[str, list[str]] | None:
+    """(path, its columns) of the first layer of a document shard that has `column`, or None."""
+    for path in d["layers"]:
+        names = fs.parquet_file(path).schema_arrow.names
+        if column in names:
+            return path, names
+    return None
+
+
 def shard_topics(d: dict) -> np.ndarray | None:
     """The topic of every row of a document shard (None where unset), or None."""
-    for path in d["layers"]:
-        if fs.path(path).parent.parent.name.startswith("topic-"):
-            return np.array(fs.read_table(path, columns=["topic"]).column("topic").to_pylist(), dtype=object)
+    if (hit := layer_with(d, "topic")) is not None:
+        return np.array(fs.read_table(hit[0], columns=["topic"]).column("topic").to_pylist(), dtype=object)
     return None
 
 
 def shard_buckets(d: dict) -> np.ndarray | None:
     """The quality bucket of every row of a document shard (-1 where unset), or None."""
-    for path in d["layers"]:
-        if fs.path(path).parent.parent.name.startswith("quality-") and "bucket" in fs.parquet_file(path).schema_arrow.names:
-            return fs.read_table(path, columns=["bucket"]).column("bucket").combine_chunks().fill_null(-1).to_numpy().astype(np.int64)
+    if (hit := layer_with(d, "bucket")) is not None:
+        return fs.read_table(hit[0], columns=["bucket"]).column("bucket").combine_chunks().fill_null(-1).to_numpy().astype(np.int64)
     return None

@@ -325,6 +325,8 @@ def plan(ctx: Context) -> list[Step]:
     layer = Step("decontaminate", "decontaminate", cfg, base + prev + [index],
                  apply_shard, shards=shards, position_free=True, read_keyed=("layers",))
     ctx.add_layer(layer, "decontaminate")
+    ctx.declare("decontaminate", layer)
+    ctx.declare("decontaminate_index", index)
     return [index, layer]
 
 

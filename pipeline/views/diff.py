@@ -80,7 +80,7 @@ def fates(a: decisions.Run, b: decisions.Run, out=None, samples: int = 0, seed: 
             if source not in b.config["sources"]:
                 skipped[source] = "only in A"
                 continue
-            ia, ib = a.steps.get(f"ingest-{source}"), b.steps.get(f"ingest-{source}")
+            ia, ib = a.step("ingest", source), b.step("ingest", source)
             if not ia or not ib or _name(ia) != _name(ib):
                 skipped[source] = "its ingest step differs between the runs, so its documents are not the same rows"
                 continue
@@ -130,9 +130,8 @@ def _config(run: decisions.Run) -> dict:
     """The run's recorded config, with each used filter's parameters as its filter step
     resolved them (runs recorded before run.json carried filter parameters kept only `type`)."""
     cfg = {**run.config, "filters": dict(run.config.get("filters") or {})}
-    for name in run.steps:
-        if name.startswith("filter-"):
-            d = run.step_dir(name)
+    for source in decisions.sources_with(run.record, "filter"):
+        if (d := run.role_dir("filter", source)) is not None:
             for fname, params in atomic.read_json(d / "step.json")["config"].get("filters", []):
                 if fname in cfg["filters"] and not fname.startswith("_"):
                     cfg["filters"][fname] = params

@@ -38,12 +38,10 @@ def find(run_dir: Path, doc_id: str) -> list[dict]:
     rj = _steps(run_dir)
     steps = rj["steps"]
     out = []
-    for name, st in steps.items():
-        if not name.startswith("ingest-"):
-            continue
-        source = name[len("ingest-"):]
+    for source in decisions.sources_with(rj, "ingest"):
+        st = steps[decisions.role_of(rj, "ingest", source)]
         d = fs.join(run_dir, st["dir"])
-        index = steps.get(f"id-index-{source}")
+        index = steps.get(decisions.role_of(rj, "id_index", source) or "")
         if index and index.get("status") in ("SUCCESS", "SKIPPED"):  # a few row groups of one file
             for shard, row in idindex.lookup(fs.join(run_dir, index["dir"]), index["shards"], doc_id):
                 part = d / f"{shard_name(shard)}.parquet"
@@ -62,8 +60,9 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
     doc = _read_row(part, row, ["id", "source_id", "n_chars", "n_tokens", "text"])
     info = {"id": doc["id"], "source": source, "source_id": doc["source_id"], "n_chars": doc["n_chars"],
             "n_tokens": doc["n_tokens"], "excerpt": doc["text"][:200], "stages": [], "status": "kept"}
-    info["stages"].append({"stage": "ingest", "result": "ok", "shard": f"{rj['steps'][f'ingest-{source}']['dir']}/{part.name}"})
-    filt = rj["steps"].get(f"filter-{source}")
+    info["stages"].append({"stage": "ingest", "result": "ok",
+                           "shard": f"{rj['steps'][decisions.role_of(rj, 'ingest', source)]['dir']}/{part.name}"})
+    filt = rj["steps"].get(decisions.role_of(rj, "filter", source) or "")
     if filt:
         fdir = fs.join(run_dir, filt["dir"])
         attrs = fs.read_table(fdir / part.name)
@@ -139,7 +138,7 @@ def _contamination(run_dir: Path, rj: dict, part: Path, row: int, rec: dict) -> 
     """The eval item a removed document contains, its unit, and the n-grams they share."""
     from pipeline.steps import decontam
 
-    ix = fs.join(run_dir, rj["steps"]["decontaminate-index"]["dir"])
+    ix = fs.join(run_dir, rj["steps"][decisions.role_of(rj, "decontaminate_index")]["dir"])
     found = fs.read_table(ix / "items" / "part-00000.parquet",
                           filters=[("set", "=", rec["eval_set"]), ("id", "=", rec["eval_id"])]).to_pylist()
     item = found[0] if found else {}
@@ -219,7 +218,7 @@ def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int
     """Where the mixture holds this kept document, and its cell: recomputed from the
     selection (its priorities against its cell's cutoff) and the routing hash, as the mix
     steps did."""
-    sel_step = rj["steps"].get("mix-select")
+    sel_step = rj["steps"].get(decisions.role_of(rj, "selection") or "")
     if not sel_step:
         return None, None, False
     marker = atomic.read_json(fs.join(run_dir, sel_step["dir"]) / "_markers" / "part-00000.json")

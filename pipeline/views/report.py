@@ -30,7 +30,7 @@ BINS = classify.HIST_BINS
 
 
 def _quality(run: dec.Run, source: str) -> dict | None:
-    qdir = run.step_dir(f"quality-{source}")
+    qdir = run.role_dir("quality", source)
     if not qdir:
         return None
     marks = read_markers(qdir)
@@ -41,7 +41,7 @@ def _quality(run: dec.Run, source: str) -> dict | None:
         for f in sorted((qdir / source).glob("part-*.parquet")):
             t = fs.read_table(f, columns=["keep", "score"])
             counts += classify.score_histogram(t.filter(t.column("keep").is_valid()).column("score").to_numpy())
-    thr = atomic.read_json(run.step_dir(f"quality-{source}-threshold") / "_markers" / "part-00000.json")
+    thr = read_markers(run.role_dir("quality_threshold", source))[0]
     out = {"bins": [round(i / BINS, 4) for i in range(BINS + 1)], "counts": counts.tolist(),
            "threshold": thr["threshold"] if thr["kind"] != "none" else None, "kind": thr["kind"], "documents": int(counts.sum())}
     if marks and all("bucket_seen" in m for m in marks.values()):  # per quality bucket: reached the stage, kept
@@ -53,7 +53,7 @@ def _quality(run: dec.Run, source: str) -> dict | None:
 
 def _topics(run: dec.Run, source: str) -> dict | None:
     """Kept documents and tokens per (topic, quality bucket) of a source with a topic classifier."""
-    d = run.step_dir(f"topic-{source}")
+    d = run.role_dir("topic", source)
     if not d:
         return None
     cells: dict[str, dict[str, list[int]]] = {}
@@ -79,7 +79,7 @@ def _topic_order(t: str):
 
 
 def _languages(run: dec.Run, source: str) -> dict[str, int]:
-    fdir = run.step_dir(f"filter-{source}")
+    fdir = run.role_dir("filter", source)
     marks = read_markers(fdir) if fdir else {}
     if marks and all("languages" in m for m in marks.values()):
         per_shard = [m["languages"] for m in marks.values()]
@@ -162,7 +162,7 @@ def _cells(man: dict, sources: dict) -> dict | None:
 def _contamination(run: dec.Run) -> dict | None:
     """Per train source and eval set, the documents and units flagged and n-grams matched; per
     eval set, how many of its items were found anywhere (summed from the markers)."""
-    d, ix = run.step_dir("decontaminate"), run.step_dir("decontaminate-index")
+    d, ix = run.role_dir("decontaminate"), run.role_dir("decontaminate_index")
     if d is None or ix is None:
         return None
     sets = read_markers(ix)[0]["sets"]
@@ -193,7 +193,7 @@ def _plots(rep: dict) -> dict[str, str]:
                                         "documents after the stage")
         q = e["quality"]
         if q:
-            out[f"quality-{s}"] = plots.histogram(f"{s}: quality scores of the documents that reached the stage",
+            out[f"scores:{s}"] = plots.histogram(f"{s}: quality scores of the documents that reached the stage",
                                                   q["bins"], q["counts"], q["threshold"], "quality score")
     if rep.get("cells"):
         cl = rep["cells"]["cells"]
@@ -289,8 +289,8 @@ def render(rep: dict) -> str:
         rows = [[stage, reason, n] for stage, reasons in e["removed_by_reason"].items() for reason, n in reasons.items()]
         if rows:
             parts += ["<h3>Removed, by stage and reason</h3>", _table(["stage", "reason", "documents"], rows)]
-        if f"quality-{s}" in plots:
-            parts += ["<h3>Quality scores</h3>", plots[f"quality-{s}"]]
+        if f"scores:{s}" in plots:
+            parts += ["<h3>Quality scores</h3>", plots[f"scores:{s}"]]
         qb = (e.get("quality") or {}).get("buckets")
         if qb:
             parts += ["<h3>Quality buckets (exact quantiles of the score within the source)</h3>",

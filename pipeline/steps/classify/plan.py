@@ -158,6 +158,7 @@ def plan(ctx: Context) -> list[Step]:
                  "min_score": q.min_score, "keep_fraction": q.keep_fraction, "buckets": q.buckets, "max_score": q.max_score,
                  "describe": f"threshold of {sname}"}],
         )
+        ctx.declare("quality_threshold", thr, sname)
         steps.append(thr)
         apply = Step(
             f"quality-{sname}", "quality-apply", {}, [thr], classify.apply_shard,

@@ -205,16 +205,15 @@ def _extra_columns(d: dict, n: int) -> dict[str, pa.Array]:
     topic_score (its topic attributes) and lang (a language filter's), null where unset."""
     out = {"quality_score": pa.nulls(n, pa.float32()), "quality_bucket": pa.nulls(n, pa.int16()),
            "topic": pa.nulls(n, pa.string()), "topic_score": pa.nulls(n, pa.float32()), "lang": pa.nulls(n, pa.string())}
-    for path in d["layers"]:
+    for path in d["layers"]:  # each attribute by the columns its layer declares (shards/view.py QUALITY, TOPIC)
         names = fs.parquet_file(path).schema_arrow.names
-        step = fs.path(path).parent.parent.name
-        if "score" in names and step.startswith("quality-"):
-            t = fs.read_table(path, columns=[c for c in ("score", "bucket") if c in names])
+        if view.QUALITY[0] in names:
+            t = fs.read_table(path, columns=[c for c in view.QUALITY if c in names])
             out["quality_score"] = t.column("score").combine_chunks().cast(pa.float32())
             if "bucket" in names:
                 out["quality_bucket"] = t.column("bucket").combine_chunks().cast(pa.int16())
-        if "topic" in names and step.startswith("topic-"):
-            t = fs.read_table(path, columns=["topic", "topic_score"])
+        if all(c in names for c in view.TOPIC):
+            t = fs.read_table(path, columns=list(view.TOPIC))
             out["topic"] = t.column("topic").combine_chunks().cast(pa.string())
             out["topic_score"] = t.column("topic_score").combine_chunks().cast(pa.float32())
         langs = [c for c in names if c.endswith(".lang")]

@@ -125,7 +125,7 @@ def attach_eval_items(run: dec.Run, records: list[dict]) -> None:
     """The text of the eval item each contaminated record contains, from the eval index's
     items file (one small file a run), shown beside the document in the sample browser."""
     wanted = {(r["eval_item"]["set"], r["eval_item"]["id"]) for r in records if "eval_item" in r}
-    d = run.step_dir("decontaminate-index")
+    d = run.role_dir("decontaminate_index")
     if not wanted or d is None:
         return
     items = fs.read_table(d / "items" / "part-00000.parquet", columns=["set", "id", "text"],  # only the items named
