@@ -25,6 +25,50 @@ os.environ.setdefault("CURATE_CACHE_DIR", __import__("tempfile").mkdtemp(prefix=
 # (CURATE_INLINE_DOCS, engine/executor.py), and small runs in local worker processes
 # (CURATE_LOCAL_BYTES, engine/pool.py: off with this too); tests/pipeline/test_inline.py runs both
 os.environ["CURATE_INLINE_DOCS"] = "0"
+# one BLAS thread a test process (set before numpy loads): two pytest processes on 2 cores,
+# each with a BLAS pool per core, spend a third of the tune tests' CPU spinning (49.8 s
+# against 31.6 s of CPU for test_fit's optimum cases); Curate's own tasks pin theirs the same way
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+# Markers (pyproject.toml): `ray` for a test that uses a Ray of the session (its fixtures
+# name one), `e2e` for a test that runs the pipeline (`curate run`, runner.run): both are
+# set here from what the test uses, so `make test-fast` (-m "not ray and not e2e") runs the
+# rest without Ray. There, a test that would start a Ray anyway fails at once naming the
+# marker it lacks (CURATE_FORBID_RAY, pipeline/engine/cluster.py), so no mark goes missing.
+RAY_FIXTURES = {"ray_local", "joined", "joined_1cpu"}
+_RUNS = __import__("re").compile(r'curate\(\s*"(run|sweep)"|runner\.run\(|"--run"|graph\.run\(|\.run_job\(')
+
+
+def pytest_collection_modifyitems(config, items):
+    import inspect
+
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & RAY_FIXTURES:
+            item.add_marker(pytest.mark.ray)
+        try:
+            src = inspect.getsource(item.function)
+        except (OSError, TypeError):
+            src = ""
+        if _RUNS.search(src) or any(_RUNS.search(_fixture_source(item, n)) for n in names - RAY_FIXTURES):
+            item.add_marker(pytest.mark.e2e)
+    if "not ray" in (config.getoption("markexpr") or ""):
+        os.environ["CURATE_FORBID_RAY"] = "1"
+
+
+def _fixture_source(item, name: str) -> str:
+    defs = item._fixtureinfo.name2fixturedefs.get(name) or ()
+    try:
+        return "".join(inspect_source(d.func) for d in defs)
+    except (OSError, TypeError):
+        return ""
+
+
+def inspect_source(fn) -> str:
+    import inspect
+
+    return inspect.getsource(fn) if not getattr(fn, "__module__", "").startswith("_pytest") else ""
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.errors import UsageError
+from pipeline.errors import RunError, UsageError
 from pipeline.io import atomic, fs
 
 
@@ -38,6 +38,9 @@ def start_ray(workers: int | None) -> bool:
 
     if ray.is_initialized():
         return False
+    if os.environ.get("CURATE_FORBID_RAY"):  # the test suite's fast half (tests/conftest.py): no Ray at all
+        raise RunError("CURATE_FORBID_RAY is set (make test-fast): this command would start or join a Ray; "
+                       "the test that ran it needs the `ray` or `e2e` marker (tests/conftest.py sets them)")
     # after a failed shard the others are cancelled; their errors are not news
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
     if os.environ.get("RAY_ADDRESS"):
