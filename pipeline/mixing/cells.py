@@ -8,6 +8,10 @@ sample rates, Marin's (cluster, quality) weights). A weight key is
     web/q3-q4      buckets 3 to 4
     web/code       the documents of topic `code` (the source's `topic` classifier's top label)
     web/code/q5    both
+    web/lang=fr    the documents of an axis value: `lang` (a language filter's detected
+                   language; `lang=other` the languages no key names) or any axis a stage
+                   declares (its layer's column named after the axis: `web/perplexity=3`),
+                   combinable with buckets (`web/lang=fr/q5`)
 
 Every kept document of a mixed source belongs to exactly one cell: the cells the YAML
 names, and for a source with bucketed cells, one implicit cell (weight 0) per run of
@@ -27,9 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 CELL = re.compile(r"^(?P<source>[A-Za-z0-9][A-Za-z0-9_.-]*)"
-                  r"(?:/lang=(?P<lang>[a-z]{2,3}(?:_[A-Z][a-z]{3})?|other))?"
-                  r"(?:/(?!q\d+(?:-q\d+)?(?:/|$))(?!lang=)(?P<topic>[A-Za-z0-9][A-Za-z0-9_.-]*))?"
+                  r"(?:/(?P<axis>[a-z][a-z0-9_]*)=(?P<value>[A-Za-z0-9][A-Za-z0-9_.-]*))?"
+                  r"(?:/(?!q\d+(?:-q\d+)?(?:/|$))(?![a-z][a-z0-9_]*=)(?P<topic>[A-Za-z0-9][A-Za-z0-9_.-]*))?"
                   r"(?:/q(?P<lo>\d+)(?:-q(?P<hi>\d+))?)?$")
+LANG = re.compile(r"^(?:[a-z]{2,3}(?:_[A-Z][a-z]{3})?|other)$")  # a `lang=` value: ISO 639 (+ script), or other
 
 
 @dataclass(frozen=True)
@@ -40,15 +45,36 @@ class Cell:
     hi: int | None = None  # last bucket, inclusive
     named: bool = True  # False: what no weight names (weight 0)
     topic: str | None = None  # None: every topic
-    lang: str | None = None  # None: every language; "other": the languages no cell of the source names
-    others: tuple[str, ...] = ()  # lang "other": the languages the source's cells name
+    value: str | None = None  # of `axis`; None: every value; "other": the values no cell of the source names
+    others: tuple[str, ...] = ()  # value "other": the values the source's cells name
+    axis: str | None = None  # "lang", or an axis a stage declares
+
+    @property
+    def lang(self) -> str | None:
+        return self.value if self.axis == "lang" else None
 
     def to_dict(self) -> dict:
         d = {"name": self.name, "source": self.source, "topic": self.topic, "lo": self.lo, "hi": self.hi,
              "named": self.named}
-        if self.lang is not None:  # only then: a mixture without language cells keeps its config
-            d.update({"lang": self.lang, "others": list(self.others)})
+        if self.axis == "lang":  # only then: a mixture without axis cells keeps its config (language cells theirs)
+            d.update({"lang": self.value, "others": list(self.others)})
+        elif self.axis is not None:
+            d.update({"axis": self.axis, "value": self.value, "others": list(self.others)})
         return d
+
+
+def axis_value(c: dict) -> tuple[str, str] | None:
+    """(axis, value) of a cell's dict (Cell.to_dict), or None when it names no axis."""
+    if c.get("lang") is not None:
+        return "lang", c["lang"]
+    if c.get("axis") is not None:
+        return c["axis"], c["value"]
+    return None
+
+
+def source_axis(source_cells: list[dict]) -> str | None:
+    """The axis a source's cells are cut by (one per source), or None."""
+    return next((av[0] for c in source_cells if (av := axis_value(c)) is not None), None)
 
 
 def bucket_name(source: str, lo: int, hi: int, topic: str | None = None) -> str:
@@ -66,14 +92,20 @@ def parse(key: str) -> tuple[str, str | None, int | None, int | None] | None:
     return m["source"], m["topic"], lo, hi
 
 
+def axis_of(key: str) -> tuple[str, str] | None:
+    """(axis, value) of a weight key (`web/lang=fr/q5` -> (lang, fr)), None when it names none."""
+    m = CELL.match(key)
+    return (m["axis"], m["value"]) if m and m["axis"] else None
+
+
 def lang_of(key: str) -> str | None:
     """The language of a weight key (`web/lang=fr/q5` -> fr), None when it names none."""
-    m = CELL.match(key)
-    return m["lang"] if m else None
+    av = axis_of(key)
+    return av[1] if av and av[0] == "lang" else None
 
 
-def lang_name(source: str, lang: str, lo: int | None = None, hi: int | None = None) -> str:
-    head = f"{source}/lang={lang}"
+def axis_name(source: str, axis: str, value: str, lo: int | None = None, hi: int | None = None) -> str:
+    head = f"{source}/{axis}={value}"
     return head if lo is None else bucket_name(head, lo, hi)
 
 
@@ -102,9 +134,11 @@ def _overlap(a: tuple, b: tuple) -> bool:
     return topics and buckets
 
 
-def problems(m, field: str = "weights", topics: dict | None = None) -> list[tuple[tuple, str]]:
+def problems(m, field: str = "weights", topics: dict | None = None,
+             axes: dict[str, set[str]] | None = None) -> list[tuple[tuple, str]]:
     """What is wrong with the cell keys of `m` (a config.Mixture) under mixture.<field>
-    (weights or sample_rates): (YAML location, message)."""
+    (weights or sample_rates): (YAML location, message). `axes`: per source, the axes its
+    stages declare (the plan's; None when loading the file, where only `lang` is checked)."""
     w = getattr(m.mixture, field) or {}
     topics = topics_of(m) if topics is None else topics
     out: list[tuple[tuple, str]] = []
@@ -149,24 +183,38 @@ def problems(m, field: str = "weights", topics: dict | None = None) -> list[tupl
                     out.append((loc, f"{key}: {topic!r} is not a topic of {source}'s classifier; its labels: "
                                      f"{', '.join(topics[source])}"))
                 continue
-        lang = lang_of(key)
-        if lang is not None:
-            chain = [m.filters[f].type for f in spec.filters if f in m.filters]
-            if "language" not in chain:
-                out.append((loc, f"{key} names a language, but {source}'s filters have no language filter to detect it; "
-                                 f"add one to sources.{source}.filters (type: language, label_only: true keeps every "
-                                 "document)"))
+        av = axis_of(key)
+        if av is not None:
+            axis, value = av
+            if axis == "lang":
+                chain = [m.filters[f].type for f in spec.filters if f in m.filters]
+                if not LANG.match(value):
+                    out.append((loc, f"{key}: {value!r} is not a language code; write lang=<ISO 639 code>[_<Script>] "
+                                     "(fr, zh_Hans) or lang=other"))
+                    continue
+                if "language" not in chain:
+                    out.append((loc, f"{key} names a language, but {source}'s filters have no language filter to detect "
+                                     f"it; add one to sources.{source}.filters (type: language, label_only: true keeps "
+                                     "every document)"))
+                    continue
+            elif axes is not None and axis not in axes.get(source, ()):  # the plan knows the stages' axes
+                out.append((loc, f"{key} names axis {axis!r}, but no stage declares it for {source}; its axes: "
+                                 f"{', '.join(['lang'] + sorted(axes.get(source, ())))} (docs/extending.md: a mixture axis)"))
                 continue
             if topic is not None:
-                out.append((loc, f"{key}: a language cell with a topic is not supported yet; weight {source}/lang=<code> "
-                                 f"or its buckets ({source}/lang=<code>/q<k>)"))
+                out.append((loc, f"{key}: a cell of an axis value with a topic is not supported yet; weight "
+                                 f"{source}/{axis}=<value> or its buckets ({source}/{axis}=<value>/q<k>)"))
                 continue
-        if any((lang_of(other) is None) != (lang is None) for r, other in taken.get(source, [])):
+        axis = av[0] if av else None
+        differ = [o[0] if (o := axis_of(other)) else None for r, other in taken.get(source, [])]
+        if any(a != axis for a in differ):
             out.append((loc, f"{key}: give every weight key of {source} a language (lang=<code>, lang=other for the "
-                             "rest), or none"))
+                             "rest), or none" if "lang" in [axis, *differ] else
+                             f"{key}: give every weight key of {source} the same axis (<axis>=<value>, <axis>=other "
+                             "for the rest), or none"))
             continue
         rect = (topic, lo, hi)
-        clash = next((other for r, other in taken.get(source, []) if lang_of(other) == lang and _overlap(rect, r)), None)
+        clash = next((other for r, other in taken.get(source, []) if axis_of(other) == av and _overlap(rect, r)), None)
         if clash is not None:
             out.append((loc, f"{key} overlaps {clash}: a document may be in one cell only; "
                              "weight the whole source or disjoint cells"))
@@ -187,14 +235,16 @@ def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]
     for key in w:
         p = parse(key)
         if p is not None and p[0] in m.sources:
-            named.setdefault(p[0], []).append(Cell(key, p[0], p[2], p[3], topic=p[1], lang=lang_of(key)))
+            av = axis_of(key)
+            named.setdefault(p[0], []).append(Cell(key, p[0], p[2], p[3], topic=p[1], value=av and av[1],
+                                                   axis=av and av[0]))
     out = []
     for s in m.sources:
         if s in excluded:
             continue
         mine = named.get(s)
-        if mine and any(c.lang is not None for c in mine):
-            out += _lang_cells(m, s, mine)
+        if mine and any(c.axis is not None for c in mine):
+            out += _axis_cells(m, s, mine)
             continue
         if not mine or any(c.lo is None and c.topic is None for c in mine):
             out.append(Cell(s, s))
@@ -215,22 +265,25 @@ def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]
     return out
 
 
-def _lang_cells(m, s: str, mine: list[Cell]) -> list[Cell]:
-    """A source weighted by language: its named cells, and for each named language (and
-    `other`, the languages no key names) the runs of buckets no key covers, weight 0."""
-    langs = list(dict.fromkeys(c.lang for c in mine if c.lang != "other"))
-    others = tuple(langs)
+def _axis_cells(m, s: str, mine: list[Cell]) -> list[Cell]:
+    """A source weighted by an axis (its language, or a stage's): its named cells, and for
+    each named value (and `other`, the values no key names) the runs of buckets no key
+    covers, weight 0."""
+    axis = mine[0].axis
+    values = list(dict.fromkeys(c.value for c in mine if c.value != "other"))
+    others = tuple(values)
     by_bucket = any(c.lo is not None for c in mine)
     n = m.sources[s].quality.n_buckets() if by_bucket else 1
     out = []
-    for lang in langs + ["other"]:
-        own = [c for c in mine if c.lang == lang]
-        out += [Cell(c.name, s, c.lo, c.hi, topic=None, lang=lang, others=others if lang == "other" else ())
+    for v in values + ["other"]:
+        own = [c for c in mine if c.value == v]
+        rest = others if v == "other" else ()
+        out += [Cell(c.name, s, c.lo, c.hi, topic=None, value=v, others=rest, axis=axis)
                 for c in sorted(own, key=lambda c: c.lo or 0)]
         for b, e in _uncovered(own, n):
             whole = not by_bucket or (b == 1 and e == n)
-            out.append(Cell(lang_name(s, lang) if whole else lang_name(s, lang, b, e), s, None if whole else b,
-                            None if whole else e, named=False, lang=lang, others=others if lang == "other" else ()))
+            out.append(Cell(axis_name(s, axis, v) if whole else axis_name(s, axis, v, b, e), s, None if whole else b,
+                            None if whole else e, named=False, value=v, others=rest, axis=axis))
     return out
 
 
@@ -271,23 +324,24 @@ def weights(m, cell_list: list[Cell], w: dict | None = None) -> dict[str, float]
 
 
 def index(source_cells: list[dict], buckets: np.ndarray | None, n: int, topics: np.ndarray | None = None,
-          langs: np.ndarray | None = None) -> np.ndarray:
-    """For each of n rows of one source (their quality buckets, topics and detected
-    languages, or None), the position of its cell in `source_cells` (dicts of Cell.to_dict)."""
+          values: np.ndarray | None = None) -> np.ndarray:
+    """For each of n rows of one source (their quality buckets, topics and values of the
+    source's axis (source_axis), or None), the position of its cell in `source_cells` (dicts
+    of Cell.to_dict)."""
     if len(source_cells) == 1 and source_cells[0]["lo"] is None and source_cells[0].get("topic") is None \
-            and source_cells[0].get("lang") is None:
+            and axis_value(source_cells[0]) is None:
         return np.zeros(n, np.int64)
     out = np.full(n, -1, np.int64)
     for pos, c in enumerate(source_cells):
         m = np.ones(n, bool)
-        if c.get("lang") is not None:
-            if langs is None:
-                raise ValueError(f"cell {c['name']} is a language, but the source's documents carry no language")
-            if c["lang"] == "other":
+        if (av := axis_value(c)) is not None:
+            if values is None:
+                raise ValueError(f"cell {c['name']} is a value of {av[0]}, but the source's documents carry none")
+            if av[1] == "other":
                 named = set(c["others"])
-                m &= np.fromiter((x not in named for x in langs), bool, n)
+                m &= np.fromiter((x not in named for x in values), bool, n)
             else:
-                m &= np.fromiter((x == c["lang"] for x in langs), bool, n)
+                m &= np.fromiter((x == av[1] for x in values), bool, n)
         if c.get("topic") is not None:
             if topics is None:
                 raise ValueError(f"cell {c['name']} is a topic, but the source's documents carry no topic")
@@ -309,10 +363,10 @@ def available(cell_list: list[Cell], d: dict) -> dict[str, tuple[int, int]]:
     (topic, bucket) group (a topic step), per bucket (a quality step), or the whole shard."""
     out = {}
     for c in cell_list:
-        if c.lang is not None:  # the langs-<source> step's counts per (language, bucket)
+        if c.axis is not None:  # the mix-axes step's counts per (value, bucket)
             docs = tok = 0
-            for lang, bucket, nd, nt in d["lang_groups"]:
-                if (lang not in c.others if c.lang == "other" else lang == c.lang) and \
+            for value, bucket, nd, nt in d["axis_groups"]:
+                if (value not in c.others if c.value == "other" else value == c.value) and \
                         (c.lo is None or c.lo <= bucket <= c.hi):
                     docs, tok = docs + nd, tok + nt
             out[c.name] = (docs, tok)

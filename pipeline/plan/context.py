@@ -79,6 +79,9 @@ class Context:
     fate: list[Step] = field(default_factory=list)  # what a document's fate depends on: every step up to the selection
     samples: Step | None = None
     declared: dict[tuple[str, str | None], str] = field(default_factory=dict)  # (role, source) -> step name (declare)
+    # per source, the mixture axes its stages declare beyond `lang` (weight keys `source/<axis>=<value>`): the
+    # layer that gives one has a column named after it (declare_axis)
+    axes: dict[str, set[str]] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.engine is None:
@@ -104,6 +107,12 @@ class Context:
         the run's `selection`, `decontaminate_index`), for what reads a finished run."""
         self.declared[(role, source)] = step.name
         return step
+
+    def declare_axis(self, axis: str, source: str) -> None:
+        """A mixture axis of `source`: a layer this stage adds (ctx.add_layer, or a source's
+        quality/topic step) has a column named `axis`, one value a document; the mixture
+        may then weight `source/<axis>=<value>` (pipeline/mixing/cells.py)."""
+        self.axes.setdefault(source, set()).add(axis)
 
     def roles(self) -> dict:
         """run.json's `roles`: per source and for the run, role -> step name. explain, the

@@ -154,6 +154,9 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False, 
         """(row, value) of column c at the rows that get scores."""
         col = t.column(c)
         return list(zip(scored, (col if score_rows is None else col.take(at)).to_pylist()))
+    selected = budget.phase_selections(run.selection) if run.selection else []
+    first = selected[0][1]["sources"].get(source) if selected else None
+    axis = cells.source_axis(budget.source_cells(first)) if first else None  # the source's mixture axis, if any
     for label, path in layers:
         names = fs.parquet_file(path).schema_arrow.names
         # a layer's rewritten texts are read only when wanted (they are most of its bytes)
@@ -203,6 +206,11 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False, 
                 for i in scored:
                     if buckets[i] >= 1:
                         scores[i]["quality_bucket"] = int(buckets[i])
+        if axis not in (None, "lang") and axis in names and label != "filter":  # a stage's axis: its layer's column
+            langs = np.array(t.column(axis).cast(pa.string()).to_pylist(), dtype=object)
+            for i in scored:
+                if langs[i] is not None:
+                    scores[i][axis] = langs[i]
         if label.startswith("topic:"):
             topics = np.array(t.column("topic").to_pylist(), dtype=object)
             for i, p in values(t, "topic_score"):

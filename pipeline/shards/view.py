@@ -110,11 +110,21 @@ def read_rows(documents: str, layers: list[str], rows: np.ndarray, columns: list
 def shard_langs(d: dict) -> np.ndarray | None:
     """The language the chain's first language filter detected for every row of a document
     shard (None where unset: a row it did not see), or None without one."""
+    return shard_axis(d, "lang")
+
+
+def shard_axis(d: dict, axis: str) -> np.ndarray | None:
+    """Every row's value of a mixture axis of a document shard, as text (None where unset),
+    or None when no layer gives it: `lang`, the chain's first language filter's
+    `<filter>.lang`; any other axis, the layer column named after it (the stage that
+    declares the axis writes it: docs/extending.md)."""
     for path in d["layers"]:
         names = fs.parquet_file(path).schema_arrow.names
-        langs = [c for c in names if c.endswith(".lang")]
-        if langs:
-            return np.array(fs.read_table(path, columns=langs[:1]).column(0).to_pylist(), dtype=object)
+        col = next((c for c in names if c.endswith(".lang")), None) if axis == "lang" else (axis if axis in names else None)
+        if col is not None:
+            values = fs.read_table(path, columns=[col]).column(0)
+            return np.array((values if pa.types.is_string(values.type) else values.cast(pa.string())).to_pylist(),
+                            dtype=object)
     return None
 
 

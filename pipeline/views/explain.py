@@ -85,6 +85,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["stages"].append({"stage": "text rewritten", "result": f"{doc['n_chars']:,} -> {rec['n_chars']:,} chars"})
             info["excerpt"] = rec["text"][:200]
             info["rewrite"] = _first_change(doc["text"], rec["text"])
+    attrs: dict = {}  # every later layer's values of this row: a stage's mixture axis is one of them
     for stage, name in decisions.layer_names(rj, source):
         if stage == "filter":
             continue
@@ -92,6 +93,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         if info["status"] != "kept":
             continue
         rec = fs.read_table(path).slice(row, 1).to_pylist()[0]
+        attrs.update(rec)
         scores = {"score": rec["score"]} if rec.get("score") is not None else {}
         if rec.get("bucket") is not None:
             scores["bucket"] = info["quality_bucket"] = rec["bucket"]
@@ -123,7 +125,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["stages"].append({"stage": stage, "result": "kept", "scores": scores})
     if info["status"] == "kept":
         info["mixture_file"], cell, phased = _mixture_file(run_dir, rj, source, doc["id"], info.get("quality_bucket"),
-                                                           info.get("topic"), info.get("lang"))
+                                                           info.get("topic"), info.get("lang"), attrs)
         if cell is not None:
             info["cell"] = cell["name"] or source
         if info["mixture_file"] is None:
@@ -214,7 +216,8 @@ def _first_change(old: str, new: str, before: int = 40, after: int = 100) -> dic
 
 
 def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int | None,
-                  topic: str | None = None, lang: str | None = None) -> tuple[str | None, dict | None, bool]:
+                  topic: str | None = None, lang: str | None = None, attrs: dict | None = None
+                  ) -> tuple[str | None, dict | None, bool]:
     """Where the mixture holds this kept document, and its cell: recomputed from the
     selection (its priorities against its cell's cutoff) and the routing hash, as the mix
     steps did."""
@@ -229,9 +232,11 @@ def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int
     places, cell = [], None
     for name, sel, _ in phases:
         cl = budget.source_cells(sel["sources"][source])
+        axis = cells.source_axis(cl)
+        value = lang if axis in (None, "lang") else (attrs or {}).get(axis)
         c = cl[int(cells.index(cl, None if bucket is None else np.array([bucket]), 1,
                                None if topic is None else np.array([topic], dtype=object),
-                               np.array([lang], dtype=object))[0])]
+                               np.array([None if value is None else str(value)], dtype=object))[0])]
         cell = cell or c
         epochs = [e for e, m in budget.cell_epochs(c, seed, source, [doc_id]) if m is None or m[0]]
         folder = f"mixture/{name}/" if name else "mixture/"

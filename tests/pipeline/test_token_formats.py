@@ -51,12 +51,12 @@ def test_a_toy_format_is_one_module(tmp_path, demo_corpus, ray_local):
     assert body["toy"]["dtype"] == "uint32" and body["toy"]["extensions"] == [".u32", ".lens"]
     assert body["toy"]["trainer"] == "toy-data.txt" and body["toy"]["tokens"] == body["megatron"]["tokens"] > 0
     root = run_dir / "tokenized"
-    for toy, meg in zip(body["toy"]["files"], body["megatron"]["files"], strict=True):
+    for tf, meg in zip(body["toy"]["files"], body["megatron"]["files"], strict=True):
         # the same tokens as Megatron's file of the same mixture shard, in the toy's own bytes
-        u32 = np.fromfile(run_dir / f"{toy['path']}.u32", "<u4")
+        u32 = np.fromfile(run_dir / f"{tf['path']}.u32", "<u4")
         assert np.array_equal(u32, np.fromfile(run_dir / f"{meg['path']}.bin", "<u2"))
-        lens = [int(x) for x in (run_dir / f"{toy['path']}.lens").read_text().split()]
-        assert len(lens) == toy["documents"] and sum(lens) == len(u32) == toy["tokens"]
+        lens = [int(x) for x in (run_dir / f"{tf['path']}.lens").read_text().split()]
+        assert len(lens) == tf["documents"] and sum(lens) == len(u32) == tf["tokens"]
     lines = (root / "toy" / "toy-data.txt").read_text().splitlines()
     assert [x.split()[1] for x in lines] == [str(run_dir / f"{f['path']}.u32") for f in body["toy"]["files"] if f["tokens"]]
     problems, summary = token_view.verify(run_dir, sample=20)

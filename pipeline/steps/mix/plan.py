@@ -44,23 +44,23 @@ def plan(ctx: Context) -> list[Step]:
     def raw_docs(stats):  # the document shards of the sources in the mixture, with all their layers (a generator)
         return (d for d in every_shard(stats) if d["source"] in mixed)
     ph_list = phases(ctx)
-    by_lang = sorted({c.source for ph in ph_list for c in ph["cells"] if c.lang is not None})
+    by_axis = {c.source: c.axis for ph in ph_list for c in ph["cells"] if c.axis is not None}  # one axis a source
     langs = None
-    if by_lang:  # language cells: kept documents and tokens per (language, bucket) of each document shard
-        def lang_shards(st, stats):
-            return ({"doc": d, "describe": f"{d['source']}/{shard_name(d['part'])}"}
-                    for d in raw_docs(stats) if d["source"] in by_lang)
+    if by_axis:  # axis cells (a language, a stage's axis): kept documents and tokens per (value, bucket) of each shard
+        def axis_shards(st, stats):
+            return ({"doc": d, "axis": by_axis[d["source"]], "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                    for d in raw_docs(stats) if d["source"] in by_axis)
 
-        langs = Step("mix-langs", "mix-langs", {"sources": by_lang}, upstream, tasks.lang_groups_shard,
-                     shards=lang_shards, position_free=True)
+        langs = Step("mix-axes", "mix-axes", {"sources": by_axis}, upstream, tasks.axis_groups_shard,
+                     shards=axis_shards, position_free=True)
 
-    def mixed_docs(stats):  # ... with each language-weighted shard's counts per language (mix-langs' markers)
+    def mixed_docs(stats):  # ... with each axis-weighted shard's counts per value (mix-axes' markers)
         if langs is None:
             yield from raw_docs(stats)
             return
         got = iter(stats[langs.name][j] for j in sorted(stats[langs.name]))
         for d in raw_docs(stats):
-            yield {**d, "lang_groups": next(got)["lang_groups"]} if d["source"] in by_lang else d
+            yield {**d, "axis_groups": next(got)["axis_groups"]} if d["source"] in by_axis else d
     first = [sum(len(p["cells"]) for p in ph_list[:k]) for k in range(len(ph_list))]  # key folders c<index>
     cell_dicts = [{c.name: {**c.to_dict(), "index": first[k] + i, "phase": ph["name"], "seed": ph["seed"]}
                    for i, c in enumerate(ph["cells"])} for k, ph in enumerate(ph_list)]
@@ -70,7 +70,7 @@ def plan(ctx: Context) -> list[Step]:
            **({"phases": [p.model_dump() for p in mx.phases], "disjoint": mx.disjoint} if mx.phases else {}),
            "max_epochs": {s: (m.sources[s].max_epochs or mx.max_epochs) for s in mixed}, "on_shortfall": mx.on_shortfall,
            "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows, "sources": mixed}
-    if any(c.lo is not None or c.topic is not None or c.lang is not None for ph in ph_list for c in ph["cells"]):
+    if any(c.lo is not None or c.topic is not None or c.axis is not None for ph in ph_list for c in ph["cells"]):
         cfg["cells"] = [[c.to_dict() for c in ph["cells"]] for ph in ph_list] if mx.phases else \
             [c.to_dict() for c in ph_list[0]["cells"]]  # only then: a mixture without cells keeps its config
 
@@ -174,7 +174,7 @@ def phases(ctx: Context) -> list[dict]:
         keys, field = (w, "weights") if w is not None else (r, "sample_rates")
         if keys:
             view = m.model_copy(update={"mixture": mx.model_copy(update={"weights": None, "sample_rates": None, field: keys})})
-            wrong = cells.problems(view, field, ctx.topic_labels)
+            wrong = cells.problems(view, field, ctx.topic_labels, ctx.axes)
             if wrong:  # a pretrained topic model's labels are known only now
                 loc = ("mixture",) if name is None else ("mixture", "phases", k)
                 raise UsageError(format_problems(ctx.lm.path, ctx.lm.lines, [((*loc, *x[1:]), msg) for x, msg in wrong]))

@@ -98,6 +98,7 @@ def _cells(markers: dict, selection: dict, total: int) -> dict:
             r = realized.get(name, {"docs": 0, "tokens": 0})
             out[name] = {"source": sname, "buckets": [c["lo"], c["hi"]] if c["lo"] is not None else None,
                          "topic": c.get("topic"), **({"lang": c["lang"]} if c.get("lang") else {}),
+                         **({c["axis"]: c["value"]} if c.get("axis") else {}),
                          "target_weight": c.get("weight"), "realized_weight": round(r["tokens"] / total, 6),
                          "target_tokens": c["target"], "tokens": r["tokens"], "documents": r["docs"],
                          "distinct_documents": c["distinct_docs"], "available_tokens": c["available"],

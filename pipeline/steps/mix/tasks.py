@@ -63,14 +63,15 @@ def priority_shard(spec: dict, out) -> dict:
     rows = 0
     if todo:
         buckets, topics = view.shard_buckets(d), view.shard_topics(d)
-        langs = view.shard_langs(d) if any(c.get("lang") for c in spec["cells"]) else None
+        axis = cells.source_axis(spec["cells"])
+        values = view.shard_axis(d, axis) if axis else None
         for r, b in view.kept_batches(d["documents"], d["layers"], ["id", "n_tokens"]):
             ids = b.column("id").to_pylist()
             rows += len(ids)
             tok = b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
             for group in by_phase(spec["cells"]):  # each phase partitions the documents into its own cells
                 where = cells.index(group, None if buckets is None else buckets[r], len(ids), None if topics is None else topics[r],
-                                    None if langs is None else langs[r])
+                                    None if values is None else values[r])
                 for pos, c in enumerate(group):
                     if c["epoch"] is None:
                         continue
@@ -84,13 +85,13 @@ def priority_shard(spec: dict, out) -> dict:
     return {"rows": rows, "source": d["source"]}
 
 
-@task(version="1")
-def lang_groups_shard(spec: dict, out) -> dict:
-    """`langs-<source>`, per document shard of a source weighted by language: its kept
-    documents and tokens per (detected language, quality bucket; -1 without buckets), what
-    the budget of its language cells is computed from (pipeline/mixing/cells.available)."""
+@task(version="2")  # 2: any axis (`axis` in the spec), `axis_groups`
+def axis_groups_shard(spec: dict, out) -> dict:
+    """`mix-axes`, per document shard of a source weighted by an axis (its language, or an
+    axis a stage declares): its kept documents and tokens per (value, quality bucket; -1
+    without buckets), what the budget of its axis cells is computed from (cells.available)."""
     d = spec["doc"]
-    langs, buckets = view.shard_langs(d), view.shard_buckets(d)
+    langs, buckets = view.shard_axis(d, spec["axis"]), view.shard_buckets(d)
     groups: dict[tuple, list[int]] = {}
     rows = 0
     for r, b in view.kept_batches(d["documents"], d["layers"], ["n_tokens"]):
@@ -100,7 +101,7 @@ def lang_groups_shard(spec: dict, out) -> dict:
             g = groups.setdefault((langs[i] if langs is not None else None, int(buckets[i]) if buckets is not None else -1), [0, 0])
             g[0] += 1
             g[1] += t
-    return {"rows": rows, "lang_groups": sorted([lang or "", bk, nd, nt] for (lang, bk), (nd, nt) in groups.items())}
+    return {"rows": rows, "axis_groups": sorted([v or "", bk, nd, nt] for (v, bk), (nd, nt) in groups.items())}
 
 
 def lang_counts(col) -> dict[str, int]:
@@ -232,8 +233,9 @@ def route_shard(spec: dict, out) -> dict:
     bucket_all = extra["quality_bucket"]
     buckets = bucket_all.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) if bucket_all.null_count < n else None
     topics = np.array(extra["topic"].to_pylist(), dtype=object) if extra["topic"].null_count < n else None
-    by_lang = any(c.get("lang") for ph in spec["phases"] for c in ph["cells"])  # only language cells read it
-    langs = np.array(extra["lang"].to_pylist(), dtype=object) if by_lang else None
+    axis = cells.source_axis([c for ph in spec["phases"] for c in ph["cells"]])  # only axis cells read it
+    values = (np.array(extra["lang"].to_pylist(), dtype=object) if axis == "lang" else view.shard_axis(d, axis)) \
+        if axis else None
     parts, dests, chosen_any = [], [], 0
     tok = fs.read_table(spec["tokens"]) if spec.get("tokens") else None  # the shard's ids (tokenize-<source>)
     for rows, b in view.kept_batches(d["documents"], d["layers"], ["id", "text", "source", "source_id", "n_tokens"]):
@@ -248,7 +250,7 @@ def route_shard(spec: dict, out) -> dict:
         for ph in spec["phases"]:
             cl = ph["cells"]
             where = cells.index(cl, None if buckets is None else buckets[rows], len(ids), None if topics is None else topics[rows],
-                                None if langs is None else langs[rows])
+                                None if values is None else values[rows])
             for pos, c in enumerate(cl):
                 inside = np.flatnonzero(where == pos)
                 if len(inside) == 0:

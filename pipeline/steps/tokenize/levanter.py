@@ -171,9 +171,10 @@ def cell_pieces(spec: dict, out) -> dict:
         ids += b.column("id").to_pylist()
     if len(ids) != len(rows):
         raise RuntimeError(f"{spec['tokens']}: {len(rows):,} encoded documents, {len(ids):,} kept; its tokenize step is stale")
-    buckets, topics, langs = view.shard_buckets(d), view.shard_topics(d), view.shard_langs(d)
+    axis = cellmod.source_axis(spec["cells"])
+    buckets, topics, values = view.shard_buckets(d), view.shard_topics(d), view.shard_axis(d, axis) if axis else None
     where = cellmod.index(spec["cells"], None if buckets is None else buckets[rows], len(rows),
-                          None if topics is None else topics[rows], None if langs is None else langs[rows])
+                          None if topics is None else topics[rows], None if values is None else values[rows])
     all_ids, lengths = tasks.with_specials(offs, vals, p["bos_id"], p["eos_id"])
     pieces = []
     for pos, c in enumerate(spec["cells"]):

@@ -1,0 +1,53 @@
+"""A toy scoring stage: each kept document's length class (short, medium or long, by its
+characters) as a mixture axis, so that a mixture may weight `web/length=long`. The worked
+example of docs/extending.md (tests/pipeline/run/test_axes.py checks the two agree and runs it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.engine.step import Step, shard_name, task
+from pipeline.io import fs
+from pipeline.plan.context import Context
+from pipeline.plan.stage import Stage
+from pipeline.shards import apply, view
+
+EDGES = (500, 2000)  # characters: short below 500, long from 2,000
+
+
+@task(version="1")
+def length_shard(spec: dict, out) -> dict:
+    """One document shard's layer: every row, `keep` true where the row reached this stage
+    (null where an earlier layer removed it), and its class in the column named after the axis."""
+    d = spec["doc"]
+    total = view.num_rows(d["documents"])
+    rows, chars, toks = apply.sizes(d)  # the rows that reached the stage, their characters and tokens
+    seen = np.zeros(total, bool)
+    seen[rows] = True
+    length = np.full(total, None, dtype=object)
+    length[rows] = np.where(chars < EDGES[0], "short", np.where(chars < EDGES[1], "medium", "long"))
+    ids = fs.read_table(d["documents"], columns=["id"]).column("id")
+    apply.write_attributes(out.dir, d, pa.table({"id": ids, "keep": pa.array(seen, pa.bool_(), mask=~seen),
+                                                 "reason": pa.nulls(total, pa.string()),
+                                                 "length": pa.array(length, pa.string())}))
+    return apply.stage_stats(d, rows, chars, toks, np.ones(len(rows), bool), {})
+
+
+def plan(ctx: Context) -> list[Step]:
+    """`length`, a layer over every document shard that removes nothing, declared as the
+    axis `length` of every source."""
+    prev = list(ctx.layers)
+
+    def shards(step, stats):
+        return ({"doc": d, "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in ctx.doc_shards(stats, prev))
+
+    step = Step("length", "length", {"edges": list(EDGES)}, ctx.base() + prev, length_shard, shards=shards,
+                position_free=True)
+    ctx.add_layer(step, "length")
+    for source in ctx.mixture.sources:
+        ctx.declare_axis("length", source)
+    return [step]
+
+
+STAGE = Stage("length", plan)
