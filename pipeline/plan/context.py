@@ -29,6 +29,7 @@ from pipeline.io.discover import InputFile
 from pipeline.plan import memory
 from pipeline.plan.stage import Stage
 from pipeline.shards.apply import attribute_path
+from pipeline.shards.documents import DocShard
 
 
 @dataclass
@@ -170,7 +171,8 @@ class Context:
         order = [s for s in order if m.sources[s].role != "train"] + [s for s in order if m.sources[s].role == "train"]
         return {s: i for i, s in enumerate(order)}
 
-    def doc_shards(self, stats: dict, layers: list[Step], after: dict[str, list[Step]] | None = None) -> Iterator[dict]:
+    def doc_shards(self, stats: dict, layers: list[Step], after: dict[str, list[Step]] | None = None
+                   ) -> Iterator[DocShard]:
         """Every document shard, with the attribute files of its filters, of the global `layers`
         and of its source's steps in `after` (per-source steps after dedup: quality, topic).
         A generator: a plan that yields its specs from it holds one shard's dict at a time,
@@ -215,7 +217,7 @@ class Context:
                        "layers": paths, "kept": kept, "tokens": tokens, **extra}
                 k += 1
 
-    def all_doc_shards(self) -> Callable[[dict], Iterator[dict]]:
+    def all_doc_shards(self) -> Callable[[dict], Iterator[DocShard]]:
         """stats -> every document shard with every layer planned so far (filters, the
         global layers, quality and topic): the layers are taken now, when a stage plans, so
         a layer a later stage adds never changes this stage's shards behind its hash."""

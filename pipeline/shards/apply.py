@@ -17,27 +17,29 @@ from pipeline.engine.cutoff import same_as_before
 from pipeline.shards import combine, readkey, shuffle
 from pipeline.io import fs
 from pipeline.shards import view
+from pipeline.shards.documents import DocShard, LayerMarker
 
 
 def attribute_path(step_dir: str | Path, source: str, part: int) -> Path:
     return fs.path(step_dir) / source / f"part-{part:05d}.parquet"
 
 
-def write_attributes(step_dir: str | Path, doc: dict, table: pa.Table) -> None:
+def write_attributes(step_dir: str | Path, doc: DocShard, table: pa.Table) -> None:
     """A stage's attribute file for one document shard, written atomically."""
     final = attribute_path(step_dir, doc["source"], doc["part"])
     fs.makedirs(final.parent)
     fs.write_table(table, final, compression="zstd")
 
 
-def stage_stats(doc: dict, rows: np.ndarray, chars: np.ndarray, toks: np.ndarray, kept: np.ndarray, removed: dict) -> dict:
+def stage_stats(doc: DocShard, rows: np.ndarray, chars: np.ndarray, toks: np.ndarray, kept: np.ndarray,
+                removed: dict) -> LayerMarker:
     """A marker for the ledger: the rows that reached the stage, what it kept, removals by reason."""
     return {"rows": len(rows), "source": doc["source"], "part": doc["part"], "docs_in": len(rows),
             "docs_out": int(kept.sum()), "chars_in": int(chars.sum()), "chars_out": int(chars[kept].sum()),
             "tokens_in": int(toks.sum()), "tokens_out": int(toks[kept].sum()), "removed": dict(sorted(removed.items()))}
 
 
-def sizes(doc: dict, state: view.Layers | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sizes(doc: DocShard, state: view.Layers | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, n_chars, n_tokens) of the shard's kept rows, with rewritten counts (`state`: its
     layers already read, with their n_chars and n_tokens overrides)."""
     rows, chars, toks = [], [], []

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.io import fs
+from pipeline.shards.documents import DocShard
 
 OVERRIDES = ("text", "n_chars", "n_tokens")
 BATCH_ROWS = 4096
@@ -107,13 +108,13 @@ def read_rows(documents: str, layers: list[str], rows: np.ndarray, columns: list
     return table
 
 
-def shard_langs(d: dict) -> np.ndarray | None:
+def shard_langs(d: DocShard) -> np.ndarray | None:
     """The language the chain's first language filter detected for every row of a document
     shard (None where unset: a row it did not see), or None without one."""
     return shard_axis(d, "lang")
 
 
-def shard_axis(d: dict, axis: str) -> np.ndarray | None:
+def shard_axis(d: DocShard, axis: str) -> np.ndarray | None:
     """Every row's value of a mixture axis of a document shard, as text (None where unset),
     or None when no layer gives it: `lang`, the chain's first language filter's
     `<filter>.lang`; any other axis, the layer column named after it (the stage that
@@ -136,7 +137,7 @@ QUALITY = ("score", "bucket")
 TOPIC = ("topic", "topic_score")
 
 
-def layer_with(d: dict, column: str) -> tuple[str, list[str]] | None:
+def layer_with(d: DocShard, column: str) -> tuple[str, list[str]] | None:
     """(path, its columns) of the first layer of a document shard that has `column`, or None."""
     for path in d["layers"]:
         names = fs.parquet_file(path).schema_arrow.names
@@ -145,14 +146,14 @@ def layer_with(d: dict, column: str) -> tuple[str, list[str]] | None:
     return None
 
 
-def shard_topics(d: dict) -> np.ndarray | None:
+def shard_topics(d: DocShard) -> np.ndarray | None:
     """The topic of every row of a document shard (None where unset), or None."""
     if (hit := layer_with(d, "topic")) is not None:
         return np.array(fs.read_table(hit[0], columns=["topic"]).column("topic").to_pylist(), dtype=object)
     return None
 
 
-def shard_buckets(d: dict) -> np.ndarray | None:
+def shard_buckets(d: DocShard) -> np.ndarray | None:
     """The quality bucket of every row of a document shard (-1 where unset), or None."""
     if (hit := layer_with(d, "bucket")) is not None:
         return fs.read_table(hit[0], columns=["bucket"]).column("bucket").combine_chunks().fill_null(-1).to_numpy().astype(np.int64)
