@@ -108,10 +108,13 @@ def serve(port: int, latency_ms: float) -> None:
     app = DomainDispatcherApplication(create_backend_app)
 
     def slow(environ, start_response):
+        if environ.get("REQUEST_METHOD") == "GET":  # what a GET asked for: bench/planning.py counts the bytes
+            sys.stdout.write(f"range {environ.get('PATH_INFO')} {environ.get('HTTP_RANGE') or 'whole'}\n")  # one write a line
+            sys.stdout.flush()
         time.sleep(latency_ms / 1000)
         return app(environ, start_response)
 
-    run_simple("127.0.0.1", port, slow if latency_ms > 0 else app, threaded=True, request_handler=MotoRequestHandler)
+    run_simple("127.0.0.1", port, slow, threaded=True, request_handler=MotoRequestHandler)
 
 
 def _curate(env: dict, *args: str) -> subprocess.CompletedProcess:

@@ -113,6 +113,32 @@ def _remote_source(p):
     return p.fs.open(p.path, "rb", block_size=16 << 20, cache_type="readahead")
 
 
+FOOTER_READ = 64 << 10  # a Parquet footer's first ranged read: most footers fit; a larger one takes one more
+
+
+def parquet_metadata(p, size: int | None = None) -> pq.FileMetaData:
+    """A Parquet file's footer alone: on an object store one ranged GET of its last 64 KB
+    (two for a larger footer), never the object (`size`: the file's, when the caller has it
+    from its listing: no HEAD). What planning reads of an input file (its row groups)."""
+    p = path(p)
+    if is_local(p):
+        return pq.read_metadata(str(p))
+    import pyarrow as pa
+
+    size = p.fs.size(p.path) if size is None else size
+    tail = p.fs.cat_file(p.path, start=max(0, size - FOOTER_READ), end=size) if size >= 12 else b""
+    if tail[-4:] != b"PAR1":  # pyarrow's own words for a local file
+        raise pa.ArrowInvalid("Parquet magic bytes not found in footer. Either the file is corrupted or this is not a "
+                              "parquet file.")
+    n = int.from_bytes(tail[-8:-4], "little")
+    if n + 8 > len(tail):
+        if n + 8 > size:
+            raise pa.ArrowInvalid(f"{p}: its footer says {n:,} bytes of metadata, more than the file's {size:,}")
+        tail = p.fs.cat_file(p.path, start=size - n - 8, end=size)
+    # the footer behind a magic: a file pyarrow reads the metadata of (it reads no row group here)
+    return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(n + 8):]))
+
+
 def parquet_file(p) -> pq.ParquetFile:
     p = path(p)
     if is_local(p):

@@ -202,8 +202,9 @@ def count_lines(path: str, compression: str | None) -> dict:
 # ---------------------------------------------------------------- Arrow-backed inputs
 
 
-def parquet_row_groups(path: str) -> list[int]:
-    md = fs.parquet_file(path).metadata
+def parquet_row_groups(path: str, size: int | None = None) -> list[int]:
+    """Rows per row group, from the footer alone (fs.parquet_metadata: a ranged read)."""
+    md = fs.parquet_metadata(path, size)
     return [md.row_group(i).num_rows for i in range(md.num_row_groups)]
 
 

@@ -64,6 +64,8 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
     if not count_tokens:
         ing_cfg["count_tokens"] = False
 
+    planned: dict = {}  # the last splits, and the scan counts they were planned with
+
     def ingest_shards(st, stats, duplicates=None):
         dups = {"duplicates": str(duplicates.dir(ctx.store)), "duplicate_files": len(stats[duplicates.name])} \
             if duplicates else {"duplicates": None}
@@ -71,7 +73,10 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
         marks = list(stats[duplicates.name].values()) if duplicates else []
         with_dups = None if any("splits" not in m for m in marks) else {i for m in marks for i in m["splits"]}
         counts = {m["path"]: m["lines"] for m in stats.get(scan.name, {}).values()} if scan else {}
-        parts = splits.plan_splits(fdicts, spec.model_dump(), counts)
+        key = tuple(sorted(counts.items()))
+        if planned.get("key") != key:  # the ids step and the ingest step split the same files: footers read once
+            planned.update(key=key, parts=splits.plan_splits(fdicts, spec.model_dump(), counts))
+        parts = planned["parts"]
         common = {"source": sname, "text_field": spec.text_field, "id_field": spec.id_field,
                   "hf_split": spec.hf_split, "on_bad_record": spec.on_bad_record, "tokenizer": ctx.tokenizer,
                   "max_doc_bytes": spec.max_doc_bytes, **dups,
