@@ -346,7 +346,7 @@ def copy(src, dst) -> None:
     if is_local(src) and is_local(dst):
         shutil.copy2(src, dst)
     elif not is_local(src) and not is_local(dst) and src.fs == dst.fs:  # one object store: a server-side copy, no bytes through here
-        src.fs.copy(src.path, dst.path)
+        src.fs.cp_file(src.path, dst.path)  # not `copy`: it expands the paths first (a LIST or two a file)
     else:
         with src.open("rb") as i, dst.open("wb") as o:
             shutil.copyfileobj(i, o, 1 << 20)
