@@ -229,14 +229,70 @@ def _group(name: str) -> str:
     return _step_group(name)
 
 
+# ---------------------------------------------------------------- terms that grow faster than the corpus (issue 58)
+
+INPUT_FILE_BYTES = 2 << 30  # an input Parquet file (FineWeb's are ~2 GB); planning reads its footer
+OUTPUT_FILES_PER_MIX_SHARD = 1 + 2 * 2  # a mixture file, and two token formats' file pairs
+FOOTER_BYTES = 64 << 10
+INDEX_WINDOW = 64 << 20  # pipeline/shards/shuffle.py
+
+
+def growth_terms(docs: float, latency: float, cores: int) -> list[tuple[str, str, str, str]]:
+    """(term, formula, before, after) at `docs` documents: the terms issue 58 names, from the
+    code's own constants; 'after' is this code."""
+    shards = docs / SHARD_DOCS
+    g = group_size(int(shards), GROUP)
+    out = []
+    for name, rows in (("signatures -> buckets", docs * BANDS), ("ids -> unique ids", docs)):
+        parts = max(1, math.ceil(rows / PARTITION_ROWS))
+        whole = g * (parts + 1) * 8
+        windows = math.ceil(whole / INDEX_WINDOW)
+        out.append((f"merge index per task, {name}",
+                    f"group {g:,} maps x {parts:,} partitions x 8 B",
+                    f"{whole / 2**30:.2f} GB held, {g:,} GETs",
+                    f"{min(whole, INDEX_WINDOW) / 2**20:.0f} MB held, {g * windows:,} ranged GETs "
+                    f"({g * windows * latency / 32 / 60:.0f} min at 32 in flight)"))
+    files = docs * TEXT_BYTES / INPUT_FILE_BYTES
+    out.append(("planning reads of input Parquet footers",
+                f"{files:,.0f} files of {INPUT_FILE_BYTES >> 30} GB",
+                f"2 x {files:,.0f} serial reads ({2 * files * latency / 3600:.2f} h of latency; whole objects "
+                f"under 64 MB)",
+                f"{files:,.0f} ranged GETs of 64 KB, 32 in flight ({files * latency / 32 / 60:.1f} min; "
+                f"{files * FOOTER_BYTES / 2**30:.1f} GB read)"))
+    published = docs / MIX_ROWS * OUTPUT_FILES_PER_MIX_SHARD
+    out.append(("publishing into an object-store run directory",
+                f"{published:,.0f} files (mixture, two token formats)",
+                f"10.1 requests a file, serial: {published * 0.270 / 3600:,.1f} h (270 ms a file measured)",
+                f"2.0 requests a file, 32 in flight: {published * 2 * latency / 32 / 3600:.2f} h "
+                "(bench/publish.py: 8-12 ms a file)"))
+    out.append(("segment framing (not changed)", "an IPC stream per non-empty segment, ~1 KB",
+                "as before", "as before: a record batch per segment in one stream a file is the fix"))
+    out.append(("semantic dedup's clusters (not changed)", "k <= sample / 20 = 5,000",
+                f"{docs / 5000:,.0f} documents a cluster, all pairs inside", "as before"))
+    return out
+
+
+def print_terms(latency: float, cores: int) -> None:
+    for docs in (1e9, 2.5e10):
+        print(f"\n#### terms that grow faster than the corpus, {docs:.2g} documents\n")
+        print("| term | size | before | after |")
+        print("| --- | --- | --- | --- |")
+        for t in growth_terms(docs, latency, cores):
+            print("| " + " | ".join(t) + " |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.cost_model", description=__doc__.split("\n\n")[0])
-    ap.add_argument("objstore_json", help="bench.objstore --json output with two scales (N and 4N)")
+    ap.add_argument("objstore_json", nargs="?", help="bench.objstore --json output with two scales (N and 4N); "
+                    "without it, only the terms that grow faster than the corpus")
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--cores", type=int, default=64)
     ap.add_argument("--latency-ms", type=float, default=None, help="per request (default: the bench's)")
     ap.add_argument("--driver-ms", type=float, default=1.7, help="driver CPU per task (bench.driver --tasks; default 1.7)")
     a = ap.parse_args(argv)
+    if a.objstore_json is None:
+        print_terms((a.latency_ms or 20) / 1000, a.nodes * a.cores)
+        return {}
     data = json.loads(Path(a.objstore_json).read_text())
     runs = next(iter(data["results"].values()))
     small, big = runs[0], runs[-1]
@@ -283,6 +339,7 @@ def main(argv=None):
         meas = [sum(sum(s['requests'].values()) for s in r['steps'].values()) / r['docs'] for r in (small, big)]
         print(f"requests per document in steps: measured {meas[0]:.4f} (N) and {meas[1]:.4f} (4N) at 2,500-5,000-row shards; "
               f"modelled {req / docs:.4f} at {SHARD_DOCS:,}-row shards")
+    print_terms(latency, cores)
     return out
 
 

@@ -29,6 +29,8 @@ Documents are named globally by `gid = source_index << 56 | shard << 32 | row`.
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +43,7 @@ VERSION = "2"  # map outputs as .data + .index files: the version of every step 
 _IPC = pa.ipc.IpcWriteOptions(compression="zstd")
 _written = [0]  # bytes of shuffle data this process has written (`bytes_written`)
 READ_THREADS = 16  # a reducer's segment reads in flight at once on an object store
+INDEX_WINDOW = 64 << 20  # bytes of its maps' offset indexes a merge task holds at once (8 a partition a map)
 MERGE_BUFFER = 4 << 20  # read-ahead per map file a merge streams (a group of 32: 128 MB)
 _U64 = np.dtype("<u8")
 
@@ -149,7 +152,7 @@ def _stream(p: Path, read_ahead: int):
 
 
 def merge(directory, first: int, last: int, base: Path, buffering: int | None = None,
-          span: tuple[int, int] | None = None) -> dict:
+          span: tuple[int, int] | None = None, index_window: int = INDEX_WINDOW) -> dict:
     """Map outputs first..last-1 of `directory` as one output at `base`: partition p's
     segment is their segments p back to back, in map order, so `read_partition` over the
     merged outputs gives the rows it gives over the maps, in the same order. A byte copy
@@ -157,35 +160,41 @@ def merge(directory, first: int, last: int, base: Path, buffering: int | None = 
     (partitions are in file order) with `buffering` bytes of read-ahead, all of the group's
     files open at once. `span` = (r, R): only the r-th of R contiguous partition ranges
     (`span_of`), read from each data file from the range's first byte; the other partitions
-    are empty in the output."""
+    are empty in the output. The maps' offsets are read a window of partitions at a time
+    (`index_window` bytes of them in all)."""
     directory = fs.path(directory)
     bases = [map_file(directory, i) for i in range(first, last)]
-    offs = [np.frombuffer(fs.read_bytes(_with(b, ".index")), _U64) for b in bases]
-    nparts = len(offs[0]) - 1 if offs else 0
-    if any(len(o) != nparts + 1 for o in offs):
-        raise ValueError(f"{directory}: maps {first}..{last - 1} disagree on the number of partitions")
+    indexes = [_with(b, ".index") for b in bases]
+    nparts = _size(indexes[0]) // 8 - 1 if indexes else 0
     p0, p1 = span_of(span, nparts) if span else (0, nparts)
+    # the maps' offsets a window of partitions at a time, read by range: a task holds at most
+    # INDEX_WINDOW bytes of them whatever the group and the partitions (whole indexes of a
+    # group of 7,800 maps of 125,000 partitions would be 7.8 GB), and a range reads its own
+    win = max(1, index_window // (8 * max(1, len(bases))))
     data = _with(base, ".data")
     fs.makedirs(data.parent)
     tmp = fs.tmp_path(data)
     out = np.zeros(nparts + 1, _U64)
     streams = [_stream(_with(b, ".data"), buffering or MERGE_BUFFER) for b in bases]
     try:
-        if p0:
-            for st, o in zip(streams, offs):
-                st.seek(int(o[p0]))
         pos = 0
         with tmp.open("wb") as f:
-            for p in range(p0, p1):
-                out[p] = pos
-                for st, o in zip(streams, offs):
-                    n = int(o[p + 1] - o[p])
-                    if n:
-                        chunk = st.read(n)
-                        if len(chunk) != n:
-                            raise ValueError(f"{directory}: a map's data file is shorter than its index says")
-                        f.write(chunk)
-                        pos += n
+            for w0 in range(p0, max(p1, p0 + 1) if nparts else p0, win):
+                w1 = min(p1, w0 + win)
+                offs = _offsets(indexes, w0, w1, nparts, f"{directory}: maps {first}..{last - 1}")
+                if w0 == p0 and p0:
+                    for st, o in zip(streams, offs):
+                        st.seek(int(o[0]))
+                for p in range(w0, w1):
+                    out[p] = pos
+                    for st, o in zip(streams, offs):
+                        n = int(o[p - w0 + 1] - o[p - w0])
+                        if n:
+                            chunk = st.read(n)
+                            if len(chunk) != n:
+                                raise ValueError(f"{directory}: a map's data file is shorter than its index says")
+                            f.write(chunk)
+                            pos += n
             out[p1:] = pos
     finally:
         for st in streams:
@@ -193,6 +202,29 @@ def merge(directory, first: int, last: int, base: Path, buffering: int | None = 
     fs.commit(tmp, data)
     atomic.write_bytes(_with(base, ".index"), out.tobytes())
     return {"maps": last - first, "bytes": int(pos) if nparts else 0, "partitions": nparts}
+
+
+def _size(p: Path) -> int:
+    p = fs.path(p)
+    return os.path.getsize(p) if fs.is_local(p) else p.fs.size(p.path)
+
+
+def _offsets(indexes: list[Path], w0: int, w1: int, nparts: int, where: str) -> list[np.ndarray]:
+    """Each map's offsets of partitions w0..w1 (w1 - w0 + 1 values), by ranged reads, many at
+    a time on an object store; a map with another number of partitions is an error (the last
+    window reads one value past the end, which a longer index has)."""
+    last = w1 == nparts
+    want = 8 * (w1 - w0 + 1)
+
+    def one(ix: Path) -> bytes:
+        return _read_range(fs.path(ix), 8 * w0, 8 * (w1 + 1) + (8 if last else 0))
+    raw = map(one, indexes) if not indexes or fs.is_local(fs.path(indexes[0])) else fs.read_many(one, indexes)
+    out = []
+    for b in raw:
+        if len(b) != want:
+            raise ValueError(f"{where} disagree on the number of partitions")
+        out.append(np.frombuffer(b, _U64))
+    return out
 
 
 def span_of(span: tuple[int, int], nparts: int) -> tuple[int, int]:

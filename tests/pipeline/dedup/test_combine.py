@@ -163,6 +163,37 @@ def test_merged_shuffle_files_give_every_partition_the_same_rows_in_the_same_ord
                              for j in range(len(groups)))  # every byte copied once over the ranges
 
 
+def test_a_merge_reads_its_maps_offsets_a_window_at_a_time_with_the_same_bytes(tmp_path):
+    """shuffle.merge holds at most `index_window` bytes of its maps' offsets (ranged reads of
+    each map's index, a window of partitions at a time): windows of 1, 2 and 5 partitions
+    over 4 maps, whole and split by ranges, write the bytes of one window over everything;
+    a map with fewer or more partitions than the others is an error in any window."""
+    rng = np.random.default_rng(5)
+    nparts, nmaps = 11, 4
+    for i in range(nmaps):
+        n = int(rng.integers(0, 50))
+        t = pa.table({"k": rng.integers(0, 1 << 40, n, dtype=np.int64), "s": [f"m{i}-{j}" for j in range(n)]})
+        shuffle.write_partitions(t, rng.integers(0, nparts, n), nparts, shuffle.map_file(tmp_path / "maps", i))
+
+    def merged(name: str, window: int, span=None) -> bytes:
+        base = shuffle.map_file(tmp_path / name, 0)
+        shuffle.merge(tmp_path / "maps", 0, nmaps, base, span=span, index_window=window)
+        return shuffle._with(base, ".data").read_bytes() + shuffle._with(base, ".index").read_bytes()
+    whole = merged("whole", 1 << 30)
+    for per in (1, 2, 5):  # partitions a window: index_window = 8 bytes x maps x per
+        assert merged(f"w{per}", 8 * nmaps * per) == whole, per
+        for r in range(3):
+            assert merged(f"w{per}-r{r}", 8 * nmaps * per, (r, 3)) == merged(f"all-r{r}", 1 << 30, (r, 3))
+    for other in (nparts - 3, nparts + 2):  # a map of another shuffle
+        shuffle.write_empty(other, shuffle.map_file(tmp_path / f"bad{other}", 0))
+        for i in range(1, 3):
+            shuffle.write_empty(nparts, shuffle.map_file(tmp_path / f"bad{other}", i))
+        shuffle.merge(tmp_path / f"bad{other}", 1, 3, shuffle.map_file(tmp_path / "x", 0))  # the two alike: fine
+        for window in (16, 1 << 30):
+            with pytest.raises(ValueError, match="disagree on the number of partitions"):
+                shuffle.merge(tmp_path / f"bad{other}", 0, 3, shuffle.map_file(tmp_path / "x", 0), index_window=window)
+
+
 def test_merge_groups_grow_so_that_a_reader_reads_at_most_fanin_files():
     """The merge tier's groups: 32 writers at least; past 32 x 64 writers the groups grow so a
     reader never reads more than 64 files (its requests stay flat as writers grow), and a
