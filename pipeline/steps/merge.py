@@ -40,6 +40,8 @@ from pipeline.shards import shuffle
 GROUP = DEFAULTS["shuffle_group"]  # writers per merge task at least (engine.shuffle_group)
 FANIN = DEFAULTS["shuffle_fanin"]  # files a reader reads at most: above GROUP x FANIN writers, groups grow instead
 MEMORY = 256 << 20  # a merge task's read-ahead over all of its files (4 MB a file up to 64 files)
+# a merge task's memory: a worker's base, the read-ahead of all its files and its offset-index window
+MERGE_TASK_MB = 512 + (MEMORY >> 20) + (shuffle.INDEX_WINDOW >> 20)
 SPLIT_BYTES = DEFAULTS["merge_bytes"]  # a merge task copies at most about this much (engine.merge_bytes): larger groups split by partition ranges
 
 
@@ -101,7 +103,8 @@ def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], in
 
     cfg = {"subs": subs, "group": g, **({"fanin": f} if f != FANIN else {}),  # the defaults keep the keys of earlier runs
            **({"split_bytes": most} if split and most != SPLIT_BYTES else {})}
-    step = Step(name, "shuffle-merge", cfg, [src], merge_shard, shards=shards)
+    step = Step(name, "shuffle-merge", cfg, [src], merge_shard, shards=shards,
+                memory_mb=MERGE_TASK_MB)  # declared (not hashed): a node runs no more merges than its memory holds
     step.meta["may_be_empty"] = True  # planned before its lease: with no task it takes none (engine/executor.py)
     step.meta["engine"] = {"shuffle_group": g, "shuffle_fanin": f, **({"merge_bytes": most} if split else {})}
     return step
