@@ -1,5 +1,5 @@
 """Object-store requests per input document, from N to 4N: a whole run against a real S3
-API (moto's server on loopback, s3fs as the client, as tests/pipeline/test_remote.py uses),
+API (moto's server on loopback, s3fs as the client, as tests/pipeline/io/test_remote.py uses),
 inputs and run directory both on S3, every request held `--latency-ms` (20) before its answer.
 
     python -m bench.objstore [--docs 10000] [--scales 1,4] [--workers 2] [--latency-ms 20]

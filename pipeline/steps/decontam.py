@@ -144,7 +144,22 @@ def index_shard(spec: dict, out) -> dict:
 
 
 class Index:
-    """The broadcast eval n-grams of one run, loaded once per task."""
+    """The eval n-grams of one run, loaded once per worker process (`Index.of`): the index
+    step's folder is named by its hash and never changes once committed, and Ray reuses a
+    worker process for many tasks, so at 10^5 document shards the index is read about once
+    per core, not once per shard."""
+
+    _last: tuple[str, "Index"] | None = None  # the one index this process holds (a run checks against one)
+
+    @classmethod
+    def of(cls, step_dir: str) -> tuple["Index", bool]:
+        """(the index of `step_dir`, whether this call read it)."""
+        if cls._last is not None and cls._last[0] == step_dir:
+            return cls._last[1], False
+        cls._last = None  # the previous one's memory goes before the next is read
+        idx = cls(step_dir)
+        cls._last = (step_dir, idx)
+        return idx, True
 
     def __init__(self, step_dir: str):
         t = fs.read_table(fs.path(step_dir) / "index" / "part-00000.parquet")
@@ -193,7 +208,7 @@ def apply_shard(spec: dict, out) -> dict:
     if (got := same_as_before(spec, out, rk)) is not None:
         return got
     min_words = spec["min_unit_words"] or n
-    idx = Index(spec["index"])
+    idx, read = Index.of(spec["index"])
     total = view.num_rows(doc["documents"])
     rows, chars, toks = apply.sizes(doc, state)
     keep = np.zeros(total, bool)
@@ -279,6 +294,7 @@ def apply_shard(spec: dict, out) -> dict:
     st["contamination"] = dict(sorted(stats_sets.items()))
     st["items_hit"] = sorted(items_hit)
     st["read_key"] = rk
+    st["index_read"] = read  # the eval index read by this task (else held by its worker process from an earlier one)
     return st
 
 

@@ -18,9 +18,10 @@ with less read-ahead each (256 MB in all up to 1,024 files a group, i.e. 65,536 
 256 KB a file beyond), so its memory stays flat while its work grows with the corpus (at
 10^9 documents, 20,000 writers: groups of 313 files, ~1 MB of keys each for the dedup maps).
 
-A text-carrying shuffle (`split=True`: mix-route -> mix, fuzzy fetch -> verify) would make
-merge tasks of tens of GB at 10^9 documents, so its writers report the bytes they wrote and
-a group over SPLIT_BYTES (2 GB) is merged by R tasks, each one contiguous range of the
+Every shuffle's writers report the bytes they wrote (engine/task.py: their `.data` files;
+the text-carrying ones, mix-route -> mix and fuzzy fetch -> verify, would otherwise make
+merge tasks of tens of GB at 10^9 documents, and fuzzy signatures hundreds at 2.5 x 10^10),
+and a group over SPLIT_BYTES (2 GB) is merged by R tasks, each one contiguous range of the
 partitions (read from the range's first byte of every file): merged file r x groups + j,
 and a reader of partition p reads only its range's `groups` files (shuffle.files_of).
 
@@ -76,13 +77,14 @@ def merge_shard(spec: dict, out) -> dict:
 
 
 def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], int], store, engine: EngineSpec,
-               split: bool = False) -> Step:
+               split: bool = True) -> Step:
     """A step merging `src`'s shuffle files under each of `subs` in groups; `count(stats)`
-    is how many files `src` wrote per subfolder. `split`: `src`'s markers carry the bytes
-    each writer wrote (`shuffle_bytes`), and a group holding more than `engine.merge_bytes` is
-    merged by R tasks, each one range of the partitions (file r x groups + j: range r of
-    group j), so that no merge task copies a large share of a text-carrying shuffle (at
-    10^9 documents, 313 writers' texts are ~50 GB)."""
+    is how many files `src` wrote per subfolder. `split` (every merge by default): a group
+    holding more than `engine.merge_bytes` of the bytes its writers wrote (`shuffle_bytes`:
+    every shuffle writer's marker has it, engine/task.py) is merged by R tasks, each one range
+    of the partitions (file r x groups + j: range r of group j), so that no merge task copies
+    a large share of a shuffle (at 10^9 documents, 313 writers' texts are ~50 GB; at 2.5 x
+    10^10 the fuzzy signatures' group would be ~650 GB in one task)."""
     g, f, most = engine.shuffle_group, engine.shuffle_fanin, engine.merge_bytes
 
     def shards(st, stats):
@@ -92,7 +94,7 @@ def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], in
         k = group_size(n, g, f)
         starts = range(0, n, k)
         ranges = 1
-        if split:
+        if split and len(stats[src.name]) == n:  # a file a writer (not a coordinator's many): its marker has its bytes
             sizes = [stats[src.name][i].get("shuffle_bytes", 0) for i in range(n)]
             ranges = max(1, min(max(-(-sum(sizes[a:a + k]) // most) for a in starts),
                                 stats[src.name][0].get("partitions", 1)))  # no more ranges than partitions

@@ -68,7 +68,7 @@ def plan(ctx: Context) -> list[Step]:
             return ({"doc": d, **extra(kept, d, stats), "describe": _describe(d)} for d in ctx.doc_shards(stats, prev))
         return shards
 
-    def merged(src: Step, subs: list[str], count, split: bool = False) -> Step:
+    def merged(src: Step, subs: list[str], count, split: bool = True) -> Step:
         """The merge tier after `src`'s shuffle files (pipeline/steps/merge.py)."""
         return add(merge_step(f"{src.name}-merge", src, subs, count, ctx.store, ctx.engine, split))
 

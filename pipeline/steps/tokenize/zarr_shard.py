@@ -7,7 +7,7 @@ back in order, then the index: per inner chunk (offset, length) as little-endian
 (2^64 - 1, 2^64 - 1) for one not stored (all fill value, 0), then the index's CRC-32C
 (zarr v3 sharding spec; tensorstore's `index_codecs: [bytes, crc32c]`). Each inner chunk is
 encoded by tensorstore itself (a one-chunk array of the same codecs in memory), so the only
-code here is the container, and `tests/pipeline/test_levanter.py` checks that a file written
+code here is the container, and `tests/pipeline/steps/tokenize/test_levanter.py` checks that a file written
 here is byte for byte the one tensorstore writes for the same array.
 
 Why not let tensorstore write the chunk: it keeps a chunk's whole shard in memory and

@@ -221,7 +221,7 @@ def test_caches_on_s3_are_the_bytes_of_a_local_run(s3_server, demo_corpus, tmp_p
     tz = "\n        tokenize: {formats: [levanter]}\n"
     remote = write_yaml(tmp_path / "r.yaml", small_mixture("s3://curate-test/lev-in", "s3://curate-test/lev-runs") + tz)
     local = write_yaml(tmp_path / "l.yaml", small_mixture(str(demo_corpus), str(tmp_path / "local")) + tz)
-    from tests.pipeline.test_remote import FaultyProxy
+    from tests.pipeline.io.test_remote import FaultyProxy
 
     proxy = FaultyProxy(int(env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1]), rate=0.01)  # 1% of requests: a 500
     try:  # an embedded Ray: its workers see the store's keys

@@ -1,4 +1,4 @@
-"""Bad files beyond the matrix of tests/pipeline/test_bad_input.py: a file nobody may read
+"""Bad files beyond the matrix of tests/pipeline/steps/ingest/test_bad_input.py: a file nobody may read
 (tested as root without the capability that ignores permissions), random streams with bad
 records injected (nothing is lost), an input or output URL whose filesystem package is
 missing, and a line too long to hold (read through, never whole) with peak memory on a 1 GB
@@ -15,7 +15,7 @@ import zstandard
 
 from pipeline.io import atomic
 from tests.conftest import write_yaml
-from tests.pipeline.test_bad_input import _lines, _quarantine
+from tests.pipeline.steps.ingest.test_bad_input import _lines, _quarantine
 
 
 def test_an_unreadable_file_stops_validate_under_fail_and_is_set_aside_under_quarantine(tmp_path):

@@ -15,7 +15,7 @@ import re
 
 from pipeline.io import atomic
 from tests.conftest import curate, mixture_shas, small_mixture, write_yaml
-from tests.pipeline.test_faults import RULES, _mixture, _rare_word
+from tests.pipeline.engine.test_faults import RULES, _mixture, _rare_word
 
 
 ALL = "20000"

@@ -24,7 +24,7 @@ from tests.conftest import ROOT, small_mixture, write_yaml
 def test_the_extending_doc_shows_the_toy_format_that_runs():
     doc = (ROOT / "docs" / "extending.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
-    assert (ROOT / "tests" / "pipeline" / "toy_token_format.py").read_text() in blocks
+    assert (ROOT / "tests" / "pipeline" / "steps" / "tokenize" / "toy_token_format.py").read_text() in blocks
 
 
 def test_the_builtins_are_registered_and_a_miss_names_them(tmp_path, demo_corpus):
@@ -39,11 +39,11 @@ def test_the_builtins_are_registered_and_a_miss_names_them(tmp_path, demo_corpus
 
 
 def test_a_toy_format_is_one_module(tmp_path, demo_corpus, ray_local):
-    import tests.pipeline.toy_token_format as toy  # the one line: the module registers itself
+    import tests.pipeline.steps.tokenize.toy_token_format as toy  # the one line: the module registers itself
 
     assert registry.get("toy") is toy.FORMAT
 
-    assert registry.module_of("toy") == {"format_module": "tests.pipeline.toy_token_format"}
+    assert registry.module_of("toy") == {"format_module": "tests.pipeline.steps.tokenize.toy_token_format"}
     y = write_yaml(tmp_path / "m.yaml", textwrap.dedent(small_mixture(str(demo_corpus), str(tmp_path / "out")))
                    + "tokenize: {formats: [toy, megatron]}\n")
     run_dir = runner.run(config.load(y), workers=2, log=lambda m: None, quiet=True)

@@ -120,7 +120,7 @@ def _table(run):
 
 def test_upsampling_epochs_determinism_and_seed(ray_local, corpus, tmp_path):
     """In-process runs on the session's Ray (worker-count invariance of the bytes is shown on
-    the demo, which upsamples web, by tests/pipeline/test_cluster.py)."""
+    the demo, which upsamples web, by tests/pipeline/engine/test_cluster.py)."""
     from pipeline import config
     from pipeline.run import runner
 

@@ -20,7 +20,7 @@ import pytest
 from pipeline.io import atomic
 from pipeline.shards import ledger
 from tests.conftest import curate, write_yaml
-from tests.pipeline.test_bad_input import _lines, _quarantine
+from tests.pipeline.steps.ingest.test_bad_input import _lines, _quarantine
 
 TEXTS = [f"Document number {i} of the small corpus, with a few words to keep it plain." for i in range(120)]
 

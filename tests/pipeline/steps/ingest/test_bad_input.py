@@ -6,7 +6,7 @@ Also here: duplicate ids within a source (the first use kept, later ones quarant
 its place), and the config errors of runs over these inputs (an output holding another
 mixture file's run, a classifier whose source is filtered empty). Files that cannot be read
 at all, random streams with bad records injected, URLs whose filesystem package is missing
-and peak memory on a 1 GB shard: tests/pipeline/test_bad_files.py."""
+and peak memory on a 1 GB shard: tests/pipeline/steps/ingest/test_bad_files.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An extractor for tests/pipeline/test_web.py that misbehaves on request: sleeps, raises,
+"""An extractor for tests/pipeline/steps/ingest/test_web.py that misbehaves on request: sleeps, raises,
 kills its own process, hogs memory or spins, or lists the names in its environment (ENV), by the
 word in the page; otherwise strips the tags."""
 

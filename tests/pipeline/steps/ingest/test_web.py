@@ -354,7 +354,7 @@ def test_the_sandbox_stops_hangs_errors_and_crashes_and_goes_on():
     """A page that sleeps (no CPU: the wall-clock guard), one whose extractor raises, one
     that needs 3 GB (over the process's cap), one that kills the extractor process: each gets
     its status, and the next page is extracted."""
-    sb = extract.Sandbox({"type": "python", "callable": "tests.pipeline.web_extractors:extract", "timeout": 0.5,
+    sb = extract.Sandbox({"type": "python", "callable": "tests.pipeline.steps.ingest.web_extractors:extract", "timeout": 0.5,
                           "max_memory_mb": 1024}, wall=2.0)
     try:
         assert sb.extract("<p>fine</p>") == ("ok", "fine")
@@ -368,7 +368,7 @@ def test_the_sandbox_stops_hangs_errors_and_crashes_and_goes_on():
         assert sb.extract("<p>after</p>") == ("ok", "after") and sb.starts == 3
     finally:
         sb.close()
-    sb = extract.Sandbox({"type": "python", "callable": "tests.pipeline.web_extractors:extract", "timeout": 0.5})
+    sb = extract.Sandbox({"type": "python", "callable": "tests.pipeline.steps.ingest.web_extractors:extract", "timeout": 0.5})
     try:  # the default wall guard (12 s here): a loaded machine cannot mistake the CPU limit for it
         status, msg = sb.extract("<p>SPIN</p>")
         assert status == "timeout" and "used over 0.5 CPU seconds" in msg
@@ -386,7 +386,7 @@ def test_the_extractor_process_gets_no_credentials(monkeypatch):
                "LC_ALL": "C.UTF-8"}
     for k, v in planted.items():
         monkeypatch.setenv(k, v)
-    sb = extract.Sandbox({"type": "python", "callable": "tests.pipeline.web_extractors:extract", "timeout": 5})
+    sb = extract.Sandbox({"type": "python", "callable": "tests.pipeline.steps.ingest.web_extractors:extract", "timeout": 5})
     try:
         status, names = sb.extract("<p>ENV</p>")
     finally:

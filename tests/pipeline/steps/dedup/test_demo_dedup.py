@@ -7,7 +7,7 @@ import json
 import pyarrow.parquet as pq
 
 from pipeline.io import atomic
-from tests.pipeline.dedup.test_dedup_run import decisions
+from tests.pipeline.steps.dedup.test_dedup_run import decisions
 
 
 def test_demo_ledger_shows_dedup_and_planted_copies_are_removed(demo_run):

@@ -231,3 +231,26 @@ def test_action_cut_removes_the_contaminated_paragraphs_and_keeps_the_rest(plant
     stage = next(x for x in led["stages"] if x["stage"] == "decontaminate")
     assert stage["docs_rewritten"] >= len(cut) and stage["paragraphs_cut"] >= len(cut) and led["conservation"] is True
     assert stage["chars_out"] < stage["chars_in"]
+
+
+def test_the_eval_index_is_read_once_per_worker_process(tmp_path):
+    """decontam.Index.of: a task reads the index only when its worker process does not hold
+    it yet (the index step's folder is named by its hash, so it never changes); another
+    index replaces it. The markers say which tasks read it (`index_read`)."""
+    import pyarrow as pa
+
+    from pipeline.io import fs
+    from pipeline.steps import decontam
+
+    for name, n in (("a", 3), ("b", 5)):
+        fs.write_table(pa.table({"h": pa.array(range(n), pa.uint64()), "item": pa.array(range(n), pa.int32())}),
+                       tmp_path / name / "index" / "part-00000.parquet")
+        fs.write_table(pa.table({"set": ["s"] * n, "id": [f"{name}{i}" for i in range(n)]}),
+                       tmp_path / name / "items" / "part-00000.parquet")
+    a, read = decontam.Index.of(str(tmp_path / "a"))
+    assert read and a.ids == ["a0", "a1", "a2"]
+    again, read = decontam.Index.of(str(tmp_path / "a"))
+    assert again is a and not read
+    b, read = decontam.Index.of(str(tmp_path / "b"))
+    assert read and b.ids[-1] == "b4" and decontam.Index.of(str(tmp_path / "b"))[0] is b
+    assert decontam.Index.of(str(tmp_path / "a"))[1]  # one index held at a time: a is read again

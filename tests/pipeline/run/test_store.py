@@ -304,7 +304,7 @@ def test_the_shipped_variant_differs_from_the_demo_only_in_name_and_weights():
     """mixtures/demo-b.yaml is the README's weights-only variant: it must follow demo.yaml."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2] / "mixtures"
+    root = Path(__file__).resolve().parents[3] / "mixtures"
     a, b = ((root / f).read_text().splitlines() for f in ("demo.yaml", "demo-b.yaml"))
     assert len(a) == len(b)
     differ = [(x, y) for x, y in zip(a, b, strict=True) if x != y]

@@ -121,7 +121,7 @@ def test_including_a_kind_publishes_it_and_the_card_says_so_first(demo_run, plan
     assert all(w in start for w in ("documents the run removed", "texts as ingested", "eval items"))
     assert atomic.read_json(out / "curate" / "files.json")["include"] == ["removed_samples", "original_texts", "eval_items"]
     # the eval source's validation rows, in the mixture's columns, and the card's table of them
-    from tests.pipeline.test_publish import tables
+    from tests.pipeline.views.test_publish import tables
 
     man = atomic.read_json(demo_run / "manifest.json")
     val = [f for f in atomic.read_json(out / "curate" / "files.json")["files"] if f["split"] == "validation"]

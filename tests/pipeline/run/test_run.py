@@ -12,7 +12,7 @@ from tests.conftest import curate, mixture_shas, write_yaml
 
 
 def test_demo_is_accounted_for(demo_run):
-    # the same bytes with other worker counts: tests/pipeline/test_cluster.py (3 nodes; a resume with 1 worker)
+    # the same bytes with other worker counts: tests/pipeline/engine/test_cluster.py (3 nodes; a resume with 1 worker)
     d2 = demo_run
     assert len(mixture_shas(d2)) >= 3
     for path, sha in mixture_shas(d2).items():  # the manifest tells the truth about the files

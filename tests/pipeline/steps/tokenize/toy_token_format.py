@@ -1,6 +1,6 @@
 """A toy token format: the tokens as little-endian uint32 (`.u32`) and each sequence's
 length as one line of text (`.lens`). The worked example of docs/extending.md
-(tests/pipeline/test_token_formats.py checks the two agree and runs it)."""
+(tests/pipeline/steps/tokenize/test_token_formats.py checks the two agree and runs it)."""
 
 from __future__ import annotations
 
