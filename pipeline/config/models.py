@@ -249,6 +249,10 @@ class SemanticDedupSpec(_EmbeddingKMeans):
                                       "unrelated texts of one language close (docs/dedup.md has the curve); null: cosine alone")
     clusters: int | None = Field(None, ge=1, description="k-means clusters; neighbours are only looked for inside a "
                                  "cluster; default: one per 2,000 documents that reach the stage, at most one per 20 sampled")
+    max_cluster_rows: int | None = Field(50_000, ge=2, description="a cluster with more members is split by seeded "
+                                         "bisection into groups of at most this many before the comparison, so its cost "
+                                         "per document stays flat when k (capped by the sample) cannot grow with the "
+                                         "corpus; null: compare whole clusters (all pairs)")
 
 
 class DedupSpec(Model):

@@ -182,3 +182,29 @@ def test_semantic_duplicates_in_the_samples_are_one_reason_group(runs):
     rows = [json.loads(x) for x in (run / "samples" / "b" / "removed.jsonl").read_text().splitlines()]
     sem = [r for r in rows if r["reason"].startswith("semantic_duplicate_of:")]
     assert 0 < len(sem) <= 10, len(sem)
+
+
+def test_a_large_cluster_is_split_and_its_cost_per_member_is_bounded():
+    """semantic.split_cluster: a cluster of 3,000 members (200 of them near-copies of earlier
+    ones, cosine >= 0.95) cut into groups of at most 400: every group in priority order, every
+    member in one group; the comparison inside the groups finds at least 95% of the copies the
+    whole cluster's all-pairs finds, and nothing the whole comparison would not remove."""
+    from pipeline.steps.dedup import semantic
+
+    rng = np.random.default_rng(7)
+    base = rng.normal(size=(2800, 64)).astype(np.float32)
+    noise = rng.normal(size=(200, 64)).astype(np.float32) * 0.02
+    v = np.vstack([base, base[rng.integers(0, 2800, 200)] + noise])
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    groups = semantic.split_cluster(v, 400)
+    assert all(len(g) <= 400 for g in groups) and len(groups) >= 3000 // 400
+    assert sorted(np.concatenate(groups).tolist()) == list(range(3000))
+    assert all((np.diff(g) > 0).all() for g in groups)  # each in priority order
+    whole, _, _ = semantic.duplicates(v, 0.92)
+    split = np.zeros(3000, bool)
+    for g in groups:
+        gone, _, _ = semantic.duplicates(v[g], 0.92)
+        split[g[gone]] = True
+    assert whole.sum() >= 195 and split.sum() >= 0.95 * whole.sum()
+    assert not (split & ~whole).any()  # a group finds a subset of what the whole cluster finds
+    assert semantic.split_cluster(v, None)[0].tolist() == list(range(3000))  # null: one group, all pairs
