@@ -201,10 +201,6 @@ def problems(m, field: str = "weights", topics: dict | None = None,
                 out.append((loc, f"{key} names axis {axis!r}, but no stage declares it for {source}; its axes: "
                                  f"{', '.join(['lang'] + sorted(axes.get(source, ())))} (docs/extending.md: a mixture axis)"))
                 continue
-            if topic is not None:
-                out.append((loc, f"{key}: a cell of an axis value with a topic is not supported yet; weight "
-                                 f"{source}/{axis}=<value> or its buckets ({source}/{axis}=<value>/q<k>)"))
-                continue
         axis = av[0] if av else None
         differ = [o[0] if (o := axis_of(other)) else None for r, other in taken.get(source, [])]
         if any(a != axis for a in differ):
@@ -244,7 +240,7 @@ def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]
             continue
         mine = named.get(s)
         if mine and any(c.axis is not None for c in mine):
-            out += _axis_cells(m, s, mine)
+            out += _axis_cells(m, s, mine, topics)
             continue
         if not mine or any(c.lo is None and c.topic is None for c in mine):
             out.append(Cell(s, s))
@@ -265,25 +261,33 @@ def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]
     return out
 
 
-def _axis_cells(m, s: str, mine: list[Cell]) -> list[Cell]:
+def _axis_cells(m, s: str, mine: list[Cell], topics: dict) -> list[Cell]:
     """A source weighted by an axis (its language, or a stage's): its named cells, and for
-    each named value (and `other`, the values no key names) the runs of buckets no key
-    covers, weight 0."""
+    each named value (and `other`, the values no key names), per topic when keys name topics
+    (`web/lang=fr/code/q5`), the runs of buckets no key covers, weight 0."""
     axis = mine[0].axis
     values = list(dict.fromkeys(c.value for c in mine if c.value != "other"))
     others = tuple(values)
     by_bucket = any(c.lo is not None for c in mine)
+    by_topic = any(c.topic for c in mine)
+    labels = list(topics.get(s) or []) if by_topic else [None]
+    rank = {t: i for i, t in enumerate(labels)}
     n = m.sources[s].quality.n_buckets() if by_bucket else 1
     out = []
     for v in values + ["other"]:
         own = [c for c in mine if c.value == v]
         rest = others if v == "other" else ()
-        out += [Cell(c.name, s, c.lo, c.hi, topic=None, value=v, others=rest, axis=axis)
-                for c in sorted(own, key=lambda c: c.lo or 0)]
-        for b, e in _uncovered(own, n):
-            whole = not by_bucket or (b == 1 and e == n)
-            out.append(Cell(axis_name(s, axis, v) if whole else axis_name(s, axis, v, b, e), s, None if whole else b,
-                            None if whole else e, named=False, value=v, others=rest, axis=axis))
+        named = [Cell(c.name, s, c.lo, c.hi, topic=c.topic, value=v, others=rest, axis=axis)
+                 for c in sorted(own, key=lambda c: c.lo or 0)]
+        filled = []
+        for t in labels:
+            for b, e in _uncovered([c for c in own if c.topic is None or c.topic == t], n):
+                whole = not by_bucket or (b == 1 and e == n)
+                head = axis_name(s, axis, v) + (f"/{t}" if t else "")
+                filled.append(Cell(head if whole else bucket_name(head, b, e), s, None if whole else b,
+                                   None if whole else e, named=False, topic=t, value=v, others=rest, axis=axis))
+        # without topics: the named cells, then the uncovered (the order language cells always had)
+        out += named + filled if not by_topic else sorted(named + filled, key=lambda c: (rank.get(c.topic, -1), c.lo or 0))
     return out
 
 
@@ -365,7 +369,9 @@ def available(cell_list: list[Cell], d: dict) -> dict[str, tuple[int, int]]:
     for c in cell_list:
         if c.axis is not None:  # the mix-axes step's counts per (value, bucket)
             docs = tok = 0
-            for value, bucket, nd, nt in d["axis_groups"]:
+            for value, bucket, nd, nt, *topic in d["axis_groups"]:  # a 5th value: the topic ("" for none)
+                if c.topic is not None and (topic[0] if topic else "") != c.topic:
+                    continue
                 if (value not in c.others if c.value == "other" else value == c.value) and \
                         (c.lo is None or c.lo <= bucket <= c.hi):
                     docs, tok = docs + nd, tok + nt

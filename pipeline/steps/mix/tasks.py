@@ -85,23 +85,26 @@ def priority_shard(spec: dict, out) -> dict:
     return {"rows": rows, "source": d["source"]}
 
 
-@task(version="2")  # 2: any axis (`axis` in the spec), `axis_groups`
+@task(version="3")  # 2: any axis (`axis` in the spec), `axis_groups`; 3: per topic too
 def axis_groups_shard(spec: dict, out) -> dict:
     """`mix-axes`, per document shard of a source weighted by an axis (its language, or an
     axis a stage declares): its kept documents and tokens per (value, quality bucket; -1
     without buckets), what the budget of its axis cells is computed from (cells.available)."""
     d = spec["doc"]
     langs, buckets = view.shard_axis(d, spec["axis"]), view.shard_buckets(d)
+    topics = view.shard_topics(d)  # with a topic classifier: per (value, bucket, topic), for cells like web/lang=fr/code
     groups: dict[tuple, list[int]] = {}
     rows = 0
     for r, b in view.kept_batches(d["documents"], d["layers"], ["n_tokens"]):
         tok = b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         rows += len(r)
         for i, t in zip(r.tolist(), tok.tolist()):
-            g = groups.setdefault((langs[i] if langs is not None else None, int(buckets[i]) if buckets is not None else -1), [0, 0])
+            g = groups.setdefault((langs[i] if langs is not None else None, int(buckets[i]) if buckets is not None else -1,
+                                   (topics[i] or "") if topics is not None else None), [0, 0])
             g[0] += 1
             g[1] += t
-    return {"rows": rows, "axis_groups": sorted([v or "", bk, nd, nt] for (v, bk), (nd, nt) in groups.items())}
+    return {"rows": rows, "axis_groups": sorted([v or "", bk, nd, nt, *([tp] if tp is not None else [])]
+                                                for (v, bk, tp), (nd, nt) in groups.items())}
 
 
 def lang_counts(col) -> dict[str, int]:

@@ -243,3 +243,39 @@ def test_cell_targets_are_met_within_one_document_and_no_document_passes_its_cap
                 assert copies.max() <= math.ceil(max_ep)  # no document past its cap
             if c["lo"] is not None:  # every chosen document is of the cell's buckets
                 assert all(c["lo"] <= buckets[i] <= c["hi"] for i in inside[copies > 0])
+
+
+def test_language_by_topic_by_bucket_cells_cover_every_document_once():
+    """An axis with topics (`web/lang=fr/code/q3-q4`): the named cells, and per language (and
+    `other`) and topic the runs of buckets no key covers, weight 0; every (language, topic,
+    bucket) row of a shard falls in exactly one cell (cells.index), and the budget's counts
+    per cell (cells.available, from mix-axes' per-(value, bucket, topic) groups) add up to the
+    shard's."""
+    from filters import base as filter_base
+
+    m = config.Mixture.model_validate({
+        "name": "x", "filters": {"lid": filter_base.parse_params({"type": "language", "label_only": True})},
+        "sources": {"web": {"paths": ["x"], "filters": ["lid"], "quality": {"classifier": "q", "buckets": 4},
+                            "topic": {"classifier": "t"}}},
+        "classifiers": {"q": {"model": "m.bin"}, "t": {"labels": {"code": ["c.txt"], "prose": ["p.txt"]}}},
+        "mixture": {"weights": {"web/lang=fr/code/q3-q4": 0.4, "web/lang=fr/prose": 0.3, "web/lang=es": 0.2,
+                                "web/lang=other/q4": 0.1}}})
+    assert not cells.problems(m)
+    got = cells.cells(m)
+    names = [c.name for c in got]
+    assert names == ["web/lang=fr/code/q1-q2", "web/lang=fr/code/q3-q4", "web/lang=fr/prose", "web/lang=es",
+                     "web/lang=other/q4", "web/lang=other/code/q1-q3", "web/lang=other/prose/q1-q3"]
+    assert [c.named for c in got] == [False, True, True, True, True, False, False]
+    langs, topics = ["fr", "es", "en", "de"], ["code", "prose"]
+    rows = [(lang, t, b) for lang in langs for t in topics for b in range(1, 5)]
+    dicts = [c.to_dict() for c in got]
+    idx = cells.index(dicts, np.array([b for _, _, b in rows]), len(rows), np.array([t for _, t, _ in rows], dtype=object),
+                      np.array([lang for lang, _, _ in rows], dtype=object))
+    for (lang, t, b), i in zip(rows, idx.tolist()):
+        c = got[i]
+        assert (c.value == lang if c.value != "other" else lang not in ("fr", "es")) and c.topic in (None, t) \
+            and (c.lo is None or c.lo <= b <= c.hi), (lang, t, b, c.name)
+    groups = [[lang, b, 1, 10 * b, t] for lang, t, b in rows]  # mix-axes' rows: value, bucket, docs, tokens, topic
+    avail = cells.available(got, {"axis_groups": groups})
+    assert sum(d for d, _ in avail.values()) == len(rows) and sum(t for _, t in avail.values()) == sum(10 * b for *_, b in rows)
+    assert avail["web/lang=fr/code/q3-q4"] == (2, 70) and avail["web/lang=other/q4"] == (4, 160)
