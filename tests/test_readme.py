@@ -115,3 +115,28 @@ def test_docs_are_scannable_no_prose_line_over_800_characters_and_a_summary_firs
             no_summary.append(f.name)
     assert not long, "prose lines over 800 characters (split them into lists, tables or short paragraphs): " + ", ".join(long)
     assert not no_summary, f"pages that do not open with a summary after their title: {no_summary}"
+
+
+def test_docs_prose_paragraphs_are_at_most_120_words():
+    """A prose paragraph of docs/ (consecutive lines that are not a heading, a table, a list
+    item, a quote, an indented continuation or code) holds at most 120 words: past that it is
+    a list, a table or two paragraphs waiting to be written."""
+    long = []
+    for f in sorted((ROOT / "docs").glob("*.md")):
+        para, start = [], 0
+        lines = f.read_text().split("\n") + [""]
+        fenced = False
+        for i, x in enumerate(lines, 1):
+            if x.startswith("```"):
+                fenced = not fenced
+            s = x.strip()
+            prose = not fenced and s and not x.startswith("```") and not s.startswith(("|", "#", "- ", "* ", ">")) \
+                and not re.match(r"^\d+\. ", s) and not x.startswith("  ")
+            if prose:
+                start = start if para else i
+                para.append(s)
+                continue
+            if para and len(" ".join(para).split()) > 120:
+                long.append(f"{f.name}:{start} ({len(' '.join(para).split())} words)")
+            para = []
+    assert not long, "prose paragraphs over 120 words (a list, a table or two paragraphs): " + ", ".join(long)
