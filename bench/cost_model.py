@@ -29,7 +29,8 @@ Per step, at D documents (every assumption is printed beside the table):
   what a 50,000-row shard pays: an upper bound too.
 - **task time**: CPU + requests x `latency`, serially (an upper bound: shuffle reads keep
   16 in flight).
-- **wall**: a step's tasks x task time / cores, or its one task's time; steps one after
+- **wall**: a step's waves, ceil(tasks / cores), x task time (a step of fewer tasks than
+  cores takes a task's time, not a fraction of it); steps one after
   another (the executor overlaps ready steps: this is the pessimistic sum).
 - **peak memory per task**: measured; for per-shard steps also the bound if memory grew with
   the shard's rows (50,000 against the bench's rows per shard) above a 300 MB worker.
@@ -211,7 +212,7 @@ def model(small: dict, big: dict, docs: float, cores: int, latency: float) -> li
             req_task = grow(sum(small["steps"][name]["requests"].values()), sum(st["requests"].values()))
             cpu = grow(cpu_of(small["steps"][name]), cpu_of(st))
         task_s = cpu / max(1, t) + req_task * latency
-        wall = task_s if t == 1 else t * task_s / cores
+        wall = math.ceil(t / cores) * task_s  # waves of `cores` tasks: a step of fewer tasks than cores takes one task's time
         if name == "dedup-fuzzy-clusters":  # its waves run one after another
             wall = waves * max(task_s, nparts * task_s / cores)
         rss_bound = st["rss"] if not name.startswith(TEXT_STEPS) or t == 1 else \
