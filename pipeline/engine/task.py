@@ -98,7 +98,7 @@ def run_shard_retrying(retries: int, *args) -> dict:
 
 
 def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None = None, key: str | None = None,
-              partial: str | None = None) -> dict:
+              partial: str | None = None, env: dict[str, str] | None = None) -> dict:
     """Body of one shard task (also callable in-process): run, then write the marker.
 
     The marker lists the files the shard committed with their digests (`out_files`, relative
@@ -111,6 +111,11 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
     Ray runtime_env would do the same but costs about 2 s at a job's first task)."""
     for k, v in TASK_ENV.items():
         os.environ.setdefault(k, v)
+    for k, v in (env or {}).items():  # the driver's settings (engine/where.py driver_env), not the worker's
+        if v:
+            os.environ[k] = v
+        else:
+            os.environ.pop(k, None)
     started, cpu0 = time.time(), time.process_time()
     reset = reset_peak_rss()
     out = ShardOutput(step_dir, index)

@@ -63,7 +63,7 @@ class Where:
 
     def _args(self, s: Step, idx: int, spec: dict) -> tuple:
         """run_shard's arguments for shard `idx` of `s`, wherever it runs."""
-        return (s.task, spec, str(s.dir(self.store)), idx, self.fence(s), *_keys(s, idx))
+        return (s.task, spec, str(s.dir(self.store)), idx, self.fence(s), *_keys(s, idx), driver_env())
 
     def _start_pool(self, todo: list[Step]) -> None:
         """A small run's local worker processes instead of Ray (engine/pool.py); Ray is never
@@ -90,6 +90,15 @@ class Where:
             return 2 * self._pool.workers
         return self._ray[2] if self._ray is not None else 1 << 30
 
+
+
+DRIVER_ENV = ("CURATE_NATIVE",)  # settings a task reads that the driver decides (filters/words.py: the compiled loop)
+
+
+def driver_env() -> dict[str, str]:
+    """The driver's value of each of DRIVER_ENV, for its tasks: a worker's own environment
+    (a cluster node's shell) never decides what a run computes with. They change no byte."""
+    return {k: os.environ.get(k, "") for k in DRIVER_ENV}
 
 
 def _keys(s: Step, idx: int) -> tuple[str, str | None]:
