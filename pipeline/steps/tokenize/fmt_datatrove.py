@@ -34,6 +34,6 @@ def blend(root: Path, where: Path, table: dict, cells: dict, body: dict) -> str:
 
 FORMAT = register(TokenFormat(
     "datatrove", (".ds", ".ds.index", ".ds.metadata"), files,
-    standard_dtype("datatrove", "uint32", {"int32": "datatrove files hold uint16 or uint32 tokens; use uint32 (or auto)"}),
+    standard_dtype("uint32", {"int32": "datatrove files hold uint16 or uint32 tokens; use uint32 (or auto)"}),
     doc="datatrove .ds + .ds.index + .ds.metadata (DatatroveFolderDataset reads the folder)", check=check,
     blend_file="folders.json", blend=blend), __name__)

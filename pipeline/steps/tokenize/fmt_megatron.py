@@ -65,6 +65,6 @@ def blend(root: Path, where: Path, table: dict, cells: dict, body: dict) -> str:
 
 FORMAT = register(TokenFormat(
     "megatron", (".bin", ".idx"), files,
-    standard_dtype("megatron", "int32", {"uint32": "Megatron's .idx has no uint32 code; use int32 (or auto)"}),
+    standard_dtype("int32", {"uint32": "Megatron's .idx has no uint32 code; use int32 (or auto)"}),
     doc="Megatron-LM .bin + .idx (MMIDIDX version 1); data-path.txt", check=check,
     trainer_file="data-path.txt", trainer=trainer, blend_file="data-path.txt", blend=blend), __name__)

@@ -45,6 +45,6 @@ def blend(root: Path, where: Path, table: dict, cells: dict, body: dict) -> str:
 
 FORMAT = register(TokenFormat(
     "memmap", (".npy", ".csv.gz"), files,
-    standard_dtype("memmap", "uint32", {"int32": "memmap files hold uint16 or uint32 tokens; use uint32 (or auto)"}),
+    standard_dtype("uint32", {"int32": "memmap files hold uint16 or uint32 tokens; use uint32 (or auto)"}),
     doc="Dolma/OLMo memmap .npy + .csv.gz; olmo-data.yaml", check=check, trainer_file="olmo-data.yaml",
     trainer=trainer, blend_file="olmo-mix.yaml", blend=blend, needs_rows=True), __name__)

@@ -239,7 +239,7 @@ def plan(ctx, st: dict, write_shard, validation_shard) -> list:
         raise UsageError(f"{ctx.lm.where(('mixture', 'phases'))}: the levanter format does not write phased mixtures yet "
                          "(Levanter's train_weights change by training step, which a mixture's phases do not know); "
                          "use megatron, datatrove or memmap, or one phase")
-    params = {"dtype": standard_dtype("pieces", "uint32")("auto", st["vocab_size"]),  # the pieces: as narrow as the ids
+    params = {"dtype": standard_dtype("uint32")("auto", st["vocab_size"]),  # the pieces: as narrow as the ids
               "bos_id": st["bos_id"], "eos_id": st["eos_id"], "max_file_tokens": None, "tokenizer_name": st["tokenizer"],
               "ids": st["ids"]}
     cfg = {"format": "levanter", "params": params, "tokenizer": st["identity"]}

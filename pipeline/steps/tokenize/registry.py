@@ -22,6 +22,8 @@ it there (the built-ins are always loaded).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,7 +80,7 @@ def register(fmt: TokenFormat, module: str | None = None) -> TokenFormat:
     if fmt.name in _REGISTRY and _REGISTRY[fmt.name].module != (module or fmt.module):
         raise ValueError(f"token format {fmt.name!r} is registered twice ({_REGISTRY[fmt.name].module} and {module})")
     if module:
-        object.__setattr__(fmt, "module", module)
+        fmt = dataclasses.replace(fmt, module=module)
     _REGISTRY[fmt.name] = fmt
     return fmt
 
@@ -110,16 +112,12 @@ def describe() -> str:
     return "\n".join(rows)
 
 
+@functools.cache
 def _builtins() -> None:
     """Import the built-in formats' modules once (they import this module: loaded by name,
     on first use, so that no import cycle runs through the registry)."""
-    if not _loaded:
-        _loaded.append(True)
-        for m in BUILTIN:
-            importlib.import_module(m)
-
-
-_loaded: list[bool] = []
+    for m in BUILTIN:
+        importlib.import_module(m)
 
 
 def module_of(name: str) -> dict:
@@ -129,7 +127,7 @@ def module_of(name: str) -> dict:
     return {"format_module": m} if m not in BUILTIN else {}
 
 
-def standard_dtype(name: str, wide: str, refuse: dict[str, str] | None = None) -> Callable[[str, int], str]:
+def standard_dtype(wide: str, refuse: dict[str, str] | None = None) -> Callable[[str, int], str]:
     """The usual rule: `auto` is uint16 when every id fits, else `wide`; uint16 refused for a
     larger vocabulary; `refuse`: other types the format cannot hold, with the reason."""
     refuse = refuse or {}

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 
-from pipeline.engine.step import task
+from pipeline.engine.step import Step, task
 from pipeline.engine.task import run_shard
-from pipeline.engine.where import driver_env
+from pipeline.engine.where import Where, driver_env
 
 
 @task(version="1")
@@ -25,3 +25,21 @@ def test_the_driver_decides_what_a_worker_computes_with(tmp_path, monkeypatch):
     assert driver_env() == {"CURATE_NATIVE": "0"}
     monkeypatch.delenv("CURATE_NATIVE")
     assert driver_env() == {"CURATE_NATIVE": ""}
+
+
+def test_every_shard_the_executor_starts_carries_the_drivers_settings(tmp_path, monkeypatch):
+    """Where._args builds the arguments of every shard, inline, in a local pool or on Ray:
+    they end with the driver's settings, and run_shard applies them."""
+    class W(Where):
+        store = tmp_path
+
+        def fence(self, s):
+            return None
+
+    s = Step("probe", "probe", {}, [], probe, shards=lambda st, stats: [{}])
+    s.meta["keys"] = ["k0"]
+    monkeypatch.setenv("CURATE_NATIVE", "0")  # the driver's
+    args = W()._args(s, 0, {})
+    assert args[-1] == {"CURATE_NATIVE": "0"}
+    monkeypatch.setenv("CURATE_NATIVE", "1")  # a worker process with another shell
+    assert run_shard(*args)["native"] == "0"

@@ -105,6 +105,12 @@ def test_planted_eval_items_are_found_and_a_clean_corpus_loses_nothing(planted, 
     assert false == [] and n_clean >= 5000
     led = atomic.read_json(run / "ledger.json")["sources"]["corpus"]
     assert led["removed"]["decontaminate"] == {"contaminated:heldout": len(removed)} and led["conservation"] is True
+    # each task says whether it read the eval index or found it held by its worker process (Index.of)
+    from pipeline.engine.step import read_markers
+    from pipeline.io import fs
+
+    marks = read_markers(fs.join(run, atomic.read_json(run / "run.json")["steps"]["decontaminate"]["dir"])).values()
+    assert all(isinstance(m["index_read"], bool) for m in marks) and 1 <= sum(m["index_read"] for m in marks) <= len(marks)
     # the report's contamination table: per source and eval set, and the items found anywhere
     c = atomic.read_json(run / "report.json")["contamination"]
     assert c["by_source"]["corpus"]["heldout"]["documents"] == len(removed)

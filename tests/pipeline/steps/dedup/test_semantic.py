@@ -208,3 +208,31 @@ def test_a_large_cluster_is_split_and_its_cost_per_member_is_bounded():
     assert whole.sum() >= 195 and split.sum() >= 0.95 * whole.sum()
     assert not (split & ~whole).any()  # a group finds a subset of what the whole cluster finds
     assert semantic.split_cluster(v, None)[0].tolist() == list(range(3000))  # null: one group, all pairs
+
+
+def test_the_reduce_task_splits_a_cluster_past_max_cluster_rows(tmp_path):
+    """semantic.reduce_shard on one cluster of 600 members (30 near-copies): with
+    max_cluster_rows 100 it compares groups (its marker counts them) and removes a subset of
+    what the whole cluster's comparison removes, most of it; null compares the whole cluster."""
+    import pyarrow as pa
+
+    from pipeline.engine.task import run_shard
+    from pipeline.shards import shuffle
+
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(570, 16)).astype(np.float32)
+    v = np.vstack([base, base[rng.integers(0, 570, 30)] + rng.normal(size=(30, 16)).astype(np.float32) * 0.01])
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    n = len(v)
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(v.astype(np.float16).ravel()), 16)
+    t = pa.table({"cluster": np.zeros(n, np.int64), "okey": np.arange(n, dtype=np.uint64), "okey2": np.zeros(n, np.uint64),
+                  "gid": shuffle.gid(0, 0, np.arange(n)), "id": [f"d{i}" for i in range(n)], "embedding": emb})
+    shuffle.write_partitions(t, np.zeros(n, np.int64), 1, shuffle.map_file(tmp_path / "maps", 0))
+    removed = {}
+    for most in (None, 100):
+        spec = {"inputs": str(tmp_path / "maps"), "maps": 1, "partition": 0, "offsets": [0], "ndocs": 1, "sources": ["s"],
+                "params": {"threshold": 0.92, "min_overlap": None, "max_cluster_rows": most}}
+        st = run_shard("pipeline.steps.dedup.semantic:reduce_shard", spec, str(tmp_path / f"out-{most}"), 0)
+        assert st["clusters"] == 1 and (st["groups"] == 1 if most is None else st["groups"] >= 6), (most, st)
+        removed[most] = set(pq.read_table(tmp_path / f"out-{most}" / "clusters" / "part-00000.parquet").column("id").to_pylist())
+    assert len(removed[None]) >= 28 and removed[100] <= removed[None] and len(removed[100]) >= 0.8 * len(removed[None])
