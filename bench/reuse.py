@@ -66,9 +66,9 @@ def cpu_run(yaml: Path, tag: str, args: list[str] = ()) -> tuple[float, float]:
 
 
 def outputs(run_dir: Path) -> dict[str, str]:
-    """sha256 of the mixture files, the token files, and the ledger's counts."""
+    """sha256 of the mixture files, the token files, the published samples and the ledger's counts."""
     out = {}
-    for sub in ("mixture", "tokenized"):
+    for sub in ("mixture", "tokenized", "samples"):
         for p in sorted((run_dir / sub).rglob("*")):
             if p.is_file():  # the data-path lists name their run directory: compared without it
                 data = p.read_bytes().replace(str(run_dir.resolve()).encode(), b"RUN")

@@ -154,6 +154,17 @@ def phase_selections(marker: dict) -> list[tuple[str | None, dict, int]]:
     return out
 
 
+def source_selection(marker: dict, source: str) -> dict | None:
+    """The part of a mix-select marker that decides `source`'s documents: each phase's
+    cells of that source (and its output partitions). A task that reads one source's
+    choices names this in its spec, so a weight another source's cells take does not
+    change its key (engine/reuse.py)."""
+    if "phases" in marker:
+        return {"phases": {name: {"n_shards": ph["n_shards"], "sources": {k: v for k, v in ph["sources"].items() if k == source}}
+                           for name, ph in marker["phases"].items()}}
+    return {"n_shards": marker["n_shards"], "sources": {k: v for k, v in marker["sources"].items() if k == source}}
+
+
 def share_out(budgets: list[dict], avail: dict[str, int], names: list[str]) -> None:
     """Disjoint phases: each cell's priority order (epoch 0) is cut into consecutive token
     ranges, phase after phase; a phase's documents are those in its range. Raises RunError

@@ -74,6 +74,31 @@ class Run:
         return [(stage, self.step_dir(name) / part.name if stage == "filter" else self.step_dir(name) / source / part.name)
                 for stage, name in layer_names(self.record, source)]
 
+    def role(self, source: str) -> str:
+        return self.config["sources"][source].get("role", "train")
+
+
+class OneShard:
+    """What one document shard's decisions read, carried in a task's spec instead of the run
+    directory (whose run.json every variant rewrites): the seed, the source's role, its part
+    of the mixture's selection (budget.source_selection) and its layer files in deciding
+    order. A task whose spec names these is keyed by their content (engine/reuse.py), so a
+    variant that changes none of them links the shard's output instead of computing it.
+
+        fate = OneShard(seed=0, role="train", selection=sel, layers=[("filter", ".../part-00003.parquet")])
+        t = shard_decisions(fate, "web", part)
+    """
+
+    def __init__(self, seed: int, role: str, selection: dict | None, layers: list):
+        self.seed, self._role, self.selection = seed, role, selection
+        self._layers = [(label, fs.path(p)) for label, p in layers]
+
+    def layers(self, source: str, part: Path) -> list[tuple[str, Path]]:
+        return self._layers
+
+    def role(self, source: str) -> str:
+        return self._role
+
 
 def role_of(record: dict, role: str, source: str | None = None) -> str | None:
     """The step name of `role` (of `source`) in a run's record: its `roles`, which the
@@ -128,7 +153,7 @@ def reason_group(reason: str | None) -> str | None:
     return reason.split(" (", 1)[0]
 
 
-def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False, score_rows=None) -> pa.Table:
+def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: bool = False, score_rows=None) -> pa.Table:
     """Every row's fate in one document shard: status, stage, reason, scores (JSON), the
     survivor of a dedup removal, n_tokens (and text). `score_rows`: only these rows get their
     scores (the others null): a filter chain's scores are a dict entry per row and score,
@@ -228,7 +253,7 @@ def shard_decisions(run: Run, source: str, part: Path, with_text: bool = False, 
         ids = docs.column("id").to_pylist()
         if sel is None:
             chosen = np.zeros(len(kept_idx), bool)
-            role = run.config["sources"][source].get("role", "train")
+            role = run.role(source)
             why = "excluded" if role == "train" else f"role_{role}"
         else:  # chosen in any phase; a reason per cell with one phase
             chosen = np.zeros(len(kept_idx), bool)

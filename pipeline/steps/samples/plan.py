@@ -14,6 +14,7 @@ import orjson
 
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, html
+from pipeline.mixing import budget
 from pipeline.plan.context import Context
 from pipeline.steps.samples import tasks
 from pipeline.plan.stage import Stage
@@ -26,17 +27,32 @@ def plan(ctx: Context) -> list[Step]:
     ingest_dirs = [str(ctx.ingest[s].dir(ctx.store)) for s in m.sources]
     every_shard = ctx.all_doc_shards()
 
+    stages = ctx.layer_stages()  # the layers every_shard gives, in the same order: taken at the same time
+    select = ctx.mix.select if ctx.mix is not None else None
+
     def pick_shards(st, stats):
-        return ({"run_dir": str(ctx.run_dir), "source": d["source"], "documents": d["documents"],
-                 "ingest_shard": d["part"], "ingest_dirs": ingest_dirs, "kept_per_source": sm.kept_per_source,
-                 "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {d['source']}/{shard_name(d['part'])}"}
-                for d in every_shard(stats))
+        """Each shard's spec names what its decisions read, never the run directory: its
+        layer files, its source's role and part of the selection (decisions.OneShard), so
+        a variant that leaves them the same links the picks (engine/reuse.py)."""
+        sel = stats[select.name][0] if select is not None else None
+        by_source = {s: budget.source_selection(sel, s) if sel is not None else None for s in m.sources}
+        for d in every_shard(stats):
+            s, labels = d["source"], [label for label, _ in stages[d["source"]]]
+            if len(labels) != len(d["layers"]):
+                raise RuntimeError(f"samples of {s}: {len(d['layers'])} layer files, {len(labels)} layer stages")
+            ing = ctx.ingest[s].dir(ctx.store)
+            yield {"source": s, "seed": m.seed, "documents": d["documents"], "layers": [list(x) for x in zip(labels, d["layers"], strict=True)],
+                   "role": m.sources[s].role, "selection": by_source[s],
+                   "quarantine": str(ing / "quarantine" / f"{shard_name(d['part'])}.jsonl"),
+                   "kept_per_source": sm.kept_per_source, "removed_per_reason": sm.removed_per_reason,
+                   "describe": f"samples of {s}/{shard_name(d['part'])}"}
 
     pick = Step("samples-pick", "samples-pick", cfg, list(ctx.fate), tasks.pick_shard, shards=pick_shards, position_free=True)
 
     def sample_shards(st, stats):
         offsets, _ = ctx.shard_offsets(stats)
-        return [{"source": s, "picks": str(pick.dir(ctx.store)), "first": offsets[i],
+        return [{"source": s, "picks": str(pick.dir(ctx.store)), "first": offsets[i], "run_dir": str(ctx.run_dir),
+                 "ingest_dirs": ingest_dirs,
                  "shards": len(stats[ctx.ingest[s].name]), "kept_per_source": sm.kept_per_source,
                  "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {s}"}
                 for i, s in enumerate(m.sources)]

@@ -166,7 +166,7 @@ def _bottom(keys: np.ndarray, n: int, ids: list) -> list[int]:
     return sorted(order.tolist(), key=lambda j: (int(keys[j]), ids[j] or ""))[:n]
 
 
-def _survivor_texts(spec: dict, records: list[tuple[dict, int | None]]) -> None:
+def _survivor_texts(spec: dict, records: list[dict]) -> None:
     """Each dedup removal's survivor text, read by the survivor's gid (one row group of its
     ingest shard); runs that predate gids fall back to a scan of the survivor's source."""
     from pipeline.shards import shuffle
@@ -174,9 +174,10 @@ def _survivor_texts(spec: dict, records: list[tuple[dict, int | None]]) -> None:
 
     by_shard: dict[str, list] = {}
     missing = []
-    for r, g in records:
+    for r in records:
         if "survivor" not in r:
             continue
+        g = r.pop("_gid", None)
         if g is None:
             missing.append(r)
             continue
@@ -196,12 +197,14 @@ def _survivor_texts(spec: dict, records: list[tuple[dict, int | None]]) -> None:
         _attach_survivors(dec.Run(fs.path(spec["run_dir"])), missing)
 
 
-@task(version="4")  # 4: contaminated records carry their eval item (3: picked per document shard, merged per source)
+@task(version="5")  # 5: keyed by what it reads, survivors' texts attached by the merge (4: eval items; 3: per shard)
 def pick_shard(spec: dict, out) -> dict:
     """The `samples-pick` step, one task per document shard: of each group (kept; removed by
     stage and reason; quarantined by reason) the records with the smallest sample hashes,
-    at most as many as the source publishes, with their texts. Writes part-XXXXX.jsonl."""
-    run = dec.Run(fs.path(spec["run_dir"]))
+    at most as many as the source publishes, with their texts. Writes part-XXXXX.jsonl.
+    It reads only what its spec names (decisions.OneShard): a dedup removal's survivor, in
+    another shard, gets its text in the per-source merge (`_gid`: where to read it)."""
+    run = dec.OneShard(spec["seed"], spec["role"], spec["selection"], spec["layers"])
     source, part = spec["source"], fs.path(spec["documents"])
     t = dec.shard_decisions(run, source, part, score_rows=())  # the picks' scores only, below
     ids = t.column("id").to_pylist()
@@ -243,10 +246,11 @@ def pick_shard(spec: dict, out) -> dict:
             if i in changed:
                 r.update(changed[i])
             r["_group"], r["_key"] = list(g), int(keys[i])
-            records.append((r, row.get("survivor_gid")))
-    _survivor_texts(spec, records)
-    attach_eval_items(run, [r for r, _ in records])
-    q = dec.quarantined_shard(run, source, spec["ingest_shard"])
+            if "survivor" in r and row.get("survivor_gid") is not None:
+                r["_gid"] = int(row["survivor_gid"])
+            records.append((r, None))
+    qf = fs.path(spec["quarantine"])
+    q = dec._quarantine_rows(qf, source) if qf.exists() else []
     qkeys = np.array([_h(run.seed, source, row["source_id"]) for row in q], np.uint64)
     qgroups: dict[str, list[int]] = {}
     for j, row in enumerate(q):
@@ -289,7 +293,7 @@ def view_rows(documents: str, layers: list[str], rows: np.ndarray) -> dict[int, 
                     strict=True))
 
 
-@task(version="3")
+@task(version="4")  # 4: attaches survivors' texts and eval items (the picks' were)
 def sample_shard(spec: dict, out) -> dict:
     """The `samples` step, one task per source: the picks of its shards merged, the smallest
     hashes of each group kept; the same records as one pass over the source."""
@@ -323,6 +327,9 @@ def sample_shard(spec: dict, out) -> dict:
     for kind in ("removed", "quarantined"):
         for g in sorted((g for g in groups if g[0] == kind), key=lambda g: tuple("" if x is None else x for x in g)):
             removed += best(g, spec["removed_per_reason"])
+    _survivor_texts(spec, kept + removed)  # the few published records' survivors, each by its gid
+    run = dec.Run(fs.path(spec["run_dir"]))
+    attach_eval_items(run, kept + removed)
     d = fs.path(out.dir) / source
     write_jsonl(kept, d / "kept.jsonl")
     write_jsonl(removed, d / "removed.jsonl")

@@ -89,10 +89,10 @@ def _run(corpus: Path, out: Path, name: str, env: dict, **params) -> tuple[Path,
 
 
 def _bytes(run: Path) -> dict[str, str]:
-    """sha256 of the mixture files and token files (paths to the run directory left out),
-    and the ledger's counts."""
+    """sha256 of the mixture files, token files and published samples (paths to the run
+    directory left out), and the ledger's counts."""
     got = {}
-    for sub in ("mixture", "tokenized"):
+    for sub in ("mixture", "tokenized", "samples"):
         for p in sorted((run / sub).rglob("*")):
             if p.is_file():
                 got[str(p.relative_to(run))] = hashlib.sha256(p.read_bytes().replace(str(run).encode(), b"RUN")).hexdigest()
@@ -180,7 +180,9 @@ def test_a_shard_recomputed_to_the_same_bytes_stops_the_cascade(chain):
     before = read_markers(store / atomic.read_json(chain.tmp / "out" / "codeedit" / "run.json")["steps"]["filter-wiki"]["dir"].split("/")[-1])
     after = read_markers(store / steps["filter-wiki"]["dir"].split("/")[-1])
     assert [m["out_files"] for _, m in sorted(before.items())] == [m["out_files"] for _, m in sorted(after.items())]
-    later = [s for s, v in steps.items() if v["status"] == "SUCCESS" and s not in ("filter-wiki", "samples-pick", "samples")]
+    # samples-pick's spec names what its decisions read, not the run directory: linked too (only the
+    # per-source merge, which reads this run's run.json for survivors and eval items, runs in every variant)
+    later = [s for s, v in steps.items() if v["status"] == "SUCCESS" and s not in ("filter-wiki", "samples")]
     assert later, steps
     assert {s: steps[s]["computed"] for s in later if steps[s]["computed"]} == {}
 
