@@ -81,6 +81,9 @@ class ClassifierFamily:
     title: ClassVar[str] = ""  # the family's name in messages ("fastText"); default: its registered name
     model_file: ClassVar[str] = "model.bin"  # the file training writes in its step directory
     negative_label: ClassVar[str] = "negative"  # a binary classifier's negative class, as the model names it
+    # a text's score is the same bits whichever texts it is scored with (no batch padding, no batch
+    # statistics): a variant's scoring then scores only the texts an earlier shard did not (steps/classify)
+    scores_alone: ClassVar[bool] = False
 
     def class_label(self, name: str) -> str:
         """A topic's name as the model's label (labels() and predict() give the name back)."""

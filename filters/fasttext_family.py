@@ -135,6 +135,7 @@ class FastText(ClassifierFamily):
     Params = FastTextParams
     title = "fastText"
     negative_label = NEGATIVE_LABEL
+    scores_alone = True  # fastText predicts each line by itself
 
     def class_label(self, name: str) -> str:
         return f"{PREFIX}{name}"

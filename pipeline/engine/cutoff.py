@@ -73,6 +73,21 @@ def same_as_before(spec: dict, out, read_key: str) -> dict | None:
     return {**stats, "read_key": read_key, "linked_from": old.name}
 
 
+def prior_file(spec: dict, want) -> Path | None:
+    """The earlier shard's file (spec `prior`: the shard of the same partial key, whatever it
+    read) whose path in its folder `want(rel)` accepts, or None. A task whose output is row
+    by row (a classifier's score of a text) reads it to reuse the rows whose inputs are the
+    same when `same_as_before` found the shard's read changed: a new page that removes one
+    old page scores that shard's other pages no second time."""
+    h = spec.get("prior")
+    if not isinstance(h, dict):
+        return None
+    for rel in sorted(h.get("out_files") or {}):
+        if want(rel):
+            return fs.path(h["dir"]) / rel
+    return None
+
+
 def renamed(rel: str, a: str, b: str) -> str:
     """`rel` with its file name's shard name `a` made `b` (`x/part-00004.parquet`, `part-00004-p3.data`)."""
     head, _, name = rel.rpartition("/")

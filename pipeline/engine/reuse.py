@@ -55,6 +55,9 @@ VARIANTS = 8  # earlier folders of a step searched for reusable shards (the most
 # spec keys that never change a task's bytes: earlier results it may look values up in (`prior`), how it
 # lays out its own intermediate work (`layout`: the engine settings a coordinator's rounds use)
 HINTS = ("prior", "layout")
+# a document shard's counts after its layers (plan/context.doc_shards), from their markers: a task
+# that read-keys its `layers` leaves them out of its partial key with them (its read key covers them)
+LAYER_COUNTS = ("kept", "tokens", "bucket_docs", "bucket_tokens", "groups")
 
 
 class Keys:
@@ -90,6 +93,8 @@ class Keys:
         if not step.read_keyed:
             return key, None
         drop = set(step.read_keyed)  # digesting keeps the spec's shape: dropping after it is dropping before
+        if "layers" in drop:  # a document shard's counts come from its layers' markers: read through the read key
+            drop |= set(LAYER_COUNTS)
         part = {k: v for k, v in body.items() if k not in drop}
         if isinstance(part.get("doc"), dict):
             part["doc"] = {k: v for k, v in part["doc"].items() if k not in drop}

@@ -29,7 +29,7 @@ from pipeline.errors import InputError
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
-from pipeline.engine.cutoff import same_as_before
+from pipeline.engine.cutoff import prior_file, same_as_before
 from pipeline.shards import kmeans, readkey, view
 
 VALIDATION_EVERY = 10  # one example in ten, per class, is held out
@@ -321,7 +321,7 @@ def stored_vectors(path: str, rows: np.ndarray | None = None) -> np.ndarray:
     return x
 
 
-@task(version="2")  # 2: also writes keys/, the kept rows' keys for the threshold's merge
+@task(version="3")  # 3: text_key, and the rows of an earlier shard whose texts are the same reused (2: keys/)
 def score_shard(spec: dict, out) -> dict:
     doc = spec["doc"]
     rk, state = readkey.shard(doc, ("text",))  # the keep mask and texts: not a dedup's cluster columns
@@ -332,8 +332,9 @@ def score_shard(spec: dict, out) -> dict:
     pf = fs.parquet_file(doc["documents"])
     vectors = stored_vectors(spec["vectors"]) if spec.get("vectors") else None  # embedded once, by embed-<source>
     texts = vectors is None or fam.mixed_inputs  # an ensemble's other members read the texts
-    parts_s, parts_t, ids = [], [], []
-    start = 0
+    before = _scored_before(spec) if vectors is None and fam.scores_alone else None  # the text's score, by its text
+    parts_s, parts_t, parts_k, ids = [], [], [], []
+    start, reused = 0, 0
     for batch in pf.iter_batches(batch_size=view.BATCH_ROWS, columns=["id", "text"] if texts else ["id"]):
         batch = state.apply(batch, start)
         if vectors is not None and fam.mixed_inputs:
@@ -342,20 +343,59 @@ def score_shard(spec: dict, out) -> dict:
         elif vectors is not None:
             parts_s.append(fam.score_vectors(model, vectors[start:start + batch.num_rows], spec["label"], options))
         else:
-            parts_s.append(fam.score(model, batch.column("text").to_pylist(), spec["label"], options))
+            tx = batch.column("text").to_pylist()
+            tk = np.fromiter((xxhash.xxh3_64_intdigest(t or "") for t in tx), np.uint64, len(tx))
+            parts_k.append(tk)
+            sc, hit = _lookup(before, tk)
+            miss = np.flatnonzero(~hit)
+            if len(miss):
+                sc[miss] = fam.score(model, [tx[j] for j in miss.tolist()], spec["label"], options)
+            reused += len(tx) - len(miss)
+            parts_s.append(sc)
         start += batch.num_rows
         i = batch.column("id").to_pylist()
         parts_t.append(_tie(i))
         ids += i
-    table = pa.table({"id": pa.array(ids, pa.string()),
-                      "score": np.concatenate(parts_s) if parts_s else np.zeros(0, np.float32),
-                      "tie": np.concatenate(parts_t) if parts_t else np.zeros(0, np.uint32)})
+    cols = {"id": pa.array(ids, pa.string()),
+            "score": np.concatenate(parts_s) if parts_s else np.zeros(0, np.float32),
+            "tie": np.concatenate(parts_t) if parts_t else np.zeros(0, np.uint32)}
+    if vectors is None:  # what the next variant's shard looks its texts' scores up by
+        cols["text_key"] = np.concatenate(parts_k) if parts_k else np.zeros(0, np.uint64)
+    table = pa.table(cols)
     final = out.path(".parquet")
     fs.write_table(table, final, compression="zstd")
     # the keys of the rows still kept, complemented (smallest = best), for the threshold's merge
     keys = score_keys(table.column("score").to_numpy(), table.column("tie").to_numpy())[state.keep]
     select.write_keys(out.path(".parquet", "keys"), ~keys, np.ones(len(keys), np.int64))
-    return {"rows": table.num_rows, "kept": len(keys), "read_key": rk}
+    return {"rows": table.num_rows, "kept": len(keys), "read_key": rk, "scored_before": reused}
+
+
+def _scored_before(spec: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    """(text keys sorted, their scores) of the earlier shard of this one's partial key (same
+    model, options and documents; engine/cutoff.prior_file), or None: the rows whose text is
+    the same are not scored again (a score is a function of the text alone)."""
+    f = prior_file(spec, lambda rel: rel.endswith(".parquet") and not rel.startswith("keys/") and "/keys/" not in rel)
+    if f is None:
+        return None
+    try:
+        t = fs.read_table(f, columns=["text_key", "score"])
+    except (FileNotFoundError, KeyError, pa.ArrowInvalid):  # collected since, or written before text_key
+        return None
+    k, v = t.column("text_key").to_numpy(), t.column("score").to_numpy()
+    order = np.argsort(k, kind="stable")
+    return k[order], v[order]
+
+
+def _lookup(before, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, found) of `keys` in an earlier shard's (text key, score) table."""
+    scores = np.zeros(len(keys), np.float32)
+    if before is None or not len(before[0]) or not len(keys):
+        return scores, np.zeros(len(keys), bool)
+    k, v = before
+    at = np.minimum(np.searchsorted(k, keys), len(k) - 1)
+    hit = k[at] == keys
+    scores[hit] = v[at[hit]]
+    return scores, hit
 
 
 # ---------------------------------------------------------------- threshold

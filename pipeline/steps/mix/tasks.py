@@ -240,7 +240,7 @@ def route_shard(spec: dict, out) -> dict:
     values = (np.array(extra["lang"].to_pylist(), dtype=object) if axis == "lang" else view.shard_axis(d, axis)) \
         if axis else None
     parts, dests, chosen_any = [], [], 0
-    tok = fs.read_table(spec["tokens"]) if spec.get("tokens") else None  # the shard's ids (tokenize-<source>)
+    tok = fs.read_table(spec["tokens"], columns=["row", "tokens"]) if spec.get("tokens") else None  # the shard's ids (tokenize-<source>)
     for rows, b in view.kept_batches(d["documents"], d["layers"], ["id", "text", "source", "source_id", "n_tokens"]):
         ids = b.column("id").to_pylist()
         r = pa.array(rows)

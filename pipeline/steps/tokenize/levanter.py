@@ -163,7 +163,7 @@ def cell_pieces(spec: dict, out) -> dict:
     from pipeline.steps.tokenize import tasks
 
     d, p = spec["doc"], spec["params"]
-    tok = fs.read_table(spec["tokens"])
+    tok = fs.read_table(spec["tokens"], columns=["row", "tokens"])
     rows = tok.column("row").to_numpy()
     offs, vals = tasks.unpack_ids(tok.column("tokens"), np.dtype(p["ids"]))
     ids: list[str] = []

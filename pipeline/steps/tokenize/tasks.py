@@ -23,16 +23,18 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 
 from pipeline.engine.step import shard_name, task
 from pipeline.io import atomic, fs
 from pipeline.plan import tokens
-from pipeline.engine.cutoff import same_as_before
+from pipeline.engine.cutoff import prior_file, same_as_before
 from pipeline.shards import readkey, shuffle, view
 from pipeline.steps.mix.tasks import MIX_ORDER
 from pipeline.steps.tokenize import formats, pack, registry
 
-SCHEMA = pa.schema([("row", pa.int64()), ("tokens", pa.large_binary())])  # ids back to back, `ids_dtype` little-endian
+# ids back to back, `ids_dtype` little-endian; text_key: xxh3-64 of the text encoded (a variant's lookup)
+SCHEMA = pa.schema([("row", pa.int64()), ("tokens", pa.large_binary()), ("text_key", pa.uint64())])
 PROVENANCE = ".docs.parquet"  # beside every token file: which document holds which tokens
 _SAFE_CELL = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 
@@ -67,26 +69,64 @@ def unpack_ids(col, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     return (o - o[0]) // dtype.itemsize, data[o[0]:o[-1]].view(dtype)
 
 
-@task(version="2")
+@task(version="3")  # 3: text_key, and the texts an earlier shard encoded looked up, not encoded again
 def encode_shard(spec: dict, out) -> dict:
-    """One document shard's kept documents -> their token ids (no specials)."""
+    """One document shard's kept documents -> their token ids (no specials). A text the
+    earlier shard of this one's partial key encoded (spec `prior`: the same documents and
+    tokenizer, other layers) is looked up by its text key, not encoded again: a new page
+    that removes one old page re-encodes nothing else of that shard."""
     d = spec["doc"]
     rk, state = readkey.shard(d, ("text",))  # the kept texts: an earlier shard that read the same is linked
     if (st := same_as_before(spec, out, rk)) is not None:
         return st
     dtype = np.dtype(spec["ids"])
-    n = total = 0
+    before = _encoded_before(spec, dtype)
+    n = total = looked_up = 0
     final = out.path(".parquet")
     tmp = atomic.tmp_path(final)
     # binary values compress with zstd at level 1 to ~1.3 bytes a uint16 id; no dictionary (ids are not categories)
     with fs.parquet_writer(tmp, SCHEMA, compression="zstd", compression_level=1, use_dictionary=False) as w:
         for rows, b in view.kept_batches(d["documents"], d["layers"], ["text"], state=state):
-            lengths, flat = tokens.encode_flat(spec["tokenizer"], b.column("text").to_pylist())  # no int per token
-            w.write_table(pa.table({"row": pa.array(rows, pa.int64()), "tokens": pack_ids(lengths, flat, dtype)}, schema=SCHEMA))
-            n += len(lengths)
-            total += int(lengths.sum())
+            texts = b.column("text").to_pylist()
+            keys = np.fromiter((xxhash.xxh3_64_intdigest(t or "") for t in texts), np.uint64, len(texts))
+            ids, hit = _lookup_ids(before, keys)
+            miss = np.flatnonzero(~hit)
+            if not hit.any():  # a first run: the ids as packed, no value a document
+                lengths, flat = tokens.encode_flat(spec["tokenizer"], texts)  # no int per token
+                col = pack_ids(lengths, flat, dtype)
+            else:
+                if len(miss):
+                    lengths, flat = tokens.encode_flat(spec["tokenizer"], [texts[j] for j in miss.tolist()])
+                    for j, v in zip(miss.tolist(), pack_ids(lengths, flat, dtype).to_pylist(), strict=True):
+                        ids[j] = v
+                col = pa.array(ids, pa.large_binary())
+            w.write_table(pa.table({"row": pa.array(rows, pa.int64()), "tokens": col, "text_key": keys}, schema=SCHEMA))
+            n += len(texts)
+            looked_up += int(hit.sum())
+            o = col.buffers()[1]
+            total += int((np.frombuffer(o, np.int64)[col.offset + len(col)] - np.frombuffer(o, np.int64)[col.offset]) // dtype.itemsize) if len(col) else 0
     atomic.commit(tmp, final)
-    return {"rows": n, "documents": n, "tokens": total, "read_key": rk}
+    return {"rows": n, "documents": n, "tokens": total, "read_key": rk, "encoded_before": looked_up}
+
+
+def _encoded_before(spec: dict, dtype: np.dtype) -> dict[int, bytes] | None:
+    """text key -> ids (bytes) of the earlier shard of this one's partial key (engine/cutoff.prior_file)."""
+    f = prior_file(spec, lambda rel: rel.endswith(".parquet"))
+    if f is None:
+        return None
+    try:
+        t = fs.read_table(f, columns=["text_key", "tokens"])
+    except (FileNotFoundError, KeyError, pa.ArrowInvalid):  # collected since, or written before text_key
+        return None
+    return dict(zip(t.column("text_key").to_pylist(), t.column("tokens").to_pylist(), strict=True))
+
+
+def _lookup_ids(before: dict[int, bytes] | None, keys: np.ndarray) -> tuple[list, np.ndarray]:
+    """(ids of each key or None, found) in an earlier shard's table."""
+    if not before:
+        return [None] * len(keys), np.zeros(len(keys), bool)
+    ids = [before.get(k) for k in keys.tolist()]
+    return ids, np.array([v is not None for v in ids], bool)
 
 
 @task(version="2")

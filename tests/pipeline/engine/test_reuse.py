@@ -41,11 +41,11 @@ dedup:
   fuzzy: {{threshold: {threshold}}}
   paragraph: {{min_chars: 50, max_occurrences: 5}}
 classifiers:
-  wvw: {{type: fasttext, positive: [wiki], negative: [web], max_examples_per_class: 1500, epochs: {epochs}}}
+  wvw: {{type: fasttext, {examples}, max_examples_per_class: 1500, epochs: {epochs}}}
 mixture: {{target_tokens: 150000, weights: {{web/q2: 0.4, wiki: 0.4, code: 0.2}}, shard_tokens: 40000, on_shortfall: renormalize}}
 tokenize: {{formats: [megatron]}}
 """
-BASE = {"min_chars": 50, "max_chars": 20000, "threshold": 0.8, "epochs": 3}
+BASE = {"min_chars": 50, "max_chars": 20000, "threshold": 0.8, "epochs": 3, "examples": "positive: [wiki], negative: [web]"}
 
 
 def _zst(path: Path, lines: list[str]) -> None:
@@ -240,3 +240,26 @@ def test_plan_says_how_many_shards_run_and_how_many_are_reused(chain):
     line = next(x for x in out.splitlines() if x.startswith("ingest-web "))
     assert "run 1 of 4 shards (3 reused)" in line, line
     assert any("shards reused by content once filter-web has run" in x for x in out.splitlines()), out
+
+
+def test_a_pinned_classifier_scores_only_the_texts_it_has_not_scored(chain):
+    """The classifier pinned to an earlier run's model (`model:`, as a team adding monthly dumps
+    does): a change that moves web's keep masks (a file removed: old pages lose or gain their
+    duplicates) runs the scoring of the shards whose read changed, and each scores only the
+    texts its earlier shard did not score; the bytes are a fresh run's."""
+    d = chain.tmp / "out" / "removed" / "steps"
+    model = chain.tmp / "wvw.bin"
+    shutil.copy(next(d.glob("classify-wvw-train-*")) / "model.bin", model)
+    chain.step("pinned", examples=f"model: {model}")  # crawl-3 is back (the plan test's copy)
+    (chain.corpus / "web" / "crawl-3.jsonl.zst").unlink()
+    steps, _ = chain.step("pinnedless")
+    ms = read_markers(chain.tmp / "out" / "_store" / "steps" / steps["classify-wvw-web"]["dir"].split("/")[-1]).values()
+    ran = [m for m in ms if "reused_from" not in m and "linked_from" not in m]
+    old = [m for m in ran if m.get("scored_before")]
+    assert old, ms  # old shards whose keep mask changed ran, and looked their texts' scores up
+    assert all(m["scored_before"] < m["rows"] for m in old)  # some of their texts did change (paragraph cuts)
+    assert sum(m["scored_before"] for m in ran) > sum(m["rows"] for m in ran) // 2, ran
+    # the token encoding of those shards, the same way: the texts an earlier shard encoded are looked up
+    ms = read_markers(chain.tmp / "out" / "_store" / "steps" / steps["tokenize-web"]["dir"].split("/")[-1]).values()
+    ran = [m for m in ms if "reused_from" not in m and "linked_from" not in m]
+    assert ran and sum(m["encoded_before"] for m in ran) > sum(m["rows"] for m in ran) // 2, ran
