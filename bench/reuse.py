@@ -164,7 +164,7 @@ def additions(corpus: Path, base: str, tmp: Path, n: int, times: int) -> None:
           f"ratio {a / b:.3f}; same bytes as the fresh run: {same}")
 
 
-def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new") -> None:
+def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool = False) -> None:
     """bench.scale's corpus of `n` pages (files of 5,000, dedup partitions one per 20,000
     documents), its full chain; then a new file of 2.5% more pages: its CPU as a share of the
     first run's, net of a no-op rerun, and the bytes against a fresh run."""
@@ -179,6 +179,14 @@ def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new") -> None:
     text = y.read_text().replace("name: scale", f"name: scale\noutput: {tmp / f'out-{n}'}")
     y.write_text(text)
     first, _ = cpu_run(y, f"s{n}")
+    if pinned:  # the classifier pinned to the first run's model (scored once more: not counted)
+        model = tmp / f"pinned-{n}.bin"
+        shutil.copy(sorted((tmp / f"out-{n}" / "scale" / "steps").glob("classify-wiki_vs_web-train-*/model.bin"))[0], model)
+        text = text.replace("positive: [wiki], negative: [web]", f"model: {model}")
+        assert "model: " in text, "bench.scale's classifier line changed: update bench.reuse.scaled"
+        y.write_text(text)
+        pin_cpu, _ = cpu_run(y, f"s{n}pin")
+        print(f"  (pinning the classifier: {pin_cpu:.1f} CPU-s)", flush=True)
     noop, _ = cpu_run(y, f"s{n}noop")
     new_web_file(corpus, n // 40, k=20, ids=new_ids)
     cpu, _ = cpu_run(y, f"s{n}add")
@@ -222,13 +230,15 @@ def main(argv=None) -> None:
     ap.add_argument("--new-ids", default="new", help="with --scales: the new pages' id prefix. The old pages' are "
                     "'w': 'new' sorts first, so every cluster a new page joins keeps the new page and removes the "
                     "old (the worst case for reuse); 'x' sorts last (the old pages stay)")
+    ap.add_argument("--pinned", action="store_true", help="with --scales: the classifier pinned to the first run's "
+                    "model before the new file (a team adding dumps to a classifier trained once)")
     a = ap.parse_args(argv)
     tmp = a.tmp or Path(tempfile.mkdtemp(prefix="curate-reuse-"))
     if a.scales:
         print("| documents | partitions | first run CPU-s | no-op | +2.5% | net share of the first | same bytes as fresh |")
         print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for n in (int(x) for x in a.scales.split(",")):
-            scaled(n, tmp, a.workers, a.new_ids)
+            scaled(n, tmp, a.workers, a.new_ids, a.pinned)
         return
     corpus = tmp / "corpus"
     if not corpus.exists():
