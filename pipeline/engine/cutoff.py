@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypedDict
 
 import orjson
 
@@ -26,7 +27,17 @@ ENGINE_FIELDS = ("out_files", "content_key", "partial_key", "read_key", "reusabl
                  "seconds", "cpu_seconds", "peak_rss_mb", "node", "writer")
 
 
-def hint(found: tuple[Path, int, dict]) -> dict | None:
+class Prior(TypedDict):
+    """A spec's `prior` (a hint: never in a key): the earlier shard of the same partial key."""
+
+    dir: str  # its step folder
+    shard: int  # its number there
+    read_key: str  # the digest of what it read
+    out_files: dict[str, str]  # its files (relative path -> digest)
+    stats: dict  # its marker, the engine's fields left out
+
+
+def hint(found: tuple[Path, int, dict]) -> Prior | None:
     """What a task to compute is told of the earlier shard of its partial key (its spec's
     `prior`): None when that shard recorded no read key."""
     d, i, m = found

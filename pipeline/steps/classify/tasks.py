@@ -18,6 +18,8 @@ up by the classifier's `type` (filters/classifiers.py); nothing here knows fastT
 
 from __future__ import annotations
 
+from typing import NotRequired, TypedDict
+
 import numpy as np
 import pyarrow as pa
 import xxhash
@@ -29,7 +31,8 @@ from pipeline.errors import InputError
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
-from pipeline.engine.cutoff import prior_file, same_as_before
+from pipeline.engine.cutoff import Prior, prior_file, same_as_before
+from pipeline.shards.documents import DocShard
 from pipeline.shards import kmeans, readkey, view
 
 VALIDATION_EVERY = 10  # one example in ten, per class, is held out
@@ -321,8 +324,22 @@ def stored_vectors(path: str, rows: np.ndarray | None = None) -> np.ndarray:
     return x
 
 
+class ScoreSpec(TypedDict):
+    """A scoring shard (steps/classify/plan.py): one document shard, the model and what changes a score."""
+
+    doc: DocShard
+    model: str  # the model file (trained in the run, or pinned with `model:`)
+    type: str  # the classifier family
+    label: str  # the positive label
+    options: dict  # fam.options(params)
+    vectors: NotRequired[str]  # the embed-<source> attribute, for a family on embeddings
+    vectors_ref: NotRequired[list]
+    describe: str
+    prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
+
+
 @task(version="3")  # 3: text_key, and the rows of an earlier shard whose texts are the same reused (2: keys/)
-def score_shard(spec: dict, out) -> dict:
+def score_shard(spec: ScoreSpec, out) -> dict:
     doc = spec["doc"]
     rk, state = readkey.shard(doc, ("text",))  # the keep mask and texts: not a dedup's cluster columns
     if (st := same_as_before(spec, out, rk)) is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import orjson
@@ -197,8 +198,23 @@ def _survivor_texts(spec: dict, records: list[dict]) -> None:
         _attach_survivors(dec.Run(fs.path(spec["run_dir"])), missing)
 
 
+class PickSpec(TypedDict):
+    """A `samples-pick` shard (steps/samples/plan.py): what its decisions read, by content."""
+
+    source: str
+    seed: int
+    documents: str  # the ingest shard
+    layers: list[list[str]]  # [ledger stage, attribute file] in deciding order
+    role: str  # the source's role (train, eval, reference)
+    selection: dict | None  # the source's part of the mix-select marker (budget.source_selection)
+    quarantine: str  # the ingest shard's quarantine file (may not exist)
+    kept_per_source: int
+    removed_per_reason: int
+    describe: str
+
+
 @task(version="5")  # 5: keyed by what it reads, survivors' texts attached by the merge (4: eval items; 3: per shard)
-def pick_shard(spec: dict, out) -> dict:
+def pick_shard(spec: PickSpec, out) -> dict:
     """The `samples-pick` step, one task per document shard: of each group (kept; removed by
     stage and reason; quarantined by reason) the records with the smallest sample hashes,
     at most as many as the source publishes, with their texts. Writes part-XXXXX.jsonl.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import NotRequired, TypedDict
 
 
 import numpy as np
@@ -28,7 +29,8 @@ import xxhash
 from pipeline.engine.step import shard_name, task
 from pipeline.io import atomic, fs
 from pipeline.plan import tokens
-from pipeline.engine.cutoff import prior_file, same_as_before
+from pipeline.engine.cutoff import Prior, prior_file, same_as_before
+from pipeline.shards.documents import DocShard
 from pipeline.shards import readkey, shuffle, view
 from pipeline.steps.mix.tasks import MIX_ORDER
 from pipeline.steps.tokenize import formats, pack, registry
@@ -69,8 +71,18 @@ def unpack_ids(col, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     return (o - o[0]) // dtype.itemsize, data[o[0]:o[-1]].view(dtype)
 
 
+class EncodeSpec(TypedDict):
+    """A `tokenize-<source>` shard (steps/tokenize/plan.py)."""
+
+    doc: DocShard
+    tokenizer: dict  # plan/tokens' spec of the tokenizer
+    ids: str  # the stored ids' numpy dtype (ids_dtype)
+    describe: str
+    prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
+
+
 @task(version="3")  # 3: text_key, and the texts an earlier shard encoded looked up, not encoded again
-def encode_shard(spec: dict, out) -> dict:
+def encode_shard(spec: EncodeSpec, out) -> dict:
     """One document shard's kept documents -> their token ids (no specials). A text the
     earlier shard of this one's partial key encoded (spec `prior`: the same documents and
     tokenizer, other layers) is looked up by its text key, not encoded again: a new page
