@@ -18,6 +18,8 @@ where the analysis does not apply.
 
 from __future__ import annotations
 
+import functools
+
 
 def analyse(pattern: str, flags: int) -> dict:
     """What the shortcuts need to know of one of spaCy's regexes, read off its parse tree
@@ -31,7 +33,7 @@ def analyse(pattern: str, flags: int) -> dict:
     - `need`: characters every match consumes.
     Anything the analysis does not understand turns its shortcut off."""
     import re
-    from re import _compiler, _parser as P
+    from re import _parser as P
 
     out = {"anchored": False, "first": None, "last": None, "k": None, "behind": None, "need": []}
     if flags & (re.IGNORECASE | re.VERBOSE):
@@ -44,9 +46,7 @@ def analyse(pattern: str, flags: int) -> dict:
         for key, last in (("first", False), ("last", True)):
             r = _edge_items(tree.data, last)
             if r is not None and not r[1]:
-                sub = P.SubPattern(P.State())
-                sub.append((P.IN, r[0]))
-                out[key] = _class_source(_compiler.compile(sub, flags & re.UNICODE))
+                out[key] = _class_source(r[0], flags & re.UNICODE)
         width, ok = 0, True
         for a in alts:
             hi = a.getwidth()[1]
@@ -123,19 +123,24 @@ def _edge_items(seq, last: bool = False):
     return items, True
 
 
-def _class_source(cls) -> str:
-    """A regex character class, as source, matching exactly the characters `cls` matches
-    (found by running it over every code point once; only when the rules are built)."""
-    pos = [m.start() for m in cls.finditer("".join(map(chr, range(0x110000))))]
-    if not pos:
+@functools.cache
+def _every_code_point() -> str:
+    return "".join(map(chr, range(0x110000)))
+
+
+def _class_source(items, flags: int) -> str:
+    """A regex character class, as source, matching exactly the characters the class of
+    parse-tree `items` matches: found by running its repetition over every code point once
+    (each run of matching code points is one range), only when the rules are built."""
+    from re import _compiler, _parser as P
+
+    one = P.SubPattern(P.State())
+    one.append((P.IN, items))
+    runs = P.SubPattern(P.State())
+    runs.append((P.MAX_REPEAT, (1, P.MAXREPEAT, one)))
+    ranges = [(m.start(), m.end() - 1) for m in _compiler.compile(runs, flags).finditer(_every_code_point())]
+    if not ranges:
         return "(?!)"
-    ranges, lo, prev = [], pos[0], pos[0]
-    for p in pos[1:]:
-        if p != prev + 1:
-            ranges.append((lo, prev))
-            lo = p
-        prev = p
-    ranges.append((lo, prev))
     return "[" + "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges) + "]"
 
 

@@ -96,7 +96,8 @@ def test_the_default_model_finds_the_optimum(tmp_path, k, runs, law):
     f, opt = bowl(k, rng) if law == "bowl" else loglinear(k, rng, np.array(caps))
     res = write_results(folder, info, f, noise=0.03, seed=1)
     out = {}
-    for model in ("auto", "quadratic", "gp", "loglinear", "linear", "lightgbm"):
+    # every model's proposal is checked feasible on 3 cells; on 8, auto's alone (it cross-validates them all)
+    for model in ("auto", "quadratic", "gp", "loglinear", "linear", "lightgbm") if k <= 3 else ("auto",):
         r = fit.fit(str(folder), str(res), "loss", minimize=True, model=model, out=str(tmp_path / f"{model}.yaml"),
                     log=lambda m: None)
         w = np.array([r["proposed"][c] for c in info["columns"]])
