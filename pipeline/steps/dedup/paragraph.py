@@ -24,7 +24,7 @@ import pyarrow as pa
 import xxhash
 
 from pipeline.plan import tokens
-from pipeline.engine.cutoff import same_as_before
+from pipeline.engine.cutoff import prior_file, same_as_before
 from pipeline.shards import combine, readkey, shuffle
 from pipeline.shards import text
 from pipeline.shards.apply import write_attributes
@@ -99,6 +99,21 @@ def reduce_shard(spec: dict, out) -> dict:
 SPAN = pa.struct([("start", pa.int64()), ("end", pa.int64()), ("kept_in", pa.string())])
 
 
+def _counted_before(spec: dict) -> dict[int, int]:
+    """xxh3-64 of a cut text -> its token count, from the earlier shard of this one's partial
+    key (engine/cutoff.prior_file: the same documents, tokenizer and parameters): a shard
+    whose decisions moved counts only the cut texts it has not counted."""
+    f = prior_file(spec, lambda rel: rel.endswith(".parquet"))
+    if f is None:
+        return {}
+    try:
+        t = fs.read_table(f, columns=["text", "n_tokens"])
+    except (FileNotFoundError, KeyError, pa.ArrowInvalid):
+        return {}
+    return {xxhash.xxh3_64_intdigest(x): int(n) for x, n in zip(t.column("text").to_pylist(), t.column("n_tokens").to_pylist(),
+                                                                 strict=True) if x is not None and n is not None}
+
+
 def apply_shard(spec: dict, out) -> dict:
     doc, p = spec["doc"], spec["params"]
     n = view.num_rows(doc["documents"])
@@ -157,13 +172,18 @@ def apply_shard(spec: dict, out) -> dict:
                 new_chars[r] = len(nt)
                 changed.append(r)
     new_toks: list = [None] * n
-    tok_cpu = 0.0
+    tok_cpu, counted_before = 0.0, 0
     if changed:  # a cut text's tokens, counted again (BPE counts do not subtract)
         c0 = time.process_time()
-        counts = tokens.count(spec.get("tokenizer"), [new_text[r] for r in changed])
+        before = _counted_before(spec) if spec.get("tokenizer") is not None else {}
+        keys = [xxhash.xxh3_64_intdigest(new_text[r]) for r in changed]
+        todo = [k for k, h in enumerate(keys) if h not in before]  # the earlier shard's counts of the same texts
+        counts = tokens.count(spec.get("tokenizer"), [new_text[changed[k]] for k in todo]) if todo else []
+        got = dict(zip(todo, counts if counts is not None else [0] * len(todo), strict=True))
         tok_cpu = time.process_time() - c0
+        counted_before = len(changed) - len(todo)
         for k, r in enumerate(changed):
-            new_toks[r] = int(counts[k]) if counts is not None else 0
+            new_toks[r] = int(got[k]) if k in got else before[keys[k]]
     ids = fs.read_table(doc["documents"], columns=["id"]).column("id")
     table = pa.table({
         "id": ids, "keep": pa.array(np.where(seen, keep, False), pa.bool_(), mask=~seen),
@@ -184,4 +204,4 @@ def apply_shard(spec: dict, out) -> dict:
                "tokens_out": int(toks_out[out_rows].sum()), "docs_rewritten": len(changed)})
     empty = int(sum(1 for x in reason if x))
     return {"rows": len(rows_in), "source": doc["source"], "part": doc["part"], **st, "tokenizer_seconds": round(tok_cpu, 3),
-            "removed": {"paragraph_dedup:empty": empty} if empty else {}, "read_key": rk}
+            "counted_before": counted_before, "removed": {"paragraph_dedup:empty": empty} if empty else {}, "read_key": rk}

@@ -106,7 +106,7 @@ def plan(ctx: Context) -> list[Step]:
             f"dedup-{kind}", f"dedup-{kind}", {"columns": columns, **(cfg or {})}, [decisions, mg], fn,
             shards=per_doc(lambda kept, d, stats: {**back(stats), "slot": d["slot"], "columns": columns, **(cfg or {}), **(extra or {}),
                                                    **rest(d, stats)},
-                           prev), position_free=True, read_keyed=("layers", "decisions"),
+                           prev), position_free=True, read_keyed=("layers", "decisions", "rest"),  # rest: the map's, resolved into what the read key digests
         ))
 
     if dd.exact:
