@@ -153,13 +153,23 @@ def reason_group(reason: str | None) -> str | None:
     return reason.split(" (", 1)[0]
 
 
-def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: bool = False, score_rows=None) -> pa.Table:
+def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: bool = False, score_rows=None,
+                    tables: dict | None = None) -> pa.Table:
     """Every row's fate in one document shard: status, stage, reason, scores (JSON), the
     survivor of a dedup removal, n_tokens (and text). `score_rows`: only these rows get their
     scores (the others null): a filter chain's scores are a dict entry per row and score,
-    most of this function's time, and the samples want a few rows' (None: every row's)."""
+    most of this function's time, and the samples want a few rows' (None: every row's).
+    `tables`: a dict the files read are kept in, for a second call on the same shard (the
+    samples' picks: once for every row's fate, once for the picks' scores)."""
     cols = ["id", "source_id", "n_tokens"] + (["text", "metadata"] if with_text else [])
-    docs = fs.read_table(part, columns=cols)
+    tables = {} if tables is None else tables
+
+    def read(path, columns) -> pa.Table:
+        key = (str(path), tuple(columns))
+        if key not in tables:
+            tables[key] = fs.read_table(path, columns=columns)
+        return tables[key]
+    docs = read(part, cols)
     n = docs.num_rows
     status = np.array(["kept"] * n, dtype=object)
     stage = np.array([None] * n, dtype=object)
@@ -183,20 +193,28 @@ def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: boo
     first = selected[0][1]["sources"].get(source) if selected else None
     axis = cells.source_axis(budget.source_cells(first)) if first else None  # the source's mixture axis, if any
     for label, path in layers:
-        names = fs.parquet_file(path).schema_arrow.names
+        names = tables.get(("names", str(path))) or tables.setdefault(("names", str(path)), fs.parquet_file(path).schema_arrow.names)
         # a layer's rewritten texts are read only when wanted (they are most of its bytes)
-        t = fs.read_table(path, columns=names if with_text else [c for c in names if c != "text"])
+        t = read(path, names if with_text else [c for c in names if c != "text"])
         if "n_tokens" in names:  # a layer's counts: a filtered source's are first counted by its filter step
             n_tokens = pc.coalesce(t.column("n_tokens"), n_tokens)
         if "rewritten_by" in names or "n_chars" in names:
-            col = t.column("rewritten_by" if "rewritten_by" in names else "n_chars").to_pylist()
-            for i, v in enumerate(col):
-                if v is not None and v != "":
-                    rewritten_by[i] = (rewritten_by[i] or []) + (v.split(",") if isinstance(v, str) else [label])
-        keep = t.column("keep").to_pylist()
-        rs = t.column("reason").to_pylist()
+            c = t.column("rewritten_by" if "rewritten_by" in names else "n_chars")
+            set_ = pc.is_valid(c) if c.type != pa.string() else pc.and_(pc.is_valid(c), pc.not_equal(c, ""))
+            for i in np.flatnonzero(set_.to_numpy(zero_copy_only=False)).tolist():  # the rewritten rows only
+                v = c[i].as_py()
+                rewritten_by[i] = (rewritten_by[i] or []) + (v.split(",") if isinstance(v, str) else [label])
+        # removed here and still kept before: numpy over the rows, Python over those rows only
+        gone = np.flatnonzero((t.column("keep").fill_null(True).to_numpy(zero_copy_only=False) == False)  # noqa: E712
+                              & (status == "kept"))
+        if len(gone):
+            rs = t.column("reason").take(pa.array(gone)).to_pylist()
+            stg = t.column("stage").take(pa.array(gone)).to_pylist() if label == "filter" else None
+            for j, i in enumerate(gone.tolist()):
+                status[i] = "removed"
+                stage[i] = filter_stage(stg[j]) if stg is not None else label
+                reason[i] = rs[j]
         if label == "filter":
-            stg = t.column("stage").to_pylist()
             lang_cols = [c for c in names if c.endswith(".lang")]
             if lang_cols:  # the chain's first language filter: language cells
                 langs = np.array(t.column(lang_cols[0]).to_pylist(), dtype=object)
@@ -205,19 +223,17 @@ def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: boo
                     for i, v in values(t, c):
                         if v is not None:
                             scores[i][c] = v
-        for i, k in enumerate(keep):
-            if k is False and status[i] == "kept":
-                status[i] = "removed"
-                stage[i] = filter_stage(stg[i]) if label == "filter" else label
-                reason[i] = rs[i]
         if "duplicate_of" in names:
-            for i, (s, d) in enumerate(zip(t.column("duplicate_of_source").to_pylist(), t.column("duplicate_of").to_pylist(), strict=True)):
-                if d is not None:
-                    surv_src[i], surv_id[i] = s, d
+            dup = np.flatnonzero(pc.is_valid(t.column("duplicate_of")).to_numpy(zero_copy_only=False))
+            if len(dup):
+                at_dup = pa.array(dup)
+                surv_src[dup] = np.array(t.column("duplicate_of_source").take(at_dup).to_pylist() + [None], dtype=object)[:-1]
+                surv_id[dup] = np.array(t.column("duplicate_of").take(at_dup).to_pylist() + [None], dtype=object)[:-1]
             if "duplicate_of_gid" in names:  # where the survivor is (runs before this column: looked up by id)
-                for i, g in enumerate(t.column("duplicate_of_gid").to_pylist()):
-                    if g is not None:
-                        surv_gid[i] = g
+                g = t.column("duplicate_of_gid")
+                has = np.flatnonzero(pc.is_valid(g).to_numpy(zero_copy_only=False))
+                if len(has):
+                    surv_gid[has] = np.array(g.take(pa.array(has)).to_pylist() + [None], dtype=object)[:-1]
         if "jaccard" in names:
             for i, v in values(t, "jaccard"):
                 if v is not None:

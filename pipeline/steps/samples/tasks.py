@@ -222,7 +222,8 @@ def pick_shard(spec: PickSpec, out) -> dict:
     another shard, gets its text in the per-source merge (`_gid`: where to read it)."""
     run = dec.OneShard(spec["seed"], spec["role"], spec["selection"], spec["layers"])
     source, part = spec["source"], fs.path(spec["documents"])
-    t = dec.shard_decisions(run, source, part, score_rows=())  # the picks' scores only, below
+    read: dict = {}  # the shard's files, read once for both calls
+    t = dec.shard_decisions(run, source, part, score_rows=(), tables=read)  # the picks' scores only, below
     ids = t.column("id").to_pylist()
     keys = np.array([_h(run.seed, source, i) for i in ids], np.uint64)
     status = np.array(t.column("status").to_pylist(), dtype=object)
@@ -248,7 +249,7 @@ def pick_shard(spec: PickSpec, out) -> dict:
         layers = [str(p) for _, p in run.layers(source, part)]
         texts = view_rows(str(part), layers, rows)
         at = pa.array(rows)
-        scored = dec.shard_decisions(run, source, part, score_rows=rows.tolist()).column("scores").take(at)
+        scored = dec.shard_decisions(run, source, part, score_rows=rows.tolist(), tables=read).column("scores").take(at)
         picked = t.take(at)
         cols = _columns(picked.set_column(picked.schema.get_field_index("scores"), "scores", scored))
         pos = {int(r): j for j, r in enumerate(rows.tolist())}  # shard row -> its row among the picks
