@@ -3,7 +3,8 @@ it holds): `python -m bench.fineweb2_table PATH/TO/fineweb-2` (the fetch tool's 
 huggingface/fineweb-2). Languages: lid.176's labels; FineWeb-2's language and script for each
 from datatrove's tokenizer_assignment.csv (the default script of the code, or the code with
 its script when another is the default); kept when datatrove splits its words with spaCy's
-rule-based tokenizer, which Curate's word splitter reproduces offline.
+rule-based tokenizer, which Curate's word splitter reproduces offline, or with a segmenter
+Curate runs too (Chinese: jieba; Thai: PyThaiNLP).
 """
 
 from __future__ import annotations
@@ -25,6 +26,22 @@ def _rule_based(code: str) -> bool:
         return False
 
 
+def _words(r: dict) -> str | None:
+    """The word-splitting language Curate gives a tokenizer_assignment.csv row, or None when
+    it cannot split that language's words as datatrove does: spaCy's rule-based tokenizers,
+    and the segmenters of filters/words.py SEGMENTERS (jieba through spaCy's Chinese
+    tokenizer, PyThaiNLP's ThaiTokenizer)."""
+    from filters.words import SEGMENTERS
+
+    if r["type"] == "SpaCyTokenizer" and r["tok_code"] in SEGMENTERS:
+        return r["tok_code"]
+    if r["type"] == "ThaiTokenizer":
+        return "th"
+    if r["type"] == "SpaCyTokenizer" and _rule_based(r["tok_code"]):
+        return r["tok_code"]
+    return None
+
+
 def build(repo: Path) -> dict:
     """The table from a FineWeb-2 checkout, for lid.176's languages."""
     import datatrove
@@ -37,13 +54,14 @@ def build(repo: Path) -> dict:
     for code in sorted(labels):
         for r in (r for r in rows if r["code_1"] == code and r["default_code_1"] == "TRUE"):
             cfg = repo / "configs" / f"{r['code_3']}_{r['script']}.yml"
-            if not cfg.exists() or r["type"] != "SpaCyTokenizer" or not _rule_based(r["tok_code"]):
+            words = _words(r)
+            if not cfg.exists() or words is None:
                 continue
             import yaml
 
             c = yaml.safe_load(cfg.read_text())
             key = code if r["default_script"] == "TRUE" else f"{code}_{r['script']}"
-            out[key] = {"fineweb2": f"{r['code_3']}_{r['script']}", "script": r["script"], "words": r["tok_code"],
+            out[key] = {"fineweb2": f"{r['code_3']}_{r['script']}", "script": r["script"], "words": words,
                         **{k: c[k] for k in ("dup_line_frac", "top_n_grams", "dup_n_grams", "line_punct_thr",
                                              "new_line_ratio", "min_avg_word_length", "max_avg_word_length",
                                              "max_non_alpha_words_ratio", "stopwords", "language_score")}}

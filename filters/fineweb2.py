@@ -10,8 +10,9 @@ table here (filters/data/fineweb2.json, written by `python -m bench.fineweb2_tab
 those fields for the languages lid.176 names, keyed by lid.176's code (`fr`), or code and
 script for a language FineWeb-2 writes in two (`sr` Cyrillic, `sr_Latn`), with the word
 splitting language datatrove assigns (its tokenizer_assignment.csv). Only languages whose
-words Curate splits as datatrove does offline are kept: spaCy's rule-based tokenizer
-(Japanese, Chinese, Thai, Korean and Vietnamese need segmenters not installed here).
+words Curate splits as datatrove does offline are kept: spaCy's rule-based tokenizer, and
+Chinese (jieba) and Thai (PyThaiNLP) by the same segmenters (filters/words.py SEGMENTERS);
+Japanese, Korean and Vietnamese need segmenters not installed here.
 
 `params(type, entry)` turns a language's entry into one filter type's parameters, as
 FineWeb-2's pipeline passes them to datatrove's filters.

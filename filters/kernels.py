@@ -96,8 +96,13 @@ class Vocab:
             self.memo_ids = 0
         memo = self.memo
         missing = [t for t in dict.fromkeys(texts) if t not in memo]
-        mod = native() if missing else None
-        if mod is not None:  # the chunk loop in C
+        whole = getattr(self.splitter, "whole_text", False)  # a segmenter that reads across spaces (Thai)
+        mod = native() if missing and not whole else None
+        if whole:
+            for text in missing:
+                arr = memo[text] = np.fromiter(map(self._word_id, self.splitter.split(text)), dtype=np.int32)
+                self.memo_ids += len(arr)
+        elif mod is not None:  # the chunk loop in C
             raw, counts = mod.text_ids(missing, self.chunks, self.index, self.words, self.splitter.chunk_words)
             got = np.frombuffer(raw, dtype=np.int32)
             ends = np.cumsum(counts).tolist()

@@ -280,9 +280,72 @@ class WordSplitter:
         return out
 
 
+# languages written without spaces between words: the segmenter datatrove splits their words with
+# (its tokenizer_assignment.csv: spaCy's Chinese tokenizer with jieba; its ThaiTokenizer, PyThaiNLP's newmm-safe)
+SEGMENTERS = {"zh": "jieba", "th": "pythainlp"}
+
+
+class SegmentedSplitter:
+    """The words of a language written without spaces between them (SEGMENTERS): each
+    whitespace-free chunk cut by the segmenter datatrove uses for the language, a cut
+    made once per process and chunk (the same cache WordSplitter keeps). For Chinese,
+    whitespace only separates jieba's blocks, so chunk by chunk gives the words of the whole
+    text; PyThaiNLP's newmm reads across spaces (a word's cut depends on the words before
+    it), so Thai texts are cut whole (`whole_text`), as datatrove cuts them
+    (tests/filters/test_segmenters.py checks both word for word against datatrove's)."""
+
+    def __init__(self, language: str):
+        from spacy.pipeline import Sentencizer
+
+        self.language = language
+        self.sentence_punct = frozenset(Sentencizer.default_punct_chars)
+        self.special: dict = {}
+        self.cache: dict[str, tuple[str, ...]] = {}
+        self._cut = _segmenter(language)
+        self.whole_text = language == "th"
+
+    def split(self, text: str) -> list[str]:
+        if self.whole_text:
+            return [w.strip() for w in self._cut(text) if w.strip()]
+        out: list[str] = []
+        for chunk in text.split():
+            out.extend(self.chunk_words(chunk))
+        return out
+
+    def chunk_words(self, chunk: str) -> tuple[str, ...]:
+        toks = self.cache.get(chunk)
+        if toks is None:
+            if len(self.cache) > CACHE_MAX:
+                self.cache.clear()
+            toks = self.cache[chunk] = tuple(w.strip() for w in self._cut(chunk) if w.strip())
+        return toks
+
+
+def _segmenter(language: str):
+    """chunk -> its words, by the language's segmenter; an error naming the package when it
+    is not installed (never a download: both ship their dictionaries in their wheels)."""
+    name = SEGMENTERS[language]
+    try:
+        if name == "jieba":
+            import logging
+
+            import jieba
+
+            jieba.setLogLevel(logging.WARNING)  # its dictionary-loading chatter
+            tk = jieba.Tokenizer()
+            return lambda chunk: tk.cut(chunk, cut_all=False)
+        from pythainlp.tokenize import word_tokenize
+
+        return lambda chunk: word_tokenize(chunk, keep_whitespace=False, engine="newmm-safe")
+    except ImportError:
+        raise ImportError(f"splitting {language} words needs the {name} package: pip install {name}") from None
+
+
 @functools.lru_cache(maxsize=8)
-def splitter(language: str = "en") -> WordSplitter:
+def splitter(language: str = "en") -> WordSplitter | SegmentedSplitter:
     """One splitter per language per worker process (compiling spaCy's rules takes ~0.05 s)."""
+    if language in SEGMENTERS:
+        return SegmentedSplitter(language)
     return WordSplitter(language)
 
 

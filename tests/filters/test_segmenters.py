@@ -1,0 +1,104 @@
+"""Words of languages written without spaces (Chinese, Thai): Curate's splitter against
+datatrove's own word tokenizers (spaCy's Chinese tokenizer with jieba; PyThaiNLP's
+newmm-safe), word for word, on prose written for these tests (data/segmented_prose.json),
+and the kernels' word ids built from the same splits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from filters import kernels, words
+
+PROSE = json.loads((Path(__file__).parent / "data" / "segmented_prose.json").read_text())
+
+
+@pytest.mark.parametrize("language,fineweb2", [("zh", "cmn_Hani"), ("th", "tha_Thai")])
+def test_words_are_datatroves_word_for_word(language, fineweb2):
+    from datatrove.utils.word_tokenizers import load_word_tokenizer
+
+    theirs = load_word_tokenizer(fineweb2)  # the tokenizer FineWeb-2's config of the language names
+    texts = PROSE[language] + ["\n\n".join(PROSE[language][:3])]  # one text of several paragraphs too
+    for text in texts:
+        assert words.splitter(language).split(text) == theirs.word_tokenize(text), text[:40]
+    # the kernels (Gopher's rules) see the same words: the batch's ids spell them back
+    w = kernels.batch_words(texts, language)
+    vocab = w.vocab.words
+    for i, text in enumerate(texts):
+        got = [vocab[j] for j in w.ids[w.off[i]:w.off[i + 1]].tolist()]
+        assert got == theirs.word_tokenize(text)
+    assert max(len(x) for t in texts for x in words.splitter(language).split(t)) < 20  # words, not whole sentences (a paragraph is 60-150 characters)
+
+
+def test_a_missing_segmenter_is_an_error_naming_the_package(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_jieba(name, *a, **k):
+        if name == "jieba":
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_jieba)
+    with pytest.raises(ImportError, match="pip install jieba"):
+        words._segmenter("zh")
+
+
+def _datatrove(type_name: str, lang: str):
+    """datatrove's filter with FineWeb-2's parameters for `lang`, as fineweb-2-pipeline.py builds it."""
+    from datatrove.pipeline import filters as dt
+
+    from filters import fineweb2
+
+    e = fineweb2.table()[lang]
+    code = e["fineweb2"]
+    if type_name == "gopher_repetition":
+        return dt.GopherRepetitionFilter(language=code, dup_para_frac=0, dup_line_char_frac=0, dup_para_char_frac=0,
+                                         dup_line_frac=e["dup_line_frac"], top_n_grams=[tuple(x) for x in e["top_n_grams"]],
+                                         dup_n_grams=[tuple(x) for x in e["dup_n_grams"]])
+    if type_name == "fineweb_quality":
+        return dt.FineWebQualityFilter(language=code, short_line_thr=999, char_duplicates_ratio=0.1,
+                                       line_punct_thr=e["line_punct_thr"], new_line_ratio=e["new_line_ratio"])
+    return dt.GopherQualityFilter(language=code, max_avg_word_length=e["max_avg_word_length"],
+                                  min_avg_word_length=e["min_avg_word_length"], stop_words=e["stopwords"],
+                                  max_non_alpha_words_ratio=e["max_non_alpha_words_ratio"], min_stop_words=2)
+
+
+@pytest.mark.parametrize("language", ["zh", "th"])
+def test_routed_filters_decide_as_datatrove_with_fineweb2s_parameters(language):
+    """Documents of 1-6 paragraphs (some repeated, some joined by single newlines), routed by
+    their language to FineWeb-2's thresholds (`per_language: fineweb2`): every decision of
+    Gopher repetition, FineWeb quality and Gopher quality is datatrove's given the same
+    parameters and FineWeb-2's word tokenizer for the language."""
+    import random
+
+    import pyarrow as pa
+    from datatrove.data import Document
+
+    from filters import base
+
+    rng = random.Random(7)
+    paras = PROSE[language]
+    texts = []
+    for _ in range(60):
+        picked = [rng.choice(paras) for _ in range(rng.randint(1, 6))]
+        if rng.random() < 0.3:
+            picked += picked[: rng.randint(1, len(picked))]  # repeated paragraphs
+        texts.append(("\n" if rng.random() < 0.3 else "\n\n").join(picked))
+    batch = pa.RecordBatch.from_pydict({"id": [str(i) for i in range(len(texts))], "text": texts})
+    langs = pa.array([language] * len(texts), pa.string())
+    removed = {}
+    for t in ("gopher_repetition", "fineweb_quality", "gopher_quality"):
+        got = base.build(base.parse_params({"type": t, "per_language": "fineweb2"})).apply(batch, langs)
+        dt = _datatrove(t, language)
+        theirs = []
+        for i, text in enumerate(texts):
+            r = dt.filter(Document(text=text, id=str(i)))
+            theirs.append(r if isinstance(r, bool) else bool(r[0]))
+        assert got.keep.tolist() == theirs, t
+        removed[t] = theirs.count(False)
+    print(f"\n{language}: removed of {len(texts)} by FineWeb-2's thresholds: {removed}")
+    assert removed["gopher_repetition"] > 0  # the repeated paragraphs are caught: the rules did read words
