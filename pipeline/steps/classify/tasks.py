@@ -396,6 +396,8 @@ def _scored_before(spec: dict) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     try:
         t = fs.read_table(f, columns=["text_key", "score"])
+        if t.column_names != ["text_key", "score"]:  # a file written before these columns (pyarrow leaves a missing one out)
+            raise KeyError(["text_key", "score"])
     except (FileNotFoundError, KeyError, pa.ArrowInvalid):  # collected since, or written before text_key
         return None
     k, v = t.column("text_key").to_numpy(), t.column("score").to_numpy()

@@ -108,6 +108,8 @@ def _counted_before(spec: dict) -> dict[int, int]:
         return {}
     try:
         t = fs.read_table(f, columns=["text", "n_tokens"])
+        if t.column_names != ["text", "n_tokens"]:  # a file written before these columns (pyarrow leaves a missing one out)
+            raise KeyError(["text", "n_tokens"])
     except (FileNotFoundError, KeyError, pa.ArrowInvalid):
         return {}
     return {xxhash.xxh3_64_intdigest(x): int(n) for x, n in zip(t.column("text").to_pylist(), t.column("n_tokens").to_pylist(),

@@ -128,6 +128,8 @@ def _encoded_before(spec: dict, dtype: np.dtype) -> dict[int, bytes] | None:
         return None
     try:
         t = fs.read_table(f, columns=["text_key", "tokens"])
+        if t.column_names != ["text_key", "tokens"]:  # a file written before these columns (pyarrow leaves a missing one out)
+            raise KeyError(["text_key", "tokens"])
     except (FileNotFoundError, KeyError, pa.ArrowInvalid):  # collected since, or written before text_key
         return None
     return dict(zip(t.column("text_key").to_pylist(), t.column("tokens").to_pylist(), strict=True))
