@@ -4,7 +4,7 @@ huggingface/fineweb-2). Languages: lid.176's labels; FineWeb-2's language and sc
 from datatrove's tokenizer_assignment.csv (the default script of the code, or the code with
 its script when another is the default); kept when datatrove splits its words with spaCy's
 rule-based tokenizer, which Curate's word splitter reproduces offline, or with a segmenter
-Curate runs too (Chinese: jieba; Thai: PyThaiNLP).
+Curate runs too (Chinese: jieba; Thai: PyThaiNLP; Vietnamese: pyvi).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _words(r: dict) -> str | None:
     """The word-splitting language Curate gives a tokenizer_assignment.csv row, or None when
     it cannot split that language's words as datatrove does: spaCy's rule-based tokenizers,
     and the segmenters of filters/words.py SEGMENTERS (jieba through spaCy's Chinese
-    tokenizer, PyThaiNLP's ThaiTokenizer)."""
+    tokenizer, PyThaiNLP's ThaiTokenizer, pyvi through spaCy's Vietnamese tokenizer)."""
     from filters.words import SEGMENTERS
 
     if r["type"] == "SpaCyTokenizer" and r["tok_code"] in SEGMENTERS:

@@ -280,18 +280,21 @@ class WordSplitter:
         return out
 
 
-# languages written without spaces between words: the segmenter datatrove splits their words with
-# (its tokenizer_assignment.csv: spaCy's Chinese tokenizer with jieba; its ThaiTokenizer, PyThaiNLP's newmm-safe)
-SEGMENTERS = {"zh": "jieba", "th": "pythainlp"}
+# languages whose words whitespace does not delimit: the segmenter datatrove splits their words with (its
+# tokenizer_assignment.csv: spaCy's Chinese tokenizer with jieba; its ThaiTokenizer, PyThaiNLP's newmm-safe;
+# spaCy's Vietnamese tokenizer with pyvi, whose words span syllables: "Hà Nội")
+SEGMENTERS = {"zh": "jieba", "th": "pythainlp", "vi": "pyvi"}
+WHOLE_TEXT = frozenset({"th", "vi"})  # segmenters that read across spaces: a text is cut whole
 
 
 class SegmentedSplitter:
-    """The words of a language written without spaces between them (SEGMENTERS): each
+    """The words of a language whitespace does not delimit (SEGMENTERS): each
     whitespace-free chunk cut by the segmenter datatrove uses for the language, a cut
     made once per process and chunk (the same cache WordSplitter keeps). For Chinese,
     whitespace only separates jieba's blocks, so chunk by chunk gives the words of the whole
     text; PyThaiNLP's newmm reads across spaces (a word's cut depends on the words before
-    it), so Thai texts are cut whole (`whole_text`), as datatrove cuts them
+    it) and pyvi's words span syllables, so Thai and Vietnamese texts are cut whole
+    (`whole_text`), as datatrove cuts them
     (tests/filters/test_segmenters.py checks both word for word against datatrove's)."""
 
     def __init__(self, language: str):
@@ -302,7 +305,7 @@ class SegmentedSplitter:
         self.special: dict = {}
         self.cache: dict[str, tuple[str, ...]] = {}
         self._cut = _segmenter(language)
-        self.whole_text = language == "th"
+        self.whole_text = language in WHOLE_TEXT
 
     def split(self, text: str) -> list[str]:
         if self.whole_text:
@@ -334,6 +337,16 @@ def _segmenter(language: str):
             jieba.setLogLevel(logging.WARNING)  # its dictionary-loading chatter
             tk = jieba.Tokenizer()
             return lambda chunk: tk.cut(chunk, cut_all=False)
+        if name == "pyvi":
+            import importlib.util
+
+            import spacy
+
+            if importlib.util.find_spec("pyvi") is None:  # spaCy's Vietnamese tokenizer imports it at its first text
+                raise ImportError("pyvi")
+
+            tok = spacy.blank("vi").tokenizer
+            return lambda text: [t.text for t in tok(text)]
         from pythainlp.tokenize import word_tokenize
 
         return lambda chunk: word_tokenize(chunk, keep_whitespace=False, engine="newmm-safe")

@@ -1,6 +1,6 @@
-"""Words of languages written without spaces (Chinese, Thai): Curate's splitter against
-datatrove's own word tokenizers (spaCy's Chinese tokenizer with jieba; PyThaiNLP's
-newmm-safe), word for word, on prose written for these tests (data/segmented_prose.json),
+"""Words of languages whitespace does not delimit (Chinese, Thai, Vietnamese): Curate's
+splitter against datatrove's own word tokenizers (spaCy's Chinese tokenizer with jieba;
+PyThaiNLP's newmm-safe; spaCy's Vietnamese tokenizer with pyvi), word for word, on prose written for these tests (data/segmented_prose.json),
 and the kernels' word ids built from the same splits."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from filters import kernels, words
 PROSE = json.loads((Path(__file__).parent / "data" / "segmented_prose.json").read_text())
 
 
-@pytest.mark.parametrize("language,fineweb2", [("zh", "cmn_Hani"), ("th", "tha_Thai")])
+@pytest.mark.parametrize("language,fineweb2", [("zh", "cmn_Hani"), ("th", "tha_Thai"), ("vi", "vie_Latn")])
 def test_words_are_datatroves_word_for_word(language, fineweb2):
     from datatrove.utils.word_tokenizers import load_word_tokenizer
 
@@ -67,7 +67,7 @@ def _datatrove(type_name: str, lang: str):
                                   max_non_alpha_words_ratio=e["max_non_alpha_words_ratio"], min_stop_words=2)
 
 
-@pytest.mark.parametrize("language", ["zh", "th"])
+@pytest.mark.parametrize("language", ["zh", "th", "vi"])
 def test_routed_filters_decide_as_datatrove_with_fineweb2s_parameters(language):
     """Documents of 1-6 paragraphs (some repeated, some joined by single newlines), routed by
     their language to FineWeb-2's thresholds (`per_language: fineweb2`): every decision of
