@@ -9,11 +9,12 @@ stage's counts for the ledger: docs, chars and tokens in and out, removals by ki
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import pyarrow as pa
 
-from pipeline.engine.cutoff import same_as_before
+from pipeline.engine.cutoff import Prior, same_as_before
 from pipeline.shards import combine, readkey, shuffle
 from pipeline.io import fs
 from pipeline.shards import view
@@ -60,7 +61,21 @@ def scatter(n: int, rows: np.ndarray, values: pa.Array) -> pa.Array:
     return pa.concat_arrays([values, pa.nulls(1, values.type)]).take(pa.array(pos))
 
 
-def run_shard(spec: dict, out) -> dict:
+class ApplySpec(TypedDict):
+    """A `dedup-<kind>` shard (steps/dedup/plan.py `apply_step`): one document shard and the decisions about it."""
+
+    doc: DocShard
+    decisions: str  # the reduce step's folder, or its merge tier's (steps/merge.py read_from)
+    reducers: int | list[int]  # the files there (read_from)
+    slot: int  # the document shard's decision slot (plan/context.py `slot_offsets`)
+    columns: dict[str, str]  # the kind's detail columns -> pyarrow type names
+    combined: NotRequired[bool]  # key-level decisions with the map's rest file (shards/combine.py)
+    rest: NotRequired[str | None]  # that rest file (None: the map kept no rest rows)
+    describe: str
+    prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
+
+
+def run_shard(spec: ApplySpec, out) -> dict:
     doc = spec["doc"]
     dec = shuffle.decisions(spec["decisions"], spec["slot"], spec["reducers"])
     if spec.get("combined"):  # key-level decisions (pipeline/shards/combine.py)

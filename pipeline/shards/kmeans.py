@@ -9,6 +9,8 @@ and the seed, never on shards or workers.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 import pyarrow as pa
 import xxhash
@@ -16,6 +18,7 @@ import xxhash
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs
 from pipeline.shards import view
+from pipeline.shards.documents import DocShard
 
 VERSION = "1"
 CHUNK = 8192  # rows per distance pass
@@ -92,8 +95,18 @@ def kept(doc: dict, embedding: str, columns: tuple[str, ...] = (), from_text=Non
     return rows, ids, emb, extra
 
 
+class KMeansSampleSpec(TypedDict):
+    """A k-means sample shard (steps/dedup/plan.py `semantic_steps`, steps/classify/clusters.py): one document shard's embeddings."""
+
+    doc: DocShard
+    embedding: str  # the embed-<source> attribute file
+    seed: int
+    rate: float  # the share of the kept documents sampled
+    describe: str
+
+
 @task(version=VERSION)
-def sample_shard(spec: dict, out) -> dict:
+def sample_shard(spec: KMeansSampleSpec, out) -> dict:
     doc = spec["doc"]
     rows, ids, emb, _ = kept(doc, spec["embedding"])
     keys = sample_keys(spec["seed"], doc["source"], ids)
@@ -129,8 +142,19 @@ def nearest(x: np.ndarray, c: np.ndarray) -> np.ndarray:
     return out
 
 
+class CentroidsSpec(TypedDict):
+    """The k-means step's one shard (steps/dedup/plan.py `centroid_shards`, steps/classify/clusters.py)."""
+
+    samples: str  # the sample step's folder
+    shards: int  # its part files
+    clusters: int  # k (at most the sampled rows)
+    seed: int
+    dim: int  # the embeddings' dimension
+    describe: str
+
+
 @task(version=VERSION)
-def centroids_shard(spec: dict, out) -> dict:
+def centroids_shard(spec: CentroidsSpec, out) -> dict:
     paths = [fs.path(spec["samples"]) / f"part-{i:05d}.parquet" for i in range(spec["shards"])]  # not listed in the spec
     tables = list(fs.read_many(fs.read_table, paths)) if paths else []
     t = pa.concat_tables(tables) if tables else None

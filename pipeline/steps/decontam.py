@@ -22,20 +22,21 @@ still count. An n-gram is n consecutive words; hashing is vectorised over a batc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 import orjson
 import pyarrow as pa
 
 from pipeline.plan import tokens
-from pipeline.engine.cutoff import same_as_before
+from pipeline.engine.cutoff import Prior, same_as_before
 from pipeline.shards import apply, readkey
 from pipeline.shards import text
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
 from pipeline.shards import view
+from pipeline.shards.documents import DocShard
 from pipeline.plan.stage import Stage
 
 if TYPE_CHECKING:  # a worker does not load the config models
@@ -109,7 +110,16 @@ def _join(rec: dict, fields: list[str]) -> str:
     return "\n".join(parts)
 
 
-def index_shard(spec: dict, out) -> dict:
+class IndexSpec(TypedDict):
+    """The `decontaminate-index` step's one shard (decontam.py `plan`): the eval sets and eval sources."""
+
+    sets: list[dict]  # per eval set: name, files, text_fields, id_field, sha256
+    sources: list[dict]  # an eval source's document shards: source, documents, layers
+    ngram: int
+    describe: str
+
+
+def index_shard(spec: IndexSpec, out) -> dict:
     """`decontaminate-index`: every eval item's distinct n-gram hashes, sorted, with the item's number."""
     n = spec["ngram"]
     sets, ids, texts = [], [], []
@@ -200,7 +210,23 @@ COLUMNS = {"eval_set": pa.string(), "eval_id": pa.string(), "overlap": pa.float6
            "ngrams_matched": pa.int32(), "unit_start": pa.int32(), "unit_end": pa.int32()}
 
 
-def apply_shard(spec: dict, out) -> dict:
+class DecontamSpec(TypedDict):
+    """A `decontaminate` shard (decontam.py `plan`): one document shard, checked against the eval index."""
+
+    doc: DocShard
+    index: str  # the decontaminate-index step's folder
+    ngram: int
+    unit: str  # paragraph or document
+    min_overlap: float
+    min_unit_words: int | None  # None: ngram
+    train: list[str]  # the sources checked (role: train)
+    action: str  # remove or cut
+    tokenizer: str | None  # what a cut document's tokens are counted with (plan/tokens.py)
+    describe: str
+    prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
+
+
+def apply_shard(spec: DecontamSpec, out) -> dict:
     """`decontaminate`, per document shard: an attribute file with `keep`, `reason` and the
     eval item each removed document contains (its set, id, overlap, the unit's span)."""
     doc, n = spec["doc"], spec["ngram"]

@@ -17,7 +17,7 @@ dimensions) and one batch of text (filters/embeddings.py: BATCH_CHARS).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -72,8 +72,17 @@ def _every_batch(documents: str, layers: list[str]):
         start += batch.num_rows
 
 
+class EmbedSpec(TypedDict):
+    """An `embed-<source>` shard (embed.py `plan`): one ingest shard after its filters."""
+
+    doc: dict  # source, part, documents and layers (the filter step's alone): not a whole DocShard
+    embedding: dict  # model, max_tokens, dim, and dtype when not float16
+    every_row: bool  # every row, removed ones too (an embedding classifier scores them)
+    describe: str
+
+
 @task(version=VERSION)
-def embed_shard(spec: dict, out) -> dict:
+def embed_shard(spec: EmbedSpec, out) -> dict:
     from filters import embeddings
 
     doc, e = spec["doc"], spec["embedding"]

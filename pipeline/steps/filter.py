@@ -22,7 +22,7 @@ registered version, the libraries it calls and the user functions it names (plan
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -76,7 +76,16 @@ def filter_chain(spec, extracts: bool) -> list[str]:
 STAGE = Stage("filter", plan)
 
 
-def run_shard(spec: dict, out) -> dict:
+class FilterSpec(TypedDict):
+    """A `filter-<source>` shard (filter.py `plan`): one ingest shard and the source's chain."""
+
+    documents: str  # the ingest shard's Parquet file
+    filters: list[list]  # [stage name, filter params] in chain order (`extract` first for web sources)
+    tokenizer: str | None  # what the kept documents are counted with (plan/tokens.py)
+    describe: str
+
+
+def run_shard(spec: FilterSpec, out) -> dict:
     filters = [(name, filter_base.build(filter_base.parse_params(p))) for name, p in spec["filters"]]
     lid = None  # the chain's language filter so far: what routes a filter with per_language
     for (name, p), (_, flt) in zip(spec["filters"], filters):

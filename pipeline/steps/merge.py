@@ -32,6 +32,7 @@ and a reader of partition p reads only its range's `groups` files (shuffle.files
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NotRequired, TypedDict
 
 from pipeline.config.engine import DEFAULTS, EngineSpec
 from pipeline.engine.step import Step, task
@@ -59,8 +60,20 @@ def read_ahead(group_size: int) -> int:
     return max(256 << 10, min(4 << 20, MEMORY // max(1, group_size)))
 
 
+class MergeSpec(TypedDict):
+    """A shuffle-merge shard (merge.py `merge_step`): one group of writers' files, or one partition range of them."""
+
+    inputs: str  # the writing step's folder
+    subs: list[str]  # its subfolders merged
+    first: int  # the group's writers: [first, last)
+    last: int
+    span: NotRequired[list[int]]  # [range, ranges] when the group is split by partition ranges
+    groups: NotRequired[int]  # then the number of groups
+    describe: str
+
+
 @task(version="1")
-def merge_shard(spec: dict, out) -> dict:
+def merge_shard(spec: MergeSpec, out) -> dict:
     """One group of writers' files (or one partition range of them), per subfolder, merged
     into this step's folder."""
     res = {}

@@ -13,7 +13,7 @@ Every document of an eval source is written there too (reason `eval_source`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +24,7 @@ from pipeline.shards import apply
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
 from pipeline.shards import view
+from pipeline.shards.documents import DocShard
 from pipeline.plan.stage import Stage
 
 if TYPE_CHECKING:  # a worker does not load the config models
@@ -36,7 +37,16 @@ def keys(seed: int, source: str, ids: list[str]) -> np.ndarray:
     return np.array([xxhash.xxh3_64_intdigest(f"validation:{seed}:{source}:{i}") for i in ids], np.uint64)
 
 
-def keys_shard(spec: dict, out) -> dict:
+class KeysSpec(TypedDict):
+    """A `validation-keys` shard (validation.py `plan`): one document shard of a train source."""
+
+    doc: DocShard
+    seed: int
+    by: str  # tokens or docs: each key's weight
+    describe: str
+
+
+def keys_shard(spec: KeysSpec, out) -> dict:
     """`validation-keys`, per document shard of a train source: every kept document's key and weight."""
     d = spec["doc"]
     ks, ws = [], []
@@ -50,7 +60,16 @@ def keys_shard(spec: dict, out) -> dict:
     return {"rows": len(k), "source": d["source"], "weight": int(w.sum())}
 
 
-def select_shard(spec: dict, out) -> dict:
+class HoldSpec(TypedDict):
+    """The `validation-select` step's one shard (validation.py `select_shards`)."""
+
+    keys: dict[str, dict]  # per train source, its key files (shards/select.py key_files)
+    fraction: float | None  # the share held out, else ...
+    tokens: int | None  # ... the tokens held out
+    describe: str
+
+
+def select_shard(spec: HoldSpec, out) -> dict:
     """`validation-select`: per train source, the largest key held out (exact: the smallest
     key whose cumulative weight reaches the share)."""
     res = {}
@@ -66,7 +85,17 @@ def select_shard(spec: dict, out) -> dict:
     return {"rows": sum(v["docs"] for v in res.values()), "sources": res}
 
 
-def apply_shard(spec: dict, out) -> dict:
+class HeldOutSpec(TypedDict):
+    """A `validation` shard (validation.py `apply_shards`): one document shard and its source's cutoff."""
+
+    doc: DocShard
+    seed: int
+    role: str  # the source's role: train (held out below the cutoff), eval (all), reference (none)
+    cutoff: str | None  # the largest key held out (None: none of a train source)
+    describe: str
+
+
+def apply_shard(spec: HeldOutSpec, out) -> dict:
     """`validation`, per document shard: the held-out rows leave training and are written out."""
     d = spec["doc"]
     total = view.num_rows(d["documents"])

@@ -15,6 +15,7 @@ bits make an accidental collision negligible (about 1e-21 for a billion document
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import orjson
@@ -22,12 +23,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from pipeline.engine.cutoff import same_as_before
+from pipeline.engine.cutoff import Prior, same_as_before
 from pipeline.shards import combine, readkey, shuffle
 from pipeline.shards import text
 from pipeline.engine.step import task
 from pipeline.io import fs
 from pipeline.shards import view
+from pipeline.shards.documents import DocShard
 
 _M64 = (1 << 64) - 1
 _UNDATED = 1 << 62  # sorts after every real date (order is minus the epoch second)
@@ -49,7 +51,7 @@ def _epoch(date) -> int:
 COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string", "duplicate_of_gid": "int64"}
 
 
-def _url_keys(metas: list, spec: dict, h1: list, h2: list, order: list) -> list[int]:
+def _url_keys(metas: list, spec: ExactMapSpec, h1: list, h2: list, order: list) -> list[int]:
     """Hash halves and order (minus the crawl date) of each document with a URL; their rows."""
     keep = []
     for j, m in enumerate(metas):
@@ -65,8 +67,21 @@ def _url_keys(metas: list, spec: dict, h1: list, h2: list, order: list) -> list[
     return keep
 
 
+class ExactMapSpec(TypedDict):
+    """A `dedup-exact-map` shard (steps/dedup/plan.py `per_doc`): one document shard's keys."""
+
+    doc: DocShard
+    normalize: list[str]  # what to fold before hashing (text.normalize)
+    key: NotRequired[str]  # url; left out for text keys (their old hashes)
+    url_field: NotRequired[str]  # with key url: the metadata fields of the URL and crawl date
+    date_field: NotRequired[str]
+    partitions: int  # the reducers' count
+    describe: str
+    prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
+
+
 @task(version=combine.VERSION)
-def map_shard(spec: dict, out) -> dict:
+def map_shard(spec: ExactMapSpec, out) -> dict:
     doc = spec["doc"]
     rk, state = readkey.shard(doc)  # an earlier shard that read the same is linked
     if (st := same_as_before(spec, out, rk)) is not None:
@@ -104,8 +119,22 @@ def map_shard(spec: dict, out) -> dict:
             "rest": combine.write_rest(rest, fs.path(out.dir) / "rest", out.index)}
 
 
+class ExactReduceSpec(TypedDict):
+    """A `dedup-exact-reduce` shard (steps/dedup/plan.py `reduce_specs`): one hash partition."""
+
+    inputs: str  # the maps' (or their merge tier's) buckets folder
+    maps: int | list[int]  # the files there (steps/merge.py read_from)
+    partition: int
+    offsets: list[int]  # per source, its first decision slot (plan/context.py `slot_offsets`)
+    ndocs: int  # the number of slots
+    sources: list[str]
+    rank_source: list[str]  # rank -> source
+    reason: NotRequired[str]  # url_duplicate_of for URL keys
+    describe: str
+
+
 @task(version="2")  # 2: decisions partitioned by slot (Context.slot_offsets)
-def reduce_shard(spec: dict, out) -> dict:
+def reduce_shard(spec: ExactReduceSpec, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
     if t is None or t.num_rows == 0:

@@ -28,11 +28,13 @@ clusters: connected components of the edges, partitioned by edge, so no task hol
 
 from __future__ import annotations
 
+from typing import NotRequired, TypedDict
+
 import numpy as np
 import pyarrow as pa
 import xxhash
 
-from pipeline.engine.cutoff import same_as_before
+from pipeline.engine.cutoff import Prior, same_as_before
 from pipeline.shards import readkey, text
 from pipeline.steps.dedup import components
 from pipeline.steps.merge import FANIN, GROUP
@@ -40,6 +42,7 @@ from pipeline.shards import shuffle
 from pipeline.engine.step import task
 from pipeline.io import fs
 from pipeline.shards import view
+from pipeline.shards.documents import DocShard
 
 ALL_PAIRS = 32
 EDGES_PER_PARTITION = 5_000_000
@@ -116,8 +119,20 @@ def partitions_of(keys: np.ndarray, okeys: np.ndarray, nparts: int, heavy: dict 
     return part
 
 
+class SigSpec(TypedDict):
+    """A `dedup-fuzzy-signatures` shard (steps/dedup/plan.py `per_doc`): one document shard's LSH band rows."""
+
+    doc: DocShard
+    params: dict  # the dedup.fuzzy section with `rows`, without `threshold` (verify's alone)
+    partitions: int  # the ordinary bucket partitions
+    virtual: NotRequired[int]  # heavy buckets' blocks past them (steps/dedup/salt.py), when a bucket is cut
+    heavy: NotRequired[str]  # then the heavy-bucket table
+    describe: str
+    prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
+
+
 @task(version=shuffle.VERSION)
-def sig_shard(spec: dict, out) -> dict:
+def sig_shard(spec: SigSpec, out) -> dict:
     doc, p = spec["doc"], spec["params"]
     rk, state = readkey.shard(doc)  # an earlier shard that read the same is linked
     if (st := same_as_before(spec, out, rk)) is not None:
@@ -166,8 +181,23 @@ def anchor_pairs(bucket, okey, okey2, g, starts, sizes, heavy: dict | None) -> t
     return np.where(anchor_first, ag, fg), np.where(anchor_first, fg, ag)
 
 
+class BucketsSpec(TypedDict):
+    """A `dedup-fuzzy-buckets` shard (steps/dedup/plan.py `reduce_specs`): one bucket partition."""
+
+    inputs: str  # the signatures' (or their merge tier's) buckets folder
+    maps: int | list[int]  # the files there (steps/merge.py read_from)
+    partition: int
+    offsets: list[int]  # per source, its first decision slot (plan/context.py `slot_offsets`)
+    ndocs: int  # the number of slots
+    sources: list[str]
+    rank_source: list[str]  # rank -> source
+    heavy: NotRequired[str]  # when a bucket is cut: the heavy-bucket table (steps/dedup/salt.py) ...
+    ordinary: NotRequired[int]  # ... and the ordinary partitions (the blocks' come after)
+    describe: str
+
+
 @task(version="4")  # 4: pairs partitioned by slot (Context.slot_offsets)
-def buckets_shard(spec: dict, out) -> dict:
+def buckets_shard(spec: BucketsSpec, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
     if t is None or t.num_rows == 0:
@@ -213,7 +243,19 @@ def pair_partition(lo: np.ndarray, hi: np.ndarray, nparts: int) -> np.ndarray:
     return shuffle.partition_of(text.fmix64(x), nparts)
 
 
-def fetch_shard(spec: dict, out) -> dict:
+class FetchSpec(TypedDict):
+    """A `dedup-fuzzy-fetch` shard (steps/dedup/plan.py `fetch_shards`): one document shard's part in the pairs."""
+
+    doc: DocShard
+    slot: int  # the document shard's decision slot (plan/context.py `slot_offsets`)
+    pairs: str  # the buckets step's folder, or its merge tier's (steps/merge.py read_from)
+    pair_files: int | list[int]  # the files there (read_from)
+    params: dict  # the dedup.fuzzy section with `rows`, without `threshold`
+    partitions: int  # the verify partitions
+    describe: str
+
+
+def fetch_shard(spec: FetchSpec, out) -> dict:
     """A document shard's part in the candidate pairs -> the verify partitions: its
     documents' ids and texts, once per partition that needs them, and the pairs whose
     later member it holds."""
@@ -281,8 +323,19 @@ def _known(files: list[str]) -> dict[bytes, float]:
     return known
 
 
+class VerifySpec(TypedDict):
+    """A `dedup-fuzzy-verify` shard (steps/dedup/plan.py `verify_shards`): one pair partition."""
+
+    fetched: str  # the fetch step's folder, or its merge tier's (steps/merge.py read_from)
+    maps: int | list[int]  # the files there (read_from)
+    partition: int
+    params: dict  # the dedup.fuzzy section with `rows`
+    describe: str
+    prior: list[str]  # earlier verify outputs of this partition (`verified_before`), not the executor's hint
+
+
 @task(version="2")  # 2: the texts' digests with each pair, looked up in earlier outputs (`prior`)
-def verify_shard(spec: dict, out) -> dict:
+def verify_shard(spec: VerifySpec, out) -> dict:
     """One verify partition: its pairs, each with both documents' texts at hand."""
     p = spec["params"]
     final = out.path(".parquet")
@@ -326,8 +379,23 @@ def verify_shard(spec: dict, out) -> dict:
     return {"rows": len(lo), "candidates": len(lo), "texts": len(g), "edges": int(edge.sum()), "looked_up": looked}
 
 
+class ClustersSpec(TypedDict):
+    """The `dedup-fuzzy-clusters` coordinator's one shard (steps/dedup/plan.py)."""
+
+    edges: str  # the verify step's folder
+    sources: list[str]
+    src_rank: list[int]  # per source (YAML order), its survivor rank
+    partitions: int | None  # dedup.partitions (a floor)
+    verified: int  # the verify shards (edge files)
+    edge_count: int  # the edges, from their markers
+    offsets: list[int]  # per source, its first decision slot (plan/context.py `slot_offsets`)
+    ndocs: int  # the number of slots
+    layout: NotRequired[dict]  # the engine's shuffle group and fan-in
+    describe: str
+
+
 @task(version="2")  # 2: decisions partitioned by slot (Context.slot_offsets)
-def clusters_shard(spec: dict, out) -> dict:
+def clusters_shard(spec: ClustersSpec, out) -> dict:
     """Connected components of all verified edges (pipeline/steps/dedup/components.py). A
     coordinator: it holds counts and waits for its rounds' tasks (it takes no CPU slot)."""
     import time

@@ -18,19 +18,21 @@ apply (per document shard): the cuts are made (each cut paragraph goes with the
 from __future__ import annotations
 
 import time
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import pyarrow as pa
 import xxhash
 
 from pipeline.plan import tokens
-from pipeline.engine.cutoff import prior_file, same_as_before
+from pipeline.engine.cutoff import Prior, prior_file, same_as_before
 from pipeline.shards import combine, readkey, shuffle
 from pipeline.shards import text
 from pipeline.shards.apply import write_attributes
 from pipeline.engine.step import task
 from pipeline.io import fs
 from pipeline.shards import view
+from pipeline.shards.documents import DocShard
 
 _M64 = (1 << 64) - 1
 
@@ -46,8 +48,18 @@ def _hashes(t: str, unit: str, min_chars: int) -> list[tuple[int, int, int, int]
     return out
 
 
+class ParagraphMapSpec(TypedDict):
+    """A `dedup-paragraph-map` shard (steps/dedup/plan.py `per_doc`): one document shard's paragraph hashes."""
+
+    doc: DocShard
+    params: dict  # the dedup.paragraph section (min_chars, max_occurrences, unit, min_doc_chars)
+    partitions: int  # the reducers' count
+    describe: str
+    prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
+
+
 @task(version=combine.VERSION)
-def map_shard(spec: dict, out) -> dict:
+def map_shard(spec: ParagraphMapSpec, out) -> dict:
     doc, p = spec["doc"], spec["params"]
     rk, state = readkey.shard(doc)  # an earlier shard that read the same is linked
     if (st := same_as_before(spec, out, rk)) is not None:
@@ -76,8 +88,22 @@ def map_shard(spec: dict, out) -> dict:
             "rest": combine.write_rest(rest, fs.path(out.dir) / "rest", out.index), "read_key": rk}
 
 
+class ParagraphReduceSpec(TypedDict):
+    """A `dedup-paragraph-reduce` shard (steps/dedup/plan.py `reduce_specs`): one hash partition."""
+
+    inputs: str  # the maps' (or their merge tier's) buckets folder
+    maps: int | list[int]  # the files there (steps/merge.py read_from)
+    partition: int
+    offsets: list[int]  # per source, its first decision slot (plan/context.py `slot_offsets`)
+    ndocs: int  # the number of slots
+    sources: list[str]
+    rank_source: list[str]  # rank -> source
+    params: dict  # the dedup.paragraph section
+    describe: str
+
+
 @task(version="2")  # 2: decisions partitioned by slot (Context.slot_offsets)
-def reduce_shard(spec: dict, out) -> dict:
+def reduce_shard(spec: ParagraphReduceSpec, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
     if t is None or t.num_rows == 0:
@@ -99,7 +125,7 @@ def reduce_shard(spec: dict, out) -> dict:
 SPAN = pa.struct([("start", pa.int64()), ("end", pa.int64()), ("kept_in", pa.string())])
 
 
-def _counted_before(spec: dict) -> dict[int, int]:
+def _counted_before(spec: ParagraphApplySpec) -> dict[int, int]:
     """xxh3-64 of a cut text -> its token count, from the earlier shard of this one's partial
     key (engine/cutoff.prior_file: the same documents, tokenizer and parameters): a shard
     whose decisions moved counts only the cut texts it has not counted."""
@@ -116,7 +142,24 @@ def _counted_before(spec: dict) -> dict[int, int]:
                                                                  strict=True) if x is not None and n is not None}
 
 
-def apply_shard(spec: dict, out) -> dict:
+class ParagraphApplySpec(TypedDict):
+    """A `dedup-paragraph` shard (steps/dedup/plan.py `apply_step`): one document shard and its cuts."""
+
+    doc: DocShard
+    decisions: str  # the reduce step's folder, or its merge tier's (steps/merge.py read_from)
+    reducers: int | list[int]  # the files there (read_from)
+    slot: int  # the document shard's decision slot (plan/context.py `slot_offsets`)
+    columns: None
+    params: dict  # the dedup.paragraph section
+    tokenizer_id: str | None  # in the step's hash; `tokenizer` is what counts the cut texts (plan/tokens.py)
+    tokenizer: str | None
+    combined: bool  # key-level decisions with the map's rest file (shards/combine.py)
+    rest: str | None  # that rest file (None: the map kept no rest rows)
+    describe: str
+    prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
+
+
+def apply_shard(spec: ParagraphApplySpec, out) -> dict:
     doc, p = spec["doc"], spec["params"]
     n = view.num_rows(doc["documents"])
     dec = combine.resolve(shuffle.decisions(spec["decisions"], spec["slot"], spec["reducers"]), spec.get("rest"),

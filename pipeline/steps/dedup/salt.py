@@ -28,6 +28,7 @@ of shards, workers or merge groups. A bucket the sample misses is at most a few 
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +37,7 @@ from pipeline.config.engine import DEFAULTS
 from pipeline.engine.step import task
 from pipeline.io import fs
 from pipeline.shards import text, view
+from pipeline.shards.documents import DocShard
 from pipeline.steps.dedup import fuzzy
 
 SALT_ROWS = DEFAULTS["fuzzy_salt_rows"]  # (engine.fuzzy_salt_rows) rows of one bucket a reducer holds at most (half of dedup's PARTITION_ROWS)
@@ -49,8 +51,17 @@ def rate(salt: int) -> float:
     return min(1.0, SAMPLES_PER_BLOCK / salt)
 
 
+class SaltSampleSpec(TypedDict):
+    """A `dedup-fuzzy-sample` shard (steps/dedup/plan.py `sample_specs`): a group of up to GROUP document shards."""
+
+    docs: list[DocShard]
+    params: dict  # the dedup.fuzzy section with `rows`, without `threshold`
+    rate: float  # the share of the documents sampled (`rate`)
+    describe: str
+
+
 @task(version="1")
-def sample_shard(spec: dict, out) -> dict:
+def sample_shard(spec: SaltSampleSpec, out) -> dict:
     """Band buckets of the sampled kept documents of a group of document shards."""
     p = spec["params"]
     a, b = text.permutations(p["num_perm"], p["seed"])
@@ -77,8 +88,18 @@ def sample_shard(spec: dict, out) -> dict:
     return {"rows": kept, "docs": kept, "sampled": sum(r[4] for r in got)}
 
 
+class HeavySpec(TypedDict):
+    """The `dedup-fuzzy-heavy` step's one shard (steps/dedup/plan.py `heavy_specs`)."""
+
+    samples: str  # the sample step's folder
+    files: int  # its part files
+    rate: float  # the share sampled
+    salt_rows: int  # rows of one bucket a reducer holds at most (engine.fuzzy_salt_rows)
+    describe: str
+
+
 @task(version="1")
-def heavy_shard(spec: dict, out) -> dict:
+def heavy_shard(spec: HeavySpec, out) -> dict:
     """The heavy buckets: bucket, blocks, first (its first virtual partition), anchor (gid,
     okey, okey2), sorted by bucket."""
     paths = [fs.path(spec["samples"]) / f"part-{i:05d}.parquet" for i in range(spec["files"])]

@@ -28,6 +28,8 @@ documents and the seed, not of shards or workers.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 import pyarrow as pa
 
@@ -35,6 +37,7 @@ from pipeline.engine.step import task
 from pipeline.io import fs
 from pipeline.shards import shuffle
 from pipeline.shards import text as text_hash
+from pipeline.shards.documents import DocShard
 from pipeline.shards.kmeans import kept, nearest, read_centroids, vectors
 from pipeline.steps.dedup.fuzzy import okey
 
@@ -46,8 +49,20 @@ BISECT_ITERS = 8  # 2-means iterations a split of a large cluster takes
 SKETCH, SKETCH_SEED = 128, 0x5E  # MinHash values of a document's words, for `min_overlap`
 
 
+class SemanticMapSpec(TypedDict):
+    """A `dedup-semantic-map` shard (steps/dedup/plan.py `semantic_steps`): one document shard's embeddings to their clusters."""
+
+    doc: DocShard
+    embedding: str  # the embed-<source> attribute file
+    centroids: str  # the centroids step's centroids.npy
+    dim: int
+    sketch: bool  # with min_overlap: the documents' word sketches too
+    partitions: int
+    describe: str
+
+
 @task(version=VERSION)
-def map_shard(spec: dict, out) -> dict:
+def map_shard(spec: SemanticMapSpec, out) -> dict:
     doc = spec["doc"]
     rows, ids, emb, extra = kept(doc, spec["embedding"], from_text=sketches if spec.get("sketch") else None)
     base = shuffle.map_file(fs.path(out.dir) / "buckets", out.index)
@@ -156,8 +171,22 @@ def _closest_overlapping(row: np.ndarray, threshold: float, sk: np.ndarray, mine
     return None
 
 
+class SemanticReduceSpec(TypedDict):
+    """A `dedup-semantic-reduce` shard (steps/dedup/plan.py `reduce_specs`): one cluster partition."""
+
+    inputs: str  # the maps' (or their merge tier's) buckets folder
+    maps: int | list[int]  # the files there (steps/merge.py read_from)
+    partition: int
+    offsets: list[int]  # per source, its first decision slot (plan/context.py `slot_offsets`)
+    ndocs: int  # the number of slots
+    sources: list[str]
+    rank_source: list[str]  # rank -> source
+    params: dict  # the dedup.semantic section (a model folder by its files)
+    describe: str
+
+
 @task(version="4")  # 3: decisions partitioned by slot (Context.slot_offsets); 4: clusters split past max_cluster_rows
-def reduce_shard(spec: dict, out) -> dict:
+def reduce_shard(spec: SemanticReduceSpec, out) -> dict:
     p = spec["params"]
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     target = shuffle.map_file(fs.path(out.dir) / "to", out.index)

@@ -23,6 +23,7 @@ Blank lines in JSONL are not records and are not counted.
 
 from __future__ import annotations
 
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import orjson
@@ -47,7 +48,27 @@ EXCERPT = 200
 # ---------------------------------------------------------------- the shard task
 
 
-def _duplicates(spec: dict, out) -> dict[int, tuple[str, str]]:
+class IngestSpec(TypedDict):
+    """An `ingest-<source>` shard (steps/ingest/plan.py `ingest_shards`): one split of the source's inputs."""
+
+    source: str
+    text_field: str
+    id_field: str | None
+    hf_split: str | None  # for a saved DatasetDict: which split to read
+    on_bad_record: str  # quarantine or fail
+    tokenizer: str | None  # what documents are counted with (plan/tokens.py)
+    max_doc_bytes: int
+    duplicates: str | None  # the unique-ids step's folder (with id_field), else None
+    duplicate_files: NotRequired[int | None]  # its shard count; None when this split has no id used again
+    extract: dict | None  # a web source's extractor spec (config `extractor`)
+    html_field: str | None
+    count_tokens: bool  # False for a filtered or web source: its filter step counts the kept documents
+    split: dict  # steps/ingest/splits.py: the file and the part of it read
+    index_partitions: NotRequired[int]  # the id index's partitions (steps/ingest/idindex.py)
+    describe: str
+
+
+def _duplicates(spec: IngestSpec, out) -> dict[int, tuple[str, str]]:
     """line or row -> (id, place of its first use), from the unique-ids step (ids.py)."""
     if not spec.get("duplicates"):
         return {}
@@ -217,7 +238,7 @@ def parse(shard, split: dict) -> None:
 
 
 @task(version="2")
-def run_shard(spec: dict, out) -> dict:
+def run_shard(spec: IngestSpec, out) -> dict:
     shard = _Shard(spec, out)
     try:
         parse(shard, spec["split"])

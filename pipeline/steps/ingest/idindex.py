@@ -16,6 +16,7 @@ shares 64 bits at 25 B documents), so callers check the id at the place found.
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -49,7 +50,16 @@ def write_map(h: np.ndarray, step_dir, index: int, nparts: int) -> None:
     shuffle.write_partitions(table, range_of(h, nparts), nparts, shuffle.map_file(fs.path(step_dir) / "index", index))
 
 
-def reduce_shard(spec: dict, out) -> dict:
+class IdIndexSpec(TypedDict):
+    """An `id-index-<source>` shard (steps/ingest/plan.py `index_shards`): one range of the id hash."""
+
+    inputs: str  # the ingest step's (or its merge tier's) index folder
+    files: int | list[int]  # the files there (steps/merge.py read_from)
+    partition: int
+    describe: str
+
+
+def reduce_shard(spec: IdIndexSpec, out) -> dict:
     p = spec["partition"]
     # this range from every shard's index file, or from the merge tier's files when it ran
     t = shuffle.read_partition(spec["inputs"], spec["files"], p, schema=SCHEMA)

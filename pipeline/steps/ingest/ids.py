@@ -22,6 +22,7 @@ for splits by rows; byte-range splits of small records can hold more).
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -38,8 +39,14 @@ PARTITION_ROWS = 4_000_000
 SCHEMA = pa.schema([("h", pa.uint64()), ("id", pa.string()), ("loc", pa.int64()), ("split", pa.int64())])
 
 
+class IdsMapSpec(ingest.IngestSpec):
+    """An `ids-<source>` shard (steps/ingest/plan.py `id_shards`): the ingest shard's spec, with the reducers' count."""
+
+    partitions: int
+
+
 @task(version=shuffle.VERSION)
-def map_shard(spec: dict, out) -> dict:
+def map_shard(spec: IdsMapSpec, out) -> dict:
     sink = ingest.IdSink(spec)
     split = spec["split"]
     ingest.parse(sink, split)
@@ -59,7 +66,7 @@ def partitions(total_rows: int) -> int:
     return max(1, math.ceil(total_rows / PARTITION_ROWS))
 
 
-def _places(spec: dict, splits: set[int]) -> dict[int, list]:
+def _places(spec: IdsReduceSpec, splits: set[int]) -> dict[int, list]:
     """(path, "line" | "row") of some splits, from their map markers (only where ids repeat)."""
     return {i: shard_marker(spec["maps_dir"], i)["place"] for i in splits}
 
@@ -69,7 +76,20 @@ def _place(places: list, split: int, loc: int) -> str:
     return f"{path}:{loc}" if kind == "line" else f"{path} row {loc}"
 
 
-def reduce_shard(spec: dict, out) -> dict:
+class IdsReduceSpec(TypedDict):
+    """A `unique-ids-<source>` shard (steps/ingest/plan.py `unique_shards`): one range of the id hash."""
+
+    source: str
+    partition: int
+    maps_dir: str  # the ids map step's folder (its markers name each split's file)
+    maps: int  # the map shards: the ingest splits
+    inputs: str  # the maps' (or their merge tier's) buckets folder
+    files: int | list[int]  # the files there (steps/merge.py read_from)
+    on_bad_record: str  # quarantine or fail
+    describe: str
+
+
+def reduce_shard(spec: IdsReduceSpec, out) -> dict:
     p = spec["partition"]
     target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
     # this range from every map's file, or from the merge tier's files when it ran: `files` files in `inputs`

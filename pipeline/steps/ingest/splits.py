@@ -6,6 +6,7 @@ Parquet splits by row groups, and every split stays under `max_shard_rows` and
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import pyarrow as pa
 
@@ -101,7 +102,20 @@ def describe(split: dict) -> str:
     return f["path"]
 
 
-def scan_shard(spec: dict, out) -> dict:
+class ScanSpec(TypedDict):
+    """A `scan-<source>` shard (steps/ingest/plan.py): one large compressed input (io/discover.py InputFile's fields)."""
+
+    path: str
+    rel: str
+    format: str
+    compression: str | None
+    size: int
+    mtime_ns: int
+    unreadable: str | None
+    describe: str
+
+
+def scan_shard(spec: ScanSpec, out) -> dict:
     """Scan task: the line count of one compressed file (for splitting by records)."""
     res = readers.count_lines(spec["path"], spec["compression"])
     return {"path": spec["path"], **res, "rows": 0}

@@ -29,6 +29,7 @@ Nothing depends on workers, shards or retries: choices and order are hashes of i
 from __future__ import annotations
 
 import math
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +42,7 @@ from pipeline.shards import select
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs
 from pipeline.shards import view
+from pipeline.shards.documents import DocShard
 
 MIX_SCHEMA = pa.schema([
     ("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("source_id", pa.string()),
@@ -52,8 +54,17 @@ MIX_ORDER = [("order", "ascending"), ("source", "ascending"), ("id", "ascending"
 ALL = pc.CountOptions(mode="all")  # rows, null token counts included
 
 
+class PrioritySpec(TypedDict):
+    """A `mix-priority` shard (steps/mix/plan.py `priority_shards`): one document shard and its source's cells."""
+
+    doc: DocShard  # with `axis_groups` when its source is weighted by an axis
+    seed: int  # the mixture's (a cell's own `seed` comes first)
+    cells: list[dict]  # the source's cells in every phase, each with its key folder `index`, `phase`, `seed` and `epoch`
+    describe: str
+
+
 @task(version="2")  # 2: one key file per cell
-def priority_shard(spec: dict, out) -> dict:
+def priority_shard(spec: PrioritySpec, out) -> dict:
     """`mix-priority`, per document shard of a source with a cell that needs a partial
     epoch: each such cell's kept documents' priorities and tokens, sorted, one file per
     cell (keys/c<cell>/), for the select's merge (pipeline/shards/select.py)."""
@@ -85,8 +96,16 @@ def priority_shard(spec: dict, out) -> dict:
     return {"rows": rows, "source": d["source"]}
 
 
+class AxisSpec(TypedDict):
+    """A `mix-axes` shard (steps/mix/plan.py `axis_shards`): one document shard of a source weighted by an axis."""
+
+    doc: DocShard
+    axis: str  # the source's axis (lang, or one a stage declares)
+    describe: str
+
+
 @task(version="3")  # 2: any axis (`axis` in the spec), `axis_groups`; 3: per topic too
-def axis_groups_shard(spec: dict, out) -> dict:
+def axis_groups_shard(spec: AxisSpec, out) -> dict:
     """`mix-axes`, per document shard of a source weighted by an axis (its language, or an
     axis a stage declares): its kept documents and tokens per (value, quality bucket; -1
     without buckets), what the budget of its axis cells is computed from (cells.available)."""
@@ -112,8 +131,18 @@ def lang_counts(col) -> dict[str, int]:
     return {v["values"] or "": v["counts"] for v in pc.value_counts(col).to_pylist()}
 
 
+class SelectSpec(TypedDict):
+    """The `mix-select` step's one shard (steps/mix/plan.py `select_shards`)."""
+
+    phases: list[dict]  # per phase: name, keys (cell -> key files), budget, available, available_docs, cells, target_tokens
+    seed: int
+    shard_tokens: int | None  # tokens per mixture shard, else ...
+    shard_rows: int  # ... rows per shard
+    describe: str
+
+
 @task(version="2")  # 2: per cell
-def select_shard(spec: dict, out) -> dict:
+def select_shard(spec: SelectSpec, out) -> dict:
     """The selection of every phase (one, unnamed, without phases: its marker is the phase's)."""
     _key_sets([spec] if "phases" not in spec else spec["phases"])
     if "phases" not in spec:  # a spec of one phase
@@ -226,8 +255,18 @@ def _extra_columns(d: dict, n: int) -> dict[str, pa.Array]:
     return out
 
 
+class RouteSpec(TypedDict):
+    """A `mix-route` shard (steps/mix/plan.py `route_shards`): one document shard and its cells' selections."""
+
+    doc: DocShard  # with `axis_groups` when its source is weighted by an axis
+    seed: int
+    phases: list[dict]  # per phase: name, cells (budget.source_cells), n_shards, offset (its first output partition)
+    tokens: NotRequired[str]  # with a tokenize stage: the shard's token ids (tokenize-<source>)
+    describe: str
+
+
 @task(version=f"{shuffle.VERSION}.phases")  # per cell and phase
-def route_shard(spec: dict, out) -> dict:
+def route_shard(spec: RouteSpec, out) -> dict:
     """Every chosen (document, epoch) of every phase to its output partition: the phase's
     first partition + order % the phase's shards (one shuffle for all phases)."""
     d, seed = spec["doc"], spec["seed"]
@@ -295,7 +334,18 @@ def _token_ids(tok: pa.Table, rows: np.ndarray, where: str) -> pa.Array:
     return tok.column("tokens").take(pa.array(at)).combine_chunks()
 
 
-def write_shard(spec: dict, out) -> dict:
+class WriteSpec(TypedDict):
+    """A `mix` shard (steps/mix/plan.py `write_shards`): one output partition of the route's shuffle."""
+
+    inputs: str  # the route's (or its merge tier's) `to` folder
+    maps: int | list[int]  # the files there (steps/merge.py read_from)
+    partition: int
+    phase: str | None
+    file: str | None  # a phase's <phase>/part-XXXXX.parquet; None: this step's own part file
+    describe: str
+
+
+def write_shard(spec: WriteSpec, out) -> dict:
     t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
     final = fs.path(out.dir) / spec["file"] if spec.get("file") else out.path(".parquet")  # a phase's: <phase>/part-XXXXX
     per_source: dict[str, dict] = {}

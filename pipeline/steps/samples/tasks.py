@@ -310,8 +310,22 @@ def view_rows(documents: str, layers: list[str], rows: np.ndarray) -> dict[int, 
                     strict=True))
 
 
+class SamplesSpec(TypedDict):
+    """A `samples` shard (steps/samples/plan.py `sample_shards`): one source's picks, merged."""
+
+    source: str
+    picks: str  # the samples-pick step's folder
+    first: int  # the source's first pick shard there
+    shards: int  # and how many
+    run_dir: str
+    ingest_dirs: list[str]  # per source (YAML order), its ingest step's folder: where survivors' texts are
+    kept_per_source: int
+    removed_per_reason: int
+    describe: str
+
+
 @task(version="4")  # 4: attaches survivors' texts and eval items (the picks' were)
-def sample_shard(spec: dict, out) -> dict:
+def sample_shard(spec: SamplesSpec, out) -> dict:
     """The `samples` step, one task per source: the picks of its shards merged, the smallest
     hashes of each group kept; the same records as one pass over the source."""
     groups: dict[tuple, list[dict]] = {}

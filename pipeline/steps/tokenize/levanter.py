@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from pipeline.engine.step import shard_name, task
 from pipeline.io import atomic, fs
 from pipeline.mixing import cells as cellmod
 from pipeline.shards import view
+from pipeline.shards.documents import DocShard
 from pipeline.steps.tokenize import zarr_shard
 
 INNER = 256 * 1024  # levanter.store.jagged_array.DEFAULT_CHUNK_SIZE
@@ -113,8 +115,23 @@ def _segments(spec: dict, ids_dtype: str):
             yield inp["at"], ends[inp["skip"]: inp["skip"] + inp["take"]].astype(np.int64) + inp["base"]
 
 
+class ChunkSpec(TypedDict):
+    """A `tokens-levanter-cache` shard (levanter.py `plan_chunks`, `chunk_shards`): one chunk file of a cache's array."""
+
+    cache: str  # the cache's name (a cell's, mixture or validation)
+    array: str  # data or offsets
+    chunk: int
+    lo: int  # its elements: [lo, hi)
+    hi: int
+    rows: int  # the cache's documents
+    inputs: list[dict]  # the pieces' ranges it holds: path, skip, take, at, base
+    ids: str  # the pieces' ids dtype
+    ledger: NotRequired[dict]  # offsets chunk 0: the cache's ledger (shard_rows, meta)
+    describe: str
+
+
 @task(version="2")  # 2: streamed (zarr_shard.py)
-def cache_chunk(spec: dict, out) -> dict:
+def cache_chunk(spec: ChunkSpec, out) -> dict:
     """One chunk file of a cache's `data` or `offsets`: `<array>/c/<k>` (and `zarr.json` for chunk 0)."""
     array = spec["array"]
     base = fs.path(out.dir) / spec["cache"]
@@ -155,8 +172,18 @@ def _inner_blocks(spec: dict):
         yield buf
 
 
+class CellPiecesSpec(TypedDict):
+    """A `tokens-levanter` shard with layout cells (levanter.py `plan`): one document shard's kept documents."""
+
+    doc: DocShard
+    params: dict  # dtype, bos_id, eos_id, max_file_tokens, tokenizer_name, ids
+    cells: list[dict]  # the source's cells (the first phase's)
+    tokens: str  # the shard's token ids (tokenize-<source>)
+    describe: str
+
+
 @task(version="1")
-def cell_pieces(spec: dict, out) -> dict:
+def cell_pieces(spec: CellPiecesSpec, out) -> dict:
     """Layout cells: one document shard's kept documents, per cell, as pieces
     (`<cell>/<source>-part-XXXXX.ids` with its sidecar), in the shard's row order; every
     kept document once, whatever the weights (they are the trainer's)."""

@@ -143,8 +143,21 @@ def _lookup_ids(before: dict[int, bytes] | None, keys: np.ndarray) -> tuple[list
     return ids, np.array([v is not None for v in ids], bool)
 
 
+class TokensSpec(TypedDict):
+    """A `tokens-<format>` shard (steps/tokenize/write.py, levanter.py): one mixture shard (steps/mix/plan.py `write_shards`)."""
+
+    inputs: str  # the route's (or its merge tier's) `to` folder
+    maps: int | list[int]  # the files there (steps/merge.py read_from)
+    partition: int
+    phase: str | None
+    file: str | None  # the mixture file: <phase>/part-XXXXX.parquet; None: part-<shard>
+    format: str
+    params: dict  # dtype, bos_id, eos_id, max_file_tokens, tokenizer_name, ids; layout, pack, format_module when set
+    describe: str
+
+
 @task(version="2")
-def write_shard(spec: dict, out) -> dict:
+def write_shard(spec: TokensSpec, out) -> dict:
     """One mixture shard's documents, in the mixture's order, as token files of one format:
     `<format>/[<phase>/]part-XXXXX.*`, split as part-XXXXX-YYYYY past `max_file_tokens`; with
     `layout: cells`, one file per cell: `<format>/[<phase>/]<cell>/part-XXXXX.*`."""
@@ -194,8 +207,19 @@ def write_shard(spec: dict, out) -> dict:
     return {"rows": len(lengths), "tokens": total, "files": files, "phase": spec.get("phase"), "per_cell": per_cell}
 
 
+class TokensValidationSpec(TypedDict):
+    """A `tokens-<format>-validation` shard (steps/tokenize/write.py, levanter.py): one held-out file."""
+
+    input: str  # the validation step's docs/<source>/part-XXXXX.parquet
+    name: str  # that file relative to docs/
+    format: str
+    params: dict  # as TokensSpec's
+    tokenizer: str  # what encodes its texts (plan/tokens.py)
+    describe: str
+
+
 @task(version="2")
-def validation_shard(spec: dict, out) -> dict:
+def validation_shard(spec: TokensValidationSpec, out) -> dict:
     """One held-out file of validation/ (`<source>/part-XXXXX.parquet`) as token files of one
     format under `<format>/validation/`: encoded here (held-out documents are not in the
     mixture's routing), with the same specials and a provenance sidecar."""
