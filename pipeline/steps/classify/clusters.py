@@ -23,7 +23,7 @@ the documents and the seed only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,7 @@ from pipeline.io import fs
 from pipeline.shards import kmeans, view
 from pipeline.plan.code import portable
 from pipeline.shards.apply import scatter, stage_stats, write_attributes
+from pipeline.shards.documents import DocShard
 
 if TYPE_CHECKING:
     from pipeline.plan.context import Context
@@ -48,8 +49,18 @@ def title(text: str) -> str:
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
 
 
+class ClusterTopicSpec(TypedDict):
+    """A `topic-<source>` shard of clusters (this module's plan): a document shard's nearest centroid."""
+
+    doc: DocShard
+    embedding: str  # the shard's embed-<source> attribute file
+    centroids: str  # the centroids file
+    dim: int  # the embedding's dimensions
+    describe: str
+
+
 @task(version=VERSION)
-def cluster_topic_shard(spec: dict, out) -> dict:
+def cluster_topic_shard(spec: ClusterTopicSpec, out) -> dict:
     doc = spec["doc"]
     rows, ids, emb, sizes = kmeans.kept(doc, spec["embedding"], ("n_chars", "n_tokens"))
     n = view.num_rows(doc["documents"])

@@ -15,6 +15,7 @@ naming the file and row: a grade that cannot be read is not silently dropped.
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import numpy as np
 import orjson
@@ -71,7 +72,16 @@ def read_annotations(path: str) -> list[tuple[str, float, str]]:
     return out
 
 
-def train_graded(spec: dict, out) -> dict:
+class GradedSpec(TypedDict):
+    """The one `classify-<name>-train` shard of a graded classifier (steps/classify/plan.py)."""
+
+    name: str
+    params: dict  # the classifier's parameters as JSON
+    annotations: str  # the file of graded documents (id, score, text)
+    describe: str
+
+
+def train_graded(spec: GradedSpec, out) -> dict:
     import xxhash
 
     from pipeline.io import atomic

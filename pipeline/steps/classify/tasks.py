@@ -38,6 +38,64 @@ from pipeline.shards import kmeans, readkey, view
 VALIDATION_EVERY = 10  # one example in ten, per class, is held out
 
 
+class ExamplesSpec(TypedDict):
+    """A `classify-<name>-examples` shard (steps/classify/plan.py `example_shards`)."""
+
+    doc: DocShard
+    seed: int
+    tau: int  # the class's sample-hash bound: the documents hashing under it are candidates
+    describe: str
+
+
+class TrainSpec(TypedDict):
+    """The one `classify-<name>-train` shard (plan.py `train_shards`; graded.py's for `annotations`)."""
+
+    name: str  # the classifier's name
+    params: dict  # its parameters as JSON
+    describe: str
+    positive: NotRequired[dict]  # a binary classifier's sides: {shards, files, tau, digests}
+    negative: NotRequired[dict]
+    classes: NotRequired[dict]  # a topic classifier's, label -> the same, in label order
+    annotations: NotRequired[str]  # a graded classifier's file (type: regression)
+
+
+class TopicSpec(TypedDict):
+    """A `topic-<source>` shard (plan.py `topic_shards`)."""
+
+    doc: DocShard
+    model: str
+    type: str  # the classifier family
+    options: dict  # fam.options(params)
+    vectors: NotRequired[str]  # the embed-<source> attribute, for a family on embeddings
+    describe: str
+
+
+class ThresholdSpec(TypedDict):
+    """The one `quality-<source>-threshold` shard (plan.py)."""
+
+    keys: str  # the scoring step's keys/ folder (kept rows' keys, complemented)
+    shards: int  # how many score shards wrote keys
+    min_score: float | None
+    keep_fraction: float | None
+    buckets: int | None
+    max_score: float | None
+    describe: str
+
+
+class QualityApplySpec(TypedDict):
+    """A `quality-<source>` shard (plan.py): a document shard's scores against the threshold."""
+
+    doc: DocShard
+    scores: str  # its score file
+    threshold: float | None
+    key: int | str | None  # the threshold's exact key (score, tie) for keep_fraction
+    bucket_keys: list | None
+    edges: list | None
+    n_buckets: int
+    max_score: float | None
+    describe: str
+
+
 def _h(seed: int, *parts) -> int:
     return xxhash.xxh3_64_intdigest(":".join(str(p) for p in (seed, *parts)))
 
@@ -98,7 +156,7 @@ def tau(k: int, kept: int) -> int:
     return min(2**64 - 1, int((k + 8 * k**0.5 + 64) / kept * 2**64))
 
 
-def examples_shard(spec: dict, out) -> dict:
+def examples_shard(spec: ExamplesSpec, out) -> dict:
     """`classify-<name>-examples`, per document shard of a classifier's sources: the kept
     documents whose sample hash is under the class's bound `tau` (hash, row, id)."""
     d, seed, bound = spec["doc"], spec["seed"], np.uint64(spec["tau"])
@@ -177,7 +235,7 @@ def _sample(side: dict, k: int, seed: int) -> list[tuple[int, str, str]]:
 
 
 @task(version="4")  # 2: samples from the examples step's candidates; 3: example files by content, not path; 4: their texts
-def train_shard(spec: dict, out) -> dict:
+def train_shard(spec: TrainSpec, out) -> dict:
     if "annotations" in spec:  # a graded classifier (type: regression)
         from pipeline.steps.classify.graded import train_graded
 
@@ -235,7 +293,7 @@ def _finish(fam, rows: list, ev: dict, d) -> dict:
     return {"rows": len(rows), "eval": ev, "model": str(final), "model_bytes": size, "model_sha256": sha}
 
 
-def _train_topics(spec: dict, out) -> dict:
+def _train_topics(spec: TrainSpec, out) -> dict:
     """A multi-class (topic) classifier: the same seeded sample per label as the binary
     one, up to max_examples_per_class each (not balanced: a topic with few examples keeps
     the others' data); eval.json gives per-label precision and recall of the top label on
@@ -260,7 +318,7 @@ def _train_topics(spec: dict, out) -> dict:
     return _finish(fam, rows, ev, d)
 
 
-def topic_shard(spec: dict, out) -> dict:
+def topic_shard(spec: TopicSpec, out) -> dict:
     """`topic-<source>`, per document shard: the top label and its probability for every
     kept row (null elsewhere; it removes nothing), and the kept documents and tokens per
     (topic, quality bucket) for the mixture's cells."""
@@ -420,7 +478,7 @@ def _lookup(before, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------- threshold
 
 
-def threshold_shard(spec: dict, out) -> dict:
+def threshold_shard(spec: ThresholdSpec, out) -> dict:
     """The threshold of a source: min_score as given, or the exact keep_fraction cutoff
     merged from the score tasks' key files (pipeline/shards/select.py: no pass over the source);
     with `buckets`, the exact quantile edges too (same merge, one footer read)."""
@@ -480,7 +538,7 @@ def score_histogram(scores: np.ndarray) -> np.ndarray:
     return np.histogram(scores, bins=HIST_BINS, range=(0.0, 1.0))[0]
 
 
-def apply_shard(spec: dict, out) -> dict:
+def apply_shard(spec: QualityApplySpec, out) -> dict:
     doc = spec["doc"]
     t = fs.read_table(spec["scores"], columns=["id", "score", "tie"])
     n = t.num_rows
