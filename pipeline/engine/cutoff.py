@@ -99,6 +99,49 @@ def prior_file(spec: dict, want) -> Path | None:
     return None
 
 
+class PriorRows:
+    """An earlier shard's values by text key (`prior_rows`): `find(keys)` gives, for each key,
+    the row of the earlier file holding it (-1: none), by one sort and a binary search."""
+
+    def __init__(self, table, key: str):
+        import numpy as np
+
+        k = table.column(key).to_numpy()
+        self._order = np.argsort(k, kind="stable")
+        self._keys = k[self._order]
+        self.table = table
+
+    def find(self, keys):
+        import numpy as np
+
+        if not len(self._keys) or not len(keys):
+            return np.full(len(keys), -1, np.int64)
+        at = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
+        return np.where(self._keys[at] == keys, self._order[at], -1)
+
+
+def prior_table(spec: dict, columns: list[str]):
+    """`columns` of the earlier shard's output file (`prior_file`: its one Parquet file outside
+    `keys/`), or None: no earlier shard, its file collected since, or written before these
+    columns (a single file's read leaves a missing column out)."""
+    import pyarrow as pa
+
+    f = prior_file(spec, lambda rel: rel.endswith(".parquet") and not rel.startswith("keys/") and "/keys/" not in rel)
+    if f is None:
+        return None
+    try:
+        t = fs.read_table(f, columns=columns)
+    except (FileNotFoundError, pa.ArrowInvalid):
+        return None
+    return t if t.column_names == columns else None
+
+
+def prior_rows(spec: dict, columns: list[str], key: str = "text_key") -> PriorRows | None:
+    """`prior_table`'s columns indexed by `key` (one of them), or None."""
+    t = prior_table(spec, columns)
+    return PriorRows(t, key) if t is not None else None
+
+
 def renamed(rel: str, a: str, b: str) -> str:
     """`rel` with its file name's shard name `a` made `b` (`x/part-00004.parquet`, `part-00004-p3.data`)."""
     head, _, name = rel.rpartition("/")

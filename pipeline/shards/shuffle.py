@@ -30,6 +30,7 @@ Documents are named globally by `gid = source_index << 56 | shard << 32 | row`.
 from __future__ import annotations
 
 import os
+from typing import TypedDict
 
 from pathlib import Path
 
@@ -46,6 +47,21 @@ READ_THREADS = 16  # a reducer's segment reads in flight at once on an object st
 INDEX_WINDOW = 64 << 20  # bytes of its maps' offset indexes a merge task holds at once (8 a partition a map)
 MERGE_BUFFER = 4 << 20  # read-ahead per map file a merge streams (a group of 32: 128 MB)
 _U64 = np.dtype("<u8")
+
+
+
+class ReduceSpec(TypedDict):
+    """What every dedup reducer's shard carries (steps/dedup/plan.py `reduce_specs`): one
+    partition of its maps' shuffle, and where its decisions go back to (write_to_shards);
+    each reducer's spec extends it with its own keys."""
+
+    inputs: str  # the maps' (or their merge tier's) buckets folder (read_partition)
+    maps: int | list[int]  # the files there (steps/merge.py read_from)
+    partition: int
+    offsets: list[int]  # per source, its first decision slot (plan/context.py `slot_offsets`)
+    ndocs: int  # the number of slots
+    sources: list[str]
+    rank_source: list[str]  # rank -> source
 
 
 def gid(src: int, part: int, rows: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from pipeline.errors import InputError
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
-from pipeline.engine.cutoff import Prior, prior_file, same_as_before
+from pipeline.engine.cutoff import Prior, prior_rows, same_as_before
 from pipeline.shards.documents import DocShard
 from pipeline.shards import kmeans, readkey, view
 
@@ -407,7 +407,9 @@ def score_shard(spec: ScoreSpec, out) -> dict:
     pf = fs.parquet_file(doc["documents"])
     vectors = stored_vectors(spec["vectors"]) if spec.get("vectors") else None  # embedded once, by embed-<source>
     texts = vectors is None or fam.mixed_inputs  # an ensemble's other members read the texts
-    before = _scored_before(spec) if vectors is None and fam.scores_alone else None  # the text's score, by its text
+    # the earlier shard's scores by text (a score is a function of the text alone for such a family)
+    before = prior_rows(spec, ["text_key", "score"]) if vectors is None and fam.scores_alone else None
+    old_scores = before.table.column("score").to_numpy() if before is not None else None
     parts_s, parts_t, parts_k, ids = [], [], [], []
     start, reused = 0, 0
     for batch in pf.iter_batches(batch_size=view.BATCH_ROWS, columns=["id", "text"] if texts else ["id"]):
@@ -421,8 +423,10 @@ def score_shard(spec: ScoreSpec, out) -> dict:
             tx = batch.column("text").to_pylist()
             tk = np.fromiter((xxhash.xxh3_64_intdigest(t or "") for t in tx), np.uint64, len(tx))
             parts_k.append(tk)
-            sc, hit = _lookup(before, tk)
-            miss = np.flatnonzero(~hit)
+            at = before.find(tk) if before is not None else np.full(len(tk), -1)
+            sc = np.zeros(len(tx), np.float32)
+            sc[at >= 0] = old_scores[at[at >= 0]] if old_scores is not None else 0
+            miss = np.flatnonzero(at < 0)
             if len(miss):
                 sc[miss] = fam.score(model, [tx[j] for j in miss.tolist()], spec["label"], options)
             reused += len(tx) - len(miss)
@@ -443,36 +447,6 @@ def score_shard(spec: ScoreSpec, out) -> dict:
     keys = score_keys(table.column("score").to_numpy(), table.column("tie").to_numpy())[state.keep]
     select.write_keys(out.path(".parquet", "keys"), ~keys, np.ones(len(keys), np.int64))
     return {"rows": table.num_rows, "kept": len(keys), "read_key": rk, "scored_before": reused}
-
-
-def _scored_before(spec: dict) -> tuple[np.ndarray, np.ndarray] | None:
-    """(text keys sorted, their scores) of the earlier shard of this one's partial key (same
-    model, options and documents; engine/cutoff.prior_file), or None: the rows whose text is
-    the same are not scored again (a score is a function of the text alone)."""
-    f = prior_file(spec, lambda rel: rel.endswith(".parquet") and not rel.startswith("keys/") and "/keys/" not in rel)
-    if f is None:
-        return None
-    try:
-        t = fs.read_table(f, columns=["text_key", "score"])
-        if t.column_names != ["text_key", "score"]:  # a file written before these columns (pyarrow leaves a missing one out)
-            raise KeyError(["text_key", "score"])
-    except (FileNotFoundError, KeyError, pa.ArrowInvalid):  # collected since, or written before text_key
-        return None
-    k, v = t.column("text_key").to_numpy(), t.column("score").to_numpy()
-    order = np.argsort(k, kind="stable")
-    return k[order], v[order]
-
-
-def _lookup(before, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, found) of `keys` in an earlier shard's (text key, score) table."""
-    scores = np.zeros(len(keys), np.float32)
-    if before is None or not len(before[0]) or not len(keys):
-        return scores, np.zeros(len(keys), bool)
-    k, v = before
-    at = np.minimum(np.searchsorted(k, keys), len(k) - 1)
-    hit = k[at] == keys
-    scores[hit] = v[at[hit]]
-    return scores, hit
 
 
 # ---------------------------------------------------------------- threshold

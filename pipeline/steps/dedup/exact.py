@@ -119,16 +119,9 @@ def map_shard(spec: ExactMapSpec, out) -> dict:
             "rest": combine.write_rest(rest, fs.path(out.dir) / "rest", out.index)}
 
 
-class ExactReduceSpec(TypedDict):
+class ExactReduceSpec(shuffle.ReduceSpec):
     """A `dedup-exact-reduce` shard (steps/dedup/plan.py `reduce_specs`): one hash partition."""
 
-    inputs: str  # the maps' (or their merge tier's) buckets folder
-    maps: int | list[int]  # the files there (steps/merge.py read_from)
-    partition: int
-    offsets: list[int]  # per source, its first decision slot (plan/context.py `slot_offsets`)
-    ndocs: int  # the number of slots
-    sources: list[str]
-    rank_source: list[str]  # rank -> source
     reason: NotRequired[str]  # url_duplicate_of for URL keys
     describe: str
 

@@ -181,16 +181,9 @@ def anchor_pairs(bucket, okey, okey2, g, starts, sizes, heavy: dict | None) -> t
     return np.where(anchor_first, ag, fg), np.where(anchor_first, fg, ag)
 
 
-class BucketsSpec(TypedDict):
+class BucketsSpec(shuffle.ReduceSpec):
     """A `dedup-fuzzy-buckets` shard (steps/dedup/plan.py `reduce_specs`): one bucket partition."""
 
-    inputs: str  # the signatures' (or their merge tier's) buckets folder
-    maps: int | list[int]  # the files there (steps/merge.py read_from)
-    partition: int
-    offsets: list[int]  # per source, its first decision slot (plan/context.py `slot_offsets`)
-    ndocs: int  # the number of slots
-    sources: list[str]
-    rank_source: list[str]  # rank -> source
     heavy: NotRequired[str]  # when a bucket is cut: the heavy-bucket table (steps/dedup/salt.py) ...
     ordinary: NotRequired[int]  # ... and the ordinary partitions (the blocks' come after)
     describe: str

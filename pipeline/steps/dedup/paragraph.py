@@ -25,7 +25,7 @@ import pyarrow as pa
 import xxhash
 
 from pipeline.plan import tokens
-from pipeline.engine.cutoff import Prior, prior_file, same_as_before
+from pipeline.engine.cutoff import Prior, prior_table, same_as_before
 from pipeline.shards import combine, readkey, shuffle
 from pipeline.shards import text
 from pipeline.shards.apply import write_attributes
@@ -88,16 +88,9 @@ def map_shard(spec: ParagraphMapSpec, out) -> dict:
             "rest": combine.write_rest(rest, fs.path(out.dir) / "rest", out.index), "read_key": rk}
 
 
-class ParagraphReduceSpec(TypedDict):
+class ParagraphReduceSpec(shuffle.ReduceSpec):
     """A `dedup-paragraph-reduce` shard (steps/dedup/plan.py `reduce_specs`): one hash partition."""
 
-    inputs: str  # the maps' (or their merge tier's) buckets folder
-    maps: int | list[int]  # the files there (steps/merge.py read_from)
-    partition: int
-    offsets: list[int]  # per source, its first decision slot (plan/context.py `slot_offsets`)
-    ndocs: int  # the number of slots
-    sources: list[str]
-    rank_source: list[str]  # rank -> source
     params: dict  # the dedup.paragraph section
     describe: str
 
@@ -127,16 +120,10 @@ SPAN = pa.struct([("start", pa.int64()), ("end", pa.int64()), ("kept_in", pa.str
 
 def _counted_before(spec: ParagraphApplySpec) -> dict[int, int]:
     """xxh3-64 of a cut text -> its token count, from the earlier shard of this one's partial
-    key (engine/cutoff.prior_file: the same documents, tokenizer and parameters): a shard
+    key (engine/cutoff.prior_table: the same documents, tokenizer and parameters): a shard
     whose decisions moved counts only the cut texts it has not counted."""
-    f = prior_file(spec, lambda rel: rel.endswith(".parquet"))
-    if f is None:
-        return {}
-    try:
-        t = fs.read_table(f, columns=["text", "n_tokens"])
-        if t.column_names != ["text", "n_tokens"]:  # a file written before these columns (pyarrow leaves a missing one out)
-            raise KeyError(["text", "n_tokens"])
-    except (FileNotFoundError, KeyError, pa.ArrowInvalid):
+    t = prior_table(spec, ["text", "n_tokens"])  # the layer's cut texts and their counts
+    if t is None:
         return {}
     return {xxhash.xxh3_64_intdigest(x): int(n) for x, n in zip(t.column("text").to_pylist(), t.column("n_tokens").to_pylist(),
                                                                  strict=True) if x is not None and n is not None}

@@ -171,16 +171,9 @@ def _closest_overlapping(row: np.ndarray, threshold: float, sk: np.ndarray, mine
     return None
 
 
-class SemanticReduceSpec(TypedDict):
+class SemanticReduceSpec(shuffle.ReduceSpec):
     """A `dedup-semantic-reduce` shard (steps/dedup/plan.py `reduce_specs`): one cluster partition."""
 
-    inputs: str  # the maps' (or their merge tier's) buckets folder
-    maps: int | list[int]  # the files there (steps/merge.py read_from)
-    partition: int
-    offsets: list[int]  # per source, its first decision slot (plan/context.py `slot_offsets`)
-    ndocs: int  # the number of slots
-    sources: list[str]
-    rank_source: list[str]  # rank -> source
     params: dict  # the dedup.semantic section (a model folder by its files)
     describe: str
 

@@ -29,7 +29,7 @@ import xxhash
 from pipeline.engine.step import shard_name, task
 from pipeline.io import atomic, fs
 from pipeline.plan import tokens
-from pipeline.engine.cutoff import Prior, prior_file, same_as_before
+from pipeline.engine.cutoff import Prior, prior_rows, same_as_before
 from pipeline.shards.documents import DocShard
 from pipeline.shards import readkey, shuffle, view
 from pipeline.steps.mix.tasks import MIX_ORDER
@@ -92,7 +92,7 @@ def encode_shard(spec: EncodeSpec, out) -> dict:
     if (st := same_as_before(spec, out, rk)) is not None:
         return st
     dtype = np.dtype(spec["ids"])
-    before = _encoded_before(spec, dtype)
+    before = prior_rows(spec, ["text_key", "tokens"])  # the earlier shard's ids by text
     n = total = looked_up = 0
     final = out.path(".parquet")
     tmp = atomic.tmp_path(final)
@@ -101,46 +101,21 @@ def encode_shard(spec: EncodeSpec, out) -> dict:
         for rows, b in view.kept_batches(d["documents"], d["layers"], ["text"], state=state):
             texts = b.column("text").to_pylist()
             keys = np.fromiter((xxhash.xxh3_64_intdigest(t or "") for t in texts), np.uint64, len(texts))
-            ids, hit = _lookup_ids(before, keys)
-            miss = np.flatnonzero(~hit)
-            if not hit.any():  # a first run: the ids as packed, no value a document
-                lengths, flat = tokens.encode_flat(spec["tokenizer"], texts)  # no int per token
-                col = pack_ids(lengths, flat, dtype)
-            else:
-                if len(miss):
-                    lengths, flat = tokens.encode_flat(spec["tokenizer"], [texts[j] for j in miss.tolist()])
-                    for j, v in zip(miss.tolist(), pack_ids(lengths, flat, dtype).to_pylist(), strict=True):
-                        ids[j] = v
-                col = pa.array(ids, pa.large_binary())
+            at = before.find(keys) if before is not None else np.full(len(texts), -1)
+            hit, miss = np.flatnonzero(at >= 0), np.flatnonzero(at < 0)
+            lengths, flat = tokens.encode_flat(spec["tokenizer"], [texts[j] for j in miss.tolist()] if len(hit) else texts)
+            col = pack_ids(lengths, flat, dtype)  # no int per token
+            if len(hit):  # the earlier ids taken as they are, then each row put back in its place
+                both = pa.concat_arrays([before.table.column("tokens").take(pa.array(at[hit])).combine_chunks(), col])
+                place = np.empty(len(texts), np.int64)
+                place[hit], place[miss] = np.arange(len(hit)), len(hit) + np.arange(len(miss))
+                col = both.take(pa.array(place))
             w.write_table(pa.table({"row": pa.array(rows, pa.int64()), "tokens": col, "text_key": keys}, schema=SCHEMA))
             n += len(texts)
-            looked_up += int(hit.sum())
-            o = col.buffers()[1]
-            total += int((np.frombuffer(o, np.int64)[col.offset + len(col)] - np.frombuffer(o, np.int64)[col.offset]) // dtype.itemsize) if len(col) else 0
+            looked_up += len(hit)
+            total += int(unpack_ids(col, dtype)[0][-1])
     atomic.commit(tmp, final)
     return {"rows": n, "documents": n, "tokens": total, "read_key": rk, "encoded_before": looked_up}
-
-
-def _encoded_before(spec: dict, dtype: np.dtype) -> dict[int, bytes] | None:
-    """text key -> ids (bytes) of the earlier shard of this one's partial key (engine/cutoff.prior_file)."""
-    f = prior_file(spec, lambda rel: rel.endswith(".parquet"))
-    if f is None:
-        return None
-    try:
-        t = fs.read_table(f, columns=["text_key", "tokens"])
-        if t.column_names != ["text_key", "tokens"]:  # a file written before these columns (pyarrow leaves a missing one out)
-            raise KeyError(["text_key", "tokens"])
-    except (FileNotFoundError, KeyError, pa.ArrowInvalid):  # collected since, or written before text_key
-        return None
-    return dict(zip(t.column("text_key").to_pylist(), t.column("tokens").to_pylist(), strict=True))
-
-
-def _lookup_ids(before: dict[int, bytes] | None, keys: np.ndarray) -> tuple[list, np.ndarray]:
-    """(ids of each key or None, found) in an earlier shard's table."""
-    if not before:
-        return [None] * len(keys), np.zeros(len(keys), bool)
-    ids = [before.get(k) for k in keys.tolist()]
-    return ids, np.array([v is not None for v in ids], bool)
 
 
 class TokensSpec(TypedDict):
