@@ -62,26 +62,6 @@ def corpus(n: int, seed: int = 0) -> dict[str, list[str]]:
     return out
 
 
-def _dt_filter(type_name: str, lang: str):
-    """datatrove's filter with FineWeb-2's parameters for `lang`, as fineweb-2-pipeline.py builds it."""
-    from datatrove.pipeline import filters as dt
-
-    from filters import fineweb2
-
-    e = fineweb2.table()[lang]
-    code = e["fineweb2"]
-    if type_name == "gopher_repetition":
-        return dt.GopherRepetitionFilter(language=code, dup_para_frac=0, dup_line_char_frac=0, dup_para_char_frac=0,
-                                         dup_line_frac=e["dup_line_frac"], top_n_grams=[tuple(x) for x in e["top_n_grams"]],
-                                         dup_n_grams=[tuple(x) for x in e["dup_n_grams"]])
-    if type_name == "fineweb_quality":
-        return dt.FineWebQualityFilter(language=code, short_line_thr=999, char_duplicates_ratio=0.1,
-                                       line_punct_thr=e["line_punct_thr"], new_line_ratio=e["new_line_ratio"])
-    return dt.GopherQualityFilter(language=code, max_avg_word_length=e["max_avg_word_length"],
-                                  min_avg_word_length=e["min_avg_word_length"], stop_words=e["stopwords"],
-                                  max_non_alpha_words_ratio=e["max_non_alpha_words_ratio"], min_stop_words=2)
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=300, help="documents a language")
@@ -113,7 +93,7 @@ def main(argv=None) -> None:
         if detected in table:
             agree = {}
             for t in TYPES:
-                dt = _dt_filter(t, detected)
+                dt = fineweb2.datatrove_filter(t, detected)
                 same = 0
                 checked = [i for i in ix if labels[i] == detected]
                 for i in checked:

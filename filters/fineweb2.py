@@ -52,3 +52,25 @@ def params(type_name: str, e: dict) -> dict:
 
 
 TYPES = ("gopher_quality", "gopher_repetition", "fineweb_quality", "language")
+
+
+def datatrove_filter(type_name: str, lang: str):
+    """datatrove's own filter with FineWeb-2's parameters for `lang` (a key of `table()`), as
+    fineweb-2-pipeline.py builds it, its word tokenizer included: the oracle the routed
+    filters are checked against (tests/filters/test_segmenters.py, bench/languages.py)."""
+    from datatrove.pipeline import filters as dt
+
+    e = table()[lang]
+    code = e["fineweb2"]
+    if type_name == "gopher_repetition":
+        return dt.GopherRepetitionFilter(language=code, dup_para_frac=0, dup_line_char_frac=0, dup_para_char_frac=0,
+                                         dup_line_frac=e["dup_line_frac"], top_n_grams=[tuple(x) for x in e["top_n_grams"]],
+                                         dup_n_grams=[tuple(x) for x in e["dup_n_grams"]])
+    if type_name == "fineweb_quality":
+        return dt.FineWebQualityFilter(language=code, short_line_thr=999, char_duplicates_ratio=0.1,
+                                       line_punct_thr=e["line_punct_thr"], new_line_ratio=e["new_line_ratio"])
+    if type_name == "gopher_quality":
+        return dt.GopherQualityFilter(language=code, max_avg_word_length=e["max_avg_word_length"],
+                                      min_avg_word_length=e["min_avg_word_length"], stop_words=e["stopwords"],
+                                      max_non_alpha_words_ratio=e["max_non_alpha_words_ratio"], min_stop_words=2)
+    raise KeyError(type_name)

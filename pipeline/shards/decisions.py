@@ -193,7 +193,9 @@ def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: boo
     first = selected[0][1]["sources"].get(source) if selected else None
     axis = cells.source_axis(budget.source_cells(first)) if first else None  # the source's mixture axis, if any
     for label, path in layers:
-        names = tables.get(("names", str(path))) or tables.setdefault(("names", str(path)), fs.parquet_file(path).schema_arrow.names)
+        if ("names", str(path)) not in tables:
+            tables[("names", str(path))] = fs.parquet_file(path).schema_arrow.names
+        names = tables[("names", str(path))]
         # a layer's rewritten texts are read only when wanted (they are most of its bytes)
         t = read(path, names if with_text else [c for c in names if c != "text"])
         if "n_tokens" in names:  # a layer's counts: a filtered source's are first counted by its filter step
@@ -227,13 +229,13 @@ def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: boo
             dup = np.flatnonzero(pc.is_valid(t.column("duplicate_of")).to_numpy(zero_copy_only=False))
             if len(dup):
                 at_dup = pa.array(dup)
-                surv_src[dup] = np.array(t.column("duplicate_of_source").take(at_dup).to_pylist() + [None], dtype=object)[:-1]
-                surv_id[dup] = np.array(t.column("duplicate_of").take(at_dup).to_pylist() + [None], dtype=object)[:-1]
+                surv_src[dup] = t.column("duplicate_of_source").take(at_dup).to_pylist()
+                surv_id[dup] = t.column("duplicate_of").take(at_dup).to_pylist()
             if "duplicate_of_gid" in names:  # where the survivor is (runs before this column: looked up by id)
                 g = t.column("duplicate_of_gid")
                 has = np.flatnonzero(pc.is_valid(g).to_numpy(zero_copy_only=False))
                 if len(has):
-                    surv_gid[has] = np.array(g.take(pa.array(has)).to_pylist() + [None], dtype=object)[:-1]
+                    surv_gid[has] = g.take(pa.array(has)).to_pylist()
         if "jaccard" in names:
             for i, v in values(t, "jaccard"):
                 if v is not None:

@@ -15,11 +15,11 @@ from filters import kernels, words
 PROSE = json.loads((Path(__file__).parent / "data" / "segmented_prose.json").read_text())
 
 
-@pytest.mark.parametrize("language,fineweb2", [("zh", "cmn_Hani"), ("th", "tha_Thai"), ("vi", "vie_Latn")])
-def test_words_are_datatroves_word_for_word(language, fineweb2):
+@pytest.mark.parametrize("language,code", [("zh", "cmn_Hani"), ("th", "tha_Thai"), ("vi", "vie_Latn")])
+def test_words_are_datatroves_word_for_word(language, code):
     from datatrove.utils.word_tokenizers import load_word_tokenizer
 
-    theirs = load_word_tokenizer(fineweb2)  # the tokenizer FineWeb-2's config of the language names
+    theirs = load_word_tokenizer(code)  # the tokenizer FineWeb-2's config of the language names
     texts = PROSE[language] + ["\n\n".join(PROSE[language][:3])]  # one text of several paragraphs too
     for text in texts:
         assert words.splitter(language).split(text) == theirs.word_tokenize(text), text[:40]
@@ -47,26 +47,6 @@ def test_a_missing_segmenter_is_an_error_naming_the_package(monkeypatch):
         words._segmenter("zh")
 
 
-def _datatrove(type_name: str, lang: str):
-    """datatrove's filter with FineWeb-2's parameters for `lang`, as fineweb-2-pipeline.py builds it."""
-    from datatrove.pipeline import filters as dt
-
-    from filters import fineweb2
-
-    e = fineweb2.table()[lang]
-    code = e["fineweb2"]
-    if type_name == "gopher_repetition":
-        return dt.GopherRepetitionFilter(language=code, dup_para_frac=0, dup_line_char_frac=0, dup_para_char_frac=0,
-                                         dup_line_frac=e["dup_line_frac"], top_n_grams=[tuple(x) for x in e["top_n_grams"]],
-                                         dup_n_grams=[tuple(x) for x in e["dup_n_grams"]])
-    if type_name == "fineweb_quality":
-        return dt.FineWebQualityFilter(language=code, short_line_thr=999, char_duplicates_ratio=0.1,
-                                       line_punct_thr=e["line_punct_thr"], new_line_ratio=e["new_line_ratio"])
-    return dt.GopherQualityFilter(language=code, max_avg_word_length=e["max_avg_word_length"],
-                                  min_avg_word_length=e["min_avg_word_length"], stop_words=e["stopwords"],
-                                  max_non_alpha_words_ratio=e["max_non_alpha_words_ratio"], min_stop_words=2)
-
-
 @pytest.mark.parametrize("language", ["zh", "th", "vi"])
 def test_routed_filters_decide_as_datatrove_with_fineweb2s_parameters(language):
     """Documents of 1-6 paragraphs (some repeated, some joined by single newlines), routed by
@@ -78,7 +58,7 @@ def test_routed_filters_decide_as_datatrove_with_fineweb2s_parameters(language):
     import pyarrow as pa
     from datatrove.data import Document
 
-    from filters import base
+    from filters import base, fineweb2
 
     rng = random.Random(7)
     paras = PROSE[language]
@@ -93,7 +73,7 @@ def test_routed_filters_decide_as_datatrove_with_fineweb2s_parameters(language):
     removed = {}
     for t in ("gopher_repetition", "fineweb_quality", "gopher_quality"):
         got = base.build(base.parse_params({"type": t, "per_language": "fineweb2"})).apply(batch, langs)
-        dt = _datatrove(t, language)
+        dt = fineweb2.datatrove_filter(t, language)
         theirs = []
         for i, text in enumerate(texts):
             r = dt.filter(Document(text=text, id=str(i)))
