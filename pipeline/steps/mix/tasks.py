@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.shards import shuffle
-from pipeline.mixing.budget import by_phase, cell_epochs, order_key, priority, split_epochs
+from pipeline.mixing.budget import by_phase, cell_epochs, order_key, priority, source_selection, split_epochs
 from pipeline.mixing import cells
 from pipeline.shards import select
 from pipeline.engine.step import task
@@ -141,18 +141,31 @@ class SelectSpec(TypedDict):
     describe: str
 
 
-@task(version="2")  # 2: per cell
+@task(version="3")  # 3: sources/<source>.json (2: per cell)
 def select_shard(spec: SelectSpec, out) -> dict:
-    """The selection of every phase (one, unnamed, without phases: its marker is the phase's)."""
+    """The selection of every phase (one, unnamed, without phases: its marker is the phase's),
+    and each selected source's part of it as `sources/<source>.json`
+    (budget.source_selection): what reads one source's choices (the samples' picks) names
+    that file, keyed by its bytes, not the whole marker."""
     _key_sets([spec] if "phases" not in spec else spec["phases"])
     if "phases" not in spec:  # a spec of one phase
-        return _select_phase(spec)
-    _disjoint_cuts(spec["phases"])
-    got = [_select_phase({**ph, "shard_tokens": spec["shard_tokens"], "shard_rows": spec["shard_rows"]}) for ph in spec["phases"]]
-    if len(got) == 1 and spec["phases"][0]["name"] is None:
-        return got[0]
-    return {"phases": {ph["name"]: g for ph, g in zip(spec["phases"], got, strict=True)},
+        m = _select_phase(spec)
+    else:
+        _disjoint_cuts(spec["phases"])
+        got = [_select_phase({**ph, "shard_tokens": spec["shard_tokens"], "shard_rows": spec["shard_rows"]})
+               for ph in spec["phases"]]
+        m = got[0] if len(got) == 1 and spec["phases"][0]["name"] is None else {
+            "phases": {ph["name"]: g for ph, g in zip(spec["phases"], got, strict=True)},
             "rows": sum(g["rows"] for g in got), "tokens": sum(g["tokens"] for g in got)}
+    for source in selected_sources(m):
+        atomic.write_json(fs.path(out.dir) / "sources" / f"{source}.json", source_selection(m, source))
+    return m
+
+
+def selected_sources(marker: dict) -> list[str]:
+    """The sources a mix-select marker chooses documents of, in any phase."""
+    phases = marker["phases"].values() if "phases" in marker else [marker]
+    return sorted({s for ph in phases for s in ph["sources"]})
 
 
 def _key_sets(phases: list[dict]) -> None:

@@ -17,6 +17,7 @@ from pipeline.io import atomic, html
 from pipeline.mixing import budget
 from pipeline.plan.context import Context
 from pipeline.steps.samples import tasks
+from pipeline.steps.mix import tasks as mix_tasks
 from pipeline.plan.stage import Stage
 
 
@@ -34,8 +35,12 @@ def plan(ctx: Context) -> list[Step]:
         """Each shard's spec names what its decisions read, never the run directory: its
         layer files, its source's role and part of the selection (decisions.OneShard), so
         a variant that leaves them the same links the picks (engine/reuse.py)."""
+        # a selected source's part of the selection is a file mix-select wrote (keyed by its bytes); an
+        # unselected one's is a few bytes, carried inline (its documents are all `excluded`)
         sel = stats[select.name][0] if select is not None else None
-        by_source = {s: budget.source_selection(sel, s) if sel is not None else None for s in m.sources}
+        chosen = set(mix_tasks.selected_sources(sel)) if sel is not None else set()
+        by_source = {s: (str(select.dir(ctx.store) / "sources" / f"{s}.json") if s in chosen else budget.source_selection(sel, s))
+                     if sel is not None else None for s in m.sources}
         for d in every_shard(stats):
             s, labels = d["source"], [label for label, _ in stages[d["source"]]]
             if len(labels) != len(d["layers"]):

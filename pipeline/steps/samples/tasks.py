@@ -206,21 +206,22 @@ class PickSpec(TypedDict):
     documents: str  # the ingest shard
     layers: list[list[str]]  # [ledger stage, attribute file] in deciding order
     role: str  # the source's role (train, eval, reference)
-    selection: dict | None  # the source's part of the mix-select marker (budget.source_selection)
+    selection: str | dict | None  # the source's part of the selection: mix-select's sources/<source>.json, or inline
     quarantine: str  # the ingest shard's quarantine file (may not exist)
     kept_per_source: int
     removed_per_reason: int
     describe: str
 
 
-@task(version="5")  # 5: keyed by what it reads, survivors' texts attached by the merge (4: eval items; 3: per shard)
+@task(version="6")  # 6: the selection by its file; 5: keyed by what it reads, survivors' texts attached by the merge (4: eval items; 3: per shard)
 def pick_shard(spec: PickSpec, out) -> dict:
     """The `samples-pick` step, one task per document shard: of each group (kept; removed by
     stage and reason; quarantined by reason) the records with the smallest sample hashes,
     at most as many as the source publishes, with their texts. Writes part-XXXXX.jsonl.
     It reads only what its spec names (decisions.OneShard): a dedup removal's survivor, in
     another shard, gets its text in the per-source merge (`_gid`: where to read it)."""
-    run = dec.OneShard(spec["seed"], spec["role"], spec["selection"], spec["layers"])
+    sel = spec["selection"]
+    run = dec.OneShard(spec["seed"], spec["role"], atomic.read_json(sel) if isinstance(sel, str) else sel, spec["layers"])
     source, part = spec["source"], fs.path(spec["documents"])
     read: dict = {}  # the shard's files, read once for both calls
     t = dec.shard_decisions(run, source, part, score_rows=(), tables=read)  # the picks' scores only, below
