@@ -147,6 +147,14 @@ def select_shard(spec: SelectSpec, out) -> dict:
     and each selected source's part of it as `sources/<source>.json`
     (budget.source_selection): what reads one source's choices (the samples' picks) names
     that file, keyed by its bytes, not the whole marker."""
+    m = selection(spec)
+    for source in selected_sources(m):
+        atomic.write_json(fs.path(out.dir) / "sources" / f"{source}.json", source_selection(m, source))
+    return m
+
+
+def selection(spec: SelectSpec) -> dict:
+    """The mix-select marker of a spec: pure maths over the budget and the priority keys' counts."""
     _key_sets([spec] if "phases" not in spec else spec["phases"])
     if "phases" not in spec:  # a spec of one phase
         m = _select_phase(spec)
@@ -157,8 +165,6 @@ def select_shard(spec: SelectSpec, out) -> dict:
         m = got[0] if len(got) == 1 and spec["phases"][0]["name"] is None else {
             "phases": {ph["name"]: g for ph, g in zip(spec["phases"], got, strict=True)},
             "rows": sum(g["rows"] for g in got), "tokens": sum(g["tokens"] for g in got)}
-    for source in selected_sources(m):
-        atomic.write_json(fs.path(out.dir) / "sources" / f"{source}.json", source_selection(m, source))
     return m
 
 

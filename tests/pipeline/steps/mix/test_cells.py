@@ -186,7 +186,7 @@ def test_every_bucket_is_in_exactly_one_cell(n, data):
 def test_cell_targets_are_met_within_one_document_and_no_document_passes_its_cap(n, data):
     """Random cells over a bucketed source (and a whole second source), random weights,
     sizes, targets and caps, through the mixture's own functions: the budget, the key files
-    and their merge (mix.select_shard), and each document's epochs (budget.cell_epochs)."""
+    and their merge (mix.selection, the select step's maths), and each document's epochs (budget.cell_epochs)."""
     import tempfile
 
     from pipeline.mixing import budget
@@ -225,8 +225,8 @@ def test_cell_targets_are_met_within_one_document_and_no_document_passes_its_cap
                 for j, part in enumerate((inside[:half], inside[half:])):
                     keys[c].append(f"{tmp}/{v['index']}-{j}.parquet")
                     select.write_keys(keys[c][-1], budget.priority(0, s, [ids[s][i] for i in part], e), tokens[s][part])
-        sel = mix.select_shard({"budget": b, "available": avail, "available_docs": docs_n, "keys": keys, "cells": cd,
-                                "shard_tokens": None, "shard_rows": 1000}, None)
+        sel = mix.selection({"budget": b, "available": avail, "available_docs": docs_n, "keys": keys, "cells": cd,
+                                "shard_tokens": None, "shard_rows": 1000})
     for s in ("web", "wiki"):
         for pos, c in enumerate(sel["sources"][s]["cells"]):
             inside = np.flatnonzero(where[s] == pos)
