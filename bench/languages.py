@@ -1,4 +1,4 @@
-"""Filters per detected language (per_language: fineweb2) on a mixture of 15 languages.
+"""Filters per detected language (per_language: fineweb2) on a mixture of 17 languages.
 
     python -m bench.languages [--docs 300]
 
@@ -6,9 +6,9 @@ Texts: Wikipedia summaries in English, Spanish and French (the demo corpus, data
 real prose) and, for nine more languages (de, it, nl, pl, ru, cs, uk, el, da), documents of
 real words of the language in random order from Faker's word lists (`pip install faker`:
 no prose of these languages ships in an installed package here; Gopher's and FineWeb's rules
-read words, lines and punctuation, which these have), and Chinese, Thai and Vietnamese
-from the paragraphs written for tests/filters/test_segmenters.py (their words cut by jieba,
-PyThaiNLP and pyvi, as datatrove cuts them). Each document is labelled by lid.176
+read words, lines and punctuation, which these have), and Chinese, Thai, Vietnamese,
+Japanese and Korean from the paragraphs written for tests/filters/test_segmenters.py (their
+words cut by jieba, PyThaiNLP, pyvi, SudachiPy and Kiwi, as datatrove cuts them). Each document is labelled by lid.176
 as the chain does; per language it prints:
 
 - the share of its documents each filter removes with FineWeb-2's thresholds for the
@@ -54,10 +54,10 @@ def corpus(n: int, seed: int = 0) -> dict[str, list[str]]:
             paras = [f.paragraph(nb_sentences=rng.randint(2, 9)) for _ in range(rng.randint(1, 8))]
             docs.append("\n".join(paras) if rng.random() < 0.3 else "\n\n".join(paras))
         out[lang] = docs
-    # Chinese, Thai, Vietnamese: paragraphs written for tests/filters/test_segmenters.py (no prose of them ships in
+    # Chinese, Thai, Vietnamese, Japanese, Korean: paragraphs written for tests/filters/test_segmenters.py (no prose of them ships in
     # an installed package), 1-6 a document, in random order
     prose = json.loads((ROOT / "tests" / "filters" / "data" / "segmented_prose.json").read_text())
-    for lang in ("zh", "th", "vi"):
+    for lang in ("zh", "th", "vi", "ja", "ko"):
         out[lang] = ["\n\n".join(rng.choice(prose[lang]) for _ in range(rng.randint(1, 6))) for _ in range(n)]
     return out
 

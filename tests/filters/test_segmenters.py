@@ -1,6 +1,7 @@
-"""Words of languages whitespace does not delimit (Chinese, Thai, Vietnamese): Curate's
-splitter against datatrove's own word tokenizers (spaCy's Chinese tokenizer with jieba;
-PyThaiNLP's newmm-safe; spaCy's Vietnamese tokenizer with pyvi), word for word, on prose written for these tests (data/segmented_prose.json),
+"""Words of languages whitespace does not delimit (Chinese, Thai, Vietnamese, Japanese,
+Korean): Curate's splitter against datatrove's own word tokenizers (spaCy's Chinese
+tokenizer with jieba; PyThaiNLP's newmm-safe; spaCy's Vietnamese tokenizer with pyvi;
+spaCy's Japanese tokenizer with SudachiPy; kiwipiepy's Kiwi), word for word, on prose written for these tests (data/segmented_prose.json),
 and the kernels' word ids built from the same splits."""
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from filters import kernels, words
 PROSE = json.loads((Path(__file__).parent / "data" / "segmented_prose.json").read_text())
 
 
-@pytest.mark.parametrize("language,code", [("zh", "cmn_Hani"), ("th", "tha_Thai"), ("vi", "vie_Latn")])
+LANGUAGES = [("zh", "cmn_Hani"), ("th", "tha_Thai"), ("vi", "vie_Latn"), ("ja", "jpn_Jpan"), ("ko", "kor_Hang")]
+
+
+@pytest.mark.parametrize("language,code", LANGUAGES)
 def test_words_are_datatroves_word_for_word(language, code):
     from datatrove.utils.word_tokenizers import load_word_tokenizer
 
@@ -30,6 +34,22 @@ def test_words_are_datatroves_word_for_word(language, code):
         got = [vocab[j] for j in w.ids[w.off[i]:w.off[i + 1]].tolist()]
         assert got == theirs.word_tokenize(text)
     assert max(len(x) for t in texts for x in words.splitter(language).split(t)) < 20  # words, not whole sentences (a paragraph is 60-150 characters)
+
+
+def test_japanese_past_sudachis_input_limit_and_koreans_long_numbers_are_cut_as_datatrove_cuts_them():
+    """Sudachi refuses input past about 49 KB: a Japanese text of 75 KB is cut into pieces
+    of at most 40,000 UTF-8 bytes, at the places datatrove cuts it. Kiwi drops runs of 20+
+    digits and commas first, and datatrove slices the words from the text as given with the
+    cleaned text's offsets: FineWeb-2's Korean words are those slices, and so are ours."""
+    from datatrove.utils.word_tokenizers import load_word_tokenizer
+
+    long_ja = "\n".join(PROSE["ja"] * 50)
+    assert len(long_ja.encode()) > 70_000
+    assert words.splitter("ja").split(long_ja) == load_word_tokenizer("jpn_Jpan").word_tokenize(long_ja)
+    ko = PROSE["ko"][0] + " 전화번호 1234567890,1234567890,123 입니다. " + PROSE["ko"][1]
+    got = words.splitter("ko").split(ko)
+    assert got == load_word_tokenizer("kor_Hang").word_tokenize(ko)
+    assert len(got) > 30
 
 
 def test_a_missing_segmenter_is_an_error_naming_the_package(monkeypatch):
@@ -47,7 +67,7 @@ def test_a_missing_segmenter_is_an_error_naming_the_package(monkeypatch):
         words._segmenter("zh")
 
 
-@pytest.mark.parametrize("language", ["zh", "th", "vi"])
+@pytest.mark.parametrize("language", [lang for lang, _ in LANGUAGES])
 def test_routed_filters_decide_as_datatrove_with_fineweb2s_parameters(language):
     """Documents of 1-6 paragraphs (some repeated, some joined by single newlines), routed by
     their language to FineWeb-2's thresholds (`per_language: fineweb2`): every decision of
