@@ -16,7 +16,10 @@ Cases: `code` (the code source's `not_huge` filter edited), `newfile` (a new web
 2.5% more documents than the whole corpus, sorting last), `dedup` (the fuzzy threshold),
 `epochs` (the classifier's epochs), `weights` (a weights edit), `pinned` (the classifier
 pinned to the first run's model, then a new web file: the cost of a monthly dump for a team
-that trains its classifier once). Not a test: timings never gate CI.
+that trains its classifier once), `pinall` (the classifier and its quantile edges pinned: the
+buckets by the first run's score edges, as a team that fixes its quality bar would; then a
+new web file). With --scales, `--pinned` and `--pin-threshold` (keep_fraction replaced by
+the first run's threshold as `min_score`). Not a test: timings never gate CI.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 CG = Path("/sys/fs/cgroup/cpuacct")
@@ -126,7 +131,30 @@ EDITS = {
                 lambda y: y.replace("web/q5: 0.25, web/q3-q4: 0.35", "web/q5: 0.24, web/q3-q4: 0.36")),
     "newfile": ("a new web file (crawl-00004) of 2.5% more documents", None),
     "pinned": ("a new web file of 2.5% more documents, the classifier pinned to an earlier run's model", None),
+    "pinall": ("a new web file of 2.5% more documents, the classifier and its bucket edges pinned", None),
 }
+
+
+def threshold_marker(run_dir: Path, source: str = "web") -> dict:
+    """The quality threshold step's marker of a finished run (its threshold, bucket keys)."""
+    from pipeline.engine.step import read_markers
+
+    rec = json.loads((run_dir / "run.json").read_text())
+    v = rec["steps"][f"quality-{source}-threshold"]
+    return read_markers(run_dir.parent / "_store" / "steps" / v["dir"].split("/")[-1])[0]
+
+
+def pin_threshold(text: str, run_dir: Path) -> str:
+    """The mixture with the quality bar of `run_dir` fixed: keep_fraction as that run's
+    `min_score`, quantile buckets as that run's score edges (`edges:`), so that a new file
+    moves no old document's decision (a quantile of the grown corpus moves every margin)."""
+    m = threshold_marker(run_dir)
+    if "keep_fraction:" in text:
+        before, _, rest = text.partition("keep_fraction: ")
+        return before + f"min_score: {m['threshold']!r}" + rest[rest.index("}"):]
+    edges = [float(np.array([int(k) >> 32], np.uint32).view(np.float32)[0]) for k in m["bucket_keys"]]
+    assert "buckets: 5}" in text, "the demo's quality line changed: update bench.reuse.pin_threshold"
+    return text.replace("buckets: 5}", f"edges: {edges!r}}}")
 
 
 def pin(text: str, tmp: Path, run: str) -> str:
@@ -164,7 +192,7 @@ def additions(corpus: Path, base: str, tmp: Path, n: int, times: int) -> None:
           f"ratio {a / b:.3f}; same bytes as the fresh run: {same}")
 
 
-def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool = False) -> None:
+def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool = False, pin_thr: bool = False) -> None:
     """bench.scale's corpus of `n` pages (files of 5,000, dedup partitions one per 20,000
     documents), its full chain; then a new file of 2.5% more pages: its CPU as a share of the
     first run's, net of a no-op rerun, and the bytes against a fresh run."""
@@ -184,6 +212,8 @@ def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool =
         shutil.copy(sorted((tmp / f"out-{n}" / "scale" / "steps").glob("classify-wiki_vs_web-train-*/model.bin"))[0], model)
         text = text.replace("positive: [wiki], negative: [web]", f"model: {model}")
         assert "model: " in text, "bench.scale's classifier line changed: update bench.reuse.scaled"
+        if pin_thr:
+            text = pin_threshold(text, tmp / f"out-{n}" / "scale")
         y.write_text(text)
         pin_cpu, _ = cpu_run(y, f"s{n}pin")
         print(f"  (pinning the classifier: {pin_cpu:.1f} CPU-s)", flush=True)
@@ -232,13 +262,15 @@ def main(argv=None) -> None:
                     "old (the worst case for reuse); 'x' sorts last (the old pages stay)")
     ap.add_argument("--pinned", action="store_true", help="with --scales: the classifier pinned to the first run's "
                     "model before the new file (a team adding dumps to a classifier trained once)")
+    ap.add_argument("--pin-threshold", action="store_true", help="with --pinned: keep_fraction replaced by the first "
+                    "run's threshold (min_score), so a new file moves no old document's decision")
     a = ap.parse_args(argv)
     tmp = a.tmp or Path(tempfile.mkdtemp(prefix="curate-reuse-"))
     if a.scales:
         print("| documents | partitions | first run CPU-s | no-op | +2.5% | net share of the first | same bytes as fresh |")
         print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for n in (int(x) for x in a.scales.split(",")):
-            scaled(n, tmp, a.workers, a.new_ids, a.pinned)
+            scaled(n, tmp, a.workers, a.new_ids, a.pinned, a.pin_threshold)
         return
     corpus = tmp / "corpus"
     if not corpus.exists():
@@ -262,13 +294,15 @@ def main(argv=None) -> None:
     text = base
     for case in a.cases.split(","):
         what, edit = EDITS[case]
-        if case == "pinned":  # pinned first (scores every page once: not counted), then the new file
+        if case in ("pinned", "pinall"):  # pinned first (scores every page once: not counted), then the new file
             text = pin(text, tmp, "demo")
+            if case == "pinall":
+                text = pin_threshold(text, tmp / "out" / "demo")
             assert "model: " in text, "the demo's classifier block changed: update bench.reuse.pin"
             pinned, _ = cpu_run(write(f"demo-{case}", text), case + "-pin")
             print(f"  (pinning the classifier, before the new file: {pinned:.1f} CPU-s, {(pinned - noop) / first:.3f} of the first run)")
         if edit is None:
-            new_web_file(corpus, a.new_docs, k=2 if case == "pinned" and "newfile" in a.cases else 1)
+            new_web_file(corpus, a.new_docs, k=1 + a.cases.split(",").index(case))
         else:
             text = edit(text)
         cpu, _ = cpu_run(write(f"demo-{case}", text), case)

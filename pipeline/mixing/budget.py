@@ -156,13 +156,29 @@ def phase_selections(marker: dict) -> list[tuple[str | None, dict, int]]:
 
 def source_selection(marker: dict, source: str) -> dict | None:
     """The part of a mix-select marker that decides `source`'s documents: each phase's
-    cells of that source (and its output partitions). A task that reads one source's
-    choices names this in its spec, so a weight another source's cells take does not
+    output partitions and its cells of that source, each cut to what decides
+    (`deciding`). A task that reads one source's choices names this in its spec, so a
+    weight another source's cells take, or a count that moved with new documents, does not
     change its key (engine/reuse.py)."""
+    def part(ph: dict) -> dict:
+        return {"n_shards": ph["n_shards"], "sources": {k: {"cells": [deciding(c) for c in source_cells(v)]}
+                                                        for k, v in ph["sources"].items() if k == source}}
     if "phases" in marker:
-        return {"phases": {name: {"n_shards": ph["n_shards"], "sources": {k: v for k, v in ph["sources"].items() if k == source}}
-                           for name, ph in marker["phases"].items()}}
-    return {"n_shards": marker["n_shards"], "sources": {k: v for k, v in marker["sources"].items() if k == source}}
+        return {"phases": {name: part(ph) for name, ph in marker["phases"].items()}}
+    return part(marker)
+
+
+# what decides a cell's documents: which documents it holds, which (document, epoch) it takes
+DECIDES = ("name", "source", "topic", "lo", "hi", "lang", "axis", "value", "others",
+           "seed", "whole_epochs", "cutoff", "after_cutoff", "pool_cutoff", "priority_epoch")
+
+
+def deciding(c: dict) -> dict:
+    """A cell of a selection cut to what decides its documents: its membership, its epochs
+    and cutoffs, and the reason a document it leaves out gets (`why_not`); not its counts
+    (available, target, rows, tokens), which move with every new document while the
+    choice of an old one need not."""
+    return {**{k: c[k] for k in DECIDES if k in c}, "why_not": not_selected_reason(c)}
 
 
 def share_out(budgets: list[dict], avail: dict[str, int], names: list[str]) -> None:
@@ -195,6 +211,8 @@ def not_selected_reason(c: dict, phased: bool = False) -> str:
     With phases a cell's weight differs from phase to phase: the plain `not_selected`."""
     if phased:
         return "not_selected"
+    if "why_not" in c:  # a cell cut to what decides (`deciding`)
+        return c["why_not"]
     if c.get("named") is False or ((c.get("lo") is not None or c.get("topic") is not None) and not c.get("target")):
         return f"cell_weight_0:{c['name']}"
     return "not_selected"

@@ -139,6 +139,10 @@ def layer_names(record: dict, source: str) -> list[tuple[str, str]]:
     return out
 
 
+# layer columns shard_decisions never reads (explain shows them): a read key of the decisions leaves them out
+UNREAD = ("cluster", "cluster_size")
+
+
 def reason_group(reason: str | None) -> str | None:
     """A reason without its per-document detail: exact_duplicate_of:<id> -> exact_duplicate_of
     (semantic_duplicate_of:<id> (cosine=...) -> semantic_duplicate_of),

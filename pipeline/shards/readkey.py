@@ -52,6 +52,16 @@ def of(st: Layers, *more: pa.Table | None) -> str:
     return h.hexdigest()
 
 
+def of_tables(*tables: pa.Table | None) -> str:
+    """The digest of some tables' values (a task's own read, outside a layer state)."""
+    h = xxhash.xxh3_128()
+    for t in tables:
+        h.update(b"\x00table")
+        if t is not None:
+            _table(h, t)
+    return h.hexdigest()
+
+
 def _table(h, t: pa.Table) -> None:
     h.update(t.num_rows.to_bytes(8, "little"))
     for name in t.column_names:

@@ -118,7 +118,7 @@ def plan(ctx: Context) -> list[Step]:
     def route_shards(st, stats):
         phases = bm.phase_selections(stats[select.name][0])
         return ({"doc": d, "seed": m.seed, "phases": [
-                    {"name": name, "cells": bm.source_cells(sel["sources"][d["source"]]), "n_shards": sel["n_shards"],
+                    {"name": name, "cells": [bm.deciding(c) for c in bm.source_cells(sel["sources"][d["source"]])], "n_shards": sel["n_shards"],
                      "offset": offset} for name, sel, offset in phases],
                  **({"tokens": str(tok[d["source"]].dir(ctx.store) / f"{shard_name(d['index'])}.parquet")} if tok else {}),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"}
@@ -126,7 +126,7 @@ def plan(ctx: Context) -> list[Step]:
 
     tok = dict(ctx.tokenized)  # tokenize: the sources' token ids ride with their texts (pipeline/steps/tokenize/)
     route = Step("mix-route", "mix-route", {}, [select, *tok.values()], tasks.route_shard, shards=route_shards,
-                 position_free=True)
+                 position_free=True, read_keyed=("layers",))
 
     merged = merge_step("mix-route-merge", route, ["to"], lambda stats: len(stats[route.name]), ctx.store, ctx.engine,
                         split=True)

@@ -35,7 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.shards import shuffle
+from pipeline.engine.cutoff import same_as_before
+from pipeline.shards import readkey, shuffle
 from pipeline.mixing.budget import by_phase, cell_epochs, order_key, priority, source_selection, split_epochs
 from pipeline.mixing import cells
 from pipeline.shards import select
@@ -141,7 +142,7 @@ class SelectSpec(TypedDict):
     describe: str
 
 
-@task(version="3")  # 3: sources/<source>.json (2: per cell)
+@task(version="4")  # 4: sources/<source>.json cut to what decides (budget.deciding); 3: sources/<source>.json (2: per cell)
 def select_shard(spec: SelectSpec, out) -> dict:
     """The selection of every phase (one, unnamed, without phases: its marker is the phase's),
     and each selected source's part of it as `sources/<source>.json`
@@ -287,19 +288,27 @@ class RouteSpec(TypedDict):
 @task(version=f"{shuffle.VERSION}.phases")  # per cell and phase
 def route_shard(spec: RouteSpec, out) -> dict:
     """Every chosen (document, epoch) of every phase to its output partition: the phase's
-    first partition + order % the phase's shards (one shuffle for all phases)."""
+    first partition + order % the phase's shards (one shuffle for all phases).
+    Read-keyed (engine/cutoff.py): what it reads of the layers is the keep mask, the text
+    and count overrides and the attributes the mixture files carry; an old shard whose dedup
+    layer changed elsewhere (a new page joined one of its clusters) links its routes."""
     d, seed = spec["doc"], spec["seed"]
     n = view.num_rows(d["documents"])
     extra = _extra_columns(d, n)
-    bucket_all = extra["quality_bucket"]
-    buckets = bucket_all.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) if bucket_all.null_count < n else None
-    topics = np.array(extra["topic"].to_pylist(), dtype=object) if extra["topic"].null_count < n else None
     axis = cells.source_axis([c for ph in spec["phases"] for c in ph["cells"]])  # only axis cells read it
     values = (np.array(extra["lang"].to_pylist(), dtype=object) if axis == "lang" else view.shard_axis(d, axis)) \
         if axis else None
+    rk, state = readkey.shard(d, view.OVERRIDES, pa.table(extra),
+                              pa.table({"axis": pa.array(list(values), pa.string())}) if values is not None else None)
+    if (st := same_as_before(spec, out, rk)) is not None:
+        return st
+    bucket_all = extra["quality_bucket"]
+    buckets = bucket_all.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) if bucket_all.null_count < n else None
+    topics = np.array(extra["topic"].to_pylist(), dtype=object) if extra["topic"].null_count < n else None
     parts, dests, chosen_any = [], [], 0
     tok = fs.read_table(spec["tokens"], columns=["row", "tokens"]) if spec.get("tokens") else None  # the shard's ids (tokenize-<source>)
-    for rows, b in view.kept_batches(d["documents"], d["layers"], ["id", "text", "source", "source_id", "n_tokens"]):
+    for rows, b in view.kept_batches(d["documents"], d["layers"], ["id", "text", "source", "source_id", "n_tokens"],
+                                     state=state):
         ids = b.column("id").to_pylist()
         r = pa.array(rows)
         base = pa.table({"id": b.column("id"), "text": b.column("text"), "source": b.column("source"),
@@ -341,7 +350,7 @@ def route_shard(spec: RouteSpec, out) -> dict:
     else:
         shuffle.write_empty(total, base)
     return {"rows": rows, "source": d["source"], "part": d["part"], "chosen_docs": chosen_any,
-            "shuffle_bytes": shuffle.bytes_written() - b0, "partitions": total}
+            "shuffle_bytes": shuffle.bytes_written() - b0, "partitions": total, "read_key": rk}
 
 
 def _token_ids(tok: pa.Table, rows: np.ndarray, where: str) -> pa.Array:

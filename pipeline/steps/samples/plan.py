@@ -52,7 +52,8 @@ def plan(ctx: Context) -> list[Step]:
                    "kept_per_source": sm.kept_per_source, "removed_per_reason": sm.removed_per_reason,
                    "describe": f"samples of {s}/{shard_name(d['part'])}"}
 
-    pick = Step("samples-pick", "samples-pick", cfg, list(ctx.fate), tasks.pick_shard, shards=pick_shards, position_free=True)
+    pick = Step("samples-pick", "samples-pick", cfg, list(ctx.fate), tasks.pick_shard, shards=pick_shards, position_free=True,
+                read_keyed=("layers",))  # the picks digest the layer columns their decisions read (tasks._read_key)
 
     def sample_shards(st, stats):
         offsets, _ = ctx.shard_offsets(stats)

@@ -31,7 +31,9 @@ import orjson
 import pyarrow as pa
 import xxhash
 
+from pipeline.engine.cutoff import same_as_before
 from pipeline.shards import decisions as dec
+from pipeline.shards import readkey
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs
 
@@ -213,7 +215,7 @@ class PickSpec(TypedDict):
     describe: str
 
 
-@task(version="6")  # 6: the selection by its file; 5: keyed by what it reads, survivors' texts attached by the merge (4: eval items; 3: per shard)
+@task(version="7")  # 7: read-keyed; 6: the selection by its file; 5: keyed by what it reads, survivors' texts attached by the merge (4: eval items; 3: per shard)
 def pick_shard(spec: PickSpec, out) -> dict:
     """The `samples-pick` step, one task per document shard: of each group (kept; removed by
     stage and reason; quarantined by reason) the records with the smallest sample hashes,
@@ -223,7 +225,10 @@ def pick_shard(spec: PickSpec, out) -> dict:
     sel = spec["selection"]
     run = dec.OneShard(spec["seed"], spec["role"], atomic.read_json(sel) if isinstance(sel, str) else sel, spec["layers"])
     source, part = spec["source"], fs.path(spec["documents"])
-    read: dict = {}  # the shard's files, read once for both calls
+    read: dict = {}  # the shard's files, read once for the read key and both calls
+    rk = _read_key(run.layers(source, part), read)
+    if (st := same_as_before(spec, out, rk)) is not None:
+        return st
     t = dec.shard_decisions(run, source, part, score_rows=(), tables=read)  # the picks' scores only, below
     ids = t.column("id").to_pylist()
     keys = np.array([_h(run.seed, source, i) for i in ids], np.uint64)
@@ -281,7 +286,25 @@ def pick_shard(spec: PickSpec, out) -> dict:
             r["_group"], r["_key"] = ["quarantined", "ingest", reason], int(qkeys[pos[j]])
             records.append((r, None))
     write_jsonl([r for r, _ in records], out.path(".jsonl"))
-    return {"rows": t.num_rows + len(q), "source": source, "picked": len(records)}
+    return {"rows": t.num_rows + len(q), "source": source, "picked": len(records), "read_key": rk}
+
+
+def _read_key(layers: list, read: dict) -> str:
+    """The read key of a shard's picks (engine/cutoff.py): every column of its layers that
+    its decisions read, in deciding order, texts included; not the columns only explain
+    reads (decisions.UNREAD: a cluster's size grows when a new page joins it, and no
+    pick changes). The tables go into `read`, where shard_decisions finds them."""
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    for label, path in layers:
+        names = fs.parquet_file(path).schema_arrow.names
+        t = fs.read_table(path)
+        read[("names", str(path))] = names
+        read[(str(path), tuple(c for c in names if c != "text"))] = t.drop_columns(["text"]) if "text" in names else t
+        h.update(b"\x00layer:" + label.encode())
+        h.update(readkey.of_tables(t.drop_columns([c for c in dec.UNREAD if c in names])).encode())
+    return h.hexdigest()
 
 
 def _columns(t) -> dict[str, list]:

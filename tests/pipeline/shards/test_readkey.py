@@ -70,12 +70,15 @@ def _task_steps():
     from pipeline.steps import decontam
     from pipeline.steps.classify import tasks as classify
     from pipeline.steps.dedup import exact, fuzzy, paragraph
+    from pipeline.steps.mix import tasks as mix
+    from pipeline.steps.samples import tasks as samples
     from pipeline.steps.tokenize import tasks as tokenize
 
     return {"tokenize-web": tokenize.encode_shard, "classify-score": classify.score_shard,
             "dedup-paragraph-map": paragraph.map_shard, "dedup-paragraph": paragraph.apply_shard,
             "dedup-exact": apply.run_shard, "dedup-exact-map": exact.map_shard,
-            "dedup-fuzzy-signatures": fuzzy.sig_shard, "decontaminate": decontam.apply_shard}
+            "dedup-fuzzy-signatures": fuzzy.sig_shard, "decontaminate": decontam.apply_shard,
+            "mix-route": mix.route_shard, "samples-pick": samples.pick_shard}
 
 
 @pytest.mark.parametrize("name", list(_task_steps()))
@@ -95,30 +98,43 @@ def test_a_task_links_what_it_read_before_and_computes_what_changed(demo_run, tm
     step = name if name != "classify-score" else next(s for s in steps if s.startswith("classify-") and s.endswith("-web")
                                                           and not s.endswith(("-train", "-examples")))
     folder = (demo_run / steps[step]["dir"]).resolve()
-    spec = orjson.loads((folder / "step.json").read_bytes())["shards"][0]
-    marker = read_markers(folder)[0]
-    assert "read_key" in marker and "partial_key" in marker and spec["doc"]["layers"]  # the step declares read_keyed
+    shards = orjson.loads((folder / "step.json").read_bytes())["shards"]
+    i, spec = next((i, x) for i, x in enumerate(shards) if _layers(x))  # a shard with layers
+    marker = read_markers(folder)[i]
+    assert "read_key" in marker and "partial_key" in marker and _layers(spec)  # the step declares read_keyed
 
     def with_last_layer(change) -> dict:
-        t = pq.read_table(spec["doc"]["layers"][-1])
+        t = pq.read_table(_layers(spec)[-1])
         p = tmp_path / f"layer-{change.__name__}.parquet"
         pq.write_table(change(t), p)
-        return {**spec, "doc": {**spec["doc"], "layers": spec["doc"]["layers"][:-1] + [str(p)]},
-                "prior": hint((folder, 0, marker))}
+        return {**_with_layers(spec, _layers(spec)[:-1] + [str(p)]), "prior": hint((folder, i, marker))}
 
-    def other_column(t):
-        return t.append_column("cluster_size_now", pa.array(range(t.num_rows)))
+    def other_column(t):  # what explain shows of a cluster: read by no task
+        t = t.drop_columns(["cluster_size"]) if "cluster_size" in t.column_names else t
+        return t.append_column("cluster_size", pa.array(range(t.num_rows)))
 
-    kept = view.Layers(spec["doc"]["layers"], view.num_rows(spec["doc"]["documents"]), ()).keep
+    documents = spec["doc"]["documents"] if "doc" in spec else spec["documents"]
+    kept = view.Layers(_layers(spec), view.num_rows(documents), ()).keep
 
     def one_removed(t):  # a row every layer kept
         keep = t.column("keep").to_pylist()
-        i = int(kept.nonzero()[0][0])
-        keep[i] = False
+        j = int(kept.nonzero()[0][0])
+        keep[j] = False
         return t.set_column(t.schema.get_field_index("keep"), "keep", pa.array(keep, pa.bool_()))
 
     task = f"{fn.__module__}:{fn.__qualname__}"
-    same = run_shard(task, with_last_layer(other_column), str(tmp_path / "same"), 0)
+    same = run_shard(task, with_last_layer(other_column), str(tmp_path / "same"), i)
     assert same.get("linked_from") == folder.name and same["out_files"] == marker["out_files"], same
-    changed = run_shard(task, with_last_layer(one_removed), str(tmp_path / "changed"), 0)
+    changed = run_shard(task, with_last_layer(one_removed), str(tmp_path / "changed"), i)
     assert "linked_from" not in changed and changed["read_key"] != marker["read_key"]
+
+
+def _layers(spec: dict) -> list[str]:
+    """A shard spec's layer files: a document shard's (`doc`), or the picks' [stage, file] pairs."""
+    return spec["doc"]["layers"] if "doc" in spec else [p for _, p in spec["layers"]]
+
+
+def _with_layers(spec: dict, layers: list[str]) -> dict:
+    if "doc" in spec:
+        return {**spec, "doc": {**spec["doc"], "layers": layers}}
+    return {**spec, "layers": [[label, p] for (label, _), p in zip(spec["layers"], layers, strict=True)]}
