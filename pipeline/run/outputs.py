@@ -22,12 +22,12 @@ def ledger_of(ctx: Context, stats: dict) -> dict:
     chosen = mix_publish.chosen_docs(stats[ctx.mix.route.name]) if phases[0][0] is not None else None
     entries = {}
     layers = ctx.layer_stages()
-    read: dict[str, list[dict]] = {}  # a global layer's markers read once (its index), not once per source
+    folded: dict[str, dict] = {}  # a layer step's markers read once and summed per source (ledger.fold), not held
 
-    def of_source(name: str, sname: str) -> list[dict]:
-        if name not in read:
-            read[name] = list(stats[name].values())
-        return [m for m in read[name] if m.get("source", sname) == sname]
+    def of_source(name: str, sname: str) -> dict:
+        if name not in folded:
+            folded[name] = ledger.fold(stats[name].values())
+        return ledger.of_source(folded[name], sname)
 
     for sname, spec in ctx.mixture.sources.items():
         flt = ctx.filter.get(sname)
