@@ -35,8 +35,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 CG = Path("/sys/fs/cgroup/cpuacct")
 
@@ -135,26 +133,17 @@ EDITS = {
 }
 
 
-def threshold_marker(run_dir: Path, source: str = "web") -> dict:
-    """The quality threshold step's marker of a finished run (its threshold, bucket keys)."""
-    from pipeline.engine.step import read_markers
-
-    rec = json.loads((run_dir / "run.json").read_text())
-    v = rec["steps"][f"quality-{source}-threshold"]
-    return read_markers(run_dir.parent / "_store" / "steps" / v["dir"].split("/")[-1])[0]
-
-
-def pin_threshold(text: str, run_dir: Path) -> str:
-    """The mixture with the quality bar of `run_dir` fixed: keep_fraction as that run's
-    `min_score`, quantile buckets as that run's score edges (`edges:`), so that a new file
-    moves no old document's decision (a quantile of the grown corpus moves every margin)."""
-    m = threshold_marker(run_dir)
+def pin_threshold(text: str, run_dir: Path, source: str = "web") -> str:
+    """The mixture with the quality bar of `run_dir` fixed, as docs/classifiers.md says
+    ("Pinned"): keep_fraction as that run's threshold (`min_score`), quantile buckets as its
+    score edges (`edges:`), both from the quality section of its report.json, so that a new
+    file moves no old document's decision (a quantile of the grown corpus moves every margin)."""
+    q = json.loads((run_dir / "report.json").read_text())["sources"][source]["quality"]
     if "keep_fraction:" in text:
         before, _, rest = text.partition("keep_fraction: ")
-        return before + f"min_score: {m['threshold']!r}" + rest[rest.index("}"):]
-    edges = [float(np.array([int(k) >> 32], np.uint32).view(np.float32)[0]) for k in m["bucket_keys"]]
+        return before + f"min_score: {q['threshold']!r}" + rest[rest.index("}"):]
     assert "buckets: 5}" in text, "the demo's quality line changed: update bench.reuse.pin_threshold"
-    return text.replace("buckets: 5}", f"edges: {edges!r}}}")
+    return text.replace("buckets: 5}", f"edges: {q['bucket_edges']!r}}}")
 
 
 def pin(text: str, tmp: Path, run: str) -> str:

@@ -34,8 +34,9 @@ def _quality(run: dec.Run, source: str) -> dict | None:
     if not qdir:
         return None
     marks = read_markers(qdir)
-    if marks and all(len(m.get("score_histogram", ())) == BINS for m in marks.values()):
-        counts = np.sum([m["score_histogram"] for m in marks.values()], axis=0).astype(np.int64)
+    summed = _summed(marks.values(), ("score_histogram", "bucket_seen", "bucket_docs", "bucket_tokens"))
+    if marks and summed.get("score_histogram") is not None and len(summed["score_histogram"]) == BINS:
+        counts = summed["score_histogram"]
     else:  # a step cached before its markers carried histograms: what its tasks would have counted
         counts = np.zeros(BINS, np.int64)
         for f in sorted((qdir / source).glob("part-*.parquet")):
@@ -44,11 +45,30 @@ def _quality(run: dec.Run, source: str) -> dict | None:
     thr = read_markers(run.role_dir("quality_threshold", source))[0]
     out = {"bins": [round(i / BINS, 4) for i in range(BINS + 1)], "counts": counts.tolist(),
            "threshold": thr["threshold"] if thr["kind"] != "none" else None, "kind": thr["kind"], "documents": int(counts.sum())}
-    if marks and all("bucket_seen" in m for m in marks.values()):  # per quality bucket: reached the stage, kept
-        out["buckets"] = {"reached": np.sum([m["bucket_seen"] for m in marks.values()], axis=0).astype(int).tolist(),
-                          "kept": np.sum([m["bucket_docs"] for m in marks.values()], axis=0).astype(int).tolist(),
-                          "kept_tokens": np.sum([m["bucket_tokens"] for m in marks.values()], axis=0).astype(int).tolist()}
+    if thr.get("bucket_keys"):  # quantile buckets: each edge's score, what `edges:` takes to fix them (docs/classifiers.md)
+        out["bucket_edges"] = [float(np.array([int(k) >> 32], np.uint32).view(np.float32)[0]) for k in thr["bucket_keys"]]
+    if marks and summed.get("bucket_seen") is not None:  # per quality bucket: reached the stage, kept
+        out["buckets"] = {"reached": summed["bucket_seen"].tolist(), "kept": summed["bucket_docs"].tolist(),
+                          "kept_tokens": summed["bucket_tokens"].tolist()}
     return out
+
+
+def _summed(markers, keys: tuple[str, ...]) -> dict[str, np.ndarray | None]:
+    """Each key's arrays summed over the markers in one pass (None: a marker lacks it, or its
+    length differs): the driver holds the sums, not a list a shard (a step of 10^5 shards)."""
+    acc: dict[str, np.ndarray | None] = {}
+    for m in markers:
+        for k in keys:
+            if k in acc and acc[k] is None:
+                continue
+            v = m.get(k)
+            if v is None or (k in acc and len(v) != len(acc[k])):
+                acc[k] = None
+            elif k in acc:
+                acc[k] += np.asarray(v, np.int64)
+            else:
+                acc[k] = np.array(v, np.int64)
+    return acc
 
 
 def _topics(run: dec.Run, source: str) -> dict | None:
@@ -82,7 +102,7 @@ def _languages(run: dec.Run, source: str) -> dict[str, int]:
     fdir = run.role_dir("filter", source)
     marks = read_markers(fdir) if fdir else {}
     if marks and all("languages" in m for m in marks.values()):
-        per_shard = [m["languages"] for m in marks.values()]
+        per_shard = (m["languages"] for m in marks.values())  # a second pass, not a list a shard
     else:  # a step cached before its markers carried languages: what its tasks would have counted
         per_shard = [filter_step.languages(fs.read_table(f, columns=[c for c in fs.parquet_file(f).schema_arrow.names
                                                                      if c.endswith(".lang")]))

@@ -70,6 +70,13 @@ def test_buckets_are_exact_quantiles_whatever_the_sharding(two_runs):
     assert sizes.max() - sizes.min() <= 1 and sizes.sum() == len(ba), sizes
     for k in range(1, 4):  # every score of bucket k is at most every score of bucket k+1
         assert max(s for q, s in ba.values() if q == k) <= min(s for q, s in ba.values() if q == k + 1)
+    # the report's score edges, what `edges:` takes to fix the buckets (docs/classifiers.md, "Pinned"), give each
+    # document its bucket (a score equal to an edge, split by the id hash between two buckets, goes to the upper one)
+    edges = np.array(atomic.read_json(a / "report.json")["sources"]["web"]["quality"]["bucket_edges"], np.float32)
+    assert len(edges) == 3 and (np.diff(edges) >= 0).all()
+    for q, sc in ba.values():
+        if np.float32(sc) not in edges:
+            assert 1 + np.searchsorted(edges, np.float32(sc), side="right") == q
 
 
 def test_cells_meet_their_weights_and_bytes_do_not_depend_on_workers(two_runs):
