@@ -32,6 +32,13 @@ as plans were (a list of every spec).
 
     python -m bench.driver --plan --sizes 10000 100000 [--yield-specs]
 
+`--end` measures the end of a run: the ledger's and the report's reads of a committed layer
+step of n shards (markers of a quality step: flows, removals, a score histogram and bucket
+counts, three sources), as they are now (one pass, sums held: ledger.fold, report._summed)
+and as they were (the step's markers in a list, then summed).
+
+    python -m bench.driver --end --sizes 10000 100000
+
 Not a test: timings never gate CI.
 """
 
@@ -53,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline.engine.executor import Executor, _Queue  # noqa: E402
 from pipeline.engine.step import MARKERS, Step, shard_name  # noqa: E402
 from pipeline.engine.progress import Progress  # noqa: E402
+from pipeline.engine.reuse import Keys  # noqa: E402
 
 
 def synthetic_shard(spec: dict, out) -> dict:  # never called: every shard is done
@@ -127,6 +135,7 @@ def measure(n: int, root: Path) -> dict:
     tracemalloc.start()
     t0, c0 = time.perf_counter(), time.process_time()
     queue, remaining, started = _Queue(), {}, {}
+    ex.keys = Keys(store, [s], ex.stats)  # what Executor.run sets up before it activates a step
     ex._activate(s, queue, remaining, started)  # lists specs, writes step.json, reads markers, commits (none to do)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     _, peak = tracemalloc.get_traced_memory()
@@ -135,6 +144,57 @@ def measure(n: int, root: Path) -> dict:
     step_json = (d / "step.json").stat().st_size
     shutil.rmtree(store)
     return {"shards": n, "wall_s": wall, "cpu_s": cpu, "peak_mb": peak / 2**20, "step_json_mb": step_json / 2**20}
+
+
+LAYER_MARKER = {"source": "web", "docs_in": 50_000, "docs_out": 41_233, "chars_in": 150_000_000, "chars_out": 120_000_000,
+                "tokens_in": 31_000_000, "tokens_out": 27_000_000, "removed": {"quality_below:0.42": 8_767},
+                "score_histogram": [500] * 100, "bucket_seen": [10_000] * 5, "bucket_docs": [8_000] * 5,
+                "bucket_tokens": [5_400_000] * 5, "seconds": 12.3, "cpu_seconds": 11.9, "peak_rss_mb": 700.1,
+                "node": "host-17/0123abcd", "writer": "0123456789abg1"}
+
+
+def measure_end(n: int, root: Path) -> dict:
+    """Peak Python memory of the ledger's and the report's reads of one committed step of n
+    shards: now (one pass) and before (a list of the markers)."""
+    import numpy as np
+
+    from pipeline.engine.step import read_markers
+    from pipeline.shards import ledger
+    from pipeline.views import report
+
+    store = root / f"end-{n}"
+    s = Step("quality-web", "quality", {"n": n}, [], synthetic_shard, shards=_specs(n))
+    d = s.dir(store)
+    (d / MARKERS).mkdir(parents=True)
+    for i in range(n):
+        (d / MARKERS / f"{shard_name(i)}.json").write_bytes(orjson.dumps({**LAYER_MARKER, "source": ("web", "wiki", "code")[i % 3]}))
+    ex = Executor(store, progress=Progress(quiet=True))
+    ex.keys = Keys(store, [s], ex.stats)
+    ex._activate(s, _Queue(), {}, {})  # commits: the marker index and _SUCCESS
+    keys = ("score_histogram", "bucket_seen", "bucket_docs", "bucket_tokens")
+    out = {"shards": n}
+    for how in ("before", "now"):
+        tracemalloc.start()
+        c0 = time.process_time()
+        ms = read_markers(d)
+        if how == "now":
+            f = ledger.fold(ms.values())
+            got = [ledger.of_source(f, x)["docs_out"] for x in ("web", "wiki", "code")]
+            sums = report._summed(ms.values(), keys)
+            hist = sums["score_histogram"]
+        else:
+            held = list(ms.values())
+            got = [sum(m["docs_out"] for m in held if m.get("source", x) == x) for x in ("web", "wiki", "code")]
+            hist = np.sum([m["score_histogram"] for m in held], axis=0)
+            _ = [np.sum([m[k] for m in held], axis=0) for k in keys[1:]]
+        out[f"{how}_cpu_s"] = time.process_time() - c0
+        out[f"{how}_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+        out[f"{how}_check"] = (got, int(hist.sum()))
+        del ms
+    assert out["now_check"] == out["before_check"], out
+    shutil.rmtree(store)
+    return out
 
 
 def _chained(step, stats):
@@ -240,6 +300,8 @@ def main() -> None:
                     "instead of returning a list, as a plan written that way would")
     ap.add_argument("--plan", action="store_true", help="a real plan (fuzzy dedup's signatures over the document "
                     "shards) instead of the synthetic one; with --yield-specs as the plan is written, without as a list")
+    ap.add_argument("--end", action="store_true", help="the ledger's and the report's reads of a committed step of "
+                    "each size, now and before (peak memory per shard)")
     args = ap.parse_args()
     YIELD[0] = args.yield_specs
     root = Path(tempfile.mkdtemp(prefix="curate-driver-", dir=os.environ.get("TMPDIR")))
@@ -252,6 +314,16 @@ def main() -> None:
             print(f"| {r['shards']:,} | {r['cpu_s']:.2f} | {1e6 * r['cpu_s'] / r['shards']:.1f} | {r['peak_mb']:.1f} | "
                   f"{1024 * r['peak_mb'] / r['shards']:.2f} |")
         print(_per_shard(rows, "peak_mb", "peak memory"))
+        return
+    if args.end:
+        rows = _at_sizes(measure_end, args.sizes, root)
+        print("| shards | before: peak MB | KB a shard | CPU s | now: peak MB | KB a shard | CPU s |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in rows:
+            print(f"| {r['shards']:,} | {r['before_peak_mb']:.1f} | {1024 * r['before_peak_mb'] / r['shards']:.2f} | "
+                  f"{r['before_cpu_s']:.2f} | {r['now_peak_mb']:.1f} | {1024 * r['now_peak_mb'] / r['shards']:.2f} | "
+                  f"{r['now_cpu_s']:.2f} |")
+        print(_per_shard(rows, "before_peak_mb", "peak memory before") + "; " + _per_shard(rows, "now_peak_mb", "now"))
         return
     if args.chain:
         n = args.sizes[0]

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from pipeline.engine.markers import StepMarkers
+from pipeline.engine.markers import StepMarkers, read_index
 from pipeline.errors import RunError
 from pipeline.io import atomic, fs
 
@@ -235,11 +235,19 @@ def committed(step: Step, store: Path) -> Mapping[int, dict] | None:
     return markers if len(markers) == rec.get("shards", len(markers)) else None
 
 
-def _marker_index(d: Path, rec: dict) -> dict[int, dict]:
+def _marker_index(d: Path, rec: dict) -> Mapping[int, dict]:
+    """A committed step's marker index: a marker a line into a local spill past
+    markers.WHOLE shards (engine/markers.read_index), so a reader that goes through the
+    markers once (the report, explain) holds a few bytes a shard, not every marker."""
+    if isinstance(rec.get("shards"), int) and rec.get("markers"):
+        got = read_index(d / rec["markers"], rec["shards"])
+        if len(got) != rec["shards"]:
+            raise ValueError(f"{d}: {len(got)} markers where _SUCCESS says {rec['shards']}")
+        return got
     return {int(k): v for k, v in atomic.read_json(d / rec.get("markers", MARKERS_ALL)).items()}
 
 
-def read_markers(step_dir: Path) -> dict[int, dict]:
+def read_markers(step_dir: Path) -> Mapping[int, dict]:
     """Every shard's marker: from the index a committed step keeps (one read after the
     commit's), else one file per shard (a step in progress)."""
     rec = success(step_dir)
