@@ -236,6 +236,8 @@ INPUT_FILE_BYTES = 2 << 30  # an input Parquet file (FineWeb's are ~2 GB); plann
 OUTPUT_FILES_PER_MIX_SHARD = 1 + 2 * 2  # a mixture file, and two token formats' file pairs
 FOOTER_BYTES = 64 << 10
 INDEX_WINDOW = 64 << 20  # pipeline/shards/shuffle.py
+STREAM_FRAMING = 696  # bytes of an IPC stream of the signatures' 4 columns beyond its rows' 32 B (a 1-row stream: 728 B)
+RAW_HEADER = 43  # a raw segment of the same 4 columns: magic, row count and layout (a 1-row segment: 75 B)
 
 
 def growth_terms(docs: float, latency: float, cores: int) -> list[tuple[str, str, str, str]]:
@@ -266,8 +268,16 @@ def growth_terms(docs: float, latency: float, cores: int) -> list[tuple[str, str
                 f"10.1 requests a file, serial: {published * 0.270 / 3600:,.1f} h (270 ms a file measured)",
                 f"2.0 requests a file, 32 in flight: {published * 2 * latency / 32 / 3600:.2f} h "
                 "(bench/publish.py: 8-12 ms a file)"))
-    out.append(("segment framing (not changed)", "an IPC stream per non-empty segment, ~1 KB",
-                "as before", "as before: a record batch per segment in one stream a file is the fix"))
+    # the signatures shuffle's segments: each map's 14 x 50,000 band rows over its partitions
+    rows, parts = SHARD_DOCS * BANDS, max(1, math.ceil(docs * BANDS / PARTITION_ROWS))
+    segs = shards * parts * (1 - math.exp(-rows / parts))  # non-empty (map, partition) pairs
+    data = docs * BANDS * 32
+    raw = rows / parts <= 256  # shuffle.RAW_ROWS: small fixed-width segments are written raw
+    out.append(("segment framing, signatures -> buckets",
+                f"{segs:,.0f} segments of {rows / parts:,.1f} rows; {data / 1e9:,.0f} GB of rows",
+                f"an IPC stream a segment, {STREAM_FRAMING} B: {segs * STREAM_FRAMING / 1e9:,.0f} GB of framing",
+                (f"raw segments, a {RAW_HEADER} B header: {segs * RAW_HEADER / 1e9:,.0f} GB" if raw else
+                 "as before (segments past 256 rows stay streams, whose framing is then under 10% of their rows)")))
     n = docs / 5000
     out.append(("semantic dedup's clusters", "k <= sample / 20 = 5,000",
                 f"{n:,.0f} documents a cluster, all pairs: {n / 2:,.0f} comparisons a member",

@@ -5,8 +5,12 @@ every map's data file.
     <step>/buckets/part-00012.data    map shard 12's rows, partition 0's segment first
     <step>/buckets/part-00012.index   P + 1 little-endian uint64 offsets into the .data file
 
-A segment is an Arrow IPC stream (zstd-compressed buffers), so a reducer decodes exactly
-the bytes of its partition: it reads 16 bytes of each index (offsets p and p + 1) and
+A segment is an Arrow IPC stream (zstd-compressed buffers), or, when it is small and its
+columns are fixed-width numbers without nulls (band keys, pairs, edges), its columns' raw
+bytes after a header of its row count and column names and types (`RAW_ROWS`): a stream's
+schema and batch framing are ~450 bytes for two columns, while a segment of a few rows of
+16 bytes is most of what a map writes per partition when partitions grow with the corpus.
+Either way a reducer decodes exactly the bytes of its partition: it reads 16 bytes of each index (offsets p and p + 1) and
 then that range of the data file, two small reads per (map, partition), on local disks
 and object stores alike (ranged GETs; no listing: a reducer derives the map files' names
 from their count); on an object store 16 maps' reads are in flight at once, kept in map
@@ -39,7 +43,7 @@ import pyarrow as pa
 
 from pipeline.io import atomic, fs
 
-VERSION = "2"  # map outputs as .data + .index files: the version of every step that writes a shuffle
+VERSION = "3"  # 3: small fixed-width segments raw (RAW_ROWS); 2: map outputs as .data + .index files: the version of every step that writes a shuffle
 
 _IPC = pa.ipc.IpcWriteOptions(compression="zstd")
 _written = [0]  # bytes of shuffle data this process has written (`bytes_written`)
@@ -104,15 +108,14 @@ def write_partitions(table: pa.Table, part: np.ndarray, nparts: int, base: Path)
     tmp = fs.tmp_path(data)
     sorted_t = table.take(pa.array(order)) if table.num_rows else table
     pos = 0
+    raw = _raw_layout(table.schema) if table.num_rows else None
     with tmp.open("wb") as f:
         for p in np.flatnonzero(counts):
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, table.schema, options=_IPC) as w:
-                w.write_table(sorted_t.slice(int(starts[p]), int(counts[p])))
-            buf = sink.getvalue()
+            seg = sorted_t.slice(int(starts[p]), int(counts[p]))
+            buf = _raw(seg, raw) if raw is not None and counts[p] <= RAW_ROWS else _stream_bytes(seg)
             f.write(buf)
             offsets[p] = pos
-            pos += buf.size
+            pos += len(buf)
             offsets[p + 1 :] = pos
     fs.commit(tmp, data)
     atomic.write_bytes(_with(base, ".index"), offsets.tobytes())
@@ -152,12 +155,74 @@ def read_segment(base: Path, p: int) -> pa.Table | None:
 
 
 def _decode(buf: bytes) -> pa.Table:
-    """A segment: one Arrow IPC stream, or several back to back (a merged output, `merge`)."""
+    """A segment: one Arrow IPC stream or raw segment, or several back to back (a merged
+    output, `merge`), in order."""
     src = pa.BufferReader(pa.py_buffer(buf))
     tables = []
     while src.tell() < len(buf):
-        tables.append(pa.ipc.open_stream(src).read_all())
+        at = src.tell()
+        if buf[at:at + 4] == _RAW_MAGIC:
+            t, n = _unraw(buf, at)
+            tables.append(t)
+            src.seek(at + n)
+        else:
+            tables.append(pa.ipc.open_stream(src).read_all())
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+RAW_ROWS = 256  # a segment of at most this many rows of fixed-width columns is written raw (no IPC framing)
+_RAW_MAGIC = b"CRS1"  # an IPC stream starts with 0xFFFFFFFF: the two never look alike
+_RAW_TYPES = {pa.int64(): "<i8", pa.uint64(): "<u8", pa.int32(): "<i4", pa.uint32(): "<u4", pa.int16(): "<i2",
+              pa.uint16(): "<u2", pa.int8(): "<i1", pa.uint8(): "<u1", pa.float64(): "<f8", pa.float32(): "<f4"}
+_RAW_CODES = {v: k for k, v in _RAW_TYPES.items()}
+
+
+def _stream_bytes(t: pa.Table) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema, options=_IPC) as w:
+        w.write_table(t)
+    return sink.getvalue()
+
+
+def _raw_layout(schema: pa.Schema) -> bytes | None:
+    """The header tail of a raw segment of this schema (column count, then per column its
+    type and name), or None when a column is not a fixed-width number or the schema has
+    metadata (what a raw segment cannot carry, so it could not give the same table back)."""
+    if schema.metadata or not len(schema) or len(schema) > 255 or len(set(schema.names)) < len(schema):
+        return None
+    head = bytes([len(schema)])
+    for f in schema:
+        code, name = _RAW_TYPES.get(f.type), f.name.encode()
+        if code is None or not f.nullable or f.metadata or len(name) > 255:
+            return None
+        head += code.encode() + bytes([len(name)]) + name
+    return head
+
+
+def _raw(t: pa.Table, layout: bytes) -> bytes | pa.Buffer:
+    """A raw segment: magic, row count (uint32), the layout, then each column's values
+    (little-endian), or an IPC stream when a column holds a null."""
+    if any(c.null_count for c in t.columns):
+        return _stream_bytes(t)
+    cols = [np.ascontiguousarray(c.to_numpy(), dtype=_RAW_TYPES[c.type]) for c in t.columns]
+    return b"".join([_RAW_MAGIC, np.uint32(t.num_rows).tobytes(), layout] + [c.tobytes() for c in cols])
+
+
+def _unraw(buf: bytes, at: int) -> tuple[pa.Table, int]:
+    """The table of the raw segment at `at` of `buf`, and its length in bytes."""
+    n = int(np.frombuffer(buf, "<u4", 1, at + 4)[0])
+    pos, ncols = at + 9, buf[at + 8]
+    fields = []
+    for _ in range(ncols):
+        code, k = buf[pos:pos + 3].decode(), buf[pos + 3]
+        fields.append((buf[pos + 4:pos + 4 + k].decode(), code))
+        pos += 4 + k
+    cols = {}
+    for name, code in fields:
+        width = np.dtype(code).itemsize
+        cols[name] = pa.array(np.frombuffer(buf, code, n, pos).astype(np.dtype(code).newbyteorder("=")), _RAW_CODES[code])
+        pos += width * n
+    return pa.table(cols), pos - at
 
 
 def _stream(p: Path, read_ahead: int):
