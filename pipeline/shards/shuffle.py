@@ -6,8 +6,8 @@ every map's data file.
     <step>/buckets/part-00012.index   P + 1 little-endian uint64 offsets into the .data file
 
 A segment is an Arrow IPC stream (zstd-compressed buffers), or, when it is small and its
-columns are fixed-width numbers without nulls (band keys, pairs, edges), its columns' raw
-bytes after a header of its row count and column names and types (`RAW_ROWS`): a stream's
+columns are fixed-width numbers or strings without nulls (band keys, pairs, edges, exact
+and paragraph keys with their ids), its columns' raw bytes after a header of its row count and column names and types (`RAW_ROWS`): a stream's
 schema and batch framing are ~450 bytes for two columns, while a segment of a few rows of
 16 bytes is most of what a map writes per partition when partitions grow with the corpus.
 Either way a reducer decodes exactly the bytes of its partition: it reads 16 bytes of each index (offsets p and p + 1) and
@@ -171,9 +171,11 @@ def _decode(buf: bytes) -> pa.Table:
 
 
 RAW_ROWS = 256  # a segment of at most this many rows of fixed-width columns is written raw (no IPC framing)
+RAW_STRING_BYTES = 64  # ... and strings of at most this many bytes a row on average (ids; texts compress)
 _RAW_MAGIC = b"CRS1"  # an IPC stream starts with 0xFFFFFFFF: the two never look alike
 _RAW_TYPES = {pa.int64(): "<i8", pa.uint64(): "<u8", pa.int32(): "<i4", pa.uint32(): "<u4", pa.int16(): "<i2",
               pa.uint16(): "<u2", pa.int8(): "<i1", pa.uint8(): "<u1", pa.float64(): "<f8", pa.float32(): "<f4"}
+_RAW_TYPES[pa.string()] = "str"  # its values' byte lengths (uint32), then their bytes
 _RAW_CODES = {v: k for k, v in _RAW_TYPES.items()}
 
 
@@ -186,8 +188,9 @@ def _stream_bytes(t: pa.Table) -> pa.Buffer:
 
 def _raw_layout(schema: pa.Schema) -> bytes | None:
     """The header tail of a raw segment of this schema (column count, then per column its
-    type and name), or None when a column is not a fixed-width number or the schema has
-    metadata (what a raw segment cannot carry, so it could not give the same table back)."""
+    type and name), or None when a column is neither a fixed-width number nor a string, or
+    the schema has metadata (what a raw segment cannot carry, so it could not give the same
+    table back)."""
     if schema.metadata or not len(schema) or len(schema) > 255 or len(set(schema.names)) < len(schema):
         return None
     head = bytes([len(schema)])
@@ -201,11 +204,22 @@ def _raw_layout(schema: pa.Schema) -> bytes | None:
 
 def _raw(t: pa.Table, layout: bytes) -> bytes | pa.Buffer:
     """A raw segment: magic, row count (uint32), the layout, then each column's values
-    (little-endian), or an IPC stream when a column holds a null."""
+    (little-endian; a string column's byte lengths, then its bytes), or an IPC stream when a
+    column holds a null."""
     if any(c.null_count for c in t.columns):
         return _stream_bytes(t)
-    cols = [np.ascontiguousarray(c.to_numpy(), dtype=_RAW_TYPES[c.type]) for c in t.columns]
-    return b"".join([_RAW_MAGIC, np.uint32(t.num_rows).tobytes(), layout] + [c.tobytes() for c in cols])
+    parts = [_RAW_MAGIC, np.uint32(t.num_rows).tobytes(), layout]
+    for c in t.columns:
+        if c.type == pa.string():
+            a = c.combine_chunks()
+            offs = np.frombuffer(a.buffers()[1], np.int32, len(a) + 1, 4 * a.offset) if len(a) else np.zeros(1, np.int32)
+            if offs[-1] - offs[0] > RAW_STRING_BYTES * len(a):  # texts: a stream's zstd buffers are smaller
+                return _stream_bytes(t)
+            parts.append(np.diff(offs).astype("<u4").tobytes())
+            parts.append(a.buffers()[2].to_pybytes()[offs[0]:offs[-1]] if len(a) else b"")
+        else:
+            parts.append(np.ascontiguousarray(c.to_numpy(), dtype=_RAW_TYPES[c.type]).tobytes())
+    return b"".join(parts)
 
 
 def _unraw(buf: bytes, at: int) -> tuple[pa.Table, int]:
@@ -219,6 +233,15 @@ def _unraw(buf: bytes, at: int) -> tuple[pa.Table, int]:
         pos += 4 + k
     cols = {}
     for name, code in fields:
+        if code == "str":
+            lengths = np.frombuffer(buf, "<u4", n, pos).astype(np.int32)
+            pos += 4 * n
+            offsets = np.zeros(n + 1, np.int32)
+            np.cumsum(lengths, out=offsets[1:])
+            data = buf[pos:pos + int(offsets[-1])]
+            cols[name] = pa.StringArray.from_buffers(n, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data))
+            pos += int(offsets[-1])
+            continue
         width = np.dtype(code).itemsize
         cols[name] = pa.array(np.frombuffer(buf, code, n, pos).astype(np.dtype(code).newbyteorder("=")), _RAW_CODES[code])
         pos += width * n

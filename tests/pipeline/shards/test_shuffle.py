@@ -1,6 +1,6 @@
 """Shuffle segments without framing (pipeline/shards/shuffle.py `RAW_ROWS`): a small segment
-of fixed-width numbers is its columns' bytes, a large one or one with a string or a null an
-Arrow IPC stream; readers and merges give the same rows in the same order whichever each
+of fixed-width numbers and short strings is its columns' bytes, a large one, one with texts
+or with a null an Arrow IPC stream; readers and merges give the same rows in the same order whichever each
 segment is, and a raw segment is a fraction of a stream's bytes."""
 
 from __future__ import annotations
@@ -61,7 +61,13 @@ def test_a_raw_segment_is_a_fraction_of_a_streams_bytes_and_strings_stay_streams
     streams = sum(len(shuffle._stream_bytes(t.filter(pa.array(parts == p)))) for p in np.unique(parts))
     assert raw * 4 < streams, (raw, streams)  # 16 bytes a row plus a ~30-byte header, against ~450 bytes of framing
     assert per_segment < 16 * n / len(np.unique(parts)) + 40
-    s = pa.table({"k": pa.array(["a", "b"]), "gid": pa.array([1, 2])})
-    shuffle.write_partitions(s, np.array([0, 1]), 2, shuffle.map_file(tmp_path / "s", 0))
-    assert not shuffle._with(shuffle.map_file(tmp_path / "s", 0), ".data").read_bytes().startswith(shuffle._RAW_MAGIC)
-    assert shuffle.read_partition(tmp_path / "s", 1, 1).to_pylist() == [{"k": "b", "gid": 2}]
+    # ids (short strings) go raw too, as exact and paragraph keys carry them; texts stay zstd streams
+    ids = pa.table({"h1": np.arange(4, dtype=np.uint64), "id": pa.array(["a", "", "ccc", "é"]), "gid": pa.array([1, 2, 3, 4])})
+    shuffle.write_partitions(ids, np.array([0, 1, 1, 1]), 2, shuffle.map_file(tmp_path / "s", 0))
+    assert shuffle._with(shuffle.map_file(tmp_path / "s", 0), ".data").read_bytes().startswith(shuffle._RAW_MAGIC)
+    got = shuffle.read_partition(tmp_path / "s", 1, 1)
+    assert got.schema == ids.schema and got.to_pylist() == ids.slice(1).to_pylist()
+    texts = pa.table({"text": pa.array(["words " * 40, "more " * 50]), "gid": pa.array([1, 2])})
+    shuffle.write_partitions(texts, np.array([0, 1]), 2, shuffle.map_file(tmp_path / "t", 0))
+    assert not shuffle._with(shuffle.map_file(tmp_path / "t", 0), ".data").read_bytes().startswith(shuffle._RAW_MAGIC)
+    assert shuffle.read_partition(tmp_path / "t", 1, 1).to_pylist() == [{"text": "more " * 50, "gid": 2}]

@@ -116,8 +116,9 @@ def runs(ray_local, planted, tmp_path_factory):
     _run(_yaml(d / "one.yaml", planted["dir"]), 2, d / "w2")
     # other shard counts, one worker, three shuffle partitions, and the merge tier joining
     # every two shuffle files (pipeline/steps/merge.py; by default it joins 32), every group of a
-    # shuffle with partitions split by partition ranges past 3,000 bytes
-    os.environ.update({"CURATE_SHUFFLE_GROUP": "2", "CURATE_MERGE_BYTES": "3000"})
+    # shuffle with partitions split by partition ranges past 1,000 bytes (small segments of keys are written raw:
+    # shuffle.RAW_ROWS, so a pair of exact maps here holds ~1,250 bytes)
+    os.environ.update({"CURATE_SHUFFLE_GROUP": "2", "CURATE_MERGE_BYTES": "1000"})
     try:
         _run(_yaml(d / "two.yaml", planted["dir"], "  partitions: 3", max_shard_bytes=20_000), 1, d / "w1")
     finally:
