@@ -29,10 +29,10 @@ def _rule_based(code: str) -> bool:
 def _words(r: dict) -> str | None:
     """The word-splitting language Curate gives a tokenizer_assignment.csv row, or None when
     it cannot split that language's words as datatrove does: spaCy's rule-based tokenizers,
-    and the segmenters of filters/words.py SEGMENTERS (jieba through spaCy's Chinese
+    and the segmenters of filters/segmenters.py SEGMENTERS (jieba through spaCy's Chinese
     tokenizer, PyThaiNLP's ThaiTokenizer, pyvi through spaCy's Vietnamese tokenizer,
     SudachiPy through spaCy's Japanese tokenizer, kiwipiepy's KiwiTokenizer)."""
-    from filters.words import SEGMENTERS
+    from filters.segmenters import SEGMENTERS
 
     if r["type"] == "SpaCyTokenizer" and r["tok_code"] in SEGMENTERS:
         return r["tok_code"]

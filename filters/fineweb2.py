@@ -12,7 +12,7 @@ script for a language FineWeb-2 writes in two (`sr` Cyrillic, `sr_Latn`), with t
 splitting language datatrove assigns (its tokenizer_assignment.csv). Only languages whose
 words Curate splits as datatrove does offline are kept: spaCy's rule-based tokenizer, and
 Chinese (jieba), Thai (PyThaiNLP), Vietnamese (pyvi), Japanese (SudachiPy) and Korean
-(Kiwi) by the same segmenters (filters/words.py SEGMENTERS).
+(Kiwi) by the same segmenters (filters/segmenters.py SEGMENTERS).
 
 `params(type, entry)` turns a language's entry into one filter type's parameters, as
 FineWeb-2's pipeline passes them to datatrove's filters.

@@ -96,7 +96,7 @@ class Vocab:
             self.memo_ids = 0
         memo = self.memo
         missing = [t for t in dict.fromkeys(texts) if t not in memo]
-        whole = getattr(self.splitter, "whole_text", False)  # a segmenter that reads across spaces (Thai)
+        whole = getattr(self.splitter, "whole_text", False)  # a segmenter that reads across spaces (filters/segmenters.py WHOLE_TEXT)
         mod = native() if missing and not whole else None
         if whole:
             for text in missing:

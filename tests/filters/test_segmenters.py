@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from filters import kernels, words
+from filters import kernels, segmenters, words
 
 PROSE = json.loads((Path(__file__).parent / "data" / "segmented_prose.json").read_text())
 
@@ -64,7 +64,7 @@ def test_a_missing_segmenter_is_an_error_naming_the_package(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_jieba)
     with pytest.raises(ImportError, match="pip install jieba"):
-        words._segmenter("zh")
+        segmenters._segmenter("zh")
 
 
 @pytest.mark.parametrize("language", [lang for lang, _ in LANGUAGES])
