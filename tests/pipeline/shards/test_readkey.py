@@ -125,6 +125,10 @@ def test_a_task_links_what_it_read_before_and_computes_what_changed(demo_run, tm
     task = f"{fn.__module__}:{fn.__qualname__}"
     same = run_shard(task, with_last_layer(other_column), str(tmp_path / "same"), i)
     assert same.get("linked_from") == folder.name and same["out_files"] == marker["out_files"], same
+    # and computed from scratch on that layer (no earlier shard to link), the task writes those same bytes:
+    # what its read key leaves out is what its output does not depend on
+    fresh = run_shard(task, {k: v for k, v in with_last_layer(other_column).items() if k != "prior"}, str(tmp_path / "fresh"), i)
+    assert "linked_from" not in fresh and fresh["out_files"] == marker["out_files"], fresh
     changed = run_shard(task, with_last_layer(one_removed), str(tmp_path / "changed"), i)
     assert "linked_from" not in changed and changed["read_key"] != marker["read_key"]
 
