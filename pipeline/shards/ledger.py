@@ -80,7 +80,7 @@ def of_source(folded: dict[str | None, dict], source: str) -> dict:
 
 
 def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | None, filter_names: list[str],
-                 mix: dict, global_stages: list[tuple[str, list[dict]]] = (), unread_files: list[dict] = ()) -> dict:
+                 mix: dict, global_stages: list[tuple[str, dict]] = (), unread_files: list[dict] = ()) -> dict:
     """`global_stages`: (stage, this source's shard markers folded: `fold`) after the
     filters (dedup kinds, quality), in order; `mix`: kept (distinct documents in the mixture), rows, tokens,
     repeats, and not_selected (down-sampled out) or excluded; `unread_files`: the files of the

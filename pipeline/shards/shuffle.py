@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from pipeline.io import atomic, fs
 
-VERSION = "3"  # 3: small fixed-width segments raw (RAW_ROWS); 2: map outputs as .data + .index files: the version of every step that writes a shuffle
+VERSION = "3"  # 3: small segments of numbers and ids raw (RAW_ROWS); 2: map outputs as .data + .index files: the version of every step that writes a shuffle
 
 _IPC = pa.ipc.IpcWriteOptions(compression="zstd")
 _written = [0]  # bytes of shuffle data this process has written (`bytes_written`)
@@ -216,7 +216,9 @@ def _raw(t: pa.Table, layout: bytes) -> bytes | pa.Buffer:
             if offs[-1] - offs[0] > RAW_STRING_BYTES * len(a):  # texts: a stream's zstd buffers are smaller
                 return _stream_bytes(t)
             parts.append(np.diff(offs).astype("<u4").tobytes())
-            parts.append(a.buffers()[2].to_pybytes()[offs[0]:offs[-1]] if len(a) else b"")
+            # the segment's bytes only: a slice of the map's whole column shares its buffer (copying all of it
+            # for every segment would cost the column's bytes x its segments)
+            parts.append(a.buffers()[2].slice(int(offs[0]), int(offs[-1] - offs[0])).to_pybytes() if len(a) else b"")
         else:
             parts.append(np.ascontiguousarray(c.to_numpy(), dtype=_RAW_TYPES[c.type]).tobytes())
     return b"".join(parts)
