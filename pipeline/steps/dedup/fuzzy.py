@@ -208,16 +208,19 @@ def buckets_shard(spec: BucketsSpec, out) -> dict:
     lo, hi = anchor_pairs(bucket, okey[order], okey2[order], g, cuts[:-1], size,
                           read_heavy(spec["heavy"]) if blocks else None)
     lo_parts, hi_parts = [lo], [hi]
+    starts = cuts[:-1]
+    for k in np.unique(size[(size > 1) & (size <= ALL_PAIRS)]):  # every pair, one array pass per bucket size
+        s = starts[size == k][:, None]
+        i, j = np.triu_indices(int(k), 1)
+        lo_parts.append(g[s + i].ravel())
+        hi_parts.append(g[s + j].ravel())
     big = 0
-    for start, k in zip(cuts[:-1][size > 1], size[size > 1]):
-        members = g[start : start + k]
-        if k <= ALL_PAIRS:
-            i, j = np.triu_indices(k, 1)
-        else:
-            big += 1
-            j = np.arange(1, k)
-            i = np.concatenate([np.zeros(k - 1, np.int64), j[1:] - 1])
-            j = np.concatenate([j, j[1:]])
+    for start, k in zip(starts[size > ALL_PAIRS], size[size > ALL_PAIRS]):
+        members = g[start : start + k]  # each with the first and the one before it
+        j = np.arange(1, k)
+        i = np.concatenate([np.zeros(k - 1, np.int64), j[1:] - 1])
+        j = np.concatenate([j, j[1:]])
+        big += 1
         lo_parts.append(members[i])
         hi_parts.append(members[j])
     lo, hi = np.concatenate(lo_parts), np.concatenate(hi_parts)
