@@ -142,7 +142,8 @@ def run_one(server: Server, n: int, workers: int, per_partition: int = DOCS_PER_
     text = y.read_text().replace("max_examples_per_class: 5000", "max_examples_per_class: 2000")
     text = text.replace(str(corpus), f"s3://{bucket}/in").replace("name: scale\n", f"name: scale\noutput: s3://{bucket}/runs\n", 1)
     y.write_text(text)
-    env = {**server.env, "CURATE_INLINE_DOCS": "0"}  # every step on Ray, as at scale
+    env = {**server.env, "CURATE_INLINE_DOCS": "0",  # every step on Ray, as at scale ...
+           "CURATE_FUZZY_LOCAL_EDGES": "0"}  # ... and fuzzy clusters in rounds of tasks (the cost model scales them)
     if group:
         env["CURATE_SHUFFLE_GROUP"] = str(group)
     if fanin:

@@ -8,6 +8,7 @@ mixture holds: every setting gives the same mixture bytes.
       shuffle_fanin: 64          # merged files a reader reads at most (past that, groups grow)
       merge_bytes: 2147483648    # a merge task copies at most about this much
       fuzzy_salt_rows: 2000000   # rows of one LSH bucket a fuzzy-dedup reducer holds
+      fuzzy_local_edges: 2000000 # near-duplicate edges labelled in one process, not in rounds
 
 They are read on the driver when the run is planned, never from a worker's environment:
 the planned steps carry them. Each has an environment variable (`CURATE_SHUFFLE_GROUP`, ...)
@@ -24,14 +25,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.errors import UsageError
 
-DEFAULTS = {"shuffle_group": 32, "shuffle_fanin": 64, "merge_bytes": 2 << 30, "fuzzy_salt_rows": 2_000_000}
+DEFAULTS = {"shuffle_group": 32, "shuffle_fanin": 64, "merge_bytes": 2 << 30, "fuzzy_salt_rows": 2_000_000,
+            "fuzzy_local_edges": 2_000_000}
 ENV = {"shuffle_group": "CURATE_SHUFFLE_GROUP", "shuffle_fanin": "CURATE_SHUFFLE_FANIN",
-       "merge_bytes": "CURATE_MERGE_BYTES", "fuzzy_salt_rows": "CURATE_FUZZY_SALT_ROWS"}
-LEAST = {"shuffle_group": 2, "shuffle_fanin": 2, "merge_bytes": 1, "fuzzy_salt_rows": 2}
+       "merge_bytes": "CURATE_MERGE_BYTES", "fuzzy_salt_rows": "CURATE_FUZZY_SALT_ROWS",
+       "fuzzy_local_edges": "CURATE_FUZZY_LOCAL_EDGES"}
+LEAST = {"shuffle_group": 2, "shuffle_fanin": 2, "merge_bytes": 1, "fuzzy_salt_rows": 2, "fuzzy_local_edges": 0}
 WHAT = {"shuffle_group": "the number of shuffle files a merge task joins at least",
         "shuffle_fanin": "the number of merged files a shuffle's reader reads at most",
         "merge_bytes": "the bytes a merge task copies at most",
-        "fuzzy_salt_rows": "the rows of one LSH bucket a reducer holds"}
+        "fuzzy_salt_rows": "the rows of one LSH bucket a reducer holds",
+        "fuzzy_local_edges": "the near-duplicate edges the clusters step labels in one process (0: always rounds)"}
 
 
 class EngineSpec(BaseModel):
@@ -50,6 +54,10 @@ class EngineSpec(BaseModel):
     fuzzy_salt_rows: int = Field(DEFAULTS["fuzzy_salt_rows"], ge=2, description=(
         "rows of one LSH bucket a fuzzy-dedup reducer holds; larger buckets are cut into blocks "
         "(env CURATE_FUZZY_SALT_ROWS overrides)"))
+    fuzzy_local_edges: int = Field(DEFAULTS["fuzzy_local_edges"], ge=0, description=(
+        "verified near-duplicate edges (both directions) that fuzzy dedup's clusters step labels in its own "
+        "process (~100 bytes an edge); more run as rounds of tasks over partitions, 0: always "
+        "(env CURATE_FUZZY_LOCAL_EDGES overrides)"))
 
 
 def with_env(spec: EngineSpec, environ=None) -> tuple[EngineSpec, dict[str, str]]:

@@ -49,7 +49,7 @@ class Executor(Where):
 
     def __init__(self, store: Path, workers: int | None = None, max_retries: int = 3, progress: Progress | None = None,
                  leases: Leases | None = None, inline_docs: int = 0, input_bytes: int | None = None,
-                 inline_seconds: float = 0.0, local_bytes: int = 0):
+                 inline_seconds: float = 0.0, local_bytes: int = 0, first_run: bool = True):
         self.store = fs.path(store)
         self.leases = leases  # None: no other run shares these steps (no leases taken)
         self.workers = workers
@@ -70,6 +70,7 @@ class Executor(Where):
         self._ray = None  # (ray, remote task, in-flight cap, largest node's MB) once Ray is up
         self.local_bytes = local_bytes  # a run whose inputs hold at most this many bytes: local processes, no Ray
         self._pool = None  # the LocalPool (engine/pool.py) of such a run
+        self.first_run = first_run  # no earlier run of this mixture: its pool starts while the driver plans
         self.pooled: set[str] = set()  # steps with shards run there
 
     def lease_dir(self, s: Step):

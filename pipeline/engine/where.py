@@ -16,7 +16,7 @@ from pipeline.errors import TransientError
 
 class Where:
     """Mixed into the Executor: its `workers`, `max_retries`, `store`, `stats`, `inline_docs`,
-    `input_bytes`, `local_bytes`, `_ray`, `_pool` and `pooled`."""
+    `input_bytes`, `local_bytes`, `first_run`, `_ray`, `_pool` and `pooled`."""
 
     def _ensure_ray(self):
         if self._ray is None:
@@ -67,16 +67,17 @@ class Where:
 
     def _start_pool(self, todo: list[Step]) -> None:
         """A small run's local worker processes instead of Ray (engine/pool.py); Ray is never
-        started. Started now, so that they come up while the driver plans, when the run reads
-        input files larger than a step run inline (a first run, new data); else at the first
-        task it has (an edit's few shards mostly run inline: no pool at all)."""
+        started. Started now, so that they come up while the driver plans, on a first run
+        whose input files are larger than a step run inline; else at the first task it has:
+        a rerun's few shards (an edit, a new file) mostly run inline, and a pool started for
+        nothing costs ~1.5 CPU-s (its server's and workers' imports)."""
         if (self.local_bytes > 0 and self.inline_docs > 0 and self.input_bytes is not None
                 and self.input_bytes <= self.local_bytes and self._no_ray()):
             from pipeline.engine.pool import LocalPool
 
             reads_inputs = any(not s.inputs for s in todo)
             self._pool = LocalPool(self.workers or os.cpu_count() or 1, self.max_retries,
-                                   start=reads_inputs and self.input_bytes // 1000 > self.inline_docs,
+                                   start=self.first_run and reads_inputs and self.input_bytes // 1000 > self.inline_docs,
                                    preload=tuple(sorted({m for s in todo for m in s.preload})))
 
     @property

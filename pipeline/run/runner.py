@@ -123,7 +123,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
     atomic.write_json(run_dir / "run.json", record)
     ex = Executor(store, workers=workers, progress=Progress(mode=mode), leases=leases,
                   inline_docs=inline_docs(), input_bytes=_input_bytes(ctx), inline_seconds=inline_seconds(),
-                  local_bytes=local_bytes())
+                  local_bytes=local_bytes(), first_run=not prev)
     try:
         stats = ex.run(ctx.steps)
     except BaseException as e:

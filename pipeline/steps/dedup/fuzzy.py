@@ -403,7 +403,8 @@ def clusters_shard(spec: ClustersSpec, out) -> dict:
     work = fs.path(out.dir) / "_work"  # kept until the end: a retried or resumed coordinator goes on from its checkpoints
     layout = spec.get("layout") or {}
     res = components.run(files, work, fs.path(out.dir), nparts, spec["sources"], spec["src_rank"],
-                         spec["offsets"], spec["ndocs"], layout.get("group", GROUP), layout.get("fanin", FANIN))
+                         spec["offsets"], spec["ndocs"], layout.get("group", GROUP), layout.get("fanin", FANIN),
+                         layout.get("local_edges", components.LOCAL_EDGES))
     fs.rmtree(work)
     return {"rows": edges, "edges": edges, "outputs": nparts, "coordinator_cpu_seconds": round(time.process_time() - cpu0, 3),
             **res}

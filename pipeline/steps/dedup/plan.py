@@ -174,8 +174,10 @@ def plan(ctx: Context) -> list[Step]:
                                                  "edge_count": sum(m["edges"] for m in stats[vf.name].values()),
                                                  **dict(zip(("offsets", "ndocs"), ctx.slot_offsets(stats))),
                                                  "layout": {"group": ctx.engine.shuffle_group,
-                                                            "fanin": ctx.engine.shuffle_fanin},
+                                                            "fanin": ctx.engine.shuffle_fanin,
+                                                            "local_edges": ctx.engine.fuzzy_local_edges},
                                                  "describe": "connected components"}]))
+        cl.meta["engine"] = {"fuzzy_local_edges": ctx.engine.fuzzy_local_edges}
         ctx.add_layer(apply_step("fuzzy", cl, apply.run_shard, fuzzy.COLUMNS, prev), "dedup:fuzzy")
 
     if dd.paragraph:

@@ -44,8 +44,8 @@ def _union_find(edges, ids, src_rank):
     return {min(c, key=key): sorted(c) for c in comps.values()}
 
 
-@pytest.mark.parametrize("nparts", [1, 3])
-def test_components_match_union_find(tmp_path, nparts, ray_local):
+@pytest.mark.parametrize("nparts,local_edges", [(1, 0), (3, 0), (3, components.LOCAL_EDGES)])
+def test_components_match_union_find(tmp_path, nparts, local_edges, ray_local):
     edges, ids = _graph(nparts)
     src_rank = [1, 0]  # source 1 has priority
     files = []
@@ -57,7 +57,8 @@ def test_components_match_union_find(tmp_path, nparts, ray_local):
         files.append(str(tmp_path / f"part-{k:05d}.parquet"))
         pq.write_table(t, files[-1])
     offsets, ndocs = [0, 5], 10  # two sources of five document shards each
-    res = components.run(files, tmp_path / "work", tmp_path / "out", nparts, ["s0", "s1"], src_rank, offsets, ndocs)
+    res = components.run(files, tmp_path / "work", tmp_path / "out", nparts, ["s0", "s1"], src_rank, offsets, ndocs,
+                         local_edges=local_edges)
     want = _union_find(edges, ids, src_rank)
     clusters = pq.read_table(tmp_path / "out" / "clusters").to_pylist()
     names = ["s0", "s1"]
@@ -68,7 +69,9 @@ def test_components_match_union_find(tmp_path, nparts, ray_local):
     got = {c["cluster"]: sorted(c["members"]) for c in clusters}
     assert got == {tag(s): sorted(tag(n) for n in members) for s, members in want.items()}
     assert all(c["members"][0] == c["cluster"] for c in clusters)  # survivor first
-    assert res["removed"] == sum(len(m) - 1 for m in want.values()) and res["rounds"] >= 2
+    assert res["removed"] == sum(len(m) - 1 for m in want.values())
+    assert (res["rounds"] >= 2 and not res["labelled_locally"]) if not local_edges else \
+        (res["rounds"] == 0 and res["labelled_locally"])
     # every removed node got a decision file row naming its survivor
     rows = 0
     for k in range(ndocs):
@@ -94,7 +97,7 @@ def test_a_hub_and_a_giant_component_are_spread_over_every_partition(tmp_path, r
     pq.write_table(t, tmp_path / "part-00000.parquet")
     nparts = 4
     res = components.run([str(tmp_path / "part-00000.parquet")], tmp_path / "work", tmp_path / "out", nparts, ["s0"], [0],
-                         [0], 1)
+                         [0], 1, local_edges=0)
     assert res["clusters"] == 1 and res["largest"] == 4001 and res["removed"] == 4000
     for step in sorted((tmp_path / "work").glob("r*-*")):
         d = step if step.name.endswith("seed") else step / "edges"
@@ -117,7 +120,7 @@ def test_a_coordinator_stopped_between_phases_goes_on_from_its_checkpoints(tmp_p
     pq.write_table(t, tmp_path / "part-00000.parquet")
     files = [str(tmp_path / "part-00000.parquet")]
     args = (["s0", "s1"], [0, 1], [0, 5], 10)
-    clean = components.run(files, tmp_path / "work-a", tmp_path / "a", 1, *args)
+    clean = components.run(files, tmp_path / "work-a", tmp_path / "a", 1, *args, local_edges=0)
 
     real_label, real_seed, calls = components.label_task, components.seed_task, {"seed": 0}
 
@@ -131,10 +134,10 @@ def test_a_coordinator_stopped_between_phases_goes_on_from_its_checkpoints(tmp_p
     monkeypatch.setattr(components, "seed_task", counted_seed)
     monkeypatch.setattr(components, "label_task", dying_label)
     with pytest.raises(RuntimeError):
-        components.run(files, tmp_path / "work-b", tmp_path / "b", 1, *args)
+        components.run(files, tmp_path / "work-b", tmp_path / "b", 1, *args, local_edges=0)
     assert calls["seed"] == 1 and (tmp_path / "work-b" / "_done" / "r000-seed.json").exists()
     monkeypatch.setattr(components, "label_task", real_label)
-    again = components.run(files, tmp_path / "work-b", tmp_path / "b", 1, *args)
+    again = components.run(files, tmp_path / "work-b", tmp_path / "b", 1, *args, local_edges=0)
     assert calls["seed"] == 1  # not seeded again
     assert again["resumed_phases"] == 1 + 6 * again["rounds"] and clean["resumed_phases"] == 0
     assert again["reusable"] is False and "reusable" not in clean  # a resumed coordinator's files are not all in its marker
@@ -156,8 +159,8 @@ def test_the_merge_tier_between_waves_reads_fewer_files_and_changes_no_byte(tmp_
                   "jaccard": pa.array([0.9] * len(edges)), "edge": pa.array([True] * len(edges))})
     pq.write_table(t, tmp_path / "part-00000.parquet")
     files, args = [str(tmp_path / "part-00000.parquet")], (["s0", "s1"], [0, 1], [0, 5], 10)
-    plain = components.run(files, tmp_path / "work-a", tmp_path / "a", 5, *args)
-    merged = components.run(files, tmp_path / "work-b", tmp_path / "b", 5, *args, group=2, fanin=2)
+    plain = components.run(files, tmp_path / "work-a", tmp_path / "a", 5, *args, local_edges=0)
+    merged = components.run(files, tmp_path / "work-b", tmp_path / "b", 5, *args, group=2, fanin=2, local_edges=0)
     assert plain["merge_tasks"] == 0
     waves = 2 + 6 * merged["rounds"] + 3  # seed (edges and nodes), 3 a star, labels, best, pick
     assert merged["merge_tasks"] == 2 * waves  # groups of 3 files: 2 merged files a wave
@@ -169,3 +172,52 @@ def test_the_merge_tier_between_waves_reads_fewer_files_and_changes_no_byte(tmp_
     assert out_a == out_b and len(out_a) == 5 + 2 * 5  # cluster rows, and decisions to the document shards
     for rel in out_a:
         assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
+
+
+@pytest.mark.parametrize("shape", ["graph", "hub", "path"])
+def test_few_edges_labelled_in_one_process_give_the_bytes_of_the_rounds(tmp_path, shape):
+    """At most LOCAL_EDGES edges, the coordinator labels the components itself instead of
+    running rounds of tasks; the cluster rows and the decisions are byte for byte the
+    rounds' (the same labels: each component's smallest node), on a random graph with a
+    chain and a star, a hub of 4,000 neighbours, and one path of 5,000 nodes (the longest
+    a label travels)."""
+    if shape == "graph":
+        edges, ids = _graph(5)
+    else:
+        nodes = [int(g) for g in shuffle.gid(0, 0, np.arange(5000))]
+        random.Random(3).shuffle(nodes)  # a path whose smallest node is anywhere along it
+        edges = [(nodes[0], n) for n in nodes[1:4001]] if shape == "hub" else list(zip(nodes, nodes[1:]))
+        edges = [(a, b) if a < b else (b, a) for a, b in edges]
+        ids = {n: f"id{i:05d}" for i, n in enumerate(nodes)}
+    t = pa.table({"lo": pa.array([a for a, _ in edges], pa.int64()), "hi": pa.array([b for _, b in edges], pa.int64()),
+                  "lo_id": [ids[a] for a, _ in edges], "hi_id": [ids[b] for _, b in edges],
+                  "jaccard": pa.array([0.9] * len(edges)), "edge": pa.array([True] * len(edges))})
+    pq.write_table(t, tmp_path / "part-00000.parquet")
+    files, args = [str(tmp_path / "part-00000.parquet")], (["s0", "s1"], [0, 1], [0, 5], 10)
+    rounds = components.run(files, tmp_path / "work-a", tmp_path / "a", 3, *args, local_edges=0)
+    local = components.run(files, tmp_path / "work-b", tmp_path / "b", 3, *args)
+    assert local["labelled_locally"] and local["rounds"] == 0 and rounds["rounds"] >= 2
+    assert (local["clusters"], local["removed"], local["largest"]) == (rounds["clusters"], rounds["removed"], rounds["largest"])
+    out_a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    out_b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*") if p.is_file())
+    assert out_a == out_b and out_a
+    for rel in out_a:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
+
+
+def test_min_labels_is_each_components_smallest_node():
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 3000, 2000), rng.integers(0, 3000, 2000)
+    got = components.min_labels(a, b, 3000)
+    parent = list(range(3000))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for x, y in zip(a.tolist(), b.tolist()):
+        rx, ry = find(x), find(y)
+        parent[max(rx, ry)] = min(rx, ry)  # the root is the smaller: each component's smallest node
+    assert got.tolist() == [find(x) for x in range(3000)]
