@@ -13,7 +13,9 @@ import hashlib
 import orjson
 
 from pipeline.io import fs
-from pipeline.io.fs import commit, tmp_path
+from pipeline.io.fs import commit, tmp_path  # noqa: F401 -- for the writers that stream to a temporary name
+
+__all__ = ["commit", "tmp_path"]
 
 
 def write_bytes(final, data: bytes) -> None:
@@ -22,21 +24,11 @@ def write_bytes(final, data: bytes) -> None:
 
 def write_stream(final, chunks) -> None:
     """Write `final` atomically from an iterable of byte chunks (so a large file need not be
-    built in memory): a temporary name, then the commit; on any failure no temporary stays."""
-    final = fs.path(final)
-    fs.makedirs(final.parent)
-    tmp = tmp_path(final)
-    try:
-        with tmp.open("wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        commit(tmp, final)
-    except BaseException:  # a write or rename that failed (a store's passing fault): leave no temporary behind
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise
+    built in memory): `fs.creating`, so on any failure nothing is committed and no
+    temporary stays."""
+    with fs.creating(final) as f:
+        for chunk in chunks:
+            f.write(chunk)
 
 
 def write_json(final, obj) -> None:

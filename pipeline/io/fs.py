@@ -10,8 +10,10 @@ through `pyarrow.fs.FSSpecHandler`. Credentials and endpoints come from the usua
 same on every node of a cluster.
 
 Commits: a file is written under a temporary name next to its final one, then renamed (a
-local `os.replace` after fsync; on object stores fsspec's `mv`, a server-side copy then a
-delete, so the final key only ever holds a complete object). Markers are written last.
+local `os.replace` after fsync). On S3 and GCS (`creating`) it goes straight to its final
+key, which a PUT or a completed multipart upload fills only whole, and a failed write is
+discarded, never committed: one write request, not three (a temporary PUT, a copy, a
+delete). Other fsspec stores: a temporary name, then fsspec's `mv`. Markers are written last.
 
 Example:
 
@@ -222,6 +224,43 @@ def _local_digest(f) -> str:
     return h.hexdigest()
 
 
+DIRECT = ("s3", "s3a", "gs", "gcs")  # stores where an object appears only whole (a PUT, a finished multipart upload)
+
+
+@contextmanager
+def creating(final):
+    """A binary file whose bytes land at `final` whole, or not at all if the block raises.
+    On S3 and GCS, straight to the final key (on failure fsspec's `discard`: the multipart
+    upload aborted, the buffer dropped); elsewhere a temporary name, then `commit`."""
+    final = path(final)
+    if not is_local(final) and final.protocol in DIRECT:
+        f = final.fs.open(final.path, "wb")
+        try:
+            yield f
+        except BaseException:
+            try:
+                f.discard()
+            finally:
+                f.closed = True  # never committed, not even by the garbage collector's close()
+            raise
+        f.close()
+        if _WRITTEN:
+            _WRITTEN[-1].append((str(final), _remote_digest(final)))
+        return
+    makedirs(final.parent)
+    tmp = tmp_path(final)
+    try:
+        with tmp.open("wb") as f:
+            yield f
+        commit(tmp, final)
+    except BaseException:  # a write or rename that failed (a store's passing fault): leave no temporary behind
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+
+
 def commit(tmp, final) -> None:
     """Move a finished temporary file to its final name (and record its digest when a
     `recording()` is open: the local file's xxh3-128, read back from the page cache at a few
@@ -287,8 +326,12 @@ def _remove_retrying(tmp) -> None:
 
 
 def write_table(table, final, **kw) -> None:
-    """Write a Parquet file atomically (temporary name, then commit)."""
+    """Write a Parquet file atomically (temporary name, then commit; S3 and GCS: `creating`)."""
     final = path(final)
+    if not is_local(final) and final.protocol in DIRECT:
+        with creating(final) as f:
+            pq.write_table(table, f, **kw)
+        return
     makedirs(final.parent)
     tmp = tmp_path(final)
     s, fsys = _arrow(tmp)

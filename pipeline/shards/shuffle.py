@@ -104,12 +104,10 @@ def write_partitions(table: pa.Table, part: np.ndarray, nparts: int, base: Path)
     starts = np.r_[0, np.cumsum(counts)]
     offsets = np.zeros(nparts + 1, _U64)
     data = _with(base, ".data")
-    fs.makedirs(data.parent)
-    tmp = fs.tmp_path(data)
     sorted_t = table.take(pa.array(order)) if table.num_rows else table
     pos = 0
     raw = _raw_layout(table.schema) if table.num_rows else None
-    with tmp.open("wb") as f:
+    with fs.creating(data) as f:
         for p in np.flatnonzero(counts):
             seg = sorted_t.slice(int(starts[p]), int(counts[p]))
             buf = _raw(seg, raw) if raw is not None and counts[p] <= RAW_ROWS else _stream_bytes(seg)
@@ -117,7 +115,6 @@ def write_partitions(table: pa.Table, part: np.ndarray, nparts: int, base: Path)
             offsets[p] = pos
             pos += len(buf)
             offsets[p + 1 :] = pos
-    fs.commit(tmp, data)
     atomic.write_bytes(_with(base, ".index"), offsets.tobytes())
     _written[0] += pos
     return int((counts > 0).sum())
@@ -278,13 +275,11 @@ def merge(directory, first: int, last: int, base: Path, buffering: int | None = 
     # group of 7,800 maps of 125,000 partitions would be 7.8 GB), and a range reads its own
     win = max(1, index_window // (8 * max(1, len(bases))))
     data = _with(base, ".data")
-    fs.makedirs(data.parent)
-    tmp = fs.tmp_path(data)
     out = np.zeros(nparts + 1, _U64)
     streams = [_stream(_with(b, ".data"), buffering or MERGE_BUFFER) for b in bases]
     try:
         pos = 0
-        with tmp.open("wb") as f:
+        with fs.creating(data) as f:
             for w0 in range(p0, max(p1, p0 + 1) if nparts else p0, win):
                 w1 = min(p1, w0 + win)
                 offs = _offsets(indexes, w0, w1, nparts, f"{directory}: maps {first}..{last - 1}")
@@ -305,7 +300,6 @@ def merge(directory, first: int, last: int, base: Path, buffering: int | None = 
     finally:
         for st in streams:
             st.close()
-    fs.commit(tmp, data)
     atomic.write_bytes(_with(base, ".index"), out.tobytes())
     return {"maps": last - first, "bytes": int(pos) if nparts else 0, "partitions": nparts}
 

@@ -11,6 +11,7 @@ import re
 import time
 
 import pyarrow as pa
+import pytest
 
 from pipeline.io import atomic, fs
 from tests.conftest import curate, mixture_shas, small_mixture, write_yaml
@@ -196,3 +197,37 @@ def test_leases_on_s3_are_conditional_writes_so_one_run_takes_over(s3_server):
     assert sum(won) == 1, won
     assert sorted(p.rsplit("/", 1)[-1] for p in s3.ls("curate-test/_store/_leases/step-race", refresh=True)) == \
         ["gen-000001.json", "gen-000002.json"]
+
+
+def test_a_file_written_to_s3_goes_to_its_final_key_whole_or_not_at_all(s3_server):
+    """On S3 a file is written straight to its final key (one PUT: no temporary object, no
+    copy, no delete), and a write that fails midway commits nothing: no object at the final
+    name, no temporary left; a shuffle file and a Parquet file the same."""
+    import numpy as np
+
+    from pipeline.shards import shuffle
+
+    env, s3, log = s3_server
+    d = fs.path("s3://curate-test/creating")
+    mark = len(log.read_text(errors="replace").splitlines())
+    with fs.recording() as got:
+        atomic.write_bytes(d / "a.bin", b"x" * 1000)
+    assert s3.cat_file("curate-test/creating/a.bin") == b"x" * 1000
+    assert got[0][0] == str(d / "a.bin") and got[0][1].startswith("etag:")  # its digest, from one HEAD
+    asked = [ln for ln in log.read_text(errors="replace").splitlines()[mark:] if "/curate-test/creating/" in ln]
+    assert not any(".tmp-" in ln for ln in asked), asked
+    assert sum(1 for ln in asked if '"PUT ' in ln) == 1 and not any('"DELETE ' in ln for ln in asked), asked
+
+    with pytest.raises(RuntimeError, match="stop"):
+        with fs.creating(d / "b.bin") as f:
+            f.write(b"y" * 1000)
+            raise RuntimeError("stop")
+    with pytest.raises(RuntimeError, match="bad row"):
+        atomic.write_stream(d / "c.bin", (b"z" * 100 if i < 3 else (_ for _ in ()).throw(RuntimeError("bad row"))
+                                          for i in range(5)))
+    shuffle.write_partitions(pa.table({"k": np.arange(10)}), np.arange(10) % 3, 3, shuffle.map_file(d / "sh", 0))
+    fs.write_table(pa.table({"a": [1, 2]}), d / "t.parquet")
+    assert fs.read_table(d / "t.parquet").column("a").to_pylist() == [1, 2]
+    assert shuffle.read_partition(d / "sh", 1, 1).column("k").to_pylist() == [1, 4, 7]
+    assert sorted(p.rsplit("/", 1)[-1] for p in s3.find("curate-test/creating")) == \
+        ["a.bin", "part-00000.data", "part-00000.index", "t.parquet"]
