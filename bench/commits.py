@@ -1,9 +1,9 @@
 """Committing a file to an object store (issue 58, "three write-class requests per committed
 file"): the same files written two ways on moto's S3 server with every request held
-`--latency-ms`, in the same run: a temporary object, then `fs.commit` (a server-side copy to
+`--latency-ms`, in the same run: a temporary object, then `atomic.commit` (a server-side copy to
 the final key, the temporary deleted: what the streaming Parquet writers still do), against
-`fs.creating` (straight to the final key; what markers, indexes, shuffle files and
-`fs.write_table` use). Each write is recorded as a task's would be (`fs.recording`: the
+`atomic.creating` (straight to the final key; what markers, indexes, shuffle files and
+`atomic.write_table` use). Each write is recorded as a task's would be (`fs.recording`: the
 final object's ETag, one HEAD). Requests by kind and milliseconds per file.
 
     python -m bench.commits [--files 50] [--kb 64] [--latency-ms 20]
@@ -34,20 +34,20 @@ def main(argv=None) -> None:
         os.environ.update({k: v for k, v in server.env.items() if k.startswith("AWS_")})
         import s3fs
 
-        from pipeline.io import fs
+        from pipeline.io import atomic, fs
 
         s3fs.S3FileSystem(skip_instance_cache=True).mkdir("commits")
         data = os.urandom(a.kb << 10)
         d = fs.path("s3://commits")
 
         def temporary(p):
-            tmp = fs.tmp_path(p)
+            tmp = atomic.tmp_path(p)
             with tmp.open("wb") as f:
                 f.write(data)
-            fs.commit(tmp, p)
+            atomic.commit(tmp, p)
 
         def creating(p):
-            with fs.creating(p) as f:
+            with atomic.creating(p) as f:
                 f.write(data)
 
         print(f"{a.files} files of {a.kb} KB, {a.latency_ms:.0f} ms a request\n")

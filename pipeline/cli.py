@@ -391,7 +391,7 @@ def _samples(args) -> int:
 
         rows = [{**r, "scores": orjson.dumps(r.get("scores") or {}).decode(),
                  "survivor": orjson.dumps(r["survivor"]).decode() if r.get("survivor") else None} for r in recs]
-        fs.write_table(pa.Table.from_pylist(rows), out)
+        atomic.write_table(pa.Table.from_pylist(rows), out)
     else:
         atomic.write_bytes(out, html.viewer(f"Samples of {run.record['name']}", recs, what).encode("utf-8"))
     print(f"{out}: {what}", file=sys.stderr)

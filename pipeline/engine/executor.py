@@ -77,7 +77,7 @@ class Executor(Where):
         return self.store / "_leases" / s.dir(self.store).name
 
     def fence(self, s: Step) -> str:
-        """The fence of this run's claim on `s`: its temporary files carry it (fs.set_fence)."""
+        """The fence of this run's claim on `s`: its temporary files carry it (atomic.set_fence)."""
         if self.leases is None or str(self.lease_dir(s)) not in self.leases.held:
             return self._fence
         return self.leases.fence(self.lease_dir(s))

@@ -152,7 +152,7 @@ def create_exclusive(path, data: bytes) -> bool:
     path = fs.path(path)
     fs.makedirs(path.parent)
     if fs.is_local(path):
-        tmp = fs.tmp_path(path)
+        tmp = atomic.tmp_path(path)
         tmp.write_bytes(data)
         try:
             os.link(tmp, path)

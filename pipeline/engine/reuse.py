@@ -287,7 +287,7 @@ def link_earlier(store: Path, s: Step, running, keys: list[str], missing: list[i
     hits = sorted(found.items())
     n = 0
     d = s.dir(store)
-    prev = fs.set_fence(fence)  # the markers' temporary names carry the run's fence
+    prev = atomic.set_fence(fence)  # the markers' temporary names carry the run's fence
     try:
         # read_many holds at most 4 x 8 results: the linked markers go to `running` (a spill) as they come
         linked = fs.read_many(lambda h: link_shard(h[1][0], h[1][1], found.marker(h[0]), d, h[0]), hits, threads=8)
@@ -296,7 +296,7 @@ def link_earlier(store: Path, s: Step, running, keys: list[str], missing: list[i
                 running[i] = m
                 n += 1
     finally:
-        fs.set_fence(prev)
+        atomic.set_fence(prev)
         found.markers.close()
     return n, found, [i for i in missing if i not in running]
 

@@ -119,13 +119,13 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
     started, cpu0 = time.time(), time.process_time()
     reset = reset_peak_rss()
     out = ShardOutput(step_dir, index)
-    prev = fs.set_fence(writer) if writer else None  # temporary names carry the writer's lease generation
+    prev = atomic.set_fence(writer) if writer else None  # temporary names carry the writer's lease generation
     try:
         with fs.recording() as written:
             stats = _call(resolve(fn), spec, out)
     finally:
         if prev is not None:
-            fs.set_fence(prev)
+            atomic.set_fence(prev)
     root = str(out.dir).rstrip("/") + "/"
     stats["out_files"] = {p[len(root):]: d for p, d in sorted(written) if p.startswith(root)}
     if len(stats["out_files"]) < len(written):  # (a task may also say so itself)
@@ -145,12 +145,12 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
     stats["node"] = _node()
     if writer:
         stats["writer"] = writer  # the run and lease generation that computed this shard (steps are shared)
-        prev = fs.set_fence(writer)
+        prev = atomic.set_fence(writer)
     try:
         atomic.write_json(out.path(".json", MARKERS), stats)
     finally:
         if writer:
-            fs.set_fence(prev)
+            atomic.set_fence(prev)
     return stats
 
 

@@ -9,23 +9,18 @@ through `pyarrow.fs.FSSpecHandler`. Credentials and endpoints come from the usua
 `AWS_ENDPOINT_URL`, `GOOGLE_APPLICATION_CREDENTIALS`, `FSSPEC_<PROTOCOL>_<OPTION>`), the
 same on every node of a cluster.
 
-Commits: a file is written under a temporary name next to its final one, then renamed (a
-local `os.replace` after fsync). On S3 and GCS (`creating`) it goes straight to its final
-key, which a PUT or a completed multipart upload fills only whole, and a failed write is
-discarded, never committed: one write request, not three (a temporary PUT, a copy, a
-delete). Other fsspec stores: a temporary name, then fsspec's `mv`. Markers are written last.
+Writes that must be whole at their final name (every output) go through `pipeline.io.atomic`.
 
 Example:
 
     d = fs.path("s3://bucket/runs/demo") / "steps"
-    fs.write_table(table, d / "part-00000.parquet", compression="zstd")
+    atomic.write_table(table, d / "part-00000.parquet", compression="zstd")
     fs.read_table(d / "part-00000.parquet", columns=["id"])
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import uuid
 from contextlib import contextmanager
@@ -70,7 +65,7 @@ def is_local(p) -> bool:
     return not getattr(p, "protocol", "")
 
 
-def _arrow(p) -> tuple[str, object]:
+def arrow_target(p) -> tuple[str, object]:
     """(path, filesystem) in the form pyarrow takes them."""
     p = path(p)
     if is_local(p):
@@ -159,32 +154,8 @@ def read_table(p, **kw):
 
         kw.pop("filters", None)
         return pq.read_table(pa.BufferReader(p.fs.cat_file(p.path)), **kw)
-    s, fsys = _arrow(p)  # a filtered read of a directory (a dataset): pyarrow lists and filters it
+    s, fsys = arrow_target(p)  # a filtered read of a directory (a dataset): pyarrow lists and filters it
     return pq.read_table(s, filesystem=fsys, **kw)
-
-
-def parquet_writer(p, schema, **kw) -> pq.ParquetWriter:
-    s, fsys = _arrow(p)
-    return pq.ParquetWriter(s, schema, filesystem=fsys, **kw)
-
-
-_FENCE = ["x"]  # the current writer's fence token (engine/lease.py): set per shard task
-TMP = re.compile(r"\.tmp-(?:([A-Za-z0-9]+)-)?[0-9a-f]{8}$")  # <name>.tmp-<fence>-<token>; old names had no fence
-
-
-def set_fence(token: str) -> str:
-    """Name this process's temporary files after `token` (a lease generation's fence), so a
-    cleanup removes only the files of its own writer; returns the previous token."""
-    if not re.fullmatch(r"[A-Za-z0-9]+", token):
-        raise ValueError(f"fence token {token!r}: letters and digits only")
-    prev, _FENCE[0] = _FENCE[0], token
-    return prev
-
-
-def tmp_path(final) -> Path:
-    """`<final>.tmp-<fence>-<random>`: where a file is written before `commit` renames it."""
-    final = path(final)
-    return final.with_name(f"{final.name}.tmp-{_FENCE[0]}-{uuid.uuid4().hex[:8]}")
 
 
 _WRITTEN: list[list] = []  # stack of recorders: (final path, digest) of each file committed while one is open
@@ -203,140 +174,21 @@ def recording():
         _WRITTEN.pop()
 
 
-def recorded(items) -> None:
-    """Add (path, digest) pairs committed elsewhere (a task of this task's) to the open recorder."""
-    if _WRITTEN:
-        _WRITTEN[-1].extend(tuple(x) for x in items)
+def recording_open() -> bool:
+    """Whether a `recording()` is open (atomic.py then digests what it commits)."""
+    return bool(_WRITTEN)
 
 
-def digest_bytes(data: bytes) -> str:
-    import xxhash
-
-    return xxhash.xxh3_128_hexdigest(data)
-
-
-def _local_digest(f) -> str:
-    import xxhash
-
-    h = xxhash.xxh3_128()
-    while chunk := f.read(1 << 22):
-        h.update(chunk)
-    return h.hexdigest()
-
-
-DIRECT = ("s3", "s3a", "gs", "gcs")  # stores where an object appears only whole (a PUT, a finished multipart upload)
-
-
-@contextmanager
-def creating(final):
-    """A binary file whose bytes land at `final` whole, or not at all if the block raises.
-    On S3 and GCS, straight to the final key (on failure fsspec's `discard`: the multipart
-    upload aborted, the buffer dropped); elsewhere a temporary name, then `commit`."""
-    final = path(final)
-    if not is_local(final) and final.protocol in DIRECT:
-        f = final.fs.open(final.path, "wb")
-        try:
-            yield f
-        except BaseException:
-            try:
-                f.discard()
-            finally:
-                f.closed = True  # never committed, not even by the garbage collector's close()
-            raise
-        f.close()
-        if _WRITTEN:
-            _WRITTEN[-1].append((str(final), _remote_digest(final)))
-        return
-    makedirs(final.parent)
-    tmp = tmp_path(final)
-    try:
-        with tmp.open("wb") as f:
-            yield f
-        commit(tmp, final)
-    except BaseException:  # a write or rename that failed (a store's passing fault): leave no temporary behind
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise
-
-
-def commit(tmp, final) -> None:
-    """Move a finished temporary file to its final name (and record its digest when a
-    `recording()` is open: the local file's xxh3-128, read back from the page cache at a few
-    GB/s; an object's ETag, one HEAD)."""
-    tmp, final = path(tmp), path(final)
-    if is_local(final):
-        with open(tmp, "rb") as f:
-            digest = _local_digest(f) if _WRITTEN else None
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    else:
-        _copy_fresh(tmp, final)  # a server-side copy: the final key only ever holds a whole object
-        _remove_retrying(tmp)
-        digest = _remote_digest(final) if _WRITTEN else None
+def record(final, digest: str) -> None:
+    """Note one committed file in the open recorder (atomic.py's commits)."""
     if _WRITTEN:
         _WRITTEN[-1].append((str(final), digest))
 
 
-def _remote_digest(final) -> str:
-    """An object's content tag: its ETag (an MD5 of the bytes, or of the parts' MD5s: the same
-    bytes written the same way give the same tag) with its size, else a hash of its bytes."""
-    info = final.fs.info(final.path)
-    tag = info.get("ETag") or info.get("etag") or info.get("md5")
-    if tag:
-        return f"etag:{str(tag).strip(chr(34))}:{info.get('size')}"
-    return digest_bytes(final.fs.cat_file(final.path))
-
-
-def _copy_fresh(tmp, final) -> None:
-    """Copy `tmp` to `final` past the client's listing cache. The copy looks the source up in
-    the cache of its folder's listing, which may predate the temporary file: a listing that an
-    earlier request left, or that another thread of this process (a lease's heartbeat) made
-    between our write and the copy. The copy would then report the new file missing; forget
-    the listing and copy again, and only a file still missing after that is an error."""
-    for attempt in range(4):
-        final.fs.invalidate_cache(tmp.path)
-        try:
-            final.fs.copy(tmp.path, final.path)
-            return
-        except FileNotFoundError:
-            if attempt == 3:
-                raise
-
-
-def _remove_retrying(tmp) -> None:
-    """Delete a committed temporary object, retrying transient faults: a delete that failed
-    once (a throttled or reset request) would otherwise leave the object behind, since the
-    caller's retry writes a new temporary name."""
-    import time
-
-    from pipeline.io.faults import transient
-
-    for attempt in range(5):
-        try:
-            tmp.fs.rm_file(tmp.path)
-            return
-        except FileNotFoundError:
-            return
-        except Exception as e:  # noqa: BLE001 -- retried only when transient
-            if attempt == 4 or not transient(e):
-                raise
-            time.sleep(0.1 * 2 ** attempt)
-
-
-def write_table(table, final, **kw) -> None:
-    """Write a Parquet file atomically (temporary name, then commit; S3 and GCS: `creating`)."""
-    final = path(final)
-    if not is_local(final) and final.protocol in DIRECT:
-        with creating(final) as f:
-            pq.write_table(table, f, **kw)
-        return
-    makedirs(final.parent)
-    tmp = tmp_path(final)
-    s, fsys = _arrow(tmp)
-    pq.write_table(table, s, filesystem=fsys, **kw)
-    commit(tmp, final)
+def recorded(items) -> None:
+    """Add (path, digest) pairs committed elsewhere (a task of this task's) to the open recorder."""
+    if _WRITTEN:
+        _WRITTEN[-1].extend(tuple(x) for x in items)
 
 
 def refresh(p) -> None:

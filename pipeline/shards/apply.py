@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from pipeline.engine.cutoff import Prior, same_as_before
 from pipeline.shards import combine, readkey, shuffle
-from pipeline.io import fs
+from pipeline.io import atomic, fs
 from pipeline.shards import view
 from pipeline.shards.documents import DocShard, LayerMarker
 
@@ -29,7 +29,7 @@ def write_attributes(step_dir: str | Path, doc: DocShard, table: pa.Table) -> No
     """A stage's attribute file for one document shard, written atomically."""
     final = attribute_path(step_dir, doc["source"], doc["part"])
     fs.makedirs(final.parent)
-    fs.write_table(table, final, compression="zstd")
+    atomic.write_table(table, final, compression="zstd")
 
 
 def stage_stats(doc: DocShard, rows: np.ndarray, chars: np.ndarray, toks: np.ndarray, kept: np.ndarray,

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.io import fs
+from pipeline.io import atomic, fs
 
 VERSION = "3"  # exact and paragraph maps send each key's first holders only: the version of maps that combine
 
@@ -68,7 +68,7 @@ def write_rest(rest: pa.Table, directory, index: int) -> int:
     """The rest file of map task `index` (written only when it has rows); its row count."""
     if rest.num_rows:
         fs.makedirs(fs.path(directory))
-        fs.write_table(rest, rest_path(directory, index), compression="zstd")
+        atomic.write_table(rest, rest_path(directory, index), compression="zstd")
     return rest.num_rows
 
 

@@ -112,7 +112,7 @@ def sample_shard(spec: KMeansSampleSpec, out) -> dict:
     keys = sample_keys(spec["seed"], doc["source"], ids)
     bound = int(spec["rate"] * 2**64)  # keys below it: a share `rate` of the documents
     take = np.arange(len(keys)) if bound >= 2**64 else np.flatnonzero(keys < np.uint64(bound))
-    fs.write_table(pa.table({"key": keys[take], "embedding": emb.take(pa.array(take))}), out.path(".parquet"))
+    atomic.write_table(pa.table({"key": keys[take], "embedding": emb.take(pa.array(take))}), out.path(".parquet"))
     return {"rows": len(rows), "sampled": len(take)}
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.io import fs
+from pipeline.io import atomic, fs
 
 BITS = 12
 SHIFT = np.uint64(64 - BITS)
@@ -57,7 +57,7 @@ def write_keys(path, keys: np.ndarray, weights: np.ndarray) -> int:
     sums = np.bincount(top, weights=weights, minlength=1 << BITS).astype(np.int64)
     meta = f'{{"counts": "{_pack(counts)}", "weights": "{_pack(sums)}"}}'.encode()
     table = pa.table({"key": keys, "weight": weights}, schema=SCHEMA.with_metadata({META: meta}))
-    fs.write_table(table, path, row_group_size=ROWS, compression="zstd")
+    atomic.write_table(table, path, row_group_size=ROWS, compression="zstd")
     return len(keys)
 
 

@@ -107,7 +107,7 @@ def write_partitions(table: pa.Table, part: np.ndarray, nparts: int, base: Path)
     sorted_t = table.take(pa.array(order)) if table.num_rows else table
     pos = 0
     raw = _raw_layout(table.schema) if table.num_rows else None
-    with fs.creating(data) as f:
+    with atomic.creating(data) as f:
         for p in np.flatnonzero(counts):
             seg = sorted_t.slice(int(starts[p]), int(counts[p]))
             buf = _raw(seg, raw) if raw is not None and counts[p] <= RAW_ROWS else _stream_bytes(seg)
@@ -279,7 +279,7 @@ def merge(directory, first: int, last: int, base: Path, buffering: int | None = 
     streams = [_stream(_with(b, ".data"), buffering or MERGE_BUFFER) for b in bases]
     try:
         pos = 0
-        with fs.creating(data) as f:
+        with atomic.creating(data) as f:
             for w0 in range(p0, max(p1, p0 + 1) if nparts else p0, win):
                 w1 = min(p1, w0 + win)
                 offs = _offsets(indexes, w0, w1, nparts, f"{directory}: maps {first}..{last - 1}")

@@ -136,9 +136,9 @@ def index_shard(spec: IndexSpec, out) -> dict:
             sets += [d["source"]] * b.num_rows
     h, d, counts = unit_ngrams(texts, n, n)
     order = np.lexsort((d, h))
-    fs.write_table(pa.table({"h": h[order], "item": d[order].astype(np.int32)}), out.path(".parquet", "index"),
+    atomic.write_table(pa.table({"h": h[order], "item": d[order].astype(np.int32)}), out.path(".parquet", "index"),
                    compression="zstd")
-    fs.write_table(pa.table({"item": np.arange(len(ids), dtype=np.int32), "set": sets, "id": ids,
+    atomic.write_table(pa.table({"item": np.arange(len(ids), dtype=np.int32), "set": sets, "id": ids,
                              "ngrams": counts.astype(np.int64), "text": [t[:4000] for t in texts]}),
                    out.path(".parquet", "items"), compression="zstd")
     per_set: dict[str, dict] = {}

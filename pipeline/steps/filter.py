@@ -106,7 +106,7 @@ def run_shard(spec: FilterSpec, out) -> dict:
         {"id": pa.array([], pa.string()), "keep": pa.array([], pa.bool_()), "stage": pa.array([], pa.string()), "reason": pa.array([], pa.string())}
     )
     final = out.path(".parquet")
-    fs.write_table(table, final, compression="zstd")
+    atomic.write_table(table, final, compression="zstd")
     kept = int(pa.compute.sum(table.column("keep")).as_py() or 0)
     return {"rows": table.num_rows, "docs_in": table.num_rows, "docs_out": kept, "stages": stages,
             "languages": languages(table)}

@@ -125,7 +125,7 @@ def apply_shard(spec: HeldOutSpec, out) -> dict:
         t = pa.Table.from_batches(held)
         path = fs.path(out.dir) / "docs" / d["source"] / f"part-{d['part']:05d}.parquet"
         fs.makedirs(path.parent)
-        fs.write_table(t, path, compression="zstd")
+        atomic.write_table(t, path, compression="zstd")
         n, sha = atomic.file_digest(path)
         st["held"] = {"file": f"{d['source']}/part-{d['part']:05d}.parquet", "rows": t.num_rows, "bytes": n, "sha256": sha,
                       "tokens": int(pa.compute.sum(t.column("n_tokens")).as_py() or 0)}

@@ -72,8 +72,8 @@ def fates(a: decisions.Run, b: decisions.Run, out=None, samples: int = 0, seed: 
     heaps: dict[str, list] = {k: [] for k in KINDS}
     writer, tmp = None, None
     if out is not None:
-        tmp = fs.tmp_path(out)
-        writer = fs.parquet_writer(tmp, SCHEMA, compression="zstd")
+        tmp = atomic.tmp_path(out)
+        writer = atomic.parquet_writer(tmp, SCHEMA, compression="zstd")
     compared = 0
     try:
         for source in a.all_sources:
@@ -121,7 +121,7 @@ def fates(a: decisions.Run, b: decisions.Run, out=None, samples: int = 0, seed: 
         if writer is not None:
             writer.close()
     if tmp is not None:
-        fs.commit(tmp, out)
+        atomic.commit(tmp, out)
     picked = {k: sorted((-x[0], *x[1:]) for x in h) for k, h in heaps.items()}
     return {"counts": counts, "skipped": skipped, "compared": compared, "samples": picked}
 

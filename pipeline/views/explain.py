@@ -327,7 +327,7 @@ def write_all(run_dir: Path, out: Path) -> int:
         for source in run.all_sources:
             for t in _source_tables(run, source):  # one shard at a time
                 if writer is None:
-                    writer = fs.parquet_writer(tmp, t.schema, compression="zstd")
+                    writer = atomic.parquet_writer(tmp, t.schema, compression="zstd")
                 writer.write_table(t.cast(writer.schema))
                 n += t.num_rows
     finally:

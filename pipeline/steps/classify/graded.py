@@ -101,7 +101,7 @@ def train_graded(spec: GradedSpec, out) -> dict:
     ev = fam.evaluate_graded(model, [t for _, t in val], np.array([s for s, _ in val]))
     ev["examples"] = {"train": len(train), "validation": len(val), "annotations": len(rows)}
     atomic.write_json(d / "eval.json", ev)
-    fs.write_table(pa.table({"origin": [f"annotations:{i}" for _, i, _, _ in keyed], "label": [str(s) for _, _, s, _ in keyed],
+    atomic.write_table(pa.table({"origin": [f"annotations:{i}" for _, i, _, _ in keyed], "label": [str(s) for _, _, s, _ in keyed],
                              "split": split, "hash": pa.array([h for h, _, _, _ in keyed], pa.uint64())}),
                    d / "sample.parquet")
     final = d / fam.model_file

@@ -175,7 +175,7 @@ def examples_shard(spec: ExamplesSpec, out) -> dict:
     text = view.read_rows(d["documents"], d["layers"], row, ["text"]).column("text") if len(row) else pa.array([], pa.string())
     table = pa.table({"h": np.concatenate(hs) if hs else np.zeros(0, np.uint64), "row": row,
                       "id": pa.array(ids, pa.string()), "text": text})
-    fs.write_table(table, out.path(".parquet"), compression="zstd")
+    atomic.write_table(table, out.path(".parquet"), compression="zstd")
     return {"rows": n, "source": d["source"], "candidates": table.num_rows}
 
 
@@ -286,7 +286,7 @@ def _fit(fam, rows: list, p: dict, seed: int, d):
 def _finish(fam, rows: list, ev: dict, d) -> dict:
     """eval.json, sample.parquet (every example's origin, label and split), and the marker."""
     atomic.write_json(d / "eval.json", ev)
-    fs.write_table(pa.table({"origin": [r[2] for r in rows], "label": [r[1] for r in rows], "split": [r[4] for r in rows],
+    atomic.write_table(pa.table({"origin": [r[2] for r in rows], "label": [r[1] for r in rows], "split": [r[4] for r in rows],
                              "hash": pa.array([r[0] for r in rows], pa.uint64())}), d / "sample.parquet")
     final = d / fam.model_file
     size, sha = atomic.file_digest(final)
@@ -442,7 +442,7 @@ def score_shard(spec: ScoreSpec, out) -> dict:
         cols["text_key"] = np.concatenate(parts_k) if parts_k else np.zeros(0, np.uint64)
     table = pa.table(cols)
     final = out.path(".parquet")
-    fs.write_table(table, final, compression="zstd")
+    atomic.write_table(table, final, compression="zstd")
     # the keys of the rows still kept, complemented (smallest = best), for the threshold's merge
     keys = score_keys(table.column("score").to_numpy(), table.column("tie").to_numpy())[state.keep]
     select.write_keys(out.path(".parquet", "keys"), ~keys, np.ones(len(keys), np.int64))

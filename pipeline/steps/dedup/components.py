@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.config.engine import DEFAULTS
-from pipeline.io import fs
+from pipeline.io import atomic, fs
 from pipeline.shards import shuffle
 from pipeline.shards.text import fmix64
 from pipeline.steps.dedup.rounds import Runner, Source
@@ -231,7 +231,7 @@ def best_task(nodes: Source, labels: Source, out_dir: str, part: int, nparts: in
     base = shuffle.map_file(fs.path(out_dir) / "best", part)
     if nt is None or nt.num_rows == 0:
         shuffle.write_empty(nparts, base)
-        fs.write_table(pa.table({"node": pa.array([], pa.int64()), "label": pa.array([], pa.int64()),
+        atomic.write_table(pa.table({"node": pa.array([], pa.int64()), "label": pa.array([], pa.int64()),
                                  "jaccard": pa.array([], pa.float64())}), fs.path(out_dir) / "nodes" / f"part-{part:05d}.parquet")
         return 0
     nt = _best_per_node(nt)
@@ -243,7 +243,7 @@ def best_task(nodes: Source, labels: Source, out_dir: str, part: int, nparts: in
     src = shuffle.split_gid(node)[0]
     t = nt.append_column("label", pa.array(label)).append_column("rank", pa.array(np.array(src_rank, _E)[src]))
     t = t.append_column("src", pa.array(src))
-    fs.write_table(t.select(["node", "label", "jaccard"]), fs.path(out_dir) / "nodes" / f"part-{part:05d}.parquet")
+    atomic.write_table(t.select(["node", "label", "jaccard"]), fs.path(out_dir) / "nodes" / f"part-{part:05d}.parquet")
     t = t.sort_by([("label", "ascending"), ("rank", "ascending"), ("id", "ascending")])
     lb = t.column("label").to_numpy()
     starts, group = _groups(lb)
@@ -265,7 +265,7 @@ def pick_task(best: Source, work_dir: str, out_dir: str, part: int, nparts: int,
     fs.makedirs(final.parent)
     if t is None or t.num_rows == 0:
         shuffle.write_empty(nparts, base)
-        fs.write_table(pa.table({"cluster": pa.array([], pa.string()), "size": pa.array([], pa.int64()),
+        atomic.write_table(pa.table({"cluster": pa.array([], pa.string()), "size": pa.array([], pa.int64()),
                                  "members": pa.array([], pa.list_(pa.string()))}), final, compression="zstd")
         return {"clusters": 0, "largest": 0}
     t = t.sort_by([("label", "ascending"), ("rank", "ascending"), ("id", "ascending")])
@@ -279,7 +279,7 @@ def pick_task(best: Source, work_dir: str, out_dir: str, part: int, nparts: int,
     srcs = t.column("src").to_numpy()
     ends = np.r_[starts[1:], len(lb)]
     members = [[f"{sources[srcs[j]]}:{ids[j]}" for j in range(a, min(b, a + MAX_MEMBERS))] for a, b in zip(starts, ends)]
-    fs.write_table(pa.table({"cluster": [m[0] for m in members], "size": pa.array(size, pa.int64()),
+    atomic.write_table(pa.table({"cluster": [m[0] for m in members], "size": pa.array(size, pa.int64()),
                              "members": pa.array(members, pa.list_(pa.string()))}), final, compression="zstd")
     back = np.unique(np.stack([group, frm], axis=1), axis=0)  # (component, node partition) pairs
     g, to = back[:, 0], back[:, 1]

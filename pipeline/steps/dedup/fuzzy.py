@@ -40,7 +40,7 @@ from pipeline.steps.dedup import components
 from pipeline.steps.merge import FANIN, GROUP
 from pipeline.shards import shuffle
 from pipeline.engine.step import task
-from pipeline.io import fs
+from pipeline.io import atomic, fs
 from pipeline.shards import view
 from pipeline.shards.documents import DocShard
 
@@ -340,7 +340,7 @@ def verify_shard(spec: VerifySpec, out) -> dict:
                         ("lo_digest", pa.binary(16)), ("hi_digest", pa.binary(16))])
     pt = shuffle.read_partition(fs.path(spec["fetched"]) / "pairs", spec["maps"], spec["partition"])
     if pt is None or pt.num_rows == 0:
-        fs.write_table(schema.empty_table(), final)
+        atomic.write_table(schema.empty_table(), final)
         return {"rows": 0, "candidates": 0, "edges": 0}
     pairs = np.unique(np.stack([pt.column("lo").to_numpy(), pt.column("hi").to_numpy()], axis=1), axis=0)
     lo, hi = pairs[:, 0].tolist(), pairs[:, 1].tolist()
@@ -371,7 +371,7 @@ def verify_shard(spec: VerifySpec, out) -> dict:
         digests = {"lo_digest": [None] * len(lo), "hi_digest": [None] * len(lo)}
     table = pa.table({"lo": pairs[:, 0], "hi": pairs[:, 1], "lo_id": [ids[x] for x in lo], "hi_id": [ids[x] for x in hi],
                       "jaccard": pa.array(jac, mask=np.isnan(jac)), "edge": edge, **digests}, schema=schema)
-    fs.write_table(table, final, compression="zstd")
+    atomic.write_table(table, final, compression="zstd")
     return {"rows": len(lo), "candidates": len(lo), "texts": len(g), "edges": int(edge.sum()), "looked_up": looked}
 
 

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from pipeline.config.engine import DEFAULTS
 from pipeline.engine.step import task
-from pipeline.io import fs
+from pipeline.io import atomic, fs
 from pipeline.shards import text, view
 from pipeline.shards.documents import DocShard
 from pipeline.steps.dedup import fuzzy
@@ -84,7 +84,7 @@ def sample_shard(spec: SaltSampleSpec, out) -> dict:
                 got.append(r)
     table = pa.table({c: np.concatenate([r[i] for r in got]) for i, c in enumerate(SCHEMA.names)}, schema=SCHEMA) \
         if got else SCHEMA.empty_table()
-    fs.write_table(table, out.path(".parquet"))
+    atomic.write_table(table, out.path(".parquet"))
     return {"rows": kept, "docs": kept, "sampled": sum(r[4] for r in got)}
 
 
@@ -117,6 +117,6 @@ def heavy_shard(spec: HeavySpec, out) -> dict:
     first = (np.cumsum(blocks) - blocks).astype(np.int64)  # each bucket's first block (none: an empty table)
     table = pa.table({"bucket": bucket[s], "blocks": blocks, "first": first, "anchor": g[s],
                       "anchor_okey": ok[s], "anchor_okey2": ok2[s], "estimate": est[cut].round().astype(np.int64)})
-    fs.write_table(table, fs.path(out.dir) / TABLE)
+    atomic.write_table(table, fs.path(out.dir) / TABLE)
     return {"rows": len(bucket), "sampled_rows": len(bucket), "heavy": int(cut.sum()), "virtual": int(blocks.sum()),
             "largest_estimate": int(est.max()) if len(est) else 0}

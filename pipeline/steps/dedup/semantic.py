@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.engine.step import task
-from pipeline.io import fs
+from pipeline.io import atomic, fs
 from pipeline.shards import shuffle
 from pipeline.shards import text as text_hash
 from pipeline.shards.documents import DocShard
@@ -185,7 +185,7 @@ def reduce_shard(spec: SemanticReduceSpec, out) -> dict:
     target = shuffle.map_file(fs.path(out.dir) / "to", out.index)
     if t is None or t.num_rows == 0:
         shuffle.write_empty(spec["ndocs"], target)
-        fs.write_table(pa.table({"cluster": pa.array([], pa.int64()), "id": pa.array([], pa.string()),
+        atomic.write_table(pa.table({"cluster": pa.array([], pa.int64()), "id": pa.array([], pa.string()),
                                  "duplicate_of": pa.array([], pa.string()), "cosine": pa.array([], pa.float64())}),
                        fs.path(out.dir) / "clusters" / f"{out.name}.parquet")
         return {"rows": 0, "clusters": 0, "removed": 0, "largest": 0}
@@ -219,7 +219,7 @@ def reduce_shard(spec: SemanticReduceSpec, out) -> dict:
         "cosine": pa.array(np.round(np.array(cosine, np.float64), 6), pa.float64()),
         "cluster": pa.array(cluster[r] if len(r) else np.zeros(0, np.int64), pa.int64()),
         "cluster_size": pa.array(np.array(size, np.int64), pa.int64())})
-    fs.write_table(pa.table({"cluster": table.column("cluster"), "id": pa.array([ids[j] for j in r.tolist()], pa.string()),
+    atomic.write_table(pa.table({"cluster": table.column("cluster"), "id": pa.array([ids[j] for j in r.tolist()], pa.string()),
                              "duplicate_of": table.column("duplicate_of"), "cosine": table.column("cosine")}),
                    fs.path(out.dir) / "clusters" / f"{out.name}.parquet")  # for explain: who else a cluster removed
     shuffle.write_to_shards(table, g[r] if len(r) else np.zeros(0, np.int64), spec["offsets"], spec["ndocs"], target)

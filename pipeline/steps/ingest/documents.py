@@ -34,7 +34,7 @@ from pipeline.plan import tokens
 from pipeline.shards import shuffle
 from pipeline.errors import InputError
 from pipeline.engine.step import task
-from pipeline.io import atomic, fs, readers
+from pipeline.io import atomic, readers
 from pipeline.io.faults import transient
 from pipeline.io.readers import StreamError
 from pipeline.shards.documents import DOC_SCHEMA, content_id
@@ -112,8 +112,8 @@ class _Shard:
         self.source = spec["source"]
         self.tokenizer = spec["tokenizer"]
         self.final = out.path(".parquet")
-        self.tmp = atomic.tmp_path(self.final)
-        self.writer = fs.parquet_writer(self.tmp, DOC_SCHEMA, compression="zstd")
+        self.dest = atomic.Out(self.final)
+        self.writer = self.dest.parquet(DOC_SCHEMA, compression="zstd")
         self.out = out
         self.qfile = None  # opened at the first bad record
         self.dups = _duplicates(spec, out)
@@ -155,8 +155,8 @@ class _Shard:
             raw = raw[: EXCERPT * 4].decode("utf-8", "replace")
         if self.qfile is None:
             self.qfinal = self.out.path(".jsonl", "quarantine")
-            self.qtmp = atomic.tmp_path(self.qfinal)
-            self.qfile = self.qtmp.open("wb")
+            self.qdest = atomic.Out(self.qfinal)
+            self.qfile = self.qdest.open()
         rec = {"source": self.source, "file": file["path"], "line": line, "row": row, "offset": offset,
                "reason": reason, "error": error, "excerpt": (raw or "")[:EXCERPT], **extra}
         self.qfile.write(orjson.dumps(rec) + b"\n")
@@ -197,20 +197,18 @@ class _Shard:
             h = np.concatenate(self.hashes) if self.hashes else np.zeros(0, np.uint64)
             idindex.write_map(h, self.out.dir, self.out.index, self.spec["index_partitions"])
             self.stats["index_partitions"] = self.spec["index_partitions"]
-        atomic.commit(self.tmp, self.final)
+        self.dest.commit()
         if self.qfile is not None:
-            self.qfile.close()
-            atomic.commit(self.qtmp, self.qfinal)
+            self.qdest.commit()
             self.stats["quarantine_file"] = str(self.qfinal)
         self.stats["rows"] = self.stats["records_in"]
         return self.stats
 
     def abort(self):
         self.writer.close()
-        self.tmp.unlink(missing_ok=True)
+        self.dest.discard()
         if self.qfile is not None:
-            self.qfile.close()
-            self.qtmp.unlink(missing_ok=True)
+            self.qdest.discard()
 
 
 def parse(shard, split: dict) -> None:

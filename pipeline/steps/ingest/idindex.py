@@ -23,7 +23,7 @@ import pyarrow as pa
 import xxhash
 
 from pipeline.shards import shuffle
-from pipeline.io import fs
+from pipeline.io import atomic, fs
 
 SCHEMA = pa.schema([("h", pa.uint64()), ("shard", pa.int64()), ("row", pa.int64())])
 INDEX_ROWS = 32_000_000  # rows per range: 16 bytes each, about 0.5 GB a reduce task
@@ -64,7 +64,7 @@ def reduce_shard(spec: IdIndexSpec, out) -> dict:
     # this range from every shard's index file, or from the merge tier's files when it ran
     t = shuffle.read_partition(spec["inputs"], spec["files"], p, schema=SCHEMA)
     t = t.sort_by([("h", "ascending"), ("shard", "ascending"), ("row", "ascending")])
-    fs.write_table(t, out.path(".parquet"), compression="zstd", row_group_size=ROW_GROUP)
+    atomic.write_table(t, out.path(".parquet"), compression="zstd", row_group_size=ROW_GROUP)
     return {"rows": t.num_rows}
 
 

@@ -386,7 +386,7 @@ def write_shard(spec: WriteSpec, out) -> dict:
         for r in t.group_by("cell").aggregate([("n_tokens", "sum"), ("n_tokens", "count", ALL)]).to_pylist():
             per_cell[r["cell"]] = {"docs": r["n_tokens_count"], "tokens": int(r["n_tokens_sum"] or 0)}
         t = t.drop_columns(["order", "cell"]).select(MIX_SCHEMA.names).cast(MIX_SCHEMA)
-    fs.write_table(t, final, compression="zstd", row_group_size=ROW_GROUP)
+    atomic.write_table(t, final, compression="zstd", row_group_size=ROW_GROUP)
     if t.num_rows:
         g = t.select(["source", "n_tokens"]).append_column("repeat", pc.cast(pc.greater(t.column("epoch"), 0), pa.int64()))
         for r in g.group_by("source").aggregate([("n_tokens", "sum"), ("n_tokens", "count", ALL), ("repeat", "sum")]).to_pylist():

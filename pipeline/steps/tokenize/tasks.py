@@ -95,9 +95,9 @@ def encode_shard(spec: EncodeSpec, out) -> dict:
     before = prior_rows(spec, ["text_key", "tokens"])  # the earlier shard's ids by text
     n = total = looked_up = 0
     final = out.path(".parquet")
-    tmp = atomic.tmp_path(final)
+    dest = atomic.Out(final)
     # binary values compress with zstd at level 1 to ~1.3 bytes a uint16 id; no dictionary (ids are not categories)
-    with fs.parquet_writer(tmp, SCHEMA, compression="zstd", compression_level=1, use_dictionary=False) as w:
+    with dest.parquet(SCHEMA, compression="zstd", compression_level=1, use_dictionary=False) as w:
         for rows, b in view.kept_batches(d["documents"], d["layers"], ["text"], state=state):
             texts = b.column("text").to_pylist()
             keys = np.fromiter((xxhash.xxh3_64_intdigest(t or "") for t in texts), np.uint64, len(texts))
@@ -114,7 +114,7 @@ def encode_shard(spec: EncodeSpec, out) -> dict:
             n += len(texts)
             looked_up += len(hit)
             total += int(unpack_ids(col, dtype)[0][-1])
-    atomic.commit(tmp, final)
+    dest.commit()
     return {"rows": n, "documents": n, "tokens": total, "read_key": rk, "encoded_before": looked_up}
 
 
@@ -269,7 +269,7 @@ def _provenance(base, pc: dict, meta, cells, epochs, packed: bool = False) -> di
     if packed:
         cols["piece"] = pa.array(np.asarray(pc["piece"], np.int64))
     p = base.with_name(base.name + PROVENANCE)
-    fs.write_table(pa.table(cols), p, compression="zstd")
+    atomic.write_table(pa.table(cols), p, compression="zstd")
     size, sha = atomic.file_digest(p)
     return {p.name: {"bytes": size, "sha256": sha}}
 

@@ -63,20 +63,20 @@ def _paused_holder_resumed(store) -> None:
     lease_dir = ex_a.lease_dir(s)
     assert a.acquire(lease_dir) is None
     a._stop.set()  # its renewals stop: the process is paused (Ctrl-Z, a long GC pause)
-    fs.set_fence(a.fence(lease_dir))
+    atomic.set_fence(a.fence(lease_dir))
     fs.makedirs(d)
-    tmp_a = fs.tmp_path(d / "part-00000.parquet")
+    tmp_a = atomic.tmp_path(d / "part-00000.parquet")
     with fs.path(tmp_a).open("wb") as f:
         f.write(b"a's half-written shard")
     time.sleep(1.3)  # past its ttl
     b = Leases(name="b", ttl=30)
     assert b.acquire(lease_dir) is None  # b takes the step over: generation 2
     fence_b = b.fence(lease_dir)
-    fs.set_fence(fence_b)
-    tmp_b = fs.tmp_path(d / "part-00000.parquet")
+    atomic.set_fence(fence_b)
+    tmp_b = atomic.tmp_path(d / "part-00000.parquet")
     with fs.path(tmp_b).open("wb") as f:
         f.write(b"b's shard in progress")
-    fs.set_fence("x")
+    atomic.set_fence("x")
     # a resumes where it was: finishing the step
     ex_a.stats[s.name] = {0: {"rows": 0}}
     with pytest.raises(RunError, match=r"lost the lease on fenced-\w+ to run b .*without deleting or committing"):

@@ -22,10 +22,10 @@ def test_the_filesystem_layer_commits_atomically_on_memory_urls():
     atomic.write_json(root / "steps" / "a" / "_markers" / "part-00000.json", {"rows": 3})
     assert atomic.read_json(root / "steps" / "a" / "_markers" / "part-00000.json") == {"rows": 3}
     t = pa.table({"id": ["a", "b", "c"], "n": [1, 2, 3]})
-    fs.write_table(t, root / "steps" / "a" / "part-00000.parquet", compression="zstd")
+    atomic.write_table(t, root / "steps" / "a" / "part-00000.parquet", compression="zstd")
     assert fs.read_table(root / "steps" / "a" / "part-00000.parquet").equals(t)
     assert fs.parquet_file(root / "steps" / "a" / "part-00000.parquet").metadata.num_rows == 3
-    with fs.parquet_writer(root / "w.parquet", t.schema) as w:
+    with atomic.parquet_writer(root / "w.parquet", t.schema) as w:
         w.write_table(t)
     assert fs.read_table(root / "w.parquet", columns=["n"]).column("n").to_pylist() == [1, 2, 3]
     # a killed writer leaves only a temporary name, which clean_tmp removes
@@ -117,6 +117,7 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, smal
         s3.put(str(demo_corpus / sub), f"curate-test/in/{sub}")
     y = write_yaml(tmp_path / "r.yaml", small_mixture("s3://curate-test/in", "s3://curate-test/runs"))
     proxy = FaultyProxy(int(env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1]), rate=0.01)
+    mark = len(log.read_text(errors="replace").splitlines())
     t0 = time.time()
     try:
         r = curate("run", str(y), "--workers", "2", env={**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"})
@@ -138,6 +139,9 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, smal
         assert hashlib.sha256(s3.cat(f"curate-test/runs/remote/{p}")).hexdigest() == sha
     led_r, led_l = (atomic.read_json(fs.path(x) / "ledger.json")["sources"] for x in (run, small_run))
     assert led_r == led_l and all(v["conservation"] is True for v in led_r.values())
+    # every output went straight to its final key: no temporary object was written, copied or deleted
+    temporaries = [ln for ln in log.read_text(errors="replace").splitlines()[mark:] if ".tmp-" in ln]
+    assert not temporaries, temporaries[:5]
     # publication copies on the server: once the mix step is done, no GET of its shards reaches the store
     # (a GET would be the driver streaming the bytes); the log colours some lines with ANSI codes
     lines = log.read_text(errors="replace").splitlines()
@@ -219,14 +223,14 @@ def test_a_file_written_to_s3_goes_to_its_final_key_whole_or_not_at_all(s3_serve
     assert sum(1 for ln in asked if '"PUT ' in ln) == 1 and not any('"DELETE ' in ln for ln in asked), asked
 
     with pytest.raises(RuntimeError, match="stop"):
-        with fs.creating(d / "b.bin") as f:
+        with atomic.creating(d / "b.bin") as f:
             f.write(b"y" * 1000)
             raise RuntimeError("stop")
     with pytest.raises(RuntimeError, match="bad row"):
         atomic.write_stream(d / "c.bin", (b"z" * 100 if i < 3 else (_ for _ in ()).throw(RuntimeError("bad row"))
                                           for i in range(5)))
     shuffle.write_partitions(pa.table({"k": np.arange(10)}), np.arange(10) % 3, 3, shuffle.map_file(d / "sh", 0))
-    fs.write_table(pa.table({"a": [1, 2]}), d / "t.parquet")
+    atomic.write_table(pa.table({"a": [1, 2]}), d / "t.parquet")
     assert fs.read_table(d / "t.parquet").column("a").to_pylist() == [1, 2]
     assert shuffle.read_partition(d / "sh", 1, 1).column("k").to_pylist() == [1, 4, 7]
     assert sorted(p.rsplit("/", 1)[-1] for p in s3.find("curate-test/creating")) == \

@@ -245,13 +245,12 @@ def test_the_eval_index_is_read_once_per_worker_process(tmp_path):
     index replaces it. The markers say which tasks read it (`index_read`)."""
     import pyarrow as pa
 
-    from pipeline.io import fs
     from pipeline.steps import decontam
 
     for name, n in (("a", 3), ("b", 5)):
-        fs.write_table(pa.table({"h": pa.array(range(n), pa.uint64()), "item": pa.array(range(n), pa.int32())}),
+        atomic.write_table(pa.table({"h": pa.array(range(n), pa.uint64()), "item": pa.array(range(n), pa.int32())}),
                        tmp_path / name / "index" / "part-00000.parquet")
-        fs.write_table(pa.table({"set": ["s"] * n, "id": [f"{name}{i}" for i in range(n)]}),
+        atomic.write_table(pa.table({"set": ["s"] * n, "id": [f"{name}{i}" for i in range(n)]}),
                        tmp_path / name / "items" / "part-00000.parquet")
     a, read = decontam.Index.of(str(tmp_path / "a"))
     assert read and a.ids == ["a0", "a1", "a2"]
