@@ -23,10 +23,13 @@ Per step, at D documents (every assumption is printed beside the table):
   4N run's mean per task.
 - **CPU**: the 4N run's task CPU seconds per document (its shards' `cpu_seconds`; until
   issue 52 the tasks' wall seconds, which held every request's 20 ms as well) x D, x (3,000
-  bytes / the bench's bytes per document) for the steps that read text; the fuzzy
+  bytes / the bench's bytes per document) for the steps that read text, less the client CPU
+  of the step's requests (s3fs: ~3.5 ms a request, measured by bench.objstore in the same
+  run), which is charged per modelled request instead: a 50,000-row task makes about as
+  many requests as a bench task of 2,500-5,000 rows, not 10-20x as many; the fuzzy
   components' round tasks: their wall seconds (their CPU is not in a marker), an upper
-  bound. The bench's shards are 2,500-5,000 rows, so a task's fixed CPU is counted 10-20x
-  what a 50,000-row shard pays: an upper bound too.
+  bound. A task's other fixed CPU (imports, footers) is still counted per document: 10-20x
+  what a 50,000-row shard pays, an upper bound too.
 - **task time**: CPU + requests x `latency`, serially (an upper bound: shuffle reads keep
   16 in flight).
 - **wall**: a step's waves, ceil(tasks / cores), x task time (a step of fewer tasks than
@@ -151,7 +154,7 @@ def cpu_of(st: dict) -> float:
     return st["cpu"] if st.get("cpu") else st["total"]
 
 
-def model(small: dict, big: dict, docs: float, cores: int, latency: float) -> list[dict]:
+def model(small: dict, big: dict, docs: float, cores: int, latency: float, per_request: dict | None = None) -> list[dict]:
     n = big["docs"]
     text_factor = TEXT_BYTES / (big["chars"] / n)
     shards = docs / SHARD_DOCS
@@ -169,6 +172,11 @@ def model(small: dict, big: dict, docs: float, cores: int, latency: float) -> li
         req_task = a + b * reads
         f = text_factor if name.startswith(TEXT_STEPS) and not is_merge(name) else 1.0
         cpu = cpu_of(st) / n * docs * f
+        if per_request:  # the client's CPU per request charged per modelled request, the rest per document
+            asked = st["requests"]
+            spent = sum(per_request.get("GET" if k == "LIST" else k, per_request["GET"]) * v for k, v in asked.items())
+            mean = spent / max(1, sum(asked.values()))
+            cpu = max(0.0, cpu_of(st) - spent) / n * docs * f + mean * req_task * t
         if is_merge(name):
             # no merge task ran in the bench (at most 32 writers): the code's figures. A task streams its
             # group's files front to back with MERGE_BUFFER read-ahead, ~1 GET per 4 MB, writes one file
@@ -302,6 +310,8 @@ def main(argv=None):
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--cores", type=int, default=64)
     ap.add_argument("--latency-ms", type=float, default=None, help="per request (default: the bench's)")
+    ap.add_argument("--per-document", action="store_true",
+                    help="scale all of a step's CPU with the documents, its requests' client CPU too (the model before)")
     ap.add_argument("--driver-ms", type=float, default=1.7, help="driver CPU per task (bench.driver --tasks; default 1.7)")
     a = ap.parse_args(argv)
     if a.objstore_json is None:
@@ -314,6 +324,13 @@ def main(argv=None):
         r["shards"] = max(s["tasks"] for k, s in r["steps"].items() if k.startswith("filter-") or k == "dedup-exact-map")
     latency = (a.latency_ms if a.latency_ms is not None else data["latency_ms"]) / 1000
     cores = a.nodes * a.cores
+    per_request = data.get("client_cpu_per_request") if not a.per_document else None
+    if per_request:
+        print("client CPU per request, measured in the same bench run: " +
+              ", ".join(f"{k} {v * 1000:.2f} ms" for k, v in per_request.items()) +
+              "; charged per modelled request, the rest of a step's CPU per document")
+    else:
+        print("every step's CPU scaled per document (no client CPU per request in the bench's JSON, or --per-document)")
     t_small = sum(s["tasks"] for s in small["steps"].values())
     t_big = sum(s["tasks"] for s in big["steps"].values())
     driver_per_task = max(0.0, (big["driver_cpu"] - small["driver_cpu"]) / max(1, t_big - t_small))
@@ -324,7 +341,7 @@ def main(argv=None):
           f"{a.nodes} nodes x {a.cores} cores, {latency * 1000:g} ms a request")
     out = {}
     for docs in (1e9, 2.5e10):
-        rows = model(small, big, docs, cores, latency)
+        rows = model(small, big, docs, cores, latency, per_request)
         out[docs] = rows
         groups: dict[str, dict] = {}
         for r in rows:

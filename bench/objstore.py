@@ -199,6 +199,30 @@ def _sums(markers: list[dict]) -> dict:
     return dict(out)
 
 
+def client_cpu_per_request(server: Server, n: int = 300) -> dict[str, float]:
+    """The client's CPU seconds per request by kind (s3fs and botocore: signing, the HTTP
+    exchange, parsing), measured in this process against the same server: small ranged GETs,
+    HEADs and PUTs of 1 KB. bench.cost_model charges a step's requests at these rates and
+    scales only the rest of its CPU with the documents: at a production shard size a task
+    makes about the requests a bench task makes, for 10-20x the documents."""
+    import s3fs
+
+    os.environ.update({k: v for k, v in server.env.items() if k.startswith("AWS_")})
+    s3 = s3fs.S3FileSystem(skip_instance_cache=True)
+    s3.mkdir("calibrate")
+    s3.pipe_file("calibrate/blob", os.urandom(1 << 16))
+    out = {}
+    for kind, call in (("GET", lambda i: s3.cat_file("calibrate/blob", start=i * 64, end=i * 64 + 64)),
+                       ("HEAD", lambda i: (s3.invalidate_cache("calibrate/blob"), s3.info("calibrate/blob"))),
+                       ("PUT", lambda i: s3.pipe_file(f"calibrate/put-{i:05d}", b"x" * 1024))):
+        call(0)  # the first request of a kind sets up what later ones share
+        t0 = time.process_time()
+        for i in range(1, n + 1):
+            call(i)
+        out[kind] = (time.process_time() - t0) / n
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.objstore", description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=10_000, help="N (default 10,000)")
@@ -219,10 +243,13 @@ def main(argv=None) -> None:
     try:
         res = {g: [run_one(server, a.docs * int(k), a.workers, a.docs_per_partition, g, a.fanin) for k in a.scales.split(",")]
                for g in groups}
+        per_request = client_cpu_per_request(server)
     finally:
         server.close()
+    print("client CPU per request (s3fs): " + ", ".join(f"{k} {v * 1000:.2f} ms" for k, v in per_request.items()))
     if a.json:
-        Path(a.json).write_text(json.dumps({"latency_ms": a.latency_ms, "workers": a.workers, "results": res}, indent=1))
+        Path(a.json).write_text(json.dumps({"latency_ms": a.latency_ms, "workers": a.workers, "results": res,
+                                            "client_cpu_per_request": per_request}, indent=1))
     for g, rs in res.items():
         _table(rs, g)
 

@@ -95,7 +95,19 @@ def makedirs(p) -> None:
 
 def read_bytes(p) -> bytes:
     p = path(p)
-    return p.read_bytes() if is_local(p) else p.fs.cat_file(p.path)  # one GET, no HEAD
+    return p.read_bytes() if is_local(p) else _cat(p)
+
+
+def _cat(p, end: int | None = None) -> bytes:
+    """A remote object's bytes (its first `end`), in one ranged GET: s3fs asks the size (a
+    HEAD) before a whole-object GET, to split a large one into parts; a range never does.
+    An empty object refuses a range: read whole."""
+    try:
+        return p.fs.cat_file(p.path, start=0, end=end)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError):  # 416 InvalidRange: the object is empty
+        return p.fs.cat_file(p.path)
 
 
 def _remote_source(p):
@@ -104,9 +116,9 @@ def _remote_source(p):
     makes one request per footer and column chunk: ~30 ms each on an object store.)"""
     import pyarrow as pa
 
-    size = p.fs.size(p.path)
-    if size <= WHOLE_OBJECT:
-        return pa.BufferReader(p.fs.cat_file(p.path))
+    head = _cat(p, WHOLE_OBJECT)
+    if len(head) < WHOLE_OBJECT:  # the whole object: no HEAD asked its size
+        return pa.BufferReader(head)
     return p.fs.open(p.path, "rb", block_size=16 << 20, cache_type="readahead")
 
 
@@ -114,26 +126,44 @@ FOOTER_READ = 64 << 10  # a Parquet footer's first ranged read: most footers fit
 
 
 def parquet_metadata(p, size: int | None = None) -> pq.FileMetaData:
-    """A Parquet file's footer alone: on an object store one ranged GET of its last 64 KB
-    (two for a larger footer), never the object (`size`: the file's, when the caller has it
-    from its listing: no HEAD). What planning reads of an input file (its row groups)."""
+    """A Parquet file's footer alone: on an object store one GET of its last 64 KB (a
+    suffix range: no HEAD for the size; two GETs for a larger footer), never the object.
+    What planning reads of an input file (its row groups), and a step of a file's schema."""
     p = path(p)
     if is_local(p):
         return pq.read_metadata(str(p))
     import pyarrow as pa
 
-    size = p.fs.size(p.path) if size is None else size
-    tail = p.fs.cat_file(p.path, start=max(0, size - FOOTER_READ), end=size) if size >= 12 else b""
+    if size is not None and size < 12:
+        tail = b""
+    elif size is None:
+        tail = p.fs.cat_file(p.path, start=-FOOTER_READ)
+    else:
+        tail = p.fs.cat_file(p.path, start=max(0, size - FOOTER_READ), end=size)
     if tail[-4:] != b"PAR1":  # pyarrow's own words for a local file
         raise pa.ArrowInvalid("Parquet magic bytes not found in footer. Either the file is corrupted or this is not a "
                               "parquet file.")
     n = int.from_bytes(tail[-8:-4], "little")
     if n + 8 > len(tail):
-        if n + 8 > size:
-            raise pa.ArrowInvalid(f"{p}: its footer says {n:,} bytes of metadata, more than the file's {size:,}")
-        tail = p.fs.cat_file(p.path, start=size - n - 8, end=size)
+        if n + 8 > (size if size is not None else len(tail) if len(tail) < FOOTER_READ else n + 8):
+            raise pa.ArrowInvalid(f"{p}: its footer says {n:,} bytes of metadata, more than the file's {size or len(tail):,}")
+        tail = p.fs.cat_file(p.path, start=-(n + 8))
     # the footer behind a magic: a file pyarrow reads the metadata of (it reads no row group here)
     return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(n + 8):]))
+
+
+def parquet_schema(p):
+    """A Parquet file's Arrow schema (its metadata included) from its footer alone
+    (`parquet_metadata`): a step that needs a file's column names reads no row of it."""
+    p = path(p)
+    if is_local(p):
+        return pq.read_schema(str(p))
+    import pyarrow as pa
+
+    md = parquet_metadata(p)
+    sink = pa.BufferOutputStream()  # the footer as a file pyarrow opens: its Arrow schema as written
+    md.write_metadata_file(sink)
+    return pq.read_schema(pa.BufferReader(sink.getvalue()))
 
 
 def parquet_file(p) -> pq.ParquetFile:
@@ -153,7 +183,7 @@ def read_table(p, **kw):
         import pyarrow as pa
 
         kw.pop("filters", None)
-        return pq.read_table(pa.BufferReader(p.fs.cat_file(p.path)), **kw)
+        return pq.read_table(pa.BufferReader(_cat(p)), **kw)
     s, fsys = arrow_target(p)  # a filtered read of a directory (a dataset): pyarrow lists and filters it
     return pq.read_table(s, filesystem=fsys, **kw)
 

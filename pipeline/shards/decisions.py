@@ -198,7 +198,7 @@ def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: boo
     axis = cells.source_axis(budget.source_cells(first)) if first else None  # the source's mixture axis, if any
     for label, path in layers:
         if ("names", str(path)) not in tables:
-            tables[("names", str(path))] = fs.parquet_file(path).schema_arrow.names
+            tables[("names", str(path))] = fs.parquet_schema(path).names
         names = tables[("names", str(path))]
         # a layer's rewritten texts are read only when wanted (they are most of its bytes)
         t = read(path, names if with_text else [c for c in names if c != "text"])

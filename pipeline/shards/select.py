@@ -64,7 +64,7 @@ def write_keys(path, keys: np.ndarray, weights: np.ndarray) -> int:
 def _histogram(path) -> tuple[np.ndarray, np.ndarray]:
     import orjson
 
-    md = fs.parquet_file(path).schema_arrow.metadata or {}
+    md = fs.parquet_schema(path).metadata or {}
     h = orjson.loads(md[META])
     return _unpack(h["counts"]), _unpack(h["weights"])
 

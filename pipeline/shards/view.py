@@ -27,7 +27,7 @@ BATCH_ROWS = 4096
 
 
 def num_rows(documents: str) -> int:
-    return fs.parquet_file(documents).metadata.num_rows
+    return fs.parquet_metadata(documents).num_rows
 
 
 class Layers:
@@ -41,7 +41,7 @@ class Layers:
         self.overrides: dict[str, pa.Array] = {}
         wanted = [c for c in OVERRIDES if c in columns]
         for path in layers:
-            names = fs.parquet_file(path).schema_arrow.names if wanted else ()
+            names = fs.parquet_schema(path).names if wanted else ()
             cols = ["keep"] + [c for c in wanted if c in names]
             t = fs.read_table(path, columns=cols)
             if t.num_rows != n:
@@ -99,7 +99,7 @@ def read_rows(documents: str, layers: list[str], rows: np.ndarray, columns: list
     state_cols = [c for c in OVERRIDES if c in columns]
     if layers and state_cols:
         for path in layers:
-            names = fs.parquet_file(path).schema_arrow.names
+            names = fs.parquet_schema(path).names
             for c in state_cols:
                 if c in names:
                     new = fs.read_table(path, columns=[c]).column(c).take(pa.array(rows))
@@ -120,7 +120,7 @@ def shard_axis(d: DocShard, axis: str) -> np.ndarray | None:
     `<filter>.lang`; any other axis, the layer column named after it (the stage that
     declares the axis writes it: docs/extending.md)."""
     for path in d["layers"]:
-        names = fs.parquet_file(path).schema_arrow.names
+        names = fs.parquet_schema(path).names
         col = next((c for c in names if c.endswith(".lang")), None) if axis == "lang" else (axis if axis in names else None)
         if col is not None:
             values = fs.read_table(path, columns=[col]).column(0)
@@ -140,7 +140,7 @@ TOPIC = ("topic", "topic_score")
 def layer_with(d: DocShard, column: str) -> tuple[str, list[str]] | None:
     """(path, its columns) of the first layer of a document shard that has `column`, or None."""
     for path in d["layers"]:
-        names = fs.parquet_file(path).schema_arrow.names
+        names = fs.parquet_schema(path).names
         if column in names:
             return path, names
     return None

@@ -104,7 +104,7 @@ def _languages(run: dec.Run, source: str) -> dict[str, int]:
     if marks and all("languages" in m for m in marks.values()):
         per_shard = (m["languages"] for m in marks.values())  # a second pass, not a list a shard
     else:  # a step cached before its markers carried languages: what its tasks would have counted
-        per_shard = [filter_step.languages(fs.read_table(f, columns=[c for c in fs.parquet_file(f).schema_arrow.names
+        per_shard = [filter_step.languages(fs.read_table(f, columns=[c for c in fs.parquet_schema(f).names
                                                                      if c.endswith(".lang")]))
                      for f in sorted(fdir.glob("part-*.parquet"))] if fdir else []
     out: dict[str, int] = {}

@@ -259,7 +259,7 @@ def _extra_columns(d: dict, n: int) -> dict[str, pa.Array]:
     out = {"quality_score": pa.nulls(n, pa.float32()), "quality_bucket": pa.nulls(n, pa.int16()),
            "topic": pa.nulls(n, pa.string()), "topic_score": pa.nulls(n, pa.float32()), "lang": pa.nulls(n, pa.string())}
     for path in d["layers"]:  # each attribute by the columns its layer declares (shards/view.py QUALITY, TOPIC)
-        names = fs.parquet_file(path).schema_arrow.names
+        names = fs.parquet_schema(path).names
         if view.QUALITY[0] in names:
             t = fs.read_table(path, columns=[c for c in view.QUALITY if c in names])
             out["quality_score"] = t.column("score").combine_chunks().cast(pa.float32())

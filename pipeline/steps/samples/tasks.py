@@ -298,7 +298,7 @@ def _read_key(layers: list, read: dict) -> str:
 
     h = xxhash.xxh3_128()
     for label, path in layers:
-        names = fs.parquet_file(path).schema_arrow.names
+        names = fs.parquet_schema(path).names
         t = fs.read_table(path)
         read[("names", str(path))] = names
         read[(str(path), tuple(c for c in names if c != "text"))] = t.drop_columns(["text"]) if "text" in names else t

@@ -235,3 +235,30 @@ def test_a_file_written_to_s3_goes_to_its_final_key_whole_or_not_at_all(s3_serve
     assert shuffle.read_partition(d / "sh", 1, 1).column("k").to_pylist() == [1, 4, 7]
     assert sorted(p.rsplit("/", 1)[-1] for p in s3.find("curate-test/creating")) == \
         ["a.bin", "part-00000.data", "part-00000.index", "t.parquet"]
+
+
+def test_reading_a_parquet_file_on_s3_asks_no_size_first(s3_server):
+    """s3fs asks an object's size (a HEAD) before a whole-object GET; a read here is one
+    ranged GET instead: a shard file, a JSON file, a Parquet footer for a schema (its last
+    64 KB, not the object)."""
+    env, s3, log = s3_server
+    d = fs.path("s3://curate-test/reads")
+    t = pa.table({"a": list(range(1000)), "b": [f"row {i}" for i in range(1000)]})
+    atomic.write_table(t, d / "t.parquet")
+    atomic.write_json(d / "m.json", {"x": 1})
+
+    def asked(fn):
+        mark = len(log.read_text(errors="replace").splitlines())
+        got = fn()
+        lines = [ln for ln in log.read_text(errors="replace").splitlines()[mark:] if "/curate-test/reads/" in ln]
+        return got, [m for ln in lines for m in ("GET", "HEAD") if f"{m} /curate-test/reads/" in ln]
+
+    assert asked(lambda: fs.parquet_schema(d / "t.parquet").names) == (["a", "b"], ["GET"])
+    assert asked(lambda: fs.parquet_metadata(d / "t.parquet").num_rows) == (1000, ["GET"])
+    got, kinds = asked(lambda: fs.read_table(d / "t.parquet", columns=["b"]))
+    assert got.column("b").to_pylist() == t.column("b").to_pylist() and kinds == ["GET"]
+    got, kinds = asked(lambda: fs.parquet_file(d / "t.parquet").read(columns=["a"]))
+    assert got.column("a").to_pylist() == list(range(1000)) and kinds == ["GET"]
+    assert asked(lambda: atomic.read_json(d / "m.json")) == ({"x": 1}, ["GET"])
+    s3.pipe_file("curate-test/reads/empty", b"")  # an empty object refuses a range: read whole
+    assert fs.read_bytes(d / "empty") == b""
