@@ -23,13 +23,14 @@ Per step, at D documents (every assumption is printed beside the table):
   4N run's mean per task.
 - **CPU**: the 4N run's task CPU seconds per document (its shards' `cpu_seconds`; until
   issue 52 the tasks' wall seconds, which held every request's 20 ms as well) x D, x (3,000
-  bytes / the bench's bytes per document) for the steps that read text, less the client CPU
-  of the step's requests (s3fs: ~3.5 ms a request, measured by bench.objstore in the same
-  run), which is charged per modelled request instead: a 50,000-row task makes about as
-  many requests as a bench task of 2,500-5,000 rows, not 10-20x as many; the fuzzy
+  bytes / the bench's bytes per document) for the steps that read text (`--per-request`:
+  less the client CPU of the step's requests, s3fs's ~3.5 ms a request measured by
+  bench.objstore in the same run, charged per modelled request instead, since a
+  50,000-row task makes about as many requests as a bench task of 2,500-5,000 rows); the fuzzy
   components' round tasks: their wall seconds (their CPU is not in a marker), an upper
-  bound. A task's other fixed CPU (imports, footers) is still counted per document: 10-20x
-  what a 50,000-row shard pays, an upper bound too.
+  bound. The bench's shards are 2,500-5,000 rows, so a task's fixed CPU (its requests'
+  client CPU, imports, footers) is counted 10-20x what a 50,000-row shard pays: an upper
+  bound too.
 - **task time**: CPU + requests x `latency`, serially (an upper bound: shuffle reads keep
   16 in flight).
 - **wall**: a step's waves, ceil(tasks / cores), x task time (a step of fewer tasks than
@@ -310,8 +311,10 @@ def main(argv=None):
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--cores", type=int, default=64)
     ap.add_argument("--latency-ms", type=float, default=None, help="per request (default: the bench's)")
-    ap.add_argument("--per-document", action="store_true",
-                    help="scale all of a step's CPU with the documents, its requests' client CPU too (the model before)")
+    ap.add_argument("--per-request", action="store_true",
+                    help="charge a step's requests at the client's measured CPU per request and scale only the rest "
+                         "with the documents (default: all of it with the documents, an upper bound: a 50,000-row "
+                         "task makes about the requests of a bench task of 2,500-5,000 rows)")
     ap.add_argument("--driver-ms", type=float, default=1.7, help="driver CPU per task (bench.driver --tasks; default 1.7)")
     a = ap.parse_args(argv)
     if a.objstore_json is None:
@@ -324,13 +327,17 @@ def main(argv=None):
         r["shards"] = max(s["tasks"] for k, s in r["steps"].items() if k.startswith("filter-") or k == "dedup-exact-map")
     latency = (a.latency_ms if a.latency_ms is not None else data["latency_ms"]) / 1000
     cores = a.nodes * a.cores
-    per_request = data.get("client_cpu_per_request") if not a.per_document else None
+    per_request = data.get("client_cpu_per_request") if a.per_request else None
+    if a.per_request and not per_request:
+        raise SystemExit(f"{a.objstore_json}: no client_cpu_per_request (a bench.objstore run before it measured it): "
+                         "run bench.objstore again, or leave --per-request out")
     if per_request:
         print("client CPU per request, measured in the same bench run: " +
               ", ".join(f"{k} {v * 1000:.2f} ms" for k, v in per_request.items()) +
-              "; charged per modelled request, the rest of a step's CPU per document")
+              "; charged per modelled request, the rest of a step's CPU per document (clamped at 0 where the "
+              "serial rate exceeds what a step's concurrent requests cost: a lower estimate, not a bound)")
     else:
-        print("every step's CPU scaled per document (no client CPU per request in the bench's JSON, or --per-document)")
+        print("every step's CPU scaled per document, its requests' client CPU too (an upper bound)")
     t_small = sum(s["tasks"] for s in small["steps"].values())
     t_big = sum(s["tasks"] for s in big["steps"].values())
     driver_per_task = max(0.0, (big["driver_cpu"] - small["driver_cpu"]) / max(1, t_big - t_small))
@@ -362,6 +369,8 @@ def main(argv=None):
         biggest = max(r["tasks"] for r in rows)
         print(f"| **total** | {tasks:,} | | {req:.3g} | {req / docs:.4f} | {sum(r['cpu_h'] for r in rows):,.0f} | "
               f"{sum(r['wall_h'] for r in rows):.1f} | |")
+        fuzzy = sum(r["cpu_h"] for r in rows if r["step"].startswith("dedup-fuzzy"))
+        print(f"\nfuzzy dedup (its steps and merges): {fuzzy:,.0f} CPU hours, {fuzzy / docs * 1e9:,.0f} per 10^9 documents")
         mem = big["driver_rss_mb"] + DRIVER_KB_PER_SHARD * biggest / 1024 + DRIVER_KB_PER_MARKER * tasks / 1024
         print(f"\ndriver: {a.driver_ms:.2f} ms CPU per task (bench.driver) -> {a.driver_ms / 1000 * tasks / 3600:.2f} h for {tasks:,} tasks "
               f"(upper bound: {driver_per_task * 1000:.2f} ms, the marginal from {t_small:,} to {t_big:,} tasks on S3 -> "

@@ -63,25 +63,39 @@ def same_as_before(spec: dict, out, read_key: str) -> dict | None:
     h = spec.get("prior")
     if not isinstance(h, dict) or h.get("read_key") != read_key:
         return None
+    if not link_prior(spec, out, lambda rel: True):  # collected since: computed
+        return None
+    old, new = fs.path(h["dir"]), fs.path(out.dir)
+    a, b = shard_name(h["shard"]), shard_name(out.index)
+    stats = orjson.loads(orjson.dumps(h["stats"]).replace(json_str(old), json_str(new)))
+    if a != b:
+        root = str(new) + "/"
+        stats = {k: (renamed(v, a, b) if isinstance(v, str) and v.startswith(root) else v) for k, v in stats.items()}
+    return {**stats, "read_key": read_key, "linked_from": old.name}
+
+
+def link_prior(spec: dict, out, want) -> bool:
+    """Link into this shard's folder the earlier shard's files whose path `want(rel)` accepts
+    (renamed to this shard's name), recorded as this task's outputs; False when one was
+    collected since (nothing recorded: the task computes)."""
+    h = spec.get("prior")
     old, new = fs.path(h["dir"]), fs.path(out.dir)
     a, b = shard_name(h["shard"]), shard_name(out.index)
     done = []
     try:
         for rel, d in h["out_files"].items():
+            if not want(rel):
+                continue
             src, dst = old / rel, new / renamed(rel, a, b)
             fs.makedirs(dst.parent)
             if fs.is_local(dst) and os.path.lexists(dst):
                 os.unlink(dst)
             fs.link_or_copy(src, dst)
             done.append((str(dst), d))
-    except FileNotFoundError:  # collected since: computed
-        return None
+    except FileNotFoundError:
+        return False
     fs.recorded(done)
-    stats = orjson.loads(orjson.dumps(h["stats"]).replace(json_str(old), json_str(new)))
-    if a != b:
-        root = str(new) + "/"
-        stats = {k: (renamed(v, a, b) if isinstance(v, str) and v.startswith(root) else v) for k, v in stats.items()}
-    return {**stats, "read_key": read_key, "linked_from": old.name}
+    return True
 
 
 def prior_file(spec: dict, want) -> Path | None:

@@ -52,6 +52,19 @@ def of(st: Layers, *more: pa.Table | None) -> str:
     return h.hexdigest()
 
 
+def texts(st: Layers) -> str:
+    """The digest of a layer state's overrides (its texts) without its keep mask: an earlier
+    shard of the same documents with the same one held the same value in every row, kept or
+    not. A task whose output covers every row (a classifier's scores) takes that shard's rows
+    as they are when only the keep mask moved (a page removed by a new duplicate)."""
+    h = xxhash.xxh3_128()
+    h.update(len(st.keep).to_bytes(8, "little"))
+    for c in sorted(st.overrides):
+        h.update(b"\x00col:" + c.encode())
+        _array(h, st.overrides[c])
+    return h.hexdigest()
+
+
 def of_tables(*tables: pa.Table | None) -> str:
     """The digest of some tables' values (a task's own read, outside a layer state)."""
     h = xxhash.xxh3_128()

@@ -31,7 +31,7 @@ from pipeline.errors import InputError
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
-from pipeline.engine.cutoff import Prior, prior_rows, same_as_before
+from pipeline.engine.cutoff import Prior, link_prior, prior_rows, prior_table, same_as_before
 from pipeline.shards.documents import DocShard
 from pipeline.shards import kmeans, readkey, view
 
@@ -402,6 +402,9 @@ def score_shard(spec: ScoreSpec, out) -> dict:
     rk, state = readkey.shard(doc, ("text",))  # the keep mask and texts: not a dedup's cluster columns
     if (st := same_as_before(spec, out, rk)) is not None:
         return st
+    same = readkey.texts(state)  # the texts alone: every row is scored, kept or not
+    if not spec.get("vectors") and (st := _same_texts(spec, out, same, state)) is not None:
+        return {**st, "read_key": rk}
     fam = family(spec["type"])
     model, options = fam.load(spec["model"]), spec["options"]  # what changes a score (the plan's fam.options)
     pf = fs.parquet_file(doc["documents"])
@@ -446,7 +449,26 @@ def score_shard(spec: ScoreSpec, out) -> dict:
     # the keys of the rows still kept, complemented (smallest = best), for the threshold's merge
     keys = score_keys(table.column("score").to_numpy(), table.column("tie").to_numpy())[state.keep]
     select.write_keys(out.path(".parquet", "keys"), ~keys, np.ones(len(keys), np.int64))
-    return {"rows": table.num_rows, "kept": len(keys), "read_key": rk, "scored_before": reused}
+    return {"rows": table.num_rows, "kept": len(keys), "read_key": rk, "scored_before": reused, "texts_key": same}
+
+
+def _same_texts(spec: dict, out, tk: str, state) -> dict | None:
+    """Only the keep mask moved since the earlier shard of the same partial key (the same
+    documents, the same texts in every row): its scores file is this one's, byte for byte
+    (every row is scored, kept or not), so it is linked, no text is read, and only the
+    threshold's key file is written again from the rows now kept. None: compute."""
+    h = spec.get("prior")
+    if not isinstance(h, dict) or h["stats"].get("texts_key") != tk:
+        return None
+    table = prior_table(spec, ["score", "tie"])
+    if table is None or table.num_rows != len(state.keep):
+        return None
+    if not link_prior(spec, out, lambda rel: rel.endswith(".parquet") and not rel.startswith("keys/")):
+        return None
+    keys = score_keys(table.column("score").to_numpy(), table.column("tie").to_numpy())[state.keep]
+    select.write_keys(out.path(".parquet", "keys"), ~keys, np.ones(len(keys), np.int64))
+    return {"rows": table.num_rows, "kept": len(keys), "scored_before": table.num_rows, "texts_key": tk,
+            "scores_linked": True}
 
 
 # ---------------------------------------------------------------- threshold

@@ -267,3 +267,29 @@ def test_a_pinned_classifier_scores_only_the_texts_it_has_not_scored(chain):
     ms = read_markers(chain.tmp / "out" / "_store" / "steps" / steps["dedup-paragraph"]["dir"].split("/")[-1]).values()
     ran = [m for m in ms if "reused_from" not in m and "linked_from" not in m and m["docs_rewritten"]]
     assert ran and sum(m["counted_before"] for m in ran) > 0, ran
+
+
+def test_a_shard_whose_keep_mask_alone_moved_links_its_scores(chain, tmp_path):
+    """Without paragraph dedup (which rewrites texts), a filter edit before the classifier
+    moves web's keep masks and no text: each web shard's scoring links its earlier scores
+    file (every row is scored, kept or not) and reads no text; the bytes are a fresh run's."""
+    model = tmp_path / "wvw.bin"
+    shutil.copy(next((chain.tmp / "out" / "first" / "steps").glob("classify-wvw-train-*")) / "model.bin", model)
+    text = MIX.replace("  paragraph: {{min_chars: 50, max_occurrences: 5}}\n", "")
+    assert text != MIX
+
+    def run(out: Path, name: str, max_chars: int) -> dict:
+        y = write_yaml(tmp_path / f"{out.name}-{name}.yaml", text.format(
+            name=name, out=out, c=chain.corpus, **{**BASE, "examples": f"model: {model}"}).replace(
+            "long: {type: length, max_chars: 60000}", f"long: {{type: length, max_chars: {max_chars}}}"))
+        r = curate("run", str(y), "--workers", "2", env=chain.env)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        return atomic.read_json(out / name / "run.json")["steps"]
+
+    run(tmp_path / "out", "a", 60000)
+    steps = run(tmp_path / "out", "b", 1500)  # about a third of web's pages are longer
+    run(tmp_path / "fresh", "b", 1500)
+    assert _bytes(tmp_path / "out" / "b") == _bytes(tmp_path / "fresh" / "b")
+    ms = read_markers(tmp_path / "out" / "_store" / "steps" / steps["classify-wvw-web"]["dir"].split("/")[-1]).values()
+    ran = [m for m in ms if "reused_from" not in m and "linked_from" not in m]
+    assert ran and all(m.get("scores_linked") and m["scored_before"] == m["rows"] for m in ran), ms
