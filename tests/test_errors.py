@@ -31,7 +31,7 @@ def _engine(key):
 @pytest.mark.parametrize("name, read, value", [
     ("CURATE_SHUFFLE_GROUP", _engine("shuffle_group"), 4), ("CURATE_SHUFFLE_FANIN", _engine("shuffle_fanin"), 3),
     ("CURATE_MERGE_BYTES", _engine("merge_bytes"), 3000), ("CURATE_FUZZY_SALT_ROWS", _engine("fuzzy_salt_rows"), 40),
-    ("CURATE_FUZZY_LOCAL_EDGES", _engine("fuzzy_local_edges"), 0),
+    ("CURATE_FUZZY_LOCAL_EDGES", _engine("fuzzy_local_edges"), 0), ("CURATE_SELECT_GROUP", _engine("select_group"), 2),
     ("CURATE_INLINE_DOCS", runner.inline_docs, 0), ("CURATE_LOCAL_BYTES", pool.local_bytes, 1000),
 ])
 def test_each_knob_reads_through_it(monkeypatch, name, read, value):

@@ -9,6 +9,7 @@ mixture holds: every setting gives the same mixture bytes.
       merge_bytes: 2147483648    # a merge task copies at most about this much
       fuzzy_salt_rows: 2000000   # rows of one LSH bucket a fuzzy-dedup reducer holds
       fuzzy_local_edges: 2000000 # near-duplicate edges labelled in one process, not in rounds
+      select_group: 1024         # key files one task reads when a selection fans out
 
 They are read on the driver when the run is planned, never from a worker's environment:
 the planned steps carry them. Each has an environment variable (`CURATE_SHUFFLE_GROUP`, ...)
@@ -26,16 +27,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.errors import UsageError
 
 DEFAULTS = {"shuffle_group": 32, "shuffle_fanin": 64, "merge_bytes": 2 << 30, "fuzzy_salt_rows": 2_000_000,
-            "fuzzy_local_edges": 2_000_000}
+            "fuzzy_local_edges": 2_000_000, "select_group": 1024}
 ENV = {"shuffle_group": "CURATE_SHUFFLE_GROUP", "shuffle_fanin": "CURATE_SHUFFLE_FANIN",
        "merge_bytes": "CURATE_MERGE_BYTES", "fuzzy_salt_rows": "CURATE_FUZZY_SALT_ROWS",
-       "fuzzy_local_edges": "CURATE_FUZZY_LOCAL_EDGES"}
-LEAST = {"shuffle_group": 2, "shuffle_fanin": 2, "merge_bytes": 1, "fuzzy_salt_rows": 2, "fuzzy_local_edges": 0}
+       "fuzzy_local_edges": "CURATE_FUZZY_LOCAL_EDGES", "select_group": "CURATE_SELECT_GROUP"}
+LEAST = {"shuffle_group": 2, "shuffle_fanin": 2, "merge_bytes": 1, "fuzzy_salt_rows": 2, "fuzzy_local_edges": 0,
+         "select_group": 2}
 WHAT = {"shuffle_group": "the number of shuffle files a merge task joins at least",
         "shuffle_fanin": "the number of merged files a shuffle's reader reads at most",
         "merge_bytes": "the bytes a merge task copies at most",
         "fuzzy_salt_rows": "the rows of one LSH bucket a reducer holds",
-        "fuzzy_local_edges": "the near-duplicate edges the clusters step labels in one process (0: always rounds)"}
+        "fuzzy_local_edges": "the near-duplicate edges the clusters step labels in one process (0: always rounds)",
+        "select_group": "the key files one task of a selection's tree reads"}
 
 
 class EngineSpec(BaseModel):
@@ -58,6 +61,10 @@ class EngineSpec(BaseModel):
         "verified near-duplicate edges (both directions) that fuzzy dedup's clusters step labels in its own "
         "process (~100 bytes an edge); more run as rounds of tasks over partitions, 0: always "
         "(env CURATE_FUZZY_LOCAL_EDGES overrides)"))
+    select_group: int = Field(DEFAULTS["select_group"], ge=2, description=(
+        "key files (one a document shard) that a quality threshold or the mixture's selection reads "
+        "itself; past that, tasks of this many files each read them and it adds up their results "
+        "(env CURATE_SELECT_GROUP overrides)"))
 
 
 def with_env(spec: EngineSpec, environ=None) -> tuple[EngineSpec, dict[str, str]]:

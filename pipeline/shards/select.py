@@ -15,8 +15,11 @@ when they are hashes); the answer is exact, the same as one pass over every key.
 
 Cost: the map is part of a per-shard task that reads its shard anyway; the merge reads
 one footer (~70 KB at most) and about one row group per shard: O(shards), not
-O(documents). Past ~10^5 shards a tree level (merging histograms in groups) would keep
-the merge flat; not needed below that.
+O(documents). Past `group` files (1,024: `engine.select_group`) a selecting task given a
+`mapper` (the steps' rounds of tasks) reads none itself: tasks of `group` files each sum
+their footers' histograms, then read the answer's bin from their files, and the selecting
+task adds up their results. At 2.5x10^10 documents (333,334 shards of scores) one task
+would otherwise read 333,334 footers and as many row groups, serially.
 """
 
 from __future__ import annotations
@@ -82,25 +85,70 @@ def _paths(keys) -> list[str]:
     return [str(p) for p in keys]
 
 
+GROUP = 1024  # key files one task of the tree reads (engine.select_group)
+
+
+def select_entry(group: int) -> dict:
+    """A selecting task's spec entry for `engine.select_group`: none at the default, so the
+    steps keep their hashes."""
+    return {"select_group": group} if group != GROUP else {}
+
+
 class KeySet:
     """A set of key files as one task uses it: the footers' histograms are summed at the
     first question and kept for the next ones (totals then a cutoff; a cell's pool, its
     partial epoch, the next phase's cut), for the task's lifetime only. The functions
-    below take a KeySet or a list of paths (read afresh)."""
+    below take a KeySet or a list of paths (read afresh). `mapper(fn, calls)`: runs
+    fn(*call) for each call as tasks (pipeline/steps/dedup/rounds.py Runner.map); past
+    `group` files the reads go to tasks of `group` files each."""
 
-    def __init__(self, paths):
+    def __init__(self, paths, mapper=None, group: int = GROUP):
         self.paths = _paths(paths)  # a list of paths, or key_files(folder, first, stop)
+        self.mapper, self.group = mapper, max(2, group)
         self._hist: tuple[np.ndarray, np.ndarray] | None = None
+        self.tasks = 0  # tree tasks run
+
+    def _map(self, fn, *args) -> list:
+        if self.mapper is None or len(self.paths) <= self.group:
+            return [fn(self.paths, *args)]
+        calls = [(self.paths[i:i + self.group], *args) for i in range(0, len(self.paths), self.group)]
+        self.tasks += len(calls)
+        return self.mapper(fn, calls)
 
     def histogram(self) -> tuple[np.ndarray, np.ndarray]:
         if self._hist is None:
             counts = np.zeros(1 << BITS, np.int64)
             weights = np.zeros(1 << BITS, np.int64)
-            for c, w in fs.read_many(_histogram, self.paths):
+            for c, w in self._map(group_histogram):
                 counts += c
                 weights += w
             self._hist = counts, weights
         return self._hist
+
+    def bin(self, d: int) -> pa.Table:
+        """Every key in histogram bin `d` (with its weight), from every file, unsorted."""
+        parts = [t for t in self._map(group_bin, d) if t.num_rows]
+        return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
+
+
+def group_histogram(paths: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The summed histograms (counts, weights) of some key files' footers: a tree task."""
+    counts = np.zeros(1 << BITS, np.int64)
+    weights = np.zeros(1 << BITS, np.int64)
+    for c, w in fs.read_many(_histogram, paths):
+        counts += c
+        weights += w
+    return counts, weights
+
+
+def group_bin(paths: list[str], d: int) -> pa.Table:
+    """The keys of histogram bin `d` in some key files (row-group statistics skip the rest): a tree task."""
+    lo = np.uint64(d) << SHIFT
+    cond = pc.field("key") >= pa.scalar(lo, pa.uint64())
+    if d + 1 < (1 << BITS):
+        cond = cond & (pc.field("key") < pa.scalar(np.uint64(d + 1) << SHIFT, pa.uint64()))
+    parts = [t for t in fs.read_many(lambda p: _read(p, cond), paths) if t.num_rows]
+    return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
 
 
 def _keyset(keys) -> KeySet:
@@ -124,7 +172,6 @@ def cutoffs(keys, wants: list[int]) -> list[tuple[int, int, int]]:
     and each histogram bin that holds an answer is read once."""
     ks = _keyset(keys)
     counts, weights = ks.histogram()
-    paths = ks.paths
     cum = np.cumsum(weights)
     short = cum.size == 0 or counts.sum() == 0
     where = []  # per want: (bin, weight still needed inside it, or None for "the largest key")
@@ -136,13 +183,7 @@ def cutoffs(keys, wants: list[int]) -> list[tuple[int, int, int]]:
             where.append((d, want - (int(cum[d - 1]) if d else 0)))
     out: list = [None] * len(wants)
     for d in sorted({d for d, _ in where}):  # one bin in memory at a time
-        lo = np.uint64(d) << SHIFT
-        cond = pc.field("key") >= pa.scalar(lo, pa.uint64())
-        if d + 1 < (1 << BITS):
-            cond = cond & (pc.field("key") < pa.scalar(np.uint64(d + 1) << SHIFT, pa.uint64()))
-        parts = list(fs.read_many(lambda p, cond=cond: _read(p, cond), paths))
-        t = pa.concat_tables(parts) if parts else SCHEMA.empty_table()
-        t = t.sort_by([("key", "ascending")])
+        t = ks.bin(d).sort_by([("key", "ascending")])  # the order of equal keys changes no answer
         keys, w = t.column("key").to_numpy(), np.cumsum(t.column("weight").to_numpy())
         for j, (dj, need) in enumerate(where):
             if dj != d:

@@ -19,6 +19,7 @@ from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
 from pipeline.plan import code
 from pipeline.plan.code import portable
+from pipeline.shards.select import select_entry
 from pipeline.plan.context import Context
 from pipeline.steps import embed
 from pipeline.steps.classify import clusters
@@ -156,8 +157,10 @@ def plan(ctx: Context) -> list[Step]:
             shards=lambda st, stats, scores_of=scores_of, q=q, sname=sname, score=score: [
                 {"keys": str(score.dir(ctx.store) / "keys"), "shards": len(scores_of(stats)),
                  "min_score": q.min_score, "keep_fraction": q.keep_fraction, "buckets": q.buckets, "max_score": q.max_score,
-                 "describe": f"threshold of {sname}"}],
+                 **select_entry(ctx.engine.select_group), "describe": f"threshold of {sname}"}],
+            cpus=0,  # a coordinator past engine.select_group score shards: its tree's tasks take the CPUs
         )
+        thr.meta["engine"] = {"select_group": ctx.engine.select_group}
         ctx.declare("quality_threshold", thr, sname)
         steps.append(thr)
         apply = Step(
@@ -253,3 +256,4 @@ def _model_labels(ctx: Context, cname: str, path: str, digest: str) -> list[str]
         raise UsageError(f"{ctx.lm.where(('classifiers', cname, key))}: the model's labels {bad} cannot name a "
                          "topic cell (letters, digits, '_', '.', '-', not q<number>); retrain it with such labels")
     return labels
+

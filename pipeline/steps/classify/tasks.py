@@ -478,22 +478,25 @@ def threshold_shard(spec: ThresholdSpec, out) -> dict:
     """The threshold of a source: min_score as given, or the exact keep_fraction cutoff
     merged from the score tasks' key files (pipeline/shards/select.py: no pass over the source);
     with `buckets`, the exact quantile edges too (same merge, one footer read)."""
-    paths = select.KeySet(f"{spec['keys']}/part-{j:05d}.parquet" for j in range(spec["shards"]))  # footers read once
+    from pipeline.steps.dedup.rounds import fan_out
+
+    paths = select.KeySet((f"{spec['keys']}/part-{j:05d}.parquet" for j in range(spec["shards"])),  # footers read once
+                          fan_out, spec.get("select_group", select.GROUP))
     n, _ = select.totals(paths)
     buckets = spec.get("buckets")
     res = {"rows": n, "docs_in": n, "bucket_keys": bucket_keys(paths, n, buckets) if buckets else None,
            "max_score": spec.get("max_score")}
     if spec["min_score"] is not None:
-        return {**res, "kind": "min_score", "threshold": spec["min_score"], "key": None}
+        return {**res, "kind": "min_score", "threshold": spec["min_score"], "key": None, "select_tasks": paths.tasks}
     if spec["keep_fraction"] is None:
-        return {**res, "kind": "none", "threshold": 0.0, "key": None}
+        return {**res, "kind": "none", "threshold": 0.0, "key": None, "select_tasks": paths.tasks}
     k = round(spec["keep_fraction"] * n)
     if k == 0:
-        return {**res, "kind": "keep_fraction", "k": 0, "threshold": 1.0, "key": str(2**64 - 1)}
+        return {**res, "kind": "keep_fraction", "k": 0, "threshold": 1.0, "key": str(2**64 - 1), "select_tasks": paths.tasks}
     c, _, _ = select.cutoff(paths, k)  # the k-th smallest complement: the k-th largest key
     key = (2**64 - 1) ^ c
     score = float(np.array([key >> 32], np.uint32).view(np.float32)[0])
-    return {**res, "kind": "keep_fraction", "k": k, "threshold": score, "key": str(key)}
+    return {**res, "kind": "keep_fraction", "k": k, "threshold": score, "key": str(key), "select_tasks": paths.tasks}
 
 
 def bucket_keys(paths: list, n: int, buckets: int) -> list[str]:

@@ -85,6 +85,12 @@ class Runner:
         return [(str(fs.path(f) / "merged"), len(starts)) for f in folders]
 
 
+def fan_out(fn, calls: list[tuple]) -> list:
+    """fn(*call) for each call: Ray tasks when this process runs under Ray (a coordinator
+    such as a selection's tree: shards/select.py), else one after another here."""
+    return Runner(True).map(fn, calls)
+
+
 def merge_task(folder: str, first: int, last: int, out: str, index: int) -> int:
     """Writers first..last-1 of `folder` as merged file `index` of `out`; its bytes."""
     res = shuffle.merge(fs.path(folder), first, last, shuffle.map_file(fs.path(out), index),

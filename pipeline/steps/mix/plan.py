@@ -25,7 +25,7 @@ from pipeline.io import fs
 from pipeline.mixing import budget as bm
 from pipeline.mixing import cells
 from pipeline.plan.context import Context, MixSteps
-from pipeline.shards.select import key_files as select_files
+from pipeline.shards.select import key_files as select_files, select_entry
 from pipeline.steps.merge import merge_step, read_from
 from pipeline.steps.mix import tasks
 from pipeline.steps.mix.publish import publish
@@ -111,9 +111,11 @@ def plan(ctx: Context) -> list[Step]:
             phases.append({"name": ph["name"], "keys": keys, "budget": b, "available": avail, "available_docs": avail_docs,
                            "cells": cell_dicts[k], "target_tokens": ph["target"]})
         return [{"phases": phases, "seed": m.seed, "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows,
-                 "describe": "mixture selection"}]
+                 **select_entry(ctx.engine.select_group), "describe": "mixture selection"}]
 
-    select = Step("mix-select", "mix-select", cfg, [priority], tasks.select_shard, shards=select_shards)
+    select = Step("mix-select", "mix-select", cfg, [priority], tasks.select_shard, shards=select_shards,
+                  cpus=0)  # a coordinator past engine.select_group shards: its tree's tasks take the CPUs
+    select.meta["engine"] = {"select_group": ctx.engine.select_group}
 
     def route_shards(st, stats):
         phases = bm.phase_selections(stats[select.name][0])

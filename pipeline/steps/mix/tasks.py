@@ -156,7 +156,7 @@ def select_shard(spec: SelectSpec, out) -> dict:
 
 def selection(spec: SelectSpec) -> dict:
     """The mix-select marker of a spec: pure maths over the budget and the priority keys' counts."""
-    _key_sets([spec] if "phases" not in spec else spec["phases"])
+    _key_sets([spec] if "phases" not in spec else spec["phases"], spec.get("select_group", select.GROUP))
     if "phases" not in spec:  # a spec of one phase
         m = _select_phase(spec)
     else:
@@ -175,12 +175,17 @@ def selected_sources(marker: dict) -> list[str]:
     return sorted({s for ph in phases for s in ph["sources"]})
 
 
-def _key_sets(phases: list[dict]) -> None:
+def _key_sets(phases: list[dict], group: int = select.GROUP) -> list[select.KeySet]:
     """Each cell's key files as one select.KeySet for this task (shared by the phases that
-    name the same files), so that their footers are read once however often it asks."""
+    name the same files), so that their footers are read once however often it asks; past
+    `group` files a set's reads go to tasks (select.py's tree)."""
+    from pipeline.steps.dedup.rounds import fan_out
+
     sets: dict[str, select.KeySet] = {}
     for ph in phases:
-        ph["keys"] = {c: sets.setdefault(repr(paths), select.KeySet(paths)) for c, paths in ph.get("keys", {}).items()}
+        ph["keys"] = {c: sets.setdefault(repr(paths), select.KeySet(paths, fan_out, group))
+                      for c, paths in ph.get("keys", {}).items()}
+    return list(sets.values())
 
 
 def _disjoint_cuts(phases: list[dict]) -> None:

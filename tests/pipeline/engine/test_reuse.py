@@ -293,3 +293,18 @@ def test_a_shard_whose_keep_mask_alone_moved_links_its_scores(chain, tmp_path):
     ms = read_markers(tmp_path / "out" / "_store" / "steps" / steps["classify-wvw-web"]["dir"].split("/")[-1]).values()
     ran = [m for m in ms if "reused_from" not in m and "linked_from" not in m]
     assert ran and all(m.get("scores_linked") and m["scored_before"] == m["rows"] for m in ran), ms
+
+
+def test_a_selection_fanned_out_to_tasks_gives_the_same_bytes(chain, tmp_path):
+    """`CURATE_SELECT_GROUP=2`: web's quality threshold (its bucket edges over 3 score shards)
+    and the mixture's selection read their key files in tasks of 2 files, run on Ray from
+    the selecting task, which adds their results up; the run's bytes are the default's."""
+    for store, env in (("default", chain.env), ("out", {**chain.env, "CURATE_SELECT_GROUP": "2"})):
+        y = write_yaml(tmp_path / f"{store}.yaml", MIX.format(name="first", out=tmp_path / store, c=chain.corpus, **BASE))
+        r = curate("run", str(y), "--workers", "2", env=env)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    out = tmp_path / "out"
+    assert _bytes(out / "first") == _bytes(tmp_path / "default" / "first")
+    steps = atomic.read_json(out / "first" / "run.json")["steps"]
+    ms = read_markers(out / "_store" / "steps" / steps["quality-web-threshold"]["dir"].split("/")[-1])
+    assert ms[0]["select_tasks"] >= 2 * 2, ms  # the histogram and at least one bin, in 2 tasks each

@@ -38,8 +38,26 @@ def test_cutoff_equals_a_sort_of_every_key(tmp_path, layout):
     keys, weights = np.concatenate(all_k), np.concatenate(all_w)
     total = int(weights.sum())
     assert select.totals(files) == (len(keys), total)
-    for want in sorted({1, 2, 999, total // 7, total // 2, total - 1, total, total + 5}):
+    wants = sorted({1, 2, 999, total // 7, total // 2, total - 1, total, total + 5})
+    for want in wants:
         assert select.cutoff(files, want) == _reference(keys, weights, want), want
+    # past `group` files the reads go to tasks of `group` files each (the tree): the same answers
+    from pipeline.steps.dedup.rounds import fan_out
+
+    calls = []
+
+    def mapper(fn, batch):
+        calls.append((fn.__name__, [len(c[0]) for c in batch]))
+        return fan_out(fn, batch)
+
+    tree = select.KeySet(files, mapper, group=2)
+    assert select.totals(tree) == (len(keys), total)
+    assert select.cutoffs(tree, wants) == [_reference(keys, weights, w) for w in wants]
+    assert calls[0] == ("group_histogram", [2, 2, 2]) and all(c == ("group_bin", [2, 2, 2]) for c in calls[1:]), calls
+    assert tree.tasks == 3 * len(calls)
+    before = len(calls)
+    flat = select.KeySet(files, mapper, group=6)  # at most `group` files: read here, no task
+    assert select.totals(flat) == (len(keys), total) and len(calls) == before and flat.tasks == 0
 
 
 def test_a_key_set_reads_each_footer_once_and_a_rewritten_file_is_read_afresh(tmp_path, monkeypatch):
