@@ -30,6 +30,7 @@ STEP_FNS = {  # entry function in a worker's stack -> what the step does
     "pipeline/steps/filter.py:run_shard": "filters", "pipeline/steps/dedup/exact.py": "exact dedup",
     "pipeline/steps/dedup/fuzzy.py": "fuzzy dedup", "pipeline/steps/dedup/components.py": "fuzzy dedup",
     "pipeline/shards/apply.py": "dedup apply", "pipeline/steps/classify/tasks.py": "quality",
+    "pipeline/steps/classify/quality.py": "quality",
     "pipeline/steps/mix/tasks.py": "mixture", "pipeline/steps/samples/tasks.py": "samples",
 }
 LIBS = [("pyarrow", "pyarrow"), ("numpy", "numpy"), ("tokenizers", "tokenizers"), ("tiktoken", "tiktoken"),

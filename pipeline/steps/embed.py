@@ -63,7 +63,7 @@ class _Vectors:
 
 def _every_batch(documents: str, layers: list[str]):
     """(rows, batch) of every row of the shard, with the filters' rewrites: what a classifier
-    scores (pipeline/steps/classify/tasks.py score_shard scores removed documents too)."""
+    scores (pipeline/steps/classify/quality.py score_shard scores removed documents too)."""
     pf = fs.parquet_file(documents)
     state = view.Layers(layers, pf.metadata.num_rows, ["text"])
     start = 0

@@ -23,10 +23,10 @@ from pipeline.io import html as pages
 from pipeline.views import plots
 from pipeline.engine.step import read_markers
 from pipeline.io import atomic, fs
-from pipeline.steps.classify import tasks as classify
+from pipeline.steps.classify import quality
 from pipeline.steps import filter as filter_step
 
-BINS = classify.HIST_BINS
+BINS = quality.HIST_BINS
 
 
 def _quality(run: dec.Run, source: str) -> dict | None:
@@ -41,7 +41,7 @@ def _quality(run: dec.Run, source: str) -> dict | None:
         counts = np.zeros(BINS, np.int64)
         for f in sorted((qdir / source).glob("part-*.parquet")):
             t = fs.read_table(f, columns=["keep", "score"])
-            counts += classify.score_histogram(t.filter(t.column("keep").is_valid()).column("score").to_numpy())
+            counts += quality.score_histogram(t.filter(t.column("keep").is_valid()).column("score").to_numpy())
     thr = read_markers(run.role_dir("quality_threshold", source))[0]
     out = {"bins": [round(i / BINS, 4) for i in range(BINS + 1)], "counts": counts.tolist(),
            "threshold": thr["threshold"] if thr["kind"] != "none" else None, "kind": thr["kind"], "documents": int(counts.sum())}

@@ -23,6 +23,7 @@ from pipeline.shards.select import select_entry
 from pipeline.plan.context import Context
 from pipeline.steps import embed
 from pipeline.steps.classify import clusters
+from pipeline.steps.classify import quality
 from pipeline.steps.classify import tasks as classify
 from pipeline.plan.stage import Stage
 
@@ -134,7 +135,7 @@ def plan(ctx: Context) -> list[Step]:
         vec = _vectors(ctx, sname, c)
         score = Step(
             score_name(q.classifier, sname), "classify-score", score_cfg,
-            ([train] if train else []) + [base[sname]] + dedup + ([vec] if vec else []), classify.score_shard,
+            ([train] if train else []) + [base[sname]] + dedup + ([vec] if vec else []), quality.score_shard,
             shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c, options=options, vec=vec: (
                 {"doc": d, "model": model_path, "type": c.type, "label": c.label, "options": options,
                  **({"vectors": embed.embedding_path(vec, ctx.store, d["source"], d["part"]),
@@ -153,7 +154,7 @@ def plan(ctx: Context) -> list[Step]:
         if q.max_score is not None:
             thr_cfg["max_score"] = q.max_score
         thr = Step(
-            f"quality-{sname}-threshold", "quality-threshold", thr_cfg, [score], classify.threshold_shard,
+            f"quality-{sname}-threshold", "quality-threshold", thr_cfg, [score], quality.threshold_shard,
             shards=lambda st, stats, scores_of=scores_of, q=q, sname=sname, score=score: [
                 {"keys": str(score.dir(ctx.store) / "keys"), "shards": len(scores_of(stats)),
                  "min_score": q.min_score, "keep_fraction": q.keep_fraction, "buckets": q.buckets, "max_score": q.max_score,
@@ -164,7 +165,7 @@ def plan(ctx: Context) -> list[Step]:
         ctx.declare("quality_threshold", thr, sname)
         steps.append(thr)
         apply = Step(
-            f"quality-{sname}", "quality-apply", {}, [thr], classify.apply_shard,
+            f"quality-{sname}", "quality-apply", {}, [thr], quality.apply_shard,
             shards=lambda st, stats, scores_of=scores_of, thr=thr, q=q: [
                 {"doc": d, "scores": p, "threshold": stats[thr.name][0]["threshold"], "key": stats[thr.name][0]["key"],
                  "bucket_keys": stats[thr.name][0].get("bucket_keys"), "edges": q.edges, "n_buckets": q.n_buckets(),

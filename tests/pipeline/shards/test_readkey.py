@@ -68,13 +68,13 @@ def test_strings_are_keyed_by_their_bytes_and_a_slice_by_its_values(tmp_path):
 def _task_steps():
     from pipeline.shards import apply
     from pipeline.steps import decontam
-    from pipeline.steps.classify import tasks as classify
+    from pipeline.steps.classify import quality
     from pipeline.steps.dedup import exact, fuzzy, paragraph
     from pipeline.steps.mix import tasks as mix
     from pipeline.steps.samples import tasks as samples
     from pipeline.steps.tokenize import tasks as tokenize
 
-    return {"tokenize-web": tokenize.encode_shard, "classify-score": classify.score_shard,
+    return {"tokenize-web": tokenize.encode_shard, "classify-score": quality.score_shard,
             "dedup-paragraph-map": paragraph.map_shard, "dedup-paragraph": paragraph.apply_shard,
             "dedup-exact": apply.run_shard, "dedup-exact-map": exact.map_shard,
             "dedup-fuzzy-signatures": fuzzy.sig_shard, "decontaminate": decontam.apply_shard,

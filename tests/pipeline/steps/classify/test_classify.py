@@ -18,6 +18,7 @@ from pipeline import config
 from pipeline.run import graph, runner
 from pipeline.shards import select
 from pipeline.io import atomic
+from pipeline.steps.classify import quality
 from pipeline.steps.classify import tasks as classify
 from tests.conftest import curate, write_yaml
 
@@ -40,7 +41,7 @@ def test_kth_largest_is_exact_across_shards(tmp_path):
         score = np.concatenate([rng.random(n - 100), np.full(100, 0.5)]).astype(np.float32)  # ties in score
         tie = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
         files.append(str(tmp_path / f"s{j}.parquet"))
-        select.write_keys(files[-1], ~classify.score_keys(score, tie), np.ones(n, np.int64))
+        select.write_keys(files[-1], ~quality.score_keys(score, tie), np.ones(n, np.int64))
         keys += [(int(a) << 32) | int(b) for a, b in zip(score.view(np.uint32), tie, strict=True)]
     keys.sort(reverse=True)
     for k in (1, 2, 137, 1000, 1999, 2000):
