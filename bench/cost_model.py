@@ -15,9 +15,9 @@ Per step, at D documents (every assumption is printed beside the table):
   pairs x bytes per document / 64 MB, the mixture's rows / `shard_rows`; the merge tier
   ceil(W / group_size(W)) tasks over a shuffle's W writers past 32 (pipeline/steps/merge.py),
   times R = a group's bytes / 2 GB for the text-carrying shuffles (mix-route, fuzzy fetch);
-  one task for a model and for samples; a threshold and the mixture's selection one task
-  up to 1,024 key files (one a document shard), past that 1 + 2 x ceil(files / 1,024): their
-  tree (shards/select.py), CPU linear in the files.
+  one task for a model; a threshold, the mixture's selection and the samples one task up to
+  1,024 files (one a document shard), past that their tree: 1 + 2 x ceil(files / 1,024)
+  tasks (shards/select.py; the samples' 1 + ceil(files / 1,024)), CPU linear in the files.
 - **files a task reads from a shuffle**: W, or past 32 writers the merge tier's files,
   at most 64 whatever D.
 - **requests per task**: a + b x files read, a and b solved from the N and 4N runs (the
@@ -219,23 +219,24 @@ def model(small: dict, big: dict, docs: float, cores: int, latency: float, per_r
             rows.append({"step": name, "tasks": 1, "files_read": reads, "requests": req_task, "cpu_h": cpu / 3600,
                          "wall_h": task_s / 3600, "rss": st["rss"], "rss_bound": st["rss"]})
             continue
-        elif name.endswith("-threshold") or name == "mix-select":
+        elif name.endswith("-threshold") or name in ("mix-select", "samples"):
             # a selection over key files, one a document shard (shards/select.py): up to SELECT_GROUP read by
             # the selecting task; past that a tree: tasks of SELECT_GROUP files sum their footers' histograms,
             # then read the answer's bin, and the selecting task adds their results up. CPU: the bench's per
             # key file, x files; requests: a footer and a row group a file (the bench's land in the score folder)
-            base = "mix-priority" if name == "mix-select" else next(
+            base = {"mix-select": "mix-priority", "samples": "samples-pick"}.get(name) or next(
                 (k for k in big["steps"] if k.startswith("classify-") and k.endswith("-" + name[len("quality-"):-len("-threshold")])),
                 "mix-priority")
             files = at.get(base, 1)
             cpu = cpu_of(st) / max(1, big["steps"][base]["tasks"]) * files
             groups = math.ceil(files / SELECT_GROUP) if files > SELECT_GROUP else 0
-            t = 1 + 2 * groups
+            waves = 1 if name == "samples" else 2  # the samples' tasks keep their groups' best in one pass
+            t = 1 + waves * groups
             req_task = (2 * files + sum(st["requests"].values())) / t
             reads = min(files, SELECT_GROUP)
             task_s = cpu / t + req_task * latency / 32  # 32 reads in flight (fs.read_many)
             rows.append({"step": name, "tasks": t, "files_read": reads, "requests": t * req_task, "cpu_h": cpu / 3600,
-                         "wall_h": (2 * math.ceil(groups / cores) + 1) * task_s / 3600 if groups else task_s / 3600,
+                         "wall_h": (waves * math.ceil(groups / cores) + 1) * task_s / 3600 if groups else task_s / 3600,
                          "rss": st["rss"], "rss_bound": st["rss"]})
             continue
         elif name.endswith(ONE):  # one task: its requests and CPU as they grew from N to 4N (a power law)

@@ -16,6 +16,7 @@ from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, html
 from pipeline.mixing import budget
 from pipeline.plan.context import Context
+from pipeline.shards.select import select_entry
 from pipeline.steps.samples import tasks
 from pipeline.steps.mix import tasks as mix_tasks
 from pipeline.plan.stage import Stage
@@ -60,10 +61,13 @@ def plan(ctx: Context) -> list[Step]:
         return [{"source": s, "picks": str(pick.dir(ctx.store)), "first": offsets[i], "run_dir": str(ctx.run_dir),
                  "ingest_dirs": ingest_dirs,
                  "shards": len(stats[ctx.ingest[s].name]), "kept_per_source": sm.kept_per_source,
-                 "removed_per_reason": sm.removed_per_reason, "describe": f"samples of {s}"}
+                 "removed_per_reason": sm.removed_per_reason, **select_entry(ctx.engine.select_group),
+                 "describe": f"samples of {s}"}
                 for i, s in enumerate(m.sources)]
 
-    ctx.samples = Step("samples", "samples", cfg, [pick], tasks.sample_shard, shards=sample_shards)
+    ctx.samples = Step("samples", "samples", cfg, [pick], tasks.sample_shard, shards=sample_shards,
+                       cpus=0)  # past engine.select_group pick files a coordinator: its tree's tasks take the CPUs
+    ctx.samples.meta["engine"] = {"select_group": ctx.engine.select_group}
     return [pick, ctx.samples]
 
 

@@ -348,32 +348,58 @@ class SamplesSpec(TypedDict):
     describe: str
 
 
-@task(version="4")  # 4: attaches survivors' texts and eval items (the picks' were)
-def sample_shard(spec: SamplesSpec, out) -> dict:
-    """The `samples` step, one task per source: the picks of its shards merged, the smallest
-    hashes of each group kept; the same records as one pass over the source."""
+def _order(r: dict):
+    return r["_key"], r.get("id") or r.get("source_id") or ""
+
+
+def pick_groups(paths: list, kept_per_source: int, removed_per_reason: int) -> dict[tuple, list[dict]]:
+    """The best records (smallest hash) of each group in some pick files, at most what the
+    samples keep of a group: the whole merge, or one task of its tree. Memory is bounded by
+    the picks kept, not by the files read."""
     groups: dict[tuple, list[dict]] = {}
 
-    def order(r: dict):
-        return r["_key"], r.get("id") or r.get("source_id") or ""
-
     def limit(g: tuple) -> int:
-        return spec["kept_per_source"] if g[0] == "kept" else spec["removed_per_reason"]
+        return kept_per_source if g[0] == "kept" else removed_per_reason
 
-    paths = [fs.path(spec["picks"]) / f"part-{k:05d}.jsonl" for k in range(spec["first"], spec["first"] + spec["shards"])]
-    for data in fs.read_many(fs.read_bytes, paths):  # reads in flight together, merged in shard order
+    for data in fs.read_many(fs.read_bytes, paths):  # reads in flight together
         for line in data.splitlines():
             r = orjson.loads(line)
             g = tuple(r.pop("_group"))
             recs = groups.setdefault(g, [])
             recs.append(r)
-            if len(recs) >= 2 * limit(g) + 64:  # keep each group's best: memory bounded by the picks, not the shards
-                recs.sort(key=order)
+            if len(recs) >= 2 * limit(g) + 64:
+                recs.sort(key=_order)
                 del recs[limit(g):]
+    for g, recs in groups.items():
+        recs.sort(key=_order)
+        del recs[limit(g):]
+    return groups
+
+
+@task(version="4")  # 4: attaches survivors' texts and eval items (the picks' were)
+def sample_shard(spec: SamplesSpec, out) -> dict:
+    """The `samples` step, one task per source: the picks of its shards merged, the smallest
+    hashes of each group kept; the same records as one pass over the source. Past
+    `engine.select_group` pick files, tasks of that many files each keep their groups'
+    best and this task merges theirs (a group's best of bests is its best)."""
+    from pipeline.shards.select import GROUP
+    from pipeline.steps.dedup.rounds import fan_out
+
+    paths = [str(fs.path(spec["picks"]) / f"part-{k:05d}.jsonl") for k in range(spec["first"], spec["first"] + spec["shards"])]
+    limits = (spec["kept_per_source"], spec["removed_per_reason"])
+    group = spec.get("select_group", GROUP)
+    if len(paths) <= group:
+        groups, tasks = pick_groups(paths, *limits), 0
+    else:
+        parts = fan_out(pick_groups, [(paths[i:i + group], *limits) for i in range(0, len(paths), group)])
+        groups, tasks = {}, len(parts)
+        for part in parts:
+            for g, recs in part.items():
+                groups.setdefault(tuple(g), []).extend(recs)
 
     def best(g: tuple, n: int) -> list[dict]:
         recs = groups.get(g, [])
-        recs.sort(key=order)
+        recs.sort(key=_order)
         return [{k: v for k, v in r.items() if k != "_key"} for r in recs[:n]]
 
     source = spec["source"]
@@ -388,4 +414,5 @@ def sample_shard(spec: SamplesSpec, out) -> dict:
     d = fs.path(out.dir) / source
     write_jsonl(kept, d / "kept.jsonl")
     write_jsonl(removed, d / "removed.jsonl")
-    return {"rows": len(kept) + len(removed), "source": source, "kept": len(kept), "removed": len(removed)}
+    return {"rows": len(kept) + len(removed), "source": source, "kept": len(kept), "removed": len(removed),
+            **({"merge_tasks": tasks} if tasks else {})}

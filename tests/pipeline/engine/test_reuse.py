@@ -296,9 +296,10 @@ def test_a_shard_whose_keep_mask_alone_moved_links_its_scores(chain, tmp_path):
 
 
 def test_a_selection_fanned_out_to_tasks_gives_the_same_bytes(chain, tmp_path):
-    """`CURATE_SELECT_GROUP=2`: web's quality threshold (its bucket edges over 3 score shards)
-    and the mixture's selection read their key files in tasks of 2 files, run on Ray from
-    the selecting task, which adds their results up; the run's bytes are the default's."""
+    """`CURATE_SELECT_GROUP=2`: web's quality threshold (its bucket edges over 3 score shards),
+    the mixture's selection and the samples read their files in tasks of 2 files, run on Ray
+    from the selecting task, which adds their results up; the run's bytes (the published
+    samples' included) are the default's."""
     for store, env in (("default", chain.env), ("out", {**chain.env, "CURATE_SELECT_GROUP": "2"})):
         y = write_yaml(tmp_path / f"{store}.yaml", MIX.format(name="first", out=tmp_path / store, c=chain.corpus, **BASE))
         r = curate("run", str(y), "--workers", "2", env=env)
@@ -308,3 +309,5 @@ def test_a_selection_fanned_out_to_tasks_gives_the_same_bytes(chain, tmp_path):
     steps = atomic.read_json(out / "first" / "run.json")["steps"]
     ms = read_markers(out / "_store" / "steps" / steps["quality-web-threshold"]["dir"].split("/")[-1])
     assert ms[0]["select_tasks"] >= 2 * 2, ms  # the histogram and at least one bin, in 2 tasks each
+    ms = read_markers(out / "_store" / "steps" / steps["samples"]["dir"].split("/")[-1])
+    assert any(m.get("merge_tasks", 0) >= 2 for m in ms.values()), ms  # web's picks merged by a tree too
