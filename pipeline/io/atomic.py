@@ -97,7 +97,8 @@ class Out:
     def commit(self) -> None:
         if self.direct:
             self.file.close()
-            fs.record(self.final, _remote_digest(self.final)) if fs.recording_open() else None
+            if fs.recording_open():
+                fs.record(self.final, _remote_digest(self.final))
             return
         if self.file is not None:
             self.file.close()
@@ -209,7 +210,6 @@ def write_table(table, final, **kw) -> None:
     except BaseException:
         out.discard()
         raise
-
 
 
 def write_bytes(final, data: bytes) -> None:

@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import uuid
@@ -119,7 +120,50 @@ def _remote_source(p):
     head = _cat(p, WHOLE_OBJECT)
     if len(head) < WHOLE_OBJECT:  # the whole object: no HEAD asked its size
         return pa.BufferReader(head)
-    return p.fs.open(p.path, "rb", block_size=16 << 20, cache_type="readahead")
+    return pa.PythonFile(_Prefixed(head, p), mode="r")  # larger: the rest read ahead, the first 64 MB not again
+
+
+class _Prefixed(io.RawIOBase):
+    """A remote file whose first bytes are at hand: reads below them are served from memory,
+    the rest from fsspec's read-ahead file (opened at the first such read: one HEAD)."""
+
+    def __init__(self, head: bytes, p):
+        self.head, self.p, self.pos, self._f = head, p, 0, None
+
+    def _file(self):
+        if self._f is None:
+            self._f = self.p.fs.open(self.p.path, "rb", block_size=16 << 20, cache_type="readahead")
+        return self._f
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self._file().size}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def readinto(self, b) -> int:
+        n = len(b)
+        got = self.head[self.pos:self.pos + n] if self.pos < len(self.head) else b""
+        if len(got) < n:  # past the head: the rest from the file
+            f = self._file()
+            f.seek(self.pos + len(got))
+            got += f.read(n - len(got))
+        b[:len(got)] = got
+        self.pos += len(got)
+        return len(got)
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+        super().close()
 
 
 FOOTER_READ = 64 << 10  # a Parquet footer's first ranged read: most footers fit; a larger one takes one more
@@ -145,8 +189,9 @@ def parquet_metadata(p, size: int | None = None) -> pq.FileMetaData:
                               "parquet file.")
     n = int.from_bytes(tail[-8:-4], "little")
     if n + 8 > len(tail):
-        if n + 8 > (size if size is not None else len(tail) if len(tail) < FOOTER_READ else n + 8):
-            raise pa.ArrowInvalid(f"{p}: its footer says {n:,} bytes of metadata, more than the file's {size or len(tail):,}")
+        whole = size if size is not None else len(tail) if len(tail) < FOOTER_READ else None  # a short tail: the file
+        if whole is not None and n + 8 > whole:
+            raise pa.ArrowInvalid(f"{p}: its footer says {n:,} bytes of metadata, more than the file's {whole:,}")
         tail = p.fs.cat_file(p.path, start=-(n + 8))
     # the footer behind a magic: a file pyarrow reads the metadata of (it reads no row group here)
     return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(n + 8):]))
