@@ -181,7 +181,8 @@ def additions(corpus: Path, base: str, tmp: Path, n: int, times: int) -> None:
           f"ratio {a / b:.3f}; same bytes as the fresh run: {same}")
 
 
-def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool = False, pin_thr: bool = False) -> None:
+def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool = False, pin_thr: bool = False,
+           content_ids: bool = False) -> None:
     """bench.scale's corpus of `n` pages (files of 5,000, dedup partitions one per 20,000
     documents), its full chain; then a new file of 2.5% more pages: its CPU as a share of the
     first run's, net of a no-op rerun, and the bytes against a fresh run."""
@@ -194,6 +195,9 @@ def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool =
     parts = max(1, n // scale.DOCS_PER_PARTITION)
     y = scale.mixture_yaml(corpus, tmp / f"out-{n}", parts)
     text = y.read_text().replace("name: scale", f"name: scale\noutput: {tmp / f'out-{n}'}")
+    if content_ids:  # web's ids from its pages' place and text (content_id): hashes, as a crawl's would be
+        text = text.replace("    id_field: id\n    max_shard_rows", "    max_shard_rows", 1)
+        assert "id_field: id\n    max_shard_rows" not in text.split("wiki:")[0], "bench.scale's web source changed"
     y.write_text(text)
     first, _ = cpu_run(y, f"s{n}")
     if pinned:  # the classifier pinned to the first run's model (scored once more: not counted)
@@ -246,6 +250,9 @@ def main(argv=None) -> None:
     ap.add_argument("--additions", type=int, default=0, help="instead: this many successive new files, then gc and the store's bytes")
     ap.add_argument("--scales", default="", help="instead: bench.scale's corpus at these sizes (e.g. 20000,80000), a new file of 2.5%%")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--content-ids", action="store_true",
+                    help="with --scales: web's ids are content ids (a hash of each page's place and text), not the "
+                         "records' own: a new page wins about half the clusters it joins, as with a crawl's hashed ids")
     ap.add_argument("--new-ids", default="new", help="with --scales: the new pages' id prefix. The old pages' are "
                     "'w': 'new' sorts first, so every cluster a new page joins keeps the new page and removes the "
                     "old (the worst case for reuse); 'x' sorts last (the old pages stay)")
@@ -259,7 +266,7 @@ def main(argv=None) -> None:
         print("| documents | partitions | first run CPU-s | no-op | +2.5% | net share of the first | same bytes as fresh |")
         print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for n in (int(x) for x in a.scales.split(",")):
-            scaled(n, tmp, a.workers, a.new_ids, a.pinned, a.pin_threshold)
+            scaled(n, tmp, a.workers, a.new_ids, a.pinned, a.pin_threshold, a.content_ids)
         return
     corpus = tmp / "corpus"
     if not corpus.exists():
