@@ -42,9 +42,7 @@ def of(st: Layers, *more: pa.Table | None) -> str:
     h = xxhash.xxh3_128()
     h.update(len(st.keep).to_bytes(8, "little"))
     h.update(np.packbits(st.keep).tobytes())
-    for c in sorted(st.overrides):
-        h.update(b"\x00col:" + c.encode())
-        _array(h, st.overrides[c])
+    _overrides(h, st)
     for t in more:
         h.update(b"\x00table")
         if t is not None:
@@ -59,10 +57,14 @@ def texts(st: Layers) -> str:
     as they are when only the keep mask moved (a page removed by a new duplicate)."""
     h = xxhash.xxh3_128()
     h.update(len(st.keep).to_bytes(8, "little"))
+    _overrides(h, st)
+    return h.hexdigest()
+
+
+def _overrides(h, st: Layers) -> None:
     for c in sorted(st.overrides):
         h.update(b"\x00col:" + c.encode())
         _array(h, st.overrides[c])
-    return h.hexdigest()
 
 
 def of_tables(*tables: pa.Table | None) -> str:

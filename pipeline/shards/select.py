@@ -94,6 +94,16 @@ def select_entry(group: int) -> dict:
     return {"select_group": group} if group != GROUP else {}
 
 
+def grouped(fn, paths: list, mapper, group: int, *args) -> tuple[list, int]:
+    """([fn(paths, *args)], 0) here, or past `group` paths with a `mapper` one fn(chunk, *args)
+    per chunk of `group` paths, run as tasks: (their results, their count). A selection's
+    tree (KeySet) and the samples' merge of picks (steps/samples/tasks.py)."""
+    if mapper is None or len(paths) <= group:
+        return [fn(paths, *args)], 0
+    calls = [(paths[i:i + group], *args) for i in range(0, len(paths), group)]
+    return mapper(fn, calls), len(calls)
+
+
 class KeySet:
     """A set of key files as one task uses it: the footers' histograms are summed at the
     first question and kept for the next ones (totals then a cutoff; a cell's pool, its
@@ -109,11 +119,9 @@ class KeySet:
         self.tasks = 0  # tree tasks run
 
     def _map(self, fn, *args) -> list:
-        if self.mapper is None or len(self.paths) <= self.group:
-            return [fn(self.paths, *args)]
-        calls = [(self.paths[i:i + self.group], *args) for i in range(0, len(self.paths), self.group)]
-        self.tasks += len(calls)
-        return self.mapper(fn, calls)
+        got, tasks = grouped(fn, self.paths, self.mapper, self.group, *args)
+        self.tasks += tasks
+        return got
 
     def histogram(self) -> tuple[np.ndarray, np.ndarray]:
         if self._hist is None:

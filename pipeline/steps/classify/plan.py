@@ -257,4 +257,3 @@ def _model_labels(ctx: Context, cname: str, path: str, digest: str) -> list[str]
         raise UsageError(f"{ctx.lm.where(('classifiers', cname, key))}: the model's labels {bad} cannot name a "
                          "topic cell (letters, digits, '_', '.', '-', not q<number>); retrain it with such labels")
     return labels
-

@@ -382,20 +382,16 @@ def sample_shard(spec: SamplesSpec, out) -> dict:
     hashes of each group kept; the same records as one pass over the source. Past
     `engine.select_group` pick files, tasks of that many files each keep their groups'
     best and this task merges theirs (a group's best of bests is its best)."""
-    from pipeline.shards.select import GROUP
+    from pipeline.shards.select import GROUP, grouped
     from pipeline.steps.dedup.rounds import fan_out
 
     paths = [str(fs.path(spec["picks"]) / f"part-{k:05d}.jsonl") for k in range(spec["first"], spec["first"] + spec["shards"])]
-    limits = (spec["kept_per_source"], spec["removed_per_reason"])
-    group = spec.get("select_group", GROUP)
-    if len(paths) <= group:
-        groups, tasks = pick_groups(paths, *limits), 0
-    else:
-        parts = fan_out(pick_groups, [(paths[i:i + group], *limits) for i in range(0, len(paths), group)])
-        groups, tasks = {}, len(parts)
-        for part in parts:
-            for g, recs in part.items():
-                groups.setdefault(tuple(g), []).extend(recs)
+    parts, tasks = grouped(pick_groups, paths, fan_out, spec.get("select_group", GROUP),
+                           spec["kept_per_source"], spec["removed_per_reason"])
+    groups: dict[tuple, list[dict]] = {}
+    for part in parts:
+        for g, recs in part.items():
+            groups.setdefault(tuple(g), []).extend(recs)
 
     def best(g: tuple, n: int) -> list[dict]:
         recs = groups.get(g, [])

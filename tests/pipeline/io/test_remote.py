@@ -266,18 +266,27 @@ def test_reading_a_parquet_file_on_s3_asks_no_size_first(s3_server):
 
 def test_a_parquet_file_past_the_whole_object_size_reads_on_from_its_first_range(s3_server, monkeypatch):
     """A file larger than fs.WHOLE_OBJECT: its first bytes come from the first ranged GET and
-    the rest from a read-ahead file (one HEAD for its size); the rows are the file's."""
+    the rest from a read-ahead file (one HEAD for its size), which never fetches those first
+    bytes again; the rows are the file's."""
     import numpy as np
 
     env, s3, log = s3_server
-    monkeypatch.setattr(fs, "WHOLE_OBJECT", 64 << 10)
+    monkeypatch.setattr(fs, "WHOLE_OBJECT", 512 << 10)  # past pyarrow's own 64 KB footer read
     d = fs.path("s3://curate-test/large")
     rng = np.random.default_rng(0)
     t = pa.table({"a": np.arange(200_000), "b": rng.random(200_000)})  # ~3 MB, incompressible floats
     atomic.write_table(t, d / "t.parquet", row_group_size=20_000)
-    assert s3.size("curate-test/large/t.parquet") > 10 * fs.WHOLE_OBJECT
+    assert s3.size("curate-test/large/t.parquet") > 5 * fs.WHOLE_OBJECT
     mark = len(log.read_text(errors="replace").splitlines())
     got = fs.parquet_file(d / "t.parquet").read()
     assert got.equals(t)
     lines = [ln for ln in log.read_text(errors="replace").splitlines()[mark:] if "/curate-test/large/" in ln]
     assert sum('HEAD /curate-test/large/' in ln for ln in lines) <= 1, lines  # the size, once, for the footer
+    # the read-ahead file fetches only what lies past the first range, and pyarrow's 64 KB footer read
+    import pyarrow.parquet as pq
+
+    p = d / "t.parquet"
+    raw = fs._Prefixed(fs._cat(p, fs.WHOLE_OBJECT), p)
+    assert pq.ParquetFile(pa.PythonFile(raw, mode="r")).read().equals(t)
+    size = s3.size("curate-test/large/t.parquet")
+    assert 0 < raw._f.cache.total_requested_bytes <= size - fs.WHOLE_OBJECT + (64 << 10), (raw._f.cache.total_requested_bytes, size)

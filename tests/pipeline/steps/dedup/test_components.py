@@ -26,6 +26,17 @@ def _graph(seed: int):
     return edges, ids
 
 
+def _write_edges(edges, ids, path) -> None:
+    """`edges` as a verify step leaves them (every pair a verified edge at Jaccard 0.9)."""
+    pq.write_table(pa.table({"lo": pa.array([a for a, _ in edges], pa.int64()), "hi": pa.array([b for _, b in edges], pa.int64()),
+                             "lo_id": [ids[a] for a, _ in edges], "hi_id": [ids[b] for _, b in edges],
+                             "jaccard": pa.array([0.9] * len(edges)), "edge": pa.array([True] * len(edges))}), path)
+
+
+def _files(root):
+    return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
+
+
 def _union_find(edges, ids, src_rank):
     parent = {}
 
@@ -50,12 +61,8 @@ def test_components_match_union_find(tmp_path, nparts, local_edges, ray_local):
     src_rank = [1, 0]  # source 1 has priority
     files = []
     for k in range(4):  # as the verify step leaves them: one file per document shard
-        part = edges[k::4]
-        t = pa.table({"lo": pa.array([a for a, _ in part], pa.int64()), "hi": pa.array([b for _, b in part], pa.int64()),
-                      "lo_id": [ids[a] for a, _ in part], "hi_id": [ids[b] for _, b in part],
-                      "jaccard": pa.array([0.9] * len(part)), "edge": pa.array([True] * len(part))})
         files.append(str(tmp_path / f"part-{k:05d}.parquet"))
-        pq.write_table(t, files[-1])
+        _write_edges(edges[k::4], ids, files[-1])
     offsets, ndocs = [0, 5], 10  # two sources of five document shards each
     res = components.run(files, tmp_path / "work", tmp_path / "out", nparts, ["s0", "s1"], src_rank, offsets, ndocs,
                          local_edges=local_edges)
@@ -91,10 +98,7 @@ def test_a_hub_and_a_giant_component_are_spread_over_every_partition(tmp_path, r
     hub = nodes[0]
     edges = [(hub, n) for n in nodes[1:]] + [(nodes[i], nodes[i + 1]) for i in range(1, 4000, 7)]
     ids = {n: f"id{i:05d}" for i, n in enumerate(nodes)}
-    t = pa.table({"lo": pa.array([a for a, _ in edges], pa.int64()), "hi": pa.array([b for _, b in edges], pa.int64()),
-                  "lo_id": [ids[a] for a, _ in edges], "hi_id": [ids[b] for _, b in edges],
-                  "jaccard": pa.array([0.9] * len(edges)), "edge": pa.array([True] * len(edges))})
-    pq.write_table(t, tmp_path / "part-00000.parquet")
+    _write_edges(edges, ids, tmp_path / "part-00000.parquet")
     nparts = 4
     res = components.run([str(tmp_path / "part-00000.parquet")], tmp_path / "work", tmp_path / "out", nparts, ["s0"], [0],
                          [0], 1, local_edges=0)
@@ -114,10 +118,7 @@ def test_a_coordinator_stopped_between_phases_goes_on_from_its_checkpoints(tmp_p
     """The coordinator dies after its rounds (here: the labelling phase fails once); run again,
     it reads every finished phase back instead of redoing it, and writes the same bytes."""
     edges, ids = _graph(7)
-    t = pa.table({"lo": pa.array([a for a, _ in edges], pa.int64()), "hi": pa.array([b for _, b in edges], pa.int64()),
-                  "lo_id": [ids[a] for a, _ in edges], "hi_id": [ids[b] for _, b in edges],
-                  "jaccard": pa.array([0.9] * len(edges)), "edge": pa.array([True] * len(edges))})
-    pq.write_table(t, tmp_path / "part-00000.parquet")
+    _write_edges(edges, ids, tmp_path / "part-00000.parquet")
     files = [str(tmp_path / "part-00000.parquet")]
     args = (["s0", "s1"], [0, 1], [0, 5], 10)
     clean = components.run(files, tmp_path / "work-a", tmp_path / "a", 1, *args, local_edges=0)
@@ -144,8 +145,7 @@ def test_a_coordinator_stopped_between_phases_goes_on_from_its_checkpoints(tmp_p
     skip = ("resumed_phases", "round_task_longest", "round_task_peak_rss_mb", "reusable")
     assert {k: v for k, v in again.items() if k not in skip} == {k: v for k, v in clean.items() if k not in skip}
     for sub in ("clusters", "to"):
-        a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a" / sub).rglob("*") if p.is_file())
-        b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b" / sub).rglob("*") if p.is_file())
+        a, b = ([sub / x for x in _files(tmp_path / side / sub)] for side in ("a", "b"))
         assert a == b and all((tmp_path / "a" / x).read_bytes() == (tmp_path / "b" / x).read_bytes() for x in a)
 
 
@@ -154,10 +154,7 @@ def test_the_merge_tier_between_waves_reads_fewer_files_and_changes_no_byte(tmp_
     joined into 2 before the next wave reads them, and the clusters and decision files are
     byte for byte those of the run that reads every wave's 5 files."""
     edges, ids = _graph(11)
-    t = pa.table({"lo": pa.array([a for a, _ in edges], pa.int64()), "hi": pa.array([b for _, b in edges], pa.int64()),
-                  "lo_id": [ids[a] for a, _ in edges], "hi_id": [ids[b] for _, b in edges],
-                  "jaccard": pa.array([0.9] * len(edges)), "edge": pa.array([True] * len(edges))})
-    pq.write_table(t, tmp_path / "part-00000.parquet")
+    _write_edges(edges, ids, tmp_path / "part-00000.parquet")
     files, args = [str(tmp_path / "part-00000.parquet")], (["s0", "s1"], [0, 1], [0, 5], 10)
     plain = components.run(files, tmp_path / "work-a", tmp_path / "a", 5, *args, local_edges=0)
     merged = components.run(files, tmp_path / "work-b", tmp_path / "b", 5, *args, group=2, fanin=2, local_edges=0)
@@ -167,8 +164,7 @@ def test_the_merge_tier_between_waves_reads_fewer_files_and_changes_no_byte(tmp_
     assert len(list((tmp_path / "work-b" / "labels" / "merged").glob("*.data"))) == 2
     assert {k: v for k, v in merged.items() if k not in ("merge_tasks", "round_task_longest", "round_task_peak_rss_mb")} == \
         {k: v for k, v in plain.items() if k not in ("merge_tasks", "round_task_longest", "round_task_peak_rss_mb")}
-    out_a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
-    out_b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*") if p.is_file())
+    out_a, out_b = _files(tmp_path / "a"), _files(tmp_path / "b")
     assert out_a == out_b and len(out_a) == 5 + 2 * 5  # cluster rows, and decisions to the document shards
     for rel in out_a:
         assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
@@ -189,17 +185,13 @@ def test_few_edges_labelled_in_one_process_give_the_bytes_of_the_rounds(tmp_path
         edges = [(nodes[0], n) for n in nodes[1:4001]] if shape == "hub" else list(zip(nodes, nodes[1:]))
         edges = [(a, b) if a < b else (b, a) for a, b in edges]
         ids = {n: f"id{i:05d}" for i, n in enumerate(nodes)}
-    t = pa.table({"lo": pa.array([a for a, _ in edges], pa.int64()), "hi": pa.array([b for _, b in edges], pa.int64()),
-                  "lo_id": [ids[a] for a, _ in edges], "hi_id": [ids[b] for _, b in edges],
-                  "jaccard": pa.array([0.9] * len(edges)), "edge": pa.array([True] * len(edges))})
-    pq.write_table(t, tmp_path / "part-00000.parquet")
+    _write_edges(edges, ids, tmp_path / "part-00000.parquet")
     files, args = [str(tmp_path / "part-00000.parquet")], (["s0", "s1"], [0, 1], [0, 5], 10)
     rounds = components.run(files, tmp_path / "work-a", tmp_path / "a", 3, *args, local_edges=0)
     local = components.run(files, tmp_path / "work-b", tmp_path / "b", 3, *args)
     assert local["labelled_locally"] and local["rounds"] == 0 and rounds["rounds"] >= 2
     assert (local["clusters"], local["removed"], local["largest"]) == (rounds["clusters"], rounds["removed"], rounds["largest"])
-    out_a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
-    out_b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*") if p.is_file())
+    out_a, out_b = _files(tmp_path / "a"), _files(tmp_path / "b")
     assert out_a == out_b and out_a
     for rel in out_a:
         assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel
