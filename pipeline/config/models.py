@@ -262,6 +262,10 @@ class DedupSpec(Model):
     semantic: SemanticDedupSpec | None = Field(None, description="semantic duplicates: documents whose embeddings are "
                                                "within a cosine threshold, looked for inside k-means clusters")
     priority: list[str] | None = Field(None, description="source order for choosing survivors; default: YAML order")
+    order: Literal["id", "place"] = Field(
+        "id", description="within a source, which copy survives: id (the smallest id hash; the same however the "
+        "files are laid out) or place (the first file in path order, then the first row: datatrove's rule; a dump "
+        "whose files sort after the others changes no earlier decision, so adding it costs what it adds)")
     partitions: int | None = Field(None, ge=1, description="shuffle partitions, at least; more where the data needs them (4M rows, 64 MB of verify text or 5M edges a partition)")
 
 

@@ -34,6 +34,13 @@ VERSION = "3"  # exact and paragraph maps send each key's first holders only: th
 KEYS = ["h1", "h2"]
 
 
+def tiebreak(spec: dict) -> str:
+    """What orders one source's holders of a key (dedup.order): `gid`, the document's place
+    (its ingest shard, numbered in file order, then its row: the first file's copy first),
+    or `id`, its id (the default, left out of specs)."""
+    return "gid" if spec.get("order") == "place" else "id"
+
+
 def _groups(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """Per row of a key-sorted table: is it its key's first row; its position in its key."""
     h1, h2 = t.column("h1").to_numpy(), t.column("h2").to_numpy()

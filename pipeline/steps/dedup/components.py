@@ -24,7 +24,8 @@ the labels the rounds converge to), which the later waves cannot tell apart. At 
 documents (9,261 edges, 4 partitions) the rounds were 72 tasks and 0.6 CPU-s of overhead.
 
 Labels are node gids, which depend on sharding; the survivor of a component is chosen
-afterwards as its smallest (source priority, id), also combined: each node partition
+afterwards as its smallest (source priority, id), or (source priority, node) with
+`dedup.order: place` (a node gid sorts by file, then row), also combined: each node partition
 sends, per label, its own best members and count to the label's partition (`best`), which
 picks the survivor, writes the cluster row (size, and its first MAX_MEMBERS members,
 survivor first) and sends the survivor back (`decide`). So the result does not depend on
@@ -222,7 +223,8 @@ def local_labels(edges: Source, out_dir: str, nparts: int) -> int:
     return int(sel.sum())
 
 
-def best_task(nodes: Source, labels: Source, out_dir: str, part: int, nparts: int, src_rank: list[int]) -> int:
+def best_task(nodes: Source, labels: Source, out_dir: str, part: int, nparts: int, src_rank: list[int],
+              tiebreak: str = "id") -> int:
     """Per node partition: each node's label (itself for a root) and best Jaccard; per
     label, the partition's first MAX_MEMBERS members by (source priority, id) and its
     member count, to the label's partition. Keeps (node, label, Jaccard) for `decide`."""
@@ -244,7 +246,7 @@ def best_task(nodes: Source, labels: Source, out_dir: str, part: int, nparts: in
     t = nt.append_column("label", pa.array(label)).append_column("rank", pa.array(np.array(src_rank, _E)[src]))
     t = t.append_column("src", pa.array(src))
     atomic.write_table(t.select(["node", "label", "jaccard"]), fs.path(out_dir) / "nodes" / f"part-{part:05d}.parquet")
-    t = t.sort_by([("label", "ascending"), ("rank", "ascending"), ("id", "ascending")])
+    t = t.sort_by([("label", "ascending"), ("rank", "ascending"), (tiebreak, "ascending")])
     lb = t.column("label").to_numpy()
     starts, group = _groups(lb)
     sizes = np.diff(np.r_[starts, len(lb)])
@@ -256,7 +258,8 @@ def best_task(nodes: Source, labels: Source, out_dir: str, part: int, nparts: in
     return t.num_rows
 
 
-def pick_task(best: Source, work_dir: str, out_dir: str, part: int, nparts: int, sources: list[str]) -> dict:
+def pick_task(best: Source, work_dir: str, out_dir: str, part: int, nparts: int, sources: list[str],
+              tiebreak: str = "id") -> dict:
     """Per label partition: each component's survivor (its smallest source priority, id),
     size and cluster row; the survivor back to every node partition holding members."""
     t = shuffle.read_partition(fs.path(best[0]), best[1], part)
@@ -268,7 +271,7 @@ def pick_task(best: Source, work_dir: str, out_dir: str, part: int, nparts: int,
         atomic.write_table(pa.table({"cluster": pa.array([], pa.string()), "size": pa.array([], pa.int64()),
                                  "members": pa.array([], pa.list_(pa.string()))}), final, compression="zstd")
         return {"clusters": 0, "largest": 0}
-    t = t.sort_by([("label", "ascending"), ("rank", "ascending"), ("id", "ascending")])
+    t = t.sort_by([("label", "ascending"), ("rank", "ascending"), (tiebreak, "ascending")])
     lb = t.column("label").to_numpy()
     starts, group = _groups(lb)
     # size: each node partition's count, once (every row of a (label, partition) carries it)
@@ -327,7 +330,8 @@ def decide_task(picked: Source, node_dir: str, out_dir: str, part: int, nparts: 
 
 
 def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: list[str], src_rank: list[int],
-        offsets: list[int], ndocs: int, group: int = GROUP, fanin: int = FANIN, local_edges: int = LOCAL_EDGES) -> dict:
+        offsets: list[int], ndocs: int, group: int = GROUP, fanin: int = FANIN, local_edges: int = LOCAL_EDGES,
+        tiebreak: str = "id") -> dict:
     """Components and survivors of the verified edges in `edge_files`; decisions go to
     out_dir/to/part-XXXXX (one per partition, shuffled to document shards by `offsets`:
     pipeline/shards/shuffle.py), cluster rows to out_dir/clusters/. Each wave writes one
@@ -369,9 +373,11 @@ def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: 
     if not local:
         runner.phase("labels", label_task, [(current, str(work / "labels"), p, nparts) for p in range(nparts)])
         [labels] = runner.merged("labels", [work / "labels"], nparts)
-    runner.phase("best", best_task, [(nodes, labels, str(work / "best"), p, nparts, src_rank) for p in range(nparts)])
+    runner.phase("best", best_task, [(nodes, labels, str(work / "best"), p, nparts, src_rank, tiebreak)
+                                            for p in range(nparts)])
     [best] = runner.merged("best", [work / "best" / "best"], nparts)
-    picked = runner.phase("pick", pick_task, [(best, str(work), str(out_dir), p, nparts, sources) for p in range(nparts)])
+    picked = runner.phase("pick", pick_task, [(best, str(work), str(out_dir), p, nparts, sources, tiebreak)
+                                              for p in range(nparts)])
     [chosen] = runner.merged("pick", [work / "picked"], nparts)
     removed = runner.phase("decide", decide_task, [(chosen, str(work / "best" / "nodes"), str(out_dir), p, nparts,
                                                     sources, offsets, ndocs) for p in range(nparts)])

@@ -7,7 +7,8 @@ holder in the shard is hash-partitioned, the shard's other holders stay in its r
 (pipeline/shards/combine.py, m = 1), so a text copied a million times costs its reducer
 one row per shard.
 reduce (per partition): groups of equal hashes; the survivor is the smallest (source
-priority, id), or for URLs the latest crawl date first; every other member is removed
+priority, id), or (source priority, place) with `dedup.order: place`, or for URLs the
+latest crawl date first; every other member is removed
 with the reason `exact_duplicate_of:<survivor id>` (`url_duplicate_of:` for URLs). 128
 bits make an accidental collision negligible (about 1e-21 for a billion documents).
 """
@@ -75,6 +76,7 @@ class ExactMapSpec(TypedDict):
     key: NotRequired[str]  # url; left out for text keys (their old hashes)
     url_field: NotRequired[str]  # with key url: the metadata fields of the URL and crawl date
     date_field: NotRequired[str]
+    order: NotRequired[str]  # dedup.order when place (combine.tiebreak)
     partitions: int  # the reducers' count
     describe: str
     prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
@@ -112,7 +114,7 @@ def map_shard(spec: ExactMapSpec, out) -> dict:
     })
     if by_url:  # the survivor is the latest crawl: sorted first
         table = table.append_column("order", pa.array(np.array(order, dtype=np.int64)))
-    top, rest = combine.local_top(table, ["order"] if by_url else [], 1)
+    top, rest = combine.local_top(table, (["order"] if by_url else []) + (["gid"] if combine.tiebreak(spec) == "gid" else []), 1)
     nonempty = shuffle.write_partitions(top, shuffle.partition_of(top.column("h1").to_numpy(), spec["partitions"]),
                                         spec["partitions"], shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
     return {"read_key": rk, "rows": n, "partitions": spec["partitions"], "segments": nonempty,
@@ -123,6 +125,7 @@ class ExactReduceSpec(shuffle.ReduceSpec):
     """A `dedup-exact-reduce` shard (steps/dedup/plan.py `reduce_specs`): one hash partition."""
 
     reason: NotRequired[str]  # url_duplicate_of for URL keys
+    order: NotRequired[str]  # dedup.order when place (combine.tiebreak)
     describe: str
 
 
@@ -134,7 +137,7 @@ def reduce_shard(spec: ExactReduceSpec, out) -> dict:
         shuffle.write_empty(spec["ndocs"], target)
         return {"rows": 0, "groups": 0, "removed": 0}
     order = [("order", "ascending")] if "order" in t.column_names else []
-    t = t.sort_by([("h1", "ascending"), ("h2", "ascending"), *order, ("rank", "ascending"), ("id", "ascending")])
+    t = t.sort_by([("h1", "ascending"), ("h2", "ascending"), *order, ("rank", "ascending"), (combine.tiebreak(spec), "ascending")])
     head, cut, emit, st = combine.reduce_groups(t, 1)
     sel = np.flatnonzero(emit)
     surv = pa.array(head[sel])

@@ -387,6 +387,7 @@ class ClustersSpec(TypedDict):
     offsets: list[int]  # per source, its first decision slot (plan/context.py `slot_offsets`)
     ndocs: int  # the number of slots
     layout: NotRequired[dict]  # the engine's shuffle group and fan-in
+    order: NotRequired[str]  # dedup.order when place: survivors by node (gid), not id
     describe: str
 
 
@@ -404,7 +405,8 @@ def clusters_shard(spec: ClustersSpec, out) -> dict:
     layout = spec.get("layout") or {}
     res = components.run(files, work, fs.path(out.dir), nparts, spec["sources"], spec["src_rank"],
                          spec["offsets"], spec["ndocs"], layout.get("group", GROUP), layout.get("fanin", FANIN),
-                         layout.get("local_edges", components.LOCAL_EDGES))
+                         layout.get("local_edges", components.LOCAL_EDGES),
+                         "node" if spec.get("order") == "place" else "id")
     fs.rmtree(work)
     return {"rows": edges, "edges": edges, "outputs": nparts, "coordinator_cpu_seconds": round(time.process_time() - cpu0, 3),
             **res}

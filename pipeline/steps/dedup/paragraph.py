@@ -8,7 +8,7 @@ map (per document shard): the xxh3-128 hash of every stripped paragraph of at le
     documents costs its reducer `max_occurrences` rows per shard.
 reduce (per partition): exact counts per paragraph hash; where more than
     `max_occurrences` documents hold it, the documents after the first `max_occurrences`
-    in (source priority, id) order get a cut decision.
+    in (source priority, id) order (or place: `dedup.order`, shards/combine.tiebreak) get a cut decision.
 apply (per document shard): the cuts are made (each cut paragraph goes with the
     separator after it), the removed spans and character counts are recorded, the text
     and its token count are rewritten; a document left empty, or shorter than
@@ -54,6 +54,7 @@ class ParagraphMapSpec(TypedDict):
     doc: DocShard
     params: dict  # the dedup.paragraph section (min_chars, max_occurrences, unit, min_doc_chars)
     partitions: int  # the reducers' count
+    order: NotRequired[str]  # dedup.order when place (combine.tiebreak)
     describe: str
     prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
 
@@ -81,7 +82,7 @@ def map_shard(spec: ParagraphMapSpec, out) -> dict:
     table = pa.table({"h1": np.array(h1, dtype=np.uint64), "h2": np.array(h2, dtype=np.uint64),
                       "rank": np.full(len(h1), doc["rank"], np.int32), "id": pa.array(ids, pa.string()),
                       "gid": np.array(gids, dtype=np.int64)})
-    top, rest = combine.local_top(table, [], p["max_occurrences"])
+    top, rest = combine.local_top(table, ["gid"] if combine.tiebreak(spec) == "gid" else [], p["max_occurrences"])
     segments = shuffle.write_partitions(top, shuffle.partition_of(top.column("h1").to_numpy(), spec["partitions"]),
                                         spec["partitions"], shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
     return {"rows": ndocs, "paragraphs": len(h1), "partitions": spec["partitions"], "segments": segments,
@@ -92,6 +93,7 @@ class ParagraphReduceSpec(shuffle.ReduceSpec):
     """A `dedup-paragraph-reduce` shard (steps/dedup/plan.py `reduce_specs`): one hash partition."""
 
     params: dict  # the dedup.paragraph section
+    order: NotRequired[str]  # dedup.order when place (combine.tiebreak)
     describe: str
 
 
@@ -102,7 +104,7 @@ def reduce_shard(spec: ParagraphReduceSpec, out) -> dict:
     if t is None or t.num_rows == 0:
         shuffle.write_empty(spec["ndocs"], target)
         return {"rows": 0, "repeated": 0, "cuts": 0}
-    t = t.sort_by([("h1", "ascending"), ("h2", "ascending"), ("rank", "ascending"), ("id", "ascending")])
+    t = t.sort_by([("h1", "ascending"), ("h2", "ascending"), ("rank", "ascending"), (combine.tiebreak(spec), "ascending")])
     head, cut, emit, st = combine.reduce_groups(t, spec["params"]["max_occurrences"])
     sel = np.flatnonzero(emit)
     first = pa.array(head[sel])

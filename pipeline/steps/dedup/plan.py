@@ -55,6 +55,8 @@ def plan(ctx: Context) -> list[Step]:
     rk = ctx.ranks()
     rank_source = sorted(rk, key=rk.get)
     common = {"ranks": rk, "partitions": dd.partitions}
+    # survivors by place (the first file, then row) rather than id: carried only then, so id's hashes stay as they were
+    placed = {"order": "place"} if dd.order == "place" else {}
     base = ctx.base()
     steps: list[Step] = []
 
@@ -113,11 +115,11 @@ def plan(ctx: Context) -> list[Step]:
         prev = list(ctx.layers)
         by = {} if dd.exact.key == "text" else {"key": dd.exact.key, "url_field": dd.exact.url_field,
                                                  "date_field": dd.exact.date_field}  # text keys keep their old hashes
-        cfg = {"normalize": dd.exact.normalize, **by, **common}
+        cfg = {"normalize": dd.exact.normalize, **by, **common, **placed}
         mp = add(Step("dedup-exact-map", "dedup-exact-map", cfg, base + prev, exact.map_shard, shards=per_doc(lambda kept, d, stats: {"normalize": dd.exact.normalize, **by,
-                                                            "partitions": _partitions(dd, kept)}, prev),
+                                                            **placed, "partitions": _partitions(dd, kept)}, prev),
                       code=code.code(None, ["python"] if by else []), position_free=True, read_keyed=("layers",)))  # crawl dates: Python's datetime.fromisoformat
-        rd = reducer("dedup-exact-reduce", {}, mp, exact.reduce_shard, {"reason": "url_duplicate_of"} if by else {})
+        rd = reducer("dedup-exact-reduce", {**placed}, mp, exact.reduce_shard, {**({"reason": "url_duplicate_of"} if by else {}), **placed})
         ctx.add_layer(apply_step("exact", rd, apply.run_shard, exact.COLUMNS, prev, combined=mp), "dedup:exact")
 
     if dd.fuzzy:
@@ -167,8 +169,8 @@ def plan(ctx: Context) -> list[Step]:
         vf = add(Step("dedup-fuzzy-verify", "dedup-fuzzy-verify", {"params": params}, [fe, fem],
                       fuzzy.verify_shard, shards=verify_shards))
         src_rank = [rk[s] for s in names]
-        cl = add(Step("dedup-fuzzy-clusters", "dedup-fuzzy-clusters", {}, [vf], fuzzy.clusters_shard, cpus=0,
-                      shards=lambda st, stats, vf=vf: [{"edges": str(vf.dir(ctx.store)), "sources": names,
+        cl = add(Step("dedup-fuzzy-clusters", "dedup-fuzzy-clusters", {**placed}, [vf], fuzzy.clusters_shard, cpus=0,
+                      shards=lambda st, stats, vf=vf: [{"edges": str(vf.dir(ctx.store)), "sources": names, **placed,
                                                  "src_rank": src_rank, "partitions": dd.partitions,
                                                  "verified": len(stats[vf.name]),
                                                  "edge_count": sum(m["edges"] for m in stats[vf.name].values()),
@@ -183,15 +185,15 @@ def plan(ctx: Context) -> list[Step]:
     if dd.paragraph:
         prev = list(ctx.layers)
         params = dd.paragraph.model_dump(mode="json")
-        cfg = {"params": params, **common}
-        mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, paragraph.map_shard, shards=per_doc(lambda kept, d, stats, params=params: {"params": params, "partitions": _partitions(
+        cfg = {"params": params, **common, **placed}
+        mp = add(Step("dedup-paragraph-map", "dedup-paragraph-map", cfg, base + prev, paragraph.map_shard, shards=per_doc(lambda kept, d, stats, params=params: {"params": params, **placed, "partitions": _partitions(
                           dd, kept * PARAGRAPHS_PER_DOC)}, prev), position_free=True, read_keyed=("layers",)))
-        rd = reducer("dedup-paragraph-reduce", {"params": params}, mp, paragraph.reduce_shard, {"params": params})
+        rd = reducer("dedup-paragraph-reduce", {"params": params, **placed}, mp, paragraph.reduce_shard, {"params": params, **placed})
         ctx.add_layer(apply_step("paragraph", rd, paragraph.apply_shard, None, prev,
                                  {"params": params, "tokenizer_id": ctx.tokenizer_id}, {"tokenizer": ctx.tokenizer}, combined=mp),
                       "dedup:paragraph")
     if dd.semantic:
-        semantic_steps(ctx, dd, add, per_doc, reducer, apply_step, base)
+        semantic_steps(ctx, dd, add, per_doc, reducer, apply_step, base, placed)
     return steps
 
 
@@ -227,7 +229,7 @@ def sample_specs(ctx: Context, stats: dict, prev: list, params: dict, most: int)
             group.append(d)
 
 
-def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) -> None:
+def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base, placed: dict) -> None:
     """sample -> centroids -> map -> reduce -> apply (pipeline/steps/dedup/semantic.py)."""
     from filters import embeddings
 
@@ -267,7 +269,7 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base) ->
     mp = add(Step("dedup-semantic-map", "dedup-semantic-map", {"params": {**fit, **sketch}, **common},
                   base + prev + emb + [cents],
                   semantic.map_shard, shards=per_doc(map_extra, prev), position_free=True))
-    rd = reducer("dedup-semantic-reduce", {"params": params}, mp, semantic.reduce_shard, {"params": params})
+    rd = reducer("dedup-semantic-reduce", {"params": params, **placed}, mp, semantic.reduce_shard, {"params": params, **placed})
     ctx.add_layer(apply_step("semantic", rd, apply.run_shard, semantic.COLUMNS, prev), "dedup:semantic")
 
 

@@ -11,7 +11,7 @@ map (per document shard): each document's nearest centroid; rows (cluster, prior
     gid, id, embedding) hash-partitioned by cluster, so a cluster is one reducer's.
 reduce (per partition): each cluster's members in priority order (source priority, then
     120 bits of id hashes, as fuzzy dedup orders them: pipeline/steps/dedup/fuzzy.py
-    `okey`); a member whose cosine with an earlier member is at or above `threshold` is
+    `okey`; with `dedup.order: place`, then its place, the gid); a member whose cosine with an earlier member is at or above `threshold` is
     removed, `semantic_duplicate_of:<that member's id> (cosine=0.981)` naming the closest;
     with `min_overlap` (default 0.55) an earlier member counts only when the two also share
     that share of their words (Jaccard of word sets, from 128 MinHash values the map computes
@@ -28,7 +28,7 @@ documents and the seed, not of shards or workers.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -175,6 +175,7 @@ class SemanticReduceSpec(shuffle.ReduceSpec):
     """A `dedup-semantic-reduce` shard (steps/dedup/plan.py `reduce_specs`): one cluster partition."""
 
     params: dict  # the dedup.semantic section (a model folder by its files)
+    order: NotRequired[str]  # dedup.order when place: members by (source priority, gid)
     describe: str
 
 
@@ -190,7 +191,9 @@ def reduce_shard(spec: SemanticReduceSpec, out) -> dict:
                        fs.path(out.dir) / "clusters" / f"{out.name}.parquet")
         return {"rows": 0, "clusters": 0, "removed": 0, "largest": 0}
     cluster, g = t.column("cluster").to_numpy(), t.column("gid").to_numpy()
-    order = np.lexsort((g, t.column("okey2").to_numpy(), t.column("okey").to_numpy(), cluster))
+    ok = t.column("okey").to_numpy()
+    order = np.lexsort((g, ok >> np.uint64(56), cluster) if spec.get("order") == "place"  # source priority, then place
+                       else (g, t.column("okey2").to_numpy(), ok, cluster))
     t = t.take(pa.array(order))
     cluster, g = cluster[order], g[order]
     ids = t.column("id").to_pylist()
