@@ -182,7 +182,7 @@ def additions(corpus: Path, base: str, tmp: Path, n: int, times: int) -> None:
 
 
 def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool = False, pin_thr: bool = False,
-           content_ids: bool = False) -> None:
+           content_ids: bool = False, order: str = "id") -> None:
     """bench.scale's corpus of `n` pages (files of 5,000, dedup partitions one per 20,000
     documents), its full chain; then a new file of 2.5% more pages: its CPU as a share of the
     first run's, net of a no-op rerun, and the bytes against a fresh run."""
@@ -198,6 +198,7 @@ def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool =
     if content_ids:  # web's ids from its pages' place and text (content_id): hashes, as a crawl's would be
         text = text.replace("    id_field: id\n    max_shard_rows", "    max_shard_rows", 1)
         assert "id_field: id\n    max_shard_rows" not in text.split("wiki:")[0], "bench.scale's web source changed"
+    text = with_order(text, order)
     y.write_text(text)
     first, _ = cpu_run(y, f"s{n}")
     if pinned:  # the classifier pinned to the first run's model (scored once more: not counted)
@@ -219,6 +220,16 @@ def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool =
     same = outputs(tmp / f"out-{n}" / "scale") == outputs(tmp / f"fresh-{n}" / "scale")
     print(f"| {n:,} | {parts} | {first:.1f} | {noop:.1f} | {cpu:.1f} | {(cpu - noop) / first:.3f} | {same} |", flush=True)
     print(breakdown(tmp / f"out-{n}", "scale"), flush=True)
+
+
+def with_order(text: str, order: str) -> str:
+    """The mixture with `dedup.order: <order>` (id: as it is)."""
+    if order == "id":
+        return text
+    assert text.count("\ndedup:") == 1, "the mixture's dedup section changed: update bench.reuse.with_order"
+    head, _, rest = text.partition("\ndedup:")
+    line, _, body = rest.partition("\n")
+    return f"{head}\ndedup:{line}\n  order: {order}\n{body}"
 
 
 def breakdown(out: Path, run: str, top: int = 8) -> str:
@@ -260,19 +271,22 @@ def main(argv=None) -> None:
                     "model before the new file (a team adding dumps to a classifier trained once)")
     ap.add_argument("--pin-threshold", action="store_true", help="with --pinned: keep_fraction replaced by the first "
                     "run's threshold (min_score), so a new file moves no old document's decision")
+    ap.add_argument("--order", default="id", choices=["id", "place"], help="dedup.order: place keeps the copy in the "
+                    "first file (a new file sorts last, so it changes no old decision)")
     a = ap.parse_args(argv)
     tmp = a.tmp or Path(tempfile.mkdtemp(prefix="curate-reuse-"))
     if a.scales:
         print("| documents | partitions | first run CPU-s | no-op | +2.5% | net share of the first | same bytes as fresh |")
         print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for n in (int(x) for x in a.scales.split(",")):
-            scaled(n, tmp, a.workers, a.new_ids, a.pinned, a.pin_threshold, a.content_ids)
+            scaled(n, tmp, a.workers, a.new_ids, a.pinned, a.pin_threshold, a.content_ids, a.order)
         return
     corpus = tmp / "corpus"
     if not corpus.exists():
         shutil.copytree(a.demo, corpus)
     base = (ROOT / "mixtures" / "demo.yaml").read_text().replace("../data/demo", str(corpus))
     base = base.replace("output: ../out", f"output: {tmp / 'out'}").replace("dir: ../out/_published/{name}", f"dir: {tmp}/pub/{{name}}")
+    base = with_order(base, a.order)
 
     def write(name: str, text: str, out: str = "out") -> Path:
         y = tmp / f"{name}.yaml"
