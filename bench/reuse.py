@@ -182,7 +182,7 @@ def additions(corpus: Path, base: str, tmp: Path, n: int, times: int) -> None:
 
 
 def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool = False, pin_thr: bool = False,
-           content_ids: bool = False, order: str = "id") -> None:
+           content_ids: bool = False, order: str | None = None) -> None:
     """bench.scale's corpus of `n` pages (files of 5,000, dedup partitions one per 20,000
     documents), its full chain; then a new file of 2.5% more pages: its CPU as a share of the
     first run's, net of a no-op rerun, and the bytes against a fresh run."""
@@ -223,12 +223,13 @@ def scaled(n: int, tmp: Path, workers: int, new_ids: str = "new", pinned: bool =
 
 
 def with_order(text: str, order: str) -> str:
-    """The mixture with `dedup.order: <order>` (id: as it is)."""
-    if order == "id":
+    """The mixture with `dedup.order: <order>` (None: as it is)."""
+    if order is None:
         return text
     assert text.count("\ndedup:") == 1, "the mixture's dedup section changed: update bench.reuse.with_order"
     head, _, rest = text.partition("\ndedup:")
     line, _, body = rest.partition("\n")
+    body = "".join(x for x in body.splitlines(keepends=True) if not x.startswith("  order:"))  # demo.yaml sets one
     return f"{head}\ndedup:{line}\n  order: {order}\n{body}"
 
 
@@ -271,8 +272,9 @@ def main(argv=None) -> None:
                     "model before the new file (a team adding dumps to a classifier trained once)")
     ap.add_argument("--pin-threshold", action="store_true", help="with --pinned: keep_fraction replaced by the first "
                     "run's threshold (min_score), so a new file moves no old document's decision")
-    ap.add_argument("--order", default="id", choices=["id", "place"], help="dedup.order: place keeps the copy in the "
-                    "first file (a new file sorts last, so it changes no old decision)")
+    ap.add_argument("--order", default=None, choices=["id", "place"], help="dedup.order (default: the mixture's; the "
+                    "demo's is place, bench.scale's id): place keeps the copy in the first file, so a new file sorting "
+                    "last changes no old decision")
     a = ap.parse_args(argv)
     tmp = a.tmp or Path(tempfile.mkdtemp(prefix="curate-reuse-"))
     if a.scales:
