@@ -196,7 +196,7 @@ def model(small: dict, big: dict, docs: float, cores: int, latency: float, per_r
         elif name == "dedup-fuzzy-clusters":
             # a coordinator running rounds of waves of tasks over edge partitions (dedup/components.py): each
             # wave's nparts tasks read their segment of each file of the wave before (2 GETs a file) and write
-            # one file; past 32 partitions those files are first joined by the merge tier (dedup/rounds.py:
+            # one file; past 32 partitions those files are first joined by the merge tier (steps/rounds.py:
             # ceil(nparts / k) merge tasks streaming k files each), so a task reads at most 64 files.
             # nparts = edges / 5M at scale (the bench sets it to its dedup partitions)
             edges = max(1.0, st["sums"].get("edges", 0) / n * docs)

@@ -109,7 +109,7 @@ class KeySet:
     first question and kept for the next ones (totals then a cutoff; a cell's pool, its
     partial epoch, the next phase's cut), for the task's lifetime only. The functions
     below take a KeySet or a list of paths (read afresh). `mapper(fn, calls)`: runs
-    fn(*call) for each call as tasks (pipeline/steps/dedup/rounds.py Runner.map); past
+    fn(*call) for each call as tasks (pipeline/steps/rounds.py Runner.map); past
     `group` files the reads go to tasks of `group` files each."""
 
     def __init__(self, paths, mapper=None, group: int = GROUP):

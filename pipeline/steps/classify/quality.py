@@ -156,7 +156,7 @@ def threshold_shard(spec: ThresholdSpec, out) -> dict:
     """The threshold of a source: min_score as given, or the exact keep_fraction cutoff
     merged from the score tasks' key files (pipeline/shards/select.py: no pass over the source);
     with `buckets`, the exact quantile edges too (same merge, one footer read)."""
-    from pipeline.steps.dedup.rounds import fan_out
+    from pipeline.steps.rounds import fan_out
 
     paths = select.KeySet((f"{spec['keys']}/part-{j:05d}.parquet" for j in range(spec["shards"])),  # footers read once
                           fan_out, spec.get("select_group", select.GROUP))

@@ -44,7 +44,7 @@ from pipeline.config.engine import DEFAULTS
 from pipeline.io import atomic, fs
 from pipeline.shards import shuffle
 from pipeline.shards.text import fmix64
-from pipeline.steps.dedup.rounds import Runner, Source
+from pipeline.steps.rounds import Runner, Source
 from pipeline.steps.merge import FANIN, GROUP
 
 MAX_ROUNDS = 64
@@ -336,7 +336,7 @@ def run(edge_files: list[str], work: Path, out_dir: Path, nparts: int, sources: 
     out_dir/to/part-XXXXX (one per partition, shuffled to document shards by `offsets`:
     pipeline/shards/shuffle.py), cluster rows to out_dir/clusters/. Each wave writes one
     shuffle file per partition, and the next reads them through the merge tier
-    (pipeline/steps/dedup/rounds.py)."""
+    (pipeline/steps/rounds.py)."""
     runner = Runner(nparts > 1, work, group, fanin)
     groups = [edge_files[i::nparts] for i in range(nparts)]
     seeded = runner.phase("r000-seed", seed_task, [(g, str(work / "r000-seed"), str(work / "nodes"), i, nparts)

@@ -179,7 +179,7 @@ def _key_sets(phases: list[dict], group: int = select.GROUP) -> list[select.KeyS
     """Each cell's key files as one select.KeySet for this task (shared by the phases that
     name the same files), so that their footers are read once however often it asks; past
     `group` files a set's reads go to tasks (select.py's tree)."""
-    from pipeline.steps.dedup.rounds import fan_out
+    from pipeline.steps.rounds import fan_out
 
     sets: dict[str, select.KeySet] = {}
     for ph in phases:

@@ -383,7 +383,7 @@ def sample_shard(spec: SamplesSpec, out) -> dict:
     `engine.select_group` pick files, tasks of that many files each keep their groups'
     best and this task merges theirs (a group's best of bests is its best)."""
     from pipeline.shards.select import GROUP, grouped
-    from pipeline.steps.dedup.rounds import fan_out
+    from pipeline.steps.rounds import fan_out
 
     paths = [str(fs.path(spec["picks"]) / f"part-{k:05d}.jsonl") for k in range(spec["first"], spec["first"] + spec["shards"])]
     parts, tasks = grouped(pick_groups, paths, fan_out, spec.get("select_group", GROUP),

@@ -42,7 +42,7 @@ def test_cutoff_equals_a_sort_of_every_key(tmp_path, layout):
     for want in wants:
         assert select.cutoff(files, want) == _reference(keys, weights, want), want
     # past `group` files the reads go to tasks of `group` files each (the tree): the same answers
-    from pipeline.steps.dedup.rounds import fan_out
+    from pipeline.steps.rounds import fan_out
 
     calls = []
 

@@ -1,6 +1,8 @@
-"""The clusters coordinator's rounds of tasks (pipeline/steps/dedup/components.py): each
-batch of calls runs once as a phase, checkpointed, and between a phase's writers and the
-next phase's readers sits the same merge tier as between steps (pipeline/steps/merge.py).
+"""A coordinator's rounds of tasks: the fuzzy clusters' waves (pipeline/steps/dedup/components.py),
+and `fan_out` for the tasks a selection hands its groups of files to (the quality threshold,
+the mixture's selection, the samples: pipeline/shards/select.py). Each batch of calls runs
+once as a phase, checkpointed, and between a phase's writers and the next phase's readers
+sits the same merge tier as between steps (pipeline/steps/merge.py).
 
 Without the tier, every task of a wave reads its segment of every file the previous wave
 wrote: P x P ranged reads a wave, so a run's requests grow as the square of the partitions
