@@ -70,6 +70,7 @@ class Executor(Where):
         self._ray = None  # (ray, remote task, in-flight cap, largest node's MB) once Ray is up
         self.local_bytes = local_bytes  # a run whose inputs hold at most this many bytes: local processes, no Ray
         self._pool = None  # the LocalPool (engine/pool.py) of such a run
+        self.pool_started: str | None = None  # when it came up (LocalPool.started), once the run is over
         self.first_run = first_run  # no earlier run of this mixture: its pool starts while the driver plans
         self.pooled: set[str] = set()  # steps with shards run there
 
@@ -88,6 +89,7 @@ class Executor(Where):
         finally:
             self.progress.close()
             if self._pool is not None:
+                self.pool_started = self._pool.started()
                 self._pool.close()
                 self._pool = None
             for s in steps:

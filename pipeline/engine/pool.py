@@ -41,6 +41,7 @@ class LocalPool:
     def __init__(self, workers: int, max_retries: int, start: bool = True, preload: tuple[str, ...] = ()):
         self.workers, self.max_retries = max(1, workers), max_retries
         self.preload = PRELOAD + [m for m in preload if m not in PRELOAD]  # and what the run's steps declare
+        self.early = start
         self.pool = self._new() if start else None  # else at the first task
         self.futures: dict[cf.Future, tuple] = {}  # future -> (key, args, times its worker died)
 
@@ -50,6 +51,10 @@ class LocalPool:
         pool = cf.ProcessPoolExecutor(self.workers, mp_context=ctx)
         pool.submit(os.getpid)  # start the server and the workers now, while the driver plans
         return pool
+
+    def started(self) -> str:
+        """When its processes came up, for run.json: while the driver planned, at its first task, or never."""
+        return "while planning" if self.early else "at its first task" if self.pool is not None else "never"
 
     def submit(self, key, *args, died: int = 0) -> None:
         if self.pool is None:

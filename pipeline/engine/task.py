@@ -130,6 +130,7 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
     stats["out_files"] = {p[len(root):]: d for p, d in sorted(written) if p.startswith(root)}
     if len(stats["out_files"]) < len(written):  # (a task may also say so itself)
         stats["reusable"] = False
+        stats["written_elsewhere"] = sorted(p for p, _ in written if not p.startswith(root))[:3]  # why, for the curious
     if "shuffle_bytes" not in stats and (data := [(p, d) for p, d in written if p.endswith(".data")]):
         # what a shuffle writer wrote: the merge tier splits a group past engine.merge_bytes by it (steps/merge.py)
         stats["shuffle_bytes"] = sum(_committed_size(p, d) for p, d in data)

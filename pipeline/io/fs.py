@@ -233,7 +233,7 @@ def read_table(p, **kw):
     return pq.read_table(s, filesystem=fsys, **kw)
 
 
-_WRITTEN: list[list] = []  # stack of recorders: (final path, digest) of each file committed while one is open
+_WRITTEN: list[list | None] = []  # stack of recorders (None: `unrecorded`): (final path, digest) of each file committed while one is open
 
 
 @contextmanager
@@ -249,20 +249,32 @@ def recording():
         _WRITTEN.pop()
 
 
+@contextmanager
+def unrecorded():
+    """Commits inside are no task's output (a cache of Curate's own, written by the first task
+    of a process that needs it): not recorded. A recorded file outside the task's folder would
+    make its shard unusable for reuse (engine/task.py)."""
+    _WRITTEN.append(None)
+    try:
+        yield
+    finally:
+        _WRITTEN.pop()
+
+
 def recording_open() -> bool:
     """Whether a `recording()` is open (atomic.py then digests what it commits)."""
-    return bool(_WRITTEN)
+    return bool(_WRITTEN) and _WRITTEN[-1] is not None
 
 
 def record(final, digest: str) -> None:
     """Note one committed file in the open recorder (atomic.py's commits)."""
-    if _WRITTEN:
+    if recording_open():
         _WRITTEN[-1].append((str(final), digest))
 
 
 def recorded(items) -> None:
     """Add (path, digest) pairs committed elsewhere (a task of this task's) to the open recorder."""
-    if _WRITTEN:
+    if recording_open():
         _WRITTEN[-1].extend(tuple(x) for x in items)
 
 
@@ -279,7 +291,8 @@ def rmtree(p) -> None:
     if _WRITTEN:  # files committed and deleted again (a coordinator's work folder) are not outputs
         pre = str(p).rstrip("/") + "/"
         for got in _WRITTEN:
-            got[:] = [x for x in got if not x[0].startswith(pre)]
+            if got is not None:
+                got[:] = [x for x in got if not x[0].startswith(pre)]
     if is_local(p):
         shutil.rmtree(p, ignore_errors=True)
     elif p.exists():

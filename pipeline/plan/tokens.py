@@ -75,7 +75,7 @@ def _gpt2_ranks(data: Path) -> dict[bytes, int]:
     import tiktoken.load
     from filters.models import cache_dir
 
-    from pipeline.io import atomic
+    from pipeline.io import atomic, fs
 
     src = [data / "vocab.bpe", data / "encoder.json"]
     key = hashlib.sha256(b"".join(atomic.file_digest(p)[1].encode() for p in src)).hexdigest()[:16]
@@ -102,7 +102,8 @@ def _gpt2_ranks(data: Path) -> dict[bytes, int]:
     if [r for _, r in ordered] == list(range(n)):
         try:
             lengths = np.array([len(t) for t, _ in ordered], np.uint16).tobytes()
-            atomic.write_bytes(cached, lengths + b"".join(t for t, _ in ordered))
+            with fs.unrecorded():  # a cache, not the task's output: its shard stays reusable
+                atomic.write_bytes(cached, lengths + b"".join(t for t, _ in ordered))
         except OSError:
             pass  # a read-only cache folder: convert each time
     return ranks

@@ -168,6 +168,8 @@ def finish_record(record: dict, ctx: Context, run_dir: Path, ex: Executor, t0: f
         if s.name in ex.timings:
             r["seconds"] = round(ex.timings[s.name], 3)
     record["executor"] = ex.backend  # engine/pool.py: a small run starts no Ray
+    if ex.pool_started is not None:  # a rerun's pool comes up at its first task, if it has one (engine/where.py)
+        record["local_pool_started"] = ex.pool_started
     record["versions"] = versions()
     record["finished"] = time.time()
     record["seconds"] = round(record["finished"] - t0, 3)

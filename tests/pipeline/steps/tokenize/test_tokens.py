@@ -35,7 +35,11 @@ def test_gpt2_ranks_are_cached_once_converted_and_a_damaged_cache_is_replaced(tm
     monkeypatch.setenv("CURATE_CACHE_DIR", str(tmp_path))
     data = tokens._gpt2_files()
     want = tiktoken.load.data_gym_to_mergeable_bpe_ranks(str(data / "vocab.bpe"), str(data / "encoder.json"))
-    assert tokens._gpt2_ranks(data) == want  # converted, then written to the cache folder
+    from pipeline.io import fs
+
+    with fs.recording() as written:  # as the first task of a process that counts tokens
+        assert tokens._gpt2_ranks(data) == want  # converted, then written to the cache folder
+    assert written == []  # not the task's output: a file outside its folder would make its shard never reused
     [cached] = tmp_path.glob("gpt2-*.ranks")
     assert tokens._gpt2_ranks(data) == want  # read back from it
     blob = cached.read_bytes()
