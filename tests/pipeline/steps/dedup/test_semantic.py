@@ -236,3 +236,26 @@ def test_the_reduce_task_splits_a_cluster_past_max_cluster_rows(tmp_path):
         assert st["clusters"] == 1 and (st["groups"] == 1 if most is None else st["groups"] >= 6), (most, st)
         removed[most] = set(pq.read_table(tmp_path / f"out-{most}" / "clusters" / "part-00000.parquet").column("id").to_pylist())
     assert len(removed[None]) >= 28 and removed[100] <= removed[None] and len(removed[100]) >= 0.8 * len(removed[None])
+
+
+def test_order_place_keeps_the_first_copy_by_place_not_by_id_hash(tmp_path):
+    """semantic.reduce_shard on two copies whose id hashes (okey) order them against their
+    places: by id the later row survives, with `order: place` (dedup.order) the first."""
+    import pyarrow as pa
+
+    from pipeline.engine.task import run_shard
+    from pipeline.shards import shuffle
+
+    v = np.ones((2, 16), np.float32) / 4.0
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(v.astype(np.float16).ravel()), 16)
+    t = pa.table({"cluster": np.zeros(2, np.int64), "okey": np.array([9, 1], np.uint64), "okey2": np.zeros(2, np.uint64),
+                  "gid": shuffle.gid(0, 0, np.arange(2)), "id": ["first", "second"], "embedding": emb})
+    shuffle.write_partitions(t, np.zeros(2, np.int64), 1, shuffle.map_file(tmp_path / "maps", 0))
+    got = {}
+    for order in ("id", "place"):
+        spec = {"inputs": str(tmp_path / "maps"), "maps": 1, "partition": 0, "offsets": [0], "ndocs": 1, "sources": ["s"],
+                "params": {"threshold": 0.92, "min_overlap": None, "max_cluster_rows": None},
+                **({"order": order} if order == "place" else {})}
+        run_shard("pipeline.steps.dedup.semantic:reduce_shard", spec, str(tmp_path / order), 0)
+        got[order] = pq.read_table(tmp_path / order / "clusters" / "part-00000.parquet").select(["id", "duplicate_of"]).to_pylist()
+    assert got == {"id": [{"id": "first", "duplicate_of": "second"}], "place": [{"id": "second", "duplicate_of": "first"}]}
