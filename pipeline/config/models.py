@@ -243,7 +243,7 @@ class ParagraphDedupSpec(Model):
 
 class SemanticDedupSpec(_EmbeddingKMeans):
     threshold: float = Field(0.92, gt=0, le=1, description="cosine similarity of two documents' embeddings at which "
-                             "the later one (by source priority, then id hash) is a semantic duplicate")
+                             "the later one (by source priority, then id hash, or place with dedup.order) is a semantic duplicate")
     min_overlap: float | None = Field(0.55, ge=0, le=1, description="and the share of their words two documents must "
                                       "share (word-set Jaccard, estimated from 128 MinHash values): static embeddings put "
                                       "unrelated texts of one language close (docs/dedup.md has the curve); null: cosine alone")
