@@ -95,8 +95,10 @@ def plan(ctx: Context) -> list[Step]:
         return ({"doc": d, "seed": m.seed, "cells": of_source(d["source"], epochs),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in mixed_docs(stats))
 
+    # a shard's spec carries all that decides its keys (its cells' membership, seed and epoch): the weights
+    # and targets stay out of its key, so a weights edit recomputes only the sources whose epochs it moves
     priority = Step("mix-priority", "mix-priority", cfg, upstream + ([langs] if langs else []), tasks.priority_shard,
-                    shards=priority_shards, position_free=True)
+                    shards=priority_shards, position_free=True, shard_free=tuple(k for k in cfg if k != "seed"))
 
     def select_shards(st, stats):
         out, epochs = cell_budgets(stats)

@@ -117,6 +117,10 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_run_yaml, 
     steps = atomic.read_json(tmp_path / "demo" / "run.json")["steps"]
     assert {k for k, s in steps.items() if s["status"] == "SUCCESS"} == {"mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix",
                                                                         "tokens-megatron", "tokens-memmap", "samples-pick", "samples"}
+    # the priority keys of a shard depend on its cells' membership, seed and epoch, not on the weights: a
+    # source whose epochs the edit leaves (code) links its shards
+    pr = steps["mix-priority"]
+    assert 0 < pr["reused"] and pr["computed"] + pr["reused"] == pr["shards"], pr
     man = atomic.read_json(tmp_path / "demo" / "manifest.json")
     assert len(man["files"]) > len(first) and abs(man["sources"]["wiki"]["realized_weight"] - 0.4) < 0.005
     assert sorted(p.name for p in (tmp_path / "demo" / "mixture").iterdir()) == sorted(Path(f["path"]).name for f in man["files"])
