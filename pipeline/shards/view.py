@@ -81,8 +81,10 @@ def kept_batches(documents: str, layers: list[str], columns: list[str], batch_ro
         start += n
 
 
-def read_rows(documents: str, layers: list[str], rows: np.ndarray, columns: list[str]) -> pa.Table:
-    """The current values of some rows (sorted, unique), reading only their row groups."""
+def read_rows(documents: str, layers: list[str], rows: np.ndarray, columns: list[str],
+              state: Layers | None = None) -> pa.Table:
+    """The current values of some rows (sorted, unique), reading only their row groups;
+    `state`: the shard's layers already read (readkey.shard), holding the overrides of `columns`."""
     pf = fs.parquet_file(documents)
     md = pf.metadata
     bounds = np.cumsum([0] + [md.row_group(k).num_rows for k in range(md.num_row_groups)])
@@ -97,7 +99,13 @@ def read_rows(documents: str, layers: list[str], rows: np.ndarray, columns: list
     local = np.concatenate([np.arange(t.num_rows) + o for t, o in zip(parts, offsets)])
     table = table.take(pa.array(np.searchsorted(local, rows)))
     state_cols = [c for c in OVERRIDES if c in columns]
-    if layers and state_cols:
+    if state is not None:
+        for c in state_cols:
+            if c in state.overrides:
+                new = state.overrides[c].take(pa.array(rows))
+                i = table.schema.get_field_index(c)
+                table = table.set_column(i, c, pc.coalesce(new.cast(table.schema.field(c).type), table.column(c)))
+    elif layers and state_cols:
         for path in layers:
             names = fs.parquet_schema(path).names
             for c in state_cols:

@@ -249,21 +249,28 @@ class FetchSpec(TypedDict):
     params: dict  # the dedup.fuzzy section with `rows`, without `threshold`
     partitions: int  # the verify partitions
     describe: str
+    prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
 
 
 def fetch_shard(spec: FetchSpec, out) -> dict:
     """A document shard's part in the candidate pairs -> the verify partitions: its
     documents' ids and texts, once per partition that needs them, and the pairs whose
-    later member it holds."""
+    later member it holds. A shard whose pairs and layers read the same as before (a new
+    file's pairs are elsewhere) links its earlier files."""
     doc, p, nparts = spec["doc"], spec["params"], spec["partitions"]
     t = shuffle.decisions(spec["pairs"], spec["slot"], spec["pair_files"])
+    cols = ["id", "text"] if p["verify"] else ["id"]
+    rk, state = readkey.shard(doc, cols, t)
+    if (st := same_as_before(spec, out, rk)) is not None:
+        return st
     texts_base = shuffle.map_file(fs.path(out.dir) / "texts", out.index)
     pairs_base = shuffle.map_file(fs.path(out.dir) / "pairs", out.index)
     b0 = shuffle.bytes_written()
     if t is None or t.num_rows == 0:
         shuffle.write_empty(nparts, texts_base)
         shuffle.write_empty(nparts, pairs_base)
-        return {"rows": 0, "pairs": 0, "texts": 0, "partitions": nparts, "shuffle_bytes": shuffle.bytes_written() - b0}
+        return {"rows": 0, "pairs": 0, "texts": 0, "partitions": nparts, "shuffle_bytes": shuffle.bytes_written() - b0,
+                "read_key": rk}
     row = t.column("row").to_numpy()
     lo, hi = t.column("lo").to_numpy(), t.column("hi").to_numpy()
     me = shuffle.gid(doc["src"], doc["part"], row)
@@ -273,13 +280,12 @@ def fetch_shard(spec: FetchSpec, out) -> dict:
                              nparts, pairs_base)
     need = np.unique(np.stack([row, v], axis=1), axis=0)  # (row, partition): a text once per partition
     rows = np.unique(need[:, 0])
-    cols = ["id", "text"] if p["verify"] else ["id"]
-    docs = view.read_rows(doc["documents"], doc["layers"], rows, cols)
+    docs = view.read_rows(doc["documents"], doc["layers"], rows, cols, state=state)
     at = pa.array(np.searchsorted(rows, need[:, 0]))
     table = pa.table({"gid": shuffle.gid(doc["src"], doc["part"], need[:, 0]), **{c: docs.column(c).take(at) for c in cols}})
     shuffle.write_partitions(table, need[:, 1], nparts, texts_base)
     return {"rows": len(rows), "pairs": len(own), "texts": len(need), "partitions": nparts,
-            "shuffle_bytes": shuffle.bytes_written() - b0}
+            "shuffle_bytes": shuffle.bytes_written() - b0, "read_key": rk}
 
 
 JACCARD_OF = ("ngram", "normalize", "verify")  # the parameters a pair's Jaccard depends on (with the code)

@@ -156,7 +156,8 @@ def plan(ctx: Context) -> list[Step]:
                      "partitions": nparts, "describe": _describe(d)} for d in ctx.doc_shards(stats, prev))
 
         fe = add(Step("dedup-fuzzy-fetch", "dedup-fuzzy-fetch", {"params": hashing}, [bk, bkm],
-                      fuzzy.fetch_shard, shards=fetch_shards, position_free=True))
+                      fuzzy.fetch_shard, shards=fetch_shards, position_free=True,
+                      read_keyed=("layers", "pairs")))  # its own rows' pairs: an old shard a new file adds none to links
         fem = merged(fe, ["pairs", "texts"], lambda stats, fe=fe: len(stats[fe.name]), split=True)  # texts
 
         def verify_shards(st, stats, fe=fe, fem=fem, params=params):

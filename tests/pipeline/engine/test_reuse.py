@@ -155,6 +155,9 @@ def test_a_new_input_file_computes_its_shards_and_links_the_others(chain):
         linked = {(m["source"], m["part"]) for m in ms if "reused_from" in m or "linked_from" in m}
         assert sum("linked_from" in m for m in ms) > 0, s
         assert {k for k in now if k not in linked} == {k for k in now if now[k] != before.get(k)}, s
+    # fetch reads its own rows' candidate pairs: an old shard that holds no member of a new pair links its texts
+    fe = read_markers(chain.tmp / "out" / "_store" / "steps" / steps["dedup-fuzzy-fetch"]["dir"].split("/")[-1]).values()
+    assert 0 < sum("linked_from" in m for m in fe) < len(fe), [m.get("linked_from") for m in fe]
     # verify shingles only the pairs with a new member: the others' Jaccard is looked up
     v = read_markers(chain.tmp / "out" / "_store" / "steps" / steps["dedup-fuzzy-verify"]["dir"].split("/")[-1])
     assert 0 < sum(m["looked_up"] for m in v.values()) < sum(m["rows"] for m in v.values()), v
