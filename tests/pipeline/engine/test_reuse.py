@@ -133,6 +133,18 @@ def computed(steps: dict, name: str) -> int:
     return steps[name].get("computed", 0) if steps[name]["status"] == "SUCCESS" else 0
 
 
+def test_every_shard_of_a_run_is_reusable(chain):
+    """A shard whose task committed a file outside its folder is never reused (engine/task.py):
+    none of an ordinary run's may be (a process's first tokenizer use once wrote Curate's cache
+    inside the task's recording)."""
+    bad = {}
+    for f in (chain.tmp / "out" / "_store" / "steps").glob("*/_markers/part-*.json"):
+        m = atomic.read_json(f)
+        if m.get("reusable") is False:
+            bad[f"{f.parent.parent.name}/{f.name}"] = m.get("written_elsewhere")
+    assert bad == {}
+
+
 def test_a_new_input_file_computes_its_shards_and_links_the_others(chain):
     shutil.copy(chain.corpus / "held.jsonl.zst", chain.corpus / "web" / "crawl-3.jsonl.zst")
     steps, fresh = chain.step("newfile")
