@@ -50,13 +50,14 @@ def _groups(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return new, idx - head
 
 
-def local_top(table: pa.Table, order: list[str], m: int) -> tuple[pa.Table, pa.Table]:
+def local_top(table: pa.Table, order: list[str], m: int, tiebreak: str = "id") -> tuple[pa.Table, pa.Table]:
     """One document shard's (h1, h2, *order, id, gid, ...) rows -> (top, rest).
 
-    top: each key's first m rows in (key, *order, id) order, with `extra` (int64) on its
+    top: each key's first m rows in (key, *order, tiebreak) order (`tiebreak(spec)`: the id,
+    or the gid by place), with `extra` (int64) on its
     m-th row: the shard's holders past the first m (0 elsewhere). rest: (h1, h2, row) of
     those holders, sorted by key."""
-    t = table.sort_by([("h1", "ascending"), ("h2", "ascending"), *((c, "ascending") for c in order), ("id", "ascending")])
+    t = table.sort_by([("h1", "ascending"), ("h2", "ascending"), *((c, "ascending") for c in order), (tiebreak, "ascending")])
     new, pos = _groups(t)
     starts = np.flatnonzero(new)
     sizes = np.diff(np.r_[starts, len(new)])

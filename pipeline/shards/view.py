@@ -99,20 +99,14 @@ def read_rows(documents: str, layers: list[str], rows: np.ndarray, columns: list
     local = np.concatenate([np.arange(t.num_rows) + o for t, o in zip(parts, offsets)])
     table = table.take(pa.array(np.searchsorted(local, rows)))
     state_cols = [c for c in OVERRIDES if c in columns]
-    if state is not None:
-        for c in state_cols:
-            if c in state.overrides:
-                new = state.overrides[c].take(pa.array(rows))
-                i = table.schema.get_field_index(c)
-                table = table.set_column(i, c, pc.coalesce(new.cast(table.schema.field(c).type), table.column(c)))
-    elif layers and state_cols:
-        for path in layers:
-            names = fs.parquet_schema(path).names
-            for c in state_cols:
-                if c in names:
-                    new = fs.read_table(path, columns=[c]).column(c).take(pa.array(rows))
-                    i = table.schema.get_field_index(c)
-                    table = table.set_column(i, c, pc.coalesce(new.cast(table.schema.field(c).type), table.column(c)))
+    if state is not None:  # the overrides already coalesced over the layers
+        news = ((c, state.overrides[c]) for c in state_cols if c in state.overrides)
+    else:  # each layer's, in order: a later one's value wins (a layer's schema read once, none without such columns)
+        news = ((c, fs.read_table(path, columns=[c]).column(c)) for path in (layers if state_cols else [])
+                for names in [fs.parquet_schema(path).names] for c in state_cols if c in names)
+    for c, new in news:
+        i = table.schema.get_field_index(c)
+        table = table.set_column(i, c, pc.coalesce(new.take(pa.array(rows)).cast(table.schema.field(c).type), table.column(c)))
     return table
 
 

@@ -114,7 +114,7 @@ def map_shard(spec: ExactMapSpec, out) -> dict:
     })
     if by_url:  # the survivor is the latest crawl: sorted first
         table = table.append_column("order", pa.array(np.array(order, dtype=np.int64)))
-    top, rest = combine.local_top(table, (["order"] if by_url else []) + (["gid"] if combine.tiebreak(spec) == "gid" else []), 1)
+    top, rest = combine.local_top(table, ["order"] if by_url else [], 1, combine.tiebreak(spec))
     nonempty = shuffle.write_partitions(top, shuffle.partition_of(top.column("h1").to_numpy(), spec["partitions"]),
                                         spec["partitions"], shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
     return {"read_key": rk, "rows": n, "partitions": spec["partitions"], "segments": nonempty,

@@ -82,7 +82,7 @@ def map_shard(spec: ParagraphMapSpec, out) -> dict:
     table = pa.table({"h1": np.array(h1, dtype=np.uint64), "h2": np.array(h2, dtype=np.uint64),
                       "rank": np.full(len(h1), doc["rank"], np.int32), "id": pa.array(ids, pa.string()),
                       "gid": np.array(gids, dtype=np.int64)})
-    top, rest = combine.local_top(table, ["gid"] if combine.tiebreak(spec) == "gid" else [], p["max_occurrences"])
+    top, rest = combine.local_top(table, [], p["max_occurrences"], combine.tiebreak(spec))
     segments = shuffle.write_partitions(top, shuffle.partition_of(top.column("h1").to_numpy(), spec["partitions"]),
                                         spec["partitions"], shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
     return {"rows": ndocs, "paragraphs": len(h1), "partitions": spec["partitions"], "segments": segments,
