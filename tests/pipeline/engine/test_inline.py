@@ -42,7 +42,7 @@ def test_a_larger_step_starts_ray_and_the_rest_of_the_run_goes_there_with_the_sa
     assert mixture_shas(run_dir) == mixture_shas(small_run)
 
 
-def test_a_reruns_pool_starts_at_its_first_task_not_while_planning(demo_corpus, tmp_path):
+def test_a_reruns_pool_starts_at_its_first_pooled_task_if_any_not_while_planning(demo_corpus, tmp_path):
     """A first run's local pool comes up while the driver plans; a rerun's (here a new input
     file) at its first pooled task, if any: an edit's few shards mostly run inline."""
     y = write_yaml(tmp_path / "p.yaml", small_mixture(str(demo_corpus), "out"))
@@ -58,6 +58,12 @@ def test_a_reruns_pool_starts_at_its_first_task_not_while_planning(demo_corpus, 
     # its shards took seconds in the first run: all inline, so the pool never came up (it used to start while
     # planning: ~1.5 CPU-s of imports for nothing)
     assert set(_where(tmp_path / "out" / "remote").values()) == {"inline"} and rec["local_pool_started"] == "never"
+    # a third file, and no step run inline for being small in the earlier run: the pool comes up for its tasks
+    y.write_text(y.read_text().replace("crawl-0000[012]", "crawl-0000[0123]"))
+    r = curate("run", str(y), "--workers", "2", env={**env, "CURATE_INLINE_SECONDS": "0"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = atomic.read_json(tmp_path / "out" / "remote" / "run.json")
+    assert "local" in set(_where(tmp_path / "out" / "remote").values()) and rec["local_pool_started"] == "at its first task"
 
 
 def test_a_run_in_process_gives_the_bytes_of_ray_and_retries_and_reports_faults_as_ray_does(demo_corpus, small_run,
