@@ -93,11 +93,13 @@ class Keys:
         if not step.read_keyed:
             return key, None
         drop = set(step.read_keyed)  # digesting keeps the spec's shape: dropping after it is dropping before
-        if "layers" in drop:  # a document shard's counts come from its layers' markers: read through the read key
-            drop |= set(LAYER_COUNTS)
-        part = {k: v for k, v in body.items() if k not in drop}
+        # a document shard's counts come from its layers' markers: read through the read key. Only a
+        # document shard's own (a dict with `documents`): a spec's other keys of those names (mix-route's
+        # `tokens`, the path of a shard's token ids) are inputs of their own and stay in the key
+        counts = set(LAYER_COUNTS) if "layers" in drop else set()
+        part = {k: v for k, v in body.items() if k not in drop and not (k in counts and "documents" in body)}
         if isinstance(part.get("doc"), dict):
-            part["doc"] = {k: v for k, v in part["doc"].items() if k not in drop}
+            part["doc"] = {k: v for k, v in part["doc"].items() if k not in drop | counts}
         return key, "p" + self._hash(step, index, part)[1:]
 
     @staticmethod
@@ -328,17 +330,10 @@ def link_shard(old: Path, index_old: int, marker: dict, new: Path, index: int) -
     (copied server-side on object stores) under their names, the old shard name made the new
     one (`part-00004` -> `part-00005`, for a position-free step whose shard moved), its
     marker written with `old`'s paths made `new`'s. None when a file is gone (a gc since):
-    the shard is computed instead."""
+    the files linked before it are removed, and the shard is computed instead."""
     a, b = shard_name(index_old), shard_name(index)
     names = {rel: renamed(rel, a, b) for rel in marker["out_files"]}
-    try:
-        for rel, to in names.items():
-            src, dst = old / rel, new / to
-            fs.makedirs(dst.parent)
-            if fs.is_local(dst) and os.path.lexists(dst):
-                os.unlink(dst)  # a link a stopped run made: the same bytes
-            fs.link_or_copy(src, dst)
-    except FileNotFoundError:
+    if not fs.link_all((old / rel, new / to) for rel, to in names.items()):  # all or none of its files
         return None
     data = orjson.dumps(marker).replace(json_str(old), json_str(new))
     m = orjson.loads(data)

@@ -266,3 +266,8 @@ class Context:
 
     def step(self, name: str) -> Step | None:
         return next((s for s in self.steps if s.name == name), None)
+
+    def step_of(self, role: str, source: str | None = None) -> Step | None:
+        """The step an earlier stage declared in `role` (declare), None when none did."""
+        name = self.declared.get((role, source))
+        return self.step(name) if name is not None else None

@@ -56,16 +56,21 @@ def plan(ctx: Context) -> list[Step]:
     pick = Step("samples-pick", "samples-pick", cfg, list(ctx.fate), tasks.pick_shard, shards=pick_shards, position_free=True,
                 read_keyed=("layers",))  # the picks digest the layer columns their decisions read (tasks._read_key)
 
+    # the eval items' texts the published records show: the decontamination index's items file, named in
+    # the spec so its bytes are in the key (an eval file edited to the same decisions changes the samples)
+    index = ctx.step_of("decontaminate_index")
+    items = {"eval_items": str(index.dir(ctx.store) / "items" / "part-00000.parquet")} if index is not None else {}
+
     def sample_shards(st, stats):
         offsets, _ = ctx.shard_offsets(stats)
         return [{"source": s, "picks": str(pick.dir(ctx.store)), "first": offsets[i], "run_dir": str(ctx.run_dir),
-                 "ingest_dirs": ingest_dirs,
+                 "ingest_dirs": ingest_dirs, **items,
                  "shards": len(stats[ctx.ingest[s].name]), "kept_per_source": sm.kept_per_source,
                  "removed_per_reason": sm.removed_per_reason, **select_entry(ctx.engine.select_group),
                  "describe": f"samples of {s}"}
                 for i, s in enumerate(m.sources)]
 
-    ctx.samples = Step("samples", "samples", cfg, [pick], tasks.sample_shard, shards=sample_shards,
+    ctx.samples = Step("samples", "samples", cfg, [pick, *([index] if index is not None else [])], tasks.sample_shard, shards=sample_shards,
                        cpus=0)  # past engine.select_group pick files a coordinator: its tree's tasks take the CPUs
     ctx.samples.meta["engine"] = {"select_group": ctx.engine.select_group}
     return [pick, ctx.samples]
@@ -93,4 +98,4 @@ def publish(ctx: Context, stats: dict) -> dict:
     return {"samples": listed + [{"path": "samples/index.html", "documents": len(records)}]}
 
 
-STAGE = Stage("samples", plan, publish=publish)
+STAGE = Stage("samples", plan, publish=publish, outputs=("samples",))

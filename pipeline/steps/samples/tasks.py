@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import orjson
@@ -124,14 +124,16 @@ def sample(run: dec.Run, sources: list[str], n: int, stage: str | None = None, r
     return out
 
 
-def attach_eval_items(run: dec.Run, records: list[dict]) -> None:
+def attach_eval_items(run: dec.Run | None, records: list[dict], items_file: str | None = None) -> None:
     """The text of the eval item each contaminated record contains, from the eval index's
-    items file (one small file a run), shown beside the document in the sample browser."""
+    items file (one small file a run: `items_file`, else the one `run` records), shown beside
+    the document in the sample browser."""
     wanted = {(r["eval_item"]["set"], r["eval_item"]["id"]) for r in records if "eval_item" in r}
-    d = run.role_dir("decontaminate_index")
-    if not wanted or d is None:
+    if items_file is None and run is not None and (d := run.role_dir("decontaminate_index")) is not None:
+        items_file = str(d / "items" / "part-00000.parquet")
+    if not wanted or items_file is None:
         return
-    items = fs.read_table(d / "items" / "part-00000.parquet", columns=["set", "id", "text"],  # only the items named
+    items = fs.read_table(items_file, columns=["set", "id", "text"],  # only the items named
                           filters=[("id", "in", sorted({i for _, i in wanted}))])
     texts = {(a, b): t for a, b, t in zip(*(items.column(c).to_pylist() for c in ("set", "id", "text")), strict=True)
              if (a, b) in wanted}
@@ -343,6 +345,7 @@ class SamplesSpec(TypedDict):
     shards: int  # and how many
     run_dir: str
     ingest_dirs: list[str]  # per source (YAML order), its ingest step's folder: where survivors' texts are
+    eval_items: NotRequired[str]  # the decontamination index's items file: the eval items' texts records show
     kept_per_source: int
     removed_per_reason: int
     describe: str
@@ -376,7 +379,7 @@ def pick_groups(paths: list, kept_per_source: int, removed_per_reason: int) -> d
     return groups
 
 
-@task(version="4")  # 4: attaches survivors' texts and eval items (the picks' were)
+@task(version="5")  # 5: eval items from the file its spec names (in its key); 4: attaches survivors' texts and eval items (the picks' were)
 def sample_shard(spec: SamplesSpec, out) -> dict:
     """The `samples` step, one task per source: the picks of its shards merged, the smallest
     hashes of each group kept; the same records as one pass over the source. Past
@@ -405,8 +408,8 @@ def sample_shard(spec: SamplesSpec, out) -> dict:
         for g in sorted((g for g in groups if g[0] == kind), key=lambda g: tuple("" if x is None else x for x in g)):
             removed += best(g, spec["removed_per_reason"])
     _survivor_texts(spec, kept + removed)  # the few published records' survivors, each by its gid
-    run = dec.Run(fs.path(spec["run_dir"]))
-    attach_eval_items(run, kept + removed)
+    # the eval items' texts from the index file the spec names (its bytes in the key), not the run's record
+    attach_eval_items(None, kept + removed, spec.get("eval_items"))
     d = fs.path(out.dir) / source
     write_jsonl(kept, d / "kept.jsonl")
     write_jsonl(removed, d / "removed.jsonl")
