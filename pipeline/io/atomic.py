@@ -13,6 +13,8 @@ engine/reuse.py).
 
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import os
 import re
@@ -280,11 +282,27 @@ def copy_tree(pairs: list, dest) -> None:
     dest.fs.invalidate_cache(root)
 
 
+_LINKED: list[set] = []  # folders link_tree wrote while `linked_trees()` is open
+
+
+@contextlib.contextmanager
+def linked_trees():
+    """The folders `link_tree` writes inside the block (a set, filled as they are written)."""
+    got: set = set()
+    _LINKED.append(got)
+    try:
+        yield got
+    finally:
+        _LINKED.remove(got)
+
+
 def link_tree(pairs: list, dest) -> None:
     """Replace the folder `dest` with hard links (copies across filesystems and on object
     stores) to the given (file, relative name) pairs, in one rename. On an object store,
     which has no rename (a move is a copy and a delete) and no directory to swap, each file
     is copied once, straight to its name, many at a time (copy_tree)."""
+    for got in _LINKED:
+        got.add(str(dest))
     if not fs.is_local(dest):
         return copy_tree(pairs, dest)
     tmp = dest.with_name(dest.name + ".tmp")

@@ -19,3 +19,6 @@ class Stage:
     plan: Callable[[Any], list]  # (ctx) -> its steps, reading only the planning context
     publish: Callable[[Any, dict], dict] | None = None  # (ctx, stats) -> its keys of manifest.json
     expected: Callable[[Any], list[str]] | None = None  # (ctx) -> lines for `curate plan`
+    # the run directory's folders its publish writes (each whole, by atomic.link_tree): one a run of
+    # this mixture does not write (its section removed) is removed, never left from an earlier run
+    outputs: tuple[str, ...] = ()

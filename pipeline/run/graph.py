@@ -7,6 +7,8 @@ A stage is a module under pipeline/steps/ that declares its `STAGE` (plan/stage.
     publish(ctx, stats) -> dict          optional: what it puts in the run directory
                                          (links into its steps), and manifest.json keys
     expected(ctx) -> list[str]           optional: lines for the dry run
+    outputs                              the run directory's folders its publish writes: one
+                                         this run does not write is removed (a section dropped)
 
 Its task bodies are module-level functions beside it, each versioned where it is
 written (`@task(version=...)`, engine/step.py). The order of STAGES is the order of
@@ -19,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.config import LoadedMixture
+from pipeline.io import atomic, fs
 from pipeline.plan import sources
 from pipeline.plan.context import Context
 from pipeline.plan.stage import Stage
@@ -65,12 +68,16 @@ def publish(ctx: Context, stats: dict) -> dict:
     """Each stage's publication into the run directory, in stage order; returns the
     manifest, whose keys each stage owns (two stages may not write the same key)."""
     manifest: dict = {}
-    for stage in ctx.stages:
-        if stage.publish is not None:
-            keys = stage.publish(ctx, stats)
-            if clash := set(keys) & set(manifest):
-                raise ValueError(f"stage {stage.name} publishes manifest keys another stage wrote: {sorted(clash)}")
-            manifest.update(keys)
+    with atomic.linked_trees() as written:
+        for stage in ctx.stages:
+            if stage.publish is not None:
+                keys = stage.publish(ctx, stats)
+                if clash := set(keys) & set(manifest):
+                    raise ValueError(f"stage {stage.name} publishes manifest keys another stage wrote: {sorted(clash)}")
+                manifest.update(keys)
+    for folder in (f for stage in ctx.stages for f in stage.outputs):  # a section removed: its folder with it
+        if str(ctx.run_dir / folder) not in written:
+            fs.rmtree(ctx.run_dir / folder)
     return manifest
 
 

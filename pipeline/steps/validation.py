@@ -195,4 +195,4 @@ def publish(ctx: Context, stats: dict) -> dict:
     return {"validation": {s_: e for s_, e in out.items() if e["role"] == "eval" or s_ in sel}}  # what validation/ holds
 
 
-STAGE = Stage("validation", plan, publish=publish)
+STAGE = Stage("validation", plan, publish=publish, outputs=("validation",))

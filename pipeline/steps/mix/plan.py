@@ -260,4 +260,4 @@ def expected(ctx: Context) -> list[str]:
     return lines
 
 
-STAGE = Stage("mix", plan, publish=publish, expected=expected)
+STAGE = Stage("mix", plan, publish=publish, expected=expected, outputs=("mixture",))

@@ -218,17 +218,24 @@ def cell_pieces(spec: CellPiecesSpec, out) -> dict:
     return {"rows": len(rows), "files": pieces}
 
 
+NO_MAX_LENGTH = int(1e30)  # what a Hugging Face tokenizer without a model_max_length says (VERY_LARGE_INTEGER)
+
+
 def ledger(rows: int, shard_rows: dict[str, int], meta: dict) -> bytes:
     """shard_ledger.json as Levanter's `CacheLedger.to_json()` writes it (dataclass_json, its field order)."""
+    meta = {**meta, "max_length": NO_MAX_LENGTH if meta.get("max_length") is None else meta["max_length"]}
     return json.dumps({"total_num_rows": rows, "shard_rows": shard_rows, "is_finished": True,
                        "finished_shards": list(shard_rows), "field_counts": {},
                        "metadata": {"preprocessor_metadata": meta}}).encode()
 
 
 def preprocessor_metadata(tokenizer: str, vocab: int, bos: bool, eos: bool) -> dict:
-    """What Levanter's `BatchTokenizer.metadata` records (a mismatch is a warning when it loads)."""
+    """What Levanter's `BatchTokenizer.metadata` records (a mismatch is a warning when it loads).
+    A tokenizer.json has no max length: None here, NO_MAX_LENGTH in the ledger (a step's config
+    is hashed as JSON of 64-bit integers at most: 10^30 in it failed every levanter run with a
+    tokenizer.json, found by the edit fuzzer)."""
     return {"tokenizer": tokenizer, "vocab_size": vocab, "return_attention_mask": False, "padding": False,
-            "max_length": 1024 if tokenizer == "gpt2" else int(1e30), "append_bos": bos, "append_eos": eos}
+            "max_length": 1024 if tokenizer == "gpt2" else None, "append_bos": bos, "append_eos": eos}
 
 
 def cache_name(cell: str | None) -> str:

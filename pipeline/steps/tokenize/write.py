@@ -115,4 +115,4 @@ def _mixture_config(ctx: Context, fmt: str, b: dict) -> str | None:
     return f.trainer_file
 
 
-STAGE = Stage("tokens", plan, publish=publish)
+STAGE = Stage("tokens", plan, publish=publish, outputs=("tokenized",))
