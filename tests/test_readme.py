@@ -95,7 +95,7 @@ def test_the_readme_says_a_mixture_file_must_be_trusted_like_code():
     for said in ("`type: python`", "`callable:`", "`type: datatrove`", "dotted path", "Run only mixture files you would run as scripts"):
         assert said in section, said
     from filters import adapters  # the keys the README names are the ones that import code
-    from pipeline.config.models import PythonExtract
+    from pipeline.config import PythonExtract
 
     assert adapters.DatatroveParams.model_fields["class_"].alias == "class"
     assert "callable" in adapters.PythonParams.model_fields and "callable" in PythonExtract.model_fields

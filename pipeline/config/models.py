@@ -26,6 +26,7 @@ from pydantic import (
 from filters import base as filter_base
 from filters import classifiers as classifier_registry
 from pipeline.config.engine import EngineSpec, with_env
+from pipeline.config.extract import WEB_FORMATS, ExtractSpec, ResiliparseExtract
 from pipeline.config.lines import dotted, line_of
 from pipeline.config.tokenize import TokenizeSpec
 from pipeline.engine.step import hash_json
@@ -96,53 +97,6 @@ class _EmbeddingKMeans(Model):
 class TopicClustersSpec(_EmbeddingKMeans):
     clusters: int = Field(ge=2, le=10_000, description="k-means clusters of the source's document embeddings: cells "
                           "<source>/c0 .. <source>/c<clusters-1>")
-
-
-class _ExtractBase(Model):
-    timeout: float = Field(5.0, gt=0, description="CPU seconds one page may take; a page over it is quarantined as "
-                           "extract_timeout (a wall-clock guard of 4x this + 10 s catches pages that hang without computing)")
-    max_memory_mb: int = Field(2048, ge=256, description="address space of the extractor process; a page that needs more "
-                               "is quarantined (extract_error: MemoryError, or extract_crash) and the shard goes on")
-
-
-class ResiliparseExtract(_ExtractBase):
-    """resiliparse's extract_plain_text (the default; as DCLM): fast, main-content heuristics."""
-
-    type: Literal["resiliparse"] = "resiliparse"
-    main_content: bool = Field(True, description="keep only the main content (drop navigation, headers, footers)")
-    preserve_formatting: bool = Field(True, description="keep line breaks, paragraphs and lists")
-    list_bullets: bool = Field(True, description="bullets and numbers for list items")
-    alt_texts: bool = Field(False, description="keep images' alternative texts")
-    links: bool = Field(False, description="keep link targets")
-    form_fields: bool = Field(False, description="keep form fields")
-    noscript: bool = Field(False, description="keep <noscript> content")
-    comments: bool = Field(False, description="treat comment sections as main content")
-    skip_elements: list[str] | None = Field(None, description="CSS selectors of elements to drop")
-
-
-class TrafilaturaExtract(_ExtractBase):
-    """trafilatura.extract (as FineWeb and datatrove); its cross-page `deduplicate` cache is not offered: results would
-    depend on which pages a worker saw before (paragraph dedup does that across the corpus)."""
-
-    type: Literal["trafilatura"] = "trafilatura"
-    favor_precision: bool = Field(True, description="less text, more surely main content (as FineWeb)")
-    favor_recall: bool = Field(False, description="more text, less surely main content")
-    include_comments: bool = Field(False, description="keep comment sections")
-    include_tables: bool = Field(True, description="keep tables' text")
-    include_images: bool = Field(False, description="keep image descriptions")
-    include_links: bool = Field(False, description="keep link targets")
-    include_formatting: bool = Field(False, description="keep bold/italic markup")
-
-
-class PythonExtract(_ExtractBase):
-    """Your own function, run in the same sandbox with the same time limit."""
-
-    type: Literal["python"] = "python"
-    callable: str = Field(description="module:function taking the page's HTML (str) and returning its text")
-
-
-ExtractSpec = Annotated[ResiliparseExtract | TrafilaturaExtract | PythonExtract, Field(discriminator="type")]
-WEB_FORMATS = ("warc", "html")
 
 
 class SourceSpec(Model):
@@ -401,6 +355,14 @@ class PublishSpec(Model):
         return v
 
 
+class InputsSpec(Model):
+    verify: Literal["mtime", "content"] = Field(
+        "mtime", description="how an input file already ingested is known to be unchanged: mtime (its size and "
+        "modification time, read from a listing: the default) or content (its size and change time, and where they "
+        "moved the ingest task reads the file and compares the xxh3-128 digest of its bytes with the one its earlier "
+        "shard recorded: for stores fed by tools that keep modification times, such as rsync -t, cp -p or tar)")
+
+
 class Mixture(Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the run directory is <output>/<name>")
     output: str = Field("out", description="where run directories go; relative to the YAML file")
@@ -421,6 +383,8 @@ class Mixture(Model):
                                         "generated dataset card at the end of every successful run")
     tokenize: TokenizeSpec | None = Field(None, description="write the mixture as trainer-ready token files too "
                                           "(tokenized/<format>/), encoded once per document shard")
+    inputs: InputsSpec = Field(default_factory=InputsSpec, description="how input files are known to be unchanged "
+                               "between runs")
     engine: EngineSpec = Field(default_factory=EngineSpec, description="how steps are laid out (merge groups, fan-in, "
                                "LSH salt); never what the mixture holds; recorded in run.json, outside `config`")
 
@@ -487,7 +451,11 @@ class LoadedMixture:
     def canonical(self) -> dict:
         # serialize_as_any: each filter with its own parameters, not only the base model's `type`
         # without `engine`: how steps are laid out is not what the mixture is (run.json records it apart)
-        return self.mixture.model_dump(mode="json", serialize_as_any=True, exclude={"engine"})
+        # `inputs` only when set: a config without it hashes as before it existed
+        d = self.mixture.model_dump(mode="json", serialize_as_any=True, exclude={"engine"})
+        if d.get("inputs") == InputsSpec().model_dump(mode="json"):
+            d.pop("inputs")
+        return d
 
     def engine(self):
         """(the `engine:` settings with the environment's overrides, {key: "VAR=value"} of

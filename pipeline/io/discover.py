@@ -30,9 +30,13 @@ class InputFile:
     size: int
     mtime_ns: int
     unreadable: str | None = None  # why it cannot be opened (on_bad_record: quarantine sets it aside whole)
+    ctime_ns: int = 0  # its inode's change time (local files): no tool can set it back, as rsync -t does mtime
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The file as a split names it (plan/sources.file_dict says what of it a spec holds)."""
+        d = asdict(self)
+        d.pop("ctime_ns")
+        return d
 
 
 def is_hf_dir(p: Path) -> bool:

@@ -3,7 +3,10 @@ and the one check of a mixture against this machine that `curate validate` and
 `curate run` share (`check`).
 
 Each file gets a fingerprint (size, mtime) that enters the ingest step's hash, so an
-edited or replaced input file re-runs ingest; content is not read here. Formats are
+edited or replaced input file re-runs ingest; content is not read here. With
+`inputs.verify: content` the fingerprint is the size and the change time (ctime, which a
+tool that keeps modification times cannot set back), and where it moved the ingest task
+reads the file and compares its digest with the earlier shard's (steps/ingest/verify.py). Formats are
 inferred from file names when `format` is omitted. A path that matches nothing is an
 error naming the YAML key.
 """
@@ -33,9 +36,14 @@ def check(lm: LoadedMixture) -> tuple[dict[str, list[InputFile]], str | None]:
     return files, tokens.check(lm.mixture.tokenizer, lm.base_dir)
 
 
-def fingerprint(f: InputFile) -> dict:
-    """What of an input file enters the ingest step's hash (its content is not read)."""
+def fingerprint(f: InputFile, verify: str = "mtime") -> dict:
+    """What of an input file enters the ingest step's hash (its content is not read here):
+    its size and mtime; with `inputs.verify: content`, its size and change time (a remote
+    object's stamp: its store sets it)."""
     fp = {"rel": f.rel, "format": f.format, "compression": f.compression, "size": f.size, "mtime_ns": f.mtime_ns}
+    if verify == "content":
+        del fp["mtime_ns"]
+        fp.update(ctime_ns=f.ctime_ns or f.mtime_ns, verify="content")
     if f.unreadable:  # chmod does not change mtime: a file made readable again is read again
         fp["unreadable"] = f.unreadable
     return fp
@@ -96,7 +104,8 @@ def source_files(lm: LoadedMixture, sname: str, spec: SourceSpec) -> tuple[list[
                 continue
             st = p.stat()
             rel = os.path.relpath(m, base)
-            files[str(p.resolve())] = InputFile(str(p.resolve()), rel, fmt, comp, st.st_size, st.st_mtime_ns, unreadable)
+            files[str(p.resolve())] = InputFile(str(p.resolve()), rel, fmt, comp, st.st_size, st.st_mtime_ns, unreadable,
+                                                st.st_ctime_ns)
     return [files[k] for k in sorted(files)], problems
 
 

@@ -115,6 +115,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
         "steps": {s.name: record_mod.step_record(ctx, s, "PENDING") for s in ctx.steps},
         "layers": ctx.layer_stages(), "roles": ctx.roles(),  # which step is what, for the views of a finished run
         "engine": ctx.engine.model_dump(), "engine_from_env": ctx.engine_env,  # how steps were laid out (config/engine.py)
+        "inputs_verify": lm.mixture.inputs.verify,  # how input files were known unchanged (steps/ingest/verify.py)
         "mix_sources": ctx.mix.select.config.get("sources") if ctx.mix and ctx.mix.select else None,
     }
     record_mod.link_steps(ctx, run_dir)

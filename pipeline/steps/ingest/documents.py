@@ -66,6 +66,8 @@ class IngestSpec(TypedDict):
     split: dict  # steps/ingest/splits.py: the file and the part of it read
     index_partitions: NotRequired[int]  # the id index's partitions (steps/ingest/idindex.py)
     describe: str
+    verify: NotRequired[str]  # content: the split's files digested and compared with the earlier shard's (verify.py)
+    stamp: NotRequired[dict[str, int]]  # with it, each file's change time (left out of the partial key)
 
 
 def _duplicates(spec: IngestSpec, out) -> dict[int, tuple[str, str]]:
@@ -237,10 +239,15 @@ def parse(shard, split: dict) -> None:
 
 @task(version="2")
 def run_shard(spec: IngestSpec, out) -> dict:
+    from pipeline.steps.ingest import splits, verify
+
+    rk, same = verify.verified(spec, out, splits.paths(spec["split"]))  # inputs.verify: content
+    if same is not None:
+        return same
     shard = _Shard(spec, out)
     try:
         parse(shard, spec["split"])
-        return shard.close()
+        return {**shard.close(), **verify.recorded(rk)}
     except BaseException:
         shard.abort()
         raise

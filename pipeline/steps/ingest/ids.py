@@ -47,8 +47,13 @@ class IdsMapSpec(ingest.IngestSpec):
 
 @task(version=shuffle.VERSION)
 def map_shard(spec: IdsMapSpec, out) -> dict:
-    sink = ingest.IdSink(spec)
+    from pipeline.steps.ingest import splits, verify
+
     split = spec["split"]
+    rk, same = verify.verified(spec, out, splits.paths(split))  # inputs.verify: content
+    if same is not None:
+        return same
+    sink = ingest.IdSink(spec)
     ingest.parse(sink, split)
     h = np.array([xxhash.xxh3_64_intdigest(i.encode("utf-8", "surrogatepass")) for i in sink.ids], dtype=np.uint64)
     loc = np.array(sink.locs, dtype=np.int64)
@@ -59,7 +64,7 @@ def map_shard(spec: IdsMapSpec, out) -> dict:
     part = ((h >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32)  # ranges of the hash, in order
     shuffle.write_partitions(table, part.astype(np.int64), n, shuffle.map_file(fs.path(out.dir) / "buckets", out.index))
     kind = "line" if split["file"]["format"] == "jsonl" else "row"
-    return {"rows": len(sink.ids), "place": [split["file"]["path"], kind], "partitions": n}
+    return {"rows": len(sink.ids), "place": [split["file"]["path"], kind], "partitions": n, **verify.recorded(rk)}
 
 
 def partitions(total_rows: int) -> int:

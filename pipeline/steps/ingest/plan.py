@@ -22,7 +22,6 @@ from pathlib import Path
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import fs
 from pipeline.io.atomic import link_tree
-from pipeline.io.discover import InputFile
 from pipeline.plan import code
 from pipeline.plan.context import Context
 from pipeline.plan.sources import fingerprint
@@ -40,7 +39,19 @@ def plan(ctx: Context) -> list[Step]:
 
 def _source(ctx: Context, sname: str, spec) -> list[Step]:
     steps = []
-    fdicts = [f.to_dict() for f in ctx.files[sname]]
+    verify = ctx.mixture.inputs.verify
+    content = verify == "content"
+    # with inputs.verify: content a split names its files without their times: those are the shard's
+    # `stamp`, left out of its partial key; where a stamp moved the task reads the file and links its
+    # earlier shard when the bytes are the same (verify.py)
+    fdicts = [{k: v for k, v in f.to_dict().items() if not (content and k == "mtime_ns")} for f in ctx.files[sname]]
+    by_path = {f.path: f for f in ctx.files[sname]}
+    keyed = {"read_keyed": ("stamp",)} if content else {}
+
+    def stamped(spec: dict, paths: list[str]) -> dict:
+        if not content:
+            return spec
+        return {**spec, "verify": "content", "stamp": {p: fingerprint(by_path[p], verify)["ctime_ns"] for p in paths}}
     web_formats = sorted({f["format"] for f in fdicts} & {"warc", "html"})
     extract = spec.extractor(web_formats[0] if web_formats else None)
     ctx.extracts[sname] = bool(extract)
@@ -48,12 +59,13 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
     scan = None
     if to_scan:
         scan = Step(
-            f"scan-{sname}", "scan", {"files": [fingerprint(InputFile(**f)) for f in to_scan]}, [], splits.scan_shard,
-            shards=lambda st, stats: [{**f, "describe": f"scan {f['path']}"} for f in to_scan], shard_free=("files",),
+            f"scan-{sname}", "scan", {"files": [fingerprint(by_path[f["path"]], verify) for f in to_scan]}, [],
+            splits.scan_shard, shards=lambda st, stats: [stamped({**f, "describe": f"scan {f['path']}"}, [f["path"]])
+                                                          for f in to_scan], shard_free=("files",), **keyed,
         )
         steps.append(scan)
     ing_cfg = {
-        "source": sname, "files": [fingerprint(f) for f in ctx.files[sname]],
+        "source": sname, "files": [fingerprint(f, verify) for f in ctx.files[sname]],
         "text_field": spec.text_field, "id_field": spec.id_field, "hf_split": spec.hf_split,
         "hf_builder": spec.hf_builder, "on_bad_record": spec.on_bad_record, "max_shard_rows": spec.max_shard_rows,
         "max_shard_bytes": spec.max_shard_bytes, "max_doc_bytes": spec.max_doc_bytes, "tokenizer": ctx.tokenizer_id,
@@ -81,8 +93,9 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
                   "hf_split": spec.hf_split, "on_bad_record": spec.on_bad_record, "tokenizer": ctx.tokenizer,
                   "max_doc_bytes": spec.max_doc_bytes, **dups,
                   "extract": extract, "html_field": spec.html_field, "count_tokens": count_tokens}
-        return [{**common, **({"duplicates": None, "duplicate_files": None} if with_dups is not None and j not in with_dups
-                              else {}), "split": sp, "describe": sp["describe"]} for j, sp in enumerate(parts)]
+        return [stamped({**common, **({"duplicates": None, "duplicate_files": None} if with_dups is not None and j not in with_dups
+                                      else {}), "split": sp, "describe": sp["describe"]}, splits.paths(sp))
+                for j, sp in enumerate(parts)]
 
     before = [scan] if scan else []
     shards = ingest_shards
@@ -92,7 +105,8 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
             n = ids.partitions(len(specs) * spec.max_shard_rows)
             return [{**s, "partitions": n} for s in specs]
 
-        idm = Step(f"ids-{sname}", "ids-map", ing_cfg, before, ids.map_shard, shards=id_shards, shard_free=("files",))
+        idm = Step(f"ids-{sname}", "ids-map", ing_cfg, before, ids.map_shard, shards=id_shards, shard_free=("files",),
+                   **keyed)
         idmg = merge_step(f"merge-ids-{sname}", idm, ["buckets"], lambda stats: len(stats[idm.name]), ctx.store, ctx.engine)
 
         def unique_shards(st, stats):
@@ -116,7 +130,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
 
     # a shard's spec names its own file (with its size and mtime): the others' are left out of its key
     ing = Step(f"ingest-{sname}", "ingest", ing_cfg, before, documents.run_shard, shards=indexed,
-               code=code.extract_code(extract) if extract else {}, shard_free=("files",))  # the extractor's libraries or function
+               code=code.extract_code(extract) if extract else {}, shard_free=("files",), **keyed)  # the extractor's libraries or function
 
     ingm = merge_step(f"merge-id-index-{sname}", ing, ["index"], lambda stats: len(stats[ing.name]), ctx.store, ctx.engine)
 
@@ -144,4 +158,4 @@ def publish(ctx: Context, stats: dict) -> dict:
     return {}
 
 
-STAGE = Stage("ingest", plan, publish=publish)
+STAGE = Stage("ingest", plan, publish=publish, outputs=("quarantine",))

@@ -6,7 +6,7 @@ Parquet splits by row groups, and every split stays under `max_shard_rows` and
 from __future__ import annotations
 
 import math
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import pyarrow as pa
 
@@ -87,6 +87,11 @@ def plan_splits(files: list[dict], spec: dict, line_counts: dict[str, int]) -> l
     return out
 
 
+def paths(split: dict) -> list[str]:
+    """The input files a split reads."""
+    return [f["path"] for f in split["files"]] if "files" in split else [split["file"]["path"]]
+
+
 def describe(split: dict) -> str:
     f = split["file"]
     if "files" in split:
@@ -110,12 +115,19 @@ class ScanSpec(TypedDict):
     format: str
     compression: str | None
     size: int
-    mtime_ns: int
+    mtime_ns: NotRequired[int]  # not with inputs.verify: content (then `stamp`)
     unreadable: str | None
     describe: str
+    verify: NotRequired[str]  # content: the file's digest compared with the earlier shard's (verify.py)
+    stamp: NotRequired[dict[str, int]]
 
 
 def scan_shard(spec: ScanSpec, out) -> dict:
     """Scan task: the line count of one compressed file (for splitting by records)."""
+    from pipeline.steps.ingest import verify
+
+    rk, same = verify.verified(spec, out, [spec["path"]])
+    if same is not None:
+        return same
     res = readers.count_lines(spec["path"], spec["compression"])
-    return {"path": spec["path"], **res, "rows": 0}
+    return {"path": spec["path"], **res, "rows": 0, **verify.recorded(rk)}
