@@ -348,6 +348,32 @@ def link_or_copy(src, dst) -> bool:
     copy(src, dst)
     return False
 
+def link_all(pairs) -> bool:
+    """Every (src, dst) linked (or copied: `link_or_copy`), all or nothing: when one fails,
+    the ones made are removed before it returns False (a source gone: FileNotFoundError) or
+    raises, so a shard is never left half linked in a folder. A `dst` left by a stopped
+    run (the same bytes) is replaced."""
+    done = []
+    try:
+        for src, dst in pairs:
+            makedirs(path(dst).parent)
+            if is_local(dst) and os.path.lexists(dst):
+                os.unlink(dst)
+            link_or_copy(src, dst)
+            done.append(dst)
+    except BaseException as e:
+        for d in done:
+            try:
+                d = path(d)
+                d.unlink() if is_local(d) else d.fs.rm_file(d.path)
+            except (OSError, ValueError):
+                pass
+        if isinstance(e, FileNotFoundError):
+            return False
+        raise
+    return True
+
+
 def replace_dir(tmp, dest) -> None:
     """Put a finished directory in place of `dest` (local: two renames; object stores have
     no directories, so: delete the old prefix, then move the new one). Locally the old

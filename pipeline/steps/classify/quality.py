@@ -21,7 +21,7 @@ import pyarrow as pa
 import xxhash
 
 from filters.classifiers import family
-from pipeline.engine.cutoff import Prior, link_prior, prior_rows, prior_table, same_as_before
+from pipeline.engine.cutoff import Prior, key_array, link_prior, prior_rows, prior_table, same_as_before, text_keys
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs
 from pipeline.shards import readkey, select, view
@@ -74,7 +74,7 @@ class ScoreSpec(TypedDict):
     prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
 
 
-@task(version="3")  # 3: text_key, and the rows of an earlier shard whose texts are the same reused (2: keys/)
+@task(version="4")  # 4: 128-bit text keys; 3: text_key, and the rows of an earlier shard whose texts are the same reused (2: keys/)
 def score_shard(spec: ScoreSpec, out) -> dict:
     doc = spec["doc"]
     rk, state = readkey.shard(doc, ("text",))  # the keep mask and texts: not a dedup's cluster columns
@@ -102,7 +102,7 @@ def score_shard(spec: ScoreSpec, out) -> dict:
             parts_s.append(fam.score_vectors(model, vectors[start:start + batch.num_rows], spec["label"], options))
         else:
             tx = batch.column("text").to_pylist()
-            tk = np.fromiter((xxhash.xxh3_64_intdigest(t or "") for t in tx), np.uint64, len(tx))
+            tk = text_keys(tx)
             parts_k.append(tk)
             at = before.find(tk) if before is not None else np.full(len(tk), -1)
             sc = np.zeros(len(tx), np.float32)
@@ -120,7 +120,7 @@ def score_shard(spec: ScoreSpec, out) -> dict:
             "score": np.concatenate(parts_s) if parts_s else np.zeros(0, np.float32),
             "tie": np.concatenate(parts_t) if parts_t else np.zeros(0, np.uint32)}
     if vectors is None:  # what the next variant's shard looks its texts' scores up by
-        cols["text_key"] = np.concatenate(parts_k) if parts_k else np.zeros(0, np.uint64)
+        cols["text_key"] = key_array(np.concatenate(parts_k) if parts_k else np.zeros((0, 2), np.uint64))
     table = pa.table(cols)
     final = out.path(".parquet")
     atomic.write_table(table, final, compression="zstd")

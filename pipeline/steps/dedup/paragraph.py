@@ -121,13 +121,13 @@ SPAN = pa.struct([("start", pa.int64()), ("end", pa.int64()), ("kept_in", pa.str
 
 
 def _counted_before(spec: ParagraphApplySpec) -> dict[int, int]:
-    """xxh3-64 of a cut text -> its token count, from the earlier shard of this one's partial
+    """xxh3-128 of a cut text -> its token count, from the earlier shard of this one's partial
     key (engine/cutoff.prior_table: the same documents, tokenizer and parameters): a shard
     whose decisions moved counts only the cut texts it has not counted."""
     t = prior_table(spec, ["text", "n_tokens"])  # the layer's cut texts and their counts
     if t is None:
         return {}
-    return {xxhash.xxh3_64_intdigest(x): int(n) for x, n in zip(t.column("text").to_pylist(), t.column("n_tokens").to_pylist(),
+    return {xxhash.xxh3_128_intdigest(x): int(n) for x, n in zip(t.column("text").to_pylist(), t.column("n_tokens").to_pylist(),
                                                                  strict=True) if x is not None and n is not None}
 
 
@@ -210,7 +210,7 @@ def apply_shard(spec: ParagraphApplySpec, out) -> dict:
     if changed:  # a cut text's tokens, counted again (BPE counts do not subtract)
         c0 = time.process_time()
         before = _counted_before(spec) if spec.get("tokenizer") is not None else {}
-        keys = [xxhash.xxh3_64_intdigest(new_text[r]) for r in changed]
+        keys = [xxhash.xxh3_128_intdigest(new_text[r]) for r in changed]
         todo = [k for k, h in enumerate(keys) if h not in before]  # the earlier shard's counts of the same texts
         counts = tokens.count(spec.get("tokenizer"), [new_text[changed[k]] for k in todo]) if todo else []
         got = dict(zip(todo, counts if counts is not None else [0] * len(todo), strict=True))

@@ -24,19 +24,18 @@ from typing import NotRequired, TypedDict
 
 import numpy as np
 import pyarrow as pa
-import xxhash
 
 from pipeline.engine.step import shard_name, task
 from pipeline.io import atomic, fs
 from pipeline.plan import tokens
-from pipeline.engine.cutoff import Prior, prior_rows, same_as_before
+from pipeline.engine.cutoff import Prior, key_array, prior_rows, same_as_before, text_keys
 from pipeline.shards.documents import DocShard
 from pipeline.shards import readkey, shuffle, view
 from pipeline.steps.mix.tasks import MIX_ORDER
 from pipeline.steps.tokenize import formats, pack, registry
 
-# ids back to back, `ids_dtype` little-endian; text_key: xxh3-64 of the text encoded (a variant's lookup)
-SCHEMA = pa.schema([("row", pa.int64()), ("tokens", pa.large_binary()), ("text_key", pa.uint64())])
+# ids back to back, `ids_dtype` little-endian; text_key: xxh3-128 of the text encoded (a variant's lookup)
+SCHEMA = pa.schema([("row", pa.int64()), ("tokens", pa.large_binary()), ("text_key", pa.binary(16))])  # xxh3-128
 PROVENANCE = ".docs.parquet"  # beside every token file: which document holds which tokens
 _SAFE_CELL = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 
@@ -81,7 +80,7 @@ class EncodeSpec(TypedDict):
     prior: NotRequired[Prior]  # from the executor: the earlier shard of the same partial key
 
 
-@task(version="3")  # 3: text_key, and the texts an earlier shard encoded looked up, not encoded again
+@task(version="4")  # 4: 128-bit text keys; 3: text_key, and the texts an earlier shard encoded looked up, not encoded again
 def encode_shard(spec: EncodeSpec, out) -> dict:
     """One document shard's kept documents -> their token ids (no specials). A text the
     earlier shard of this one's partial key encoded (spec `prior`: the same documents and
@@ -100,7 +99,7 @@ def encode_shard(spec: EncodeSpec, out) -> dict:
     with dest.parquet(SCHEMA, compression="zstd", compression_level=1, use_dictionary=False) as w:
         for rows, b in view.kept_batches(d["documents"], d["layers"], ["text"], state=state):
             texts = b.column("text").to_pylist()
-            keys = np.fromiter((xxhash.xxh3_64_intdigest(t or "") for t in texts), np.uint64, len(texts))
+            keys = text_keys(texts)
             at = before.find(keys) if before is not None else np.full(len(texts), -1)
             hit, miss = np.flatnonzero(at >= 0), np.flatnonzero(at < 0)
             lengths, flat = tokens.encode_flat(spec["tokenizer"], [texts[j] for j in miss.tolist()] if len(hit) else texts)
@@ -110,7 +109,7 @@ def encode_shard(spec: EncodeSpec, out) -> dict:
                 place = np.empty(len(texts), np.int64)
                 place[hit], place[miss] = np.arange(len(hit)), len(hit) + np.arange(len(miss))
                 col = both.take(pa.array(place))
-            w.write_table(pa.table({"row": pa.array(rows, pa.int64()), "tokens": col, "text_key": keys}, schema=SCHEMA))
+            w.write_table(pa.table({"row": pa.array(rows, pa.int64()), "tokens": col, "text_key": key_array(keys)}, schema=SCHEMA))
             n += len(texts)
             looked_up += len(hit)
             total += int(unpack_ids(col, dtype)[0][-1])
