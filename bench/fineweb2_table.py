@@ -45,6 +45,22 @@ def _words(r: dict) -> str | None:
     return None
 
 
+# lid.176 labels (Wikipedia's codes) that FineWeb-2 covers under another ISO 639-3 code: `no` is what
+# lid.176 says of Bokmål (FineWeb-2's nob; nno is `nn`), `tl` Tagalog (fil), `als` Alemannic (gsw, not
+# Tosk Albanian's als), `bh` Bihari (its most written language, Bhojpuri)
+ALIASES = {"no": "nob", "tl": "fil", "als": "gsw", "bh": "bho"}
+
+
+def _rows(code: str, rows: list[dict]) -> list[dict]:
+    """tokenizer_assignment.csv's rows for a lid.176 label: its ISO 639-1 code's default rows;
+    else the alias's, or (a three-letter label) its ISO 639-3 code's, in their default script."""
+    got = [r for r in rows if r["code_1"] == code and r["default_code_1"] == "TRUE" and code not in ALIASES]
+    if got:
+        return got
+    three = ALIASES.get(code, code if len(code) == 3 else None)
+    return [r for r in rows if r["code_3"] == three and r["default_script"] == "TRUE"]
+
+
 def build(repo: Path) -> dict:
     """The table from a FineWeb-2 checkout, for lid.176's languages."""
     import datatrove
@@ -55,7 +71,7 @@ def build(repo: Path) -> dict:
     rows = list(csv.DictReader(open(Path(datatrove.__file__).parent / "assets" / "tokenizer_assignment.csv")))
     out: dict[str, dict] = {}
     for code in sorted(labels):
-        for r in (r for r in rows if r["code_1"] == code and r["default_code_1"] == "TRUE"):
+        for r in _rows(code, rows):
             cfg = repo / "configs" / f"{r['code_3']}_{r['script']}.yml"
             words = _words(r)
             if not cfg.exists() or words is None:
@@ -63,7 +79,7 @@ def build(repo: Path) -> dict:
             import yaml
 
             c = yaml.safe_load(cfg.read_text())
-            key = code if r["default_script"] == "TRUE" else f"{code}_{r['script']}"
+            key = code if r["default_script"] == "TRUE" or code in ALIASES or len(code) == 3 else f"{code}_{r['script']}"
             out[key] = {"fineweb2": f"{r['code_3']}_{r['script']}", "script": r["script"], "words": words,
                         **{k: c[k] for k in ("dup_line_frac", "top_n_grams", "dup_n_grams", "line_punct_thr",
                                              "new_line_ratio", "min_avg_word_length", "max_avg_word_length",
