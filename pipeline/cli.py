@@ -184,6 +184,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from pipeline.io import redact
+
+    redact.guard_streams()  # every log, progress and error line without a URL's credentials or tokens
     try:
         return _dispatch(args)
     except CurateError as e:
@@ -322,10 +325,12 @@ def _dispatch(args) -> int:
     if args.cmd == "validate":
         from pipeline.plan import sources
 
-        from pipeline.steps.tokenize.plan import check_formats
+        from pipeline.steps.tokenize.plan import check_formats, settings_of
 
-        files, _ = sources.check(lm)  # the same check `curate run` makes before it plans
+        files, tok = sources.check(lm)  # the same check `curate run` makes before it plans
         check_formats(lm)
+        if lm.mixture.tokenize is not None:  # the tokenizer, its specials and the formats' dtypes, as a plan checks them
+            settings_of(lm, tok)
         runner.check_owner(lm, lm.output_dir(None), overwrite=False)
         n = sum(len(v) for v in files.values())
         print(f"{args.mixture}: ok ({len(files)} sources, {n} input files)")

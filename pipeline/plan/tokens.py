@@ -169,6 +169,17 @@ def special_id(spec: str, token: str) -> int | None:
     return tok.token_to_id(token)
 
 
+def special_as_text(spec: str, token: str) -> bool:
+    """Whether the tokenizer's model itself turns the literal text of a special token into
+    the special's id (a word-level vocabulary holding `</s>` as a word): then a document
+    holding that text gets a false document boundary in the token files, whatever `load`
+    does with added tokens."""
+    if spec == "gpt2":
+        return False  # tiktoken encodes a special's text as text (encode_ordinary)
+    i = special_id(spec, token)
+    return i is not None and i in encode(spec, [f"a {token} b"])[0]
+
+
 def end_of_text(spec: str) -> tuple[str, int] | None:
     for t in END_OF_TEXT:
         i = special_id(spec, t)

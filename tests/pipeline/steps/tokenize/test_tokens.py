@@ -112,3 +112,31 @@ def test_ids_past_the_vocabulary_size_choose_a_wider_dtype(tmp_path):
     assert formats.dtype_for("memmap", "auto", tokens.vocab_size(spec)) == "uint32"
     with pytest.raises(ValueError, match="token id 70,000 does not fit uint16"):
         formats.write("memmap", tmp_path / "part-00000", np.array([5, 70_000], np.uint32), [2], "uint16", "t")
+
+
+def test_a_tokenizer_whose_model_encodes_a_specials_text_as_the_special_is_refused_at_plan_time(tmp_path):
+    """A word-level vocabulary holding `</s>` as a word turns the text `</s>` into the EOS id
+    whatever the added tokens say: a document holding it would split in two in the token
+    files. `curate validate` refuses it at the YAML key, naming the token; a BPE tokenizer
+    with `</s>` as an added special only (the Llama shape) is accepted."""
+    import tokenizers
+    from tokenizers import models, pre_tokenizers
+
+    from tests.conftest import curate, write_jsonl, write_yaml
+
+    words = {"[UNK]": 0, "</s>": 1, "a": 2, "b": 3, "text": 4}
+    tok = tokenizers.Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["</s>"])
+    tok.save(str(tmp_path / "words.json"))
+    spec = tokens.check("words.json", tmp_path)
+    assert tokens.special_as_text(spec, "</s>") and not tokens.special_as_text("gpt2", "<|endoftext|>")
+    write_jsonl(tmp_path / "d.jsonl", [{"text": "a text"}])
+    y = write_yaml(tmp_path / "m.yaml", """
+        name: t
+        sources: {d: {paths: [d.jsonl]}}
+        tokenize: {formats: [megatron], tokenizer: words.json}
+    """)
+    r = curate("validate", str(y))
+    assert r.returncode == 2 and "m.yaml:3: tokenize.tokenizer" in r.stderr and "'</s>'" in r.stderr, r.stderr
+    assert "false document boundary" in r.stderr and "Traceback" not in r.stderr
