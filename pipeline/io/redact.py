@@ -2,7 +2,8 @@
 
 `secrets(text)`: a URL's credentials (`s3://KEY:SECRET@host/...`, `https://user:token@...`) and
 query strings that carry tokens are cut from any string written to run.json, logs or a
-published folder. `portable(obj, base)`: for a published dataset, absolute local paths become
+published folder. `guard_streams()` makes every line a command prints (its log, progress and
+error lines, a library's warnings) pass through it. `portable(obj, base)`: for a published dataset, absolute local paths become
 paths relative to the mixture file's folder (`base`; without one, their last two
 components); host names and machine settings are left to the caller to drop.
 """
@@ -62,3 +63,28 @@ def _walk(obj, fn):
     if isinstance(obj, list):
         return [_walk(v, fn) for v in obj]
     return obj
+
+
+class _Redacting:
+    """A text stream that writes through another with `secrets` applied to each write (a
+    print's line: a URL is never split across two writes of one print)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(secrets(text) if ("@" in text or "=" in text) else text)
+        return len(text)
+
+    def __getattr__(self, name):  # flush, isatty, fileno, encoding...: the stream's own
+        return getattr(self._stream, name)
+
+
+def guard_streams() -> None:
+    """sys.stdout and sys.stderr through `secrets` from now on (once)."""
+    import sys
+
+    for name in ("stdout", "stderr"):
+        s = getattr(sys, name)
+        if s is not None and not isinstance(s, _Redacting):
+            setattr(sys, name, _Redacting(s))
