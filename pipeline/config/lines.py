@@ -1,7 +1,8 @@
 """Where a key is in the YAML file: key paths mapped to line numbers, and dotted names.
 
 Mapping keys to lines is also where a document's shape is first seen whole, so the walk
-refuses the shapes nothing after it could survive, with the line: an alias that contains
+refuses the shapes nothing after it could survive, with the line: a key given twice in one
+mapping (YAML keeps the last silently: two sources named `web`), an alias that contains
 itself (YAML allows it; validating it recursed without end), aliases that expand to a
 huge document from a small file ("billion laughs"), and nesting no mixture needs.
 """
@@ -38,6 +39,13 @@ def _walk(node: yaml.Node, loc: tuple, out: dict, path: set, seen: dict, depth: 
         raise Refused(here, f"{dotted(loc)}: nested deeper than {MAX_DEPTH} levels; a mixture file needs a few")
     if isinstance(node, yaml.MappingNode):
         items = [(k.value if isinstance(k, yaml.ScalarNode) else f"<{k.tag}>", k, v) for k, v in node.value]
+        first: dict = {}
+        for key, k, _ in items:  # YAML keeps the last of two equal keys and says nothing: two sources named web
+            if key in first and key != "<<":
+                raise Refused(k.start_mark.line + 1, f"{dotted(loc + (key,))}: given twice, at lines {first[key]} and "
+                                                     f"{k.start_mark.line + 1}; YAML would keep the second silently: "
+                                                     "rename one (or merge them)")
+            first.setdefault(key, k.start_mark.line + 1)
     elif isinstance(node, yaml.SequenceNode):
         items = [(i, v, v) for i, v in enumerate(node.value)]
     else:

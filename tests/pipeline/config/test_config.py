@@ -278,6 +278,18 @@ def test_recursive_aliases_alias_bombs_and_deep_nesting_are_config_errors(tmp_pa
     assert r.returncode == 2 and "Traceback" not in r.stderr and f"{p}:3: sources.web.again: an alias" in r.stderr
 
 
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path):
+    """YAML keeps the last of two equal keys and says nothing: two sources named `web`
+    validated as `ok (1 sources)`. Each mapping's keys are checked when lines are mapped."""
+    twice = GOOD.replace("filters:\n  english:", "  web:\n    paths: ['*.jsonl']\nfilters:\n  english:")
+    assert _err(tmp_path, twice).startswith("x.yaml:6: sources.web: given twice, at lines 3 and 6; YAML would keep")
+    filters = GOOD + "  english: {type: length, min_words: 5}\n"
+    assert _err(tmp_path, filters).startswith("x.yaml:9: filters.english: given twice, at lines 7 and 9")
+    p = write_yaml(tmp_path / "twice.yaml", twice)
+    r = curate("validate", str(p))
+    assert r.returncode == 2 and "ok (" not in r.stdout and f"{p}:6: sources.web: given twice" in r.stderr
+
+
 def test_symlink_loops_under_a_double_star_are_skipped_with_a_note(tmp_path):
     """glob follows a symlink to a folder it is inside until the OS's symlink limit: two
     loops made discovery exponential (it never ended). Each loop is skipped with a note;
