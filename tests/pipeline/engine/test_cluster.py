@@ -373,16 +373,33 @@ def test_removing_a_node_in_the_middle_of_a_step_loses_nothing(cluster, demo_cor
         procs = _procs()
         return [p for p, (_, cmd) in procs.items() if cmd.startswith("ray::run_shard") and _descends(p, raylet, procs)]
 
-    _wait_for(lambda: busy_node(), 300, "a shard running on the extra node", proc)
+    def writing() -> tuple[str, int] | None:  # a shard the extra node is writing: (step folder, shard)
+        for pid in busy_node():
+            try:
+                targets = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            except OSError:
+                continue
+            for t in targets:
+                m = re.search(r"/steps/([^/]+)/(?:[^/]+/)*part-(\d{5})[^/]*\.tmp-", t)
+                if m:
+                    return m.group(1), int(m.group(2))
+        return None
+
+    _wait_for(lambda: writing() is not None, 300, "a shard being written on the extra node", proc)
+    caught = writing()
     running = busy_node()
     steps = sorted(p.parent.name for p in (run_dir / "steps").glob("*/step.json") if not (p.parent / "_SUCCESS").exists())
     cluster.remove_node(doomed, allow_graceful=False)
     print(f"\nremoved node {doomed.node_id[:8]} at {time.time() - t0:.1f}s while it ran {len(running)} shard(s) "
-          f"(worker pids {running}); unfinished steps then: {', '.join(steps)}")
+          f"(worker pids {running}), writing {caught}; unfinished steps then: {', '.join(steps)}")
     _finish(proc, log)
     _assert_same_as_clean(run_dir, small_run)
     nodes = {atomic.read_json(p)["node"].split("/")[1] for p in (run_dir / "steps").glob("*/_markers/*.json")}
     print(f"run finished at {time.time() - t0:.1f}s; mixture identical to the clean run; shards recorded on {len(nodes)} nodes")
+    # the shard the removed node was writing was finished by a node that is still there
+    folder, shard = caught
+    marker = atomic.read_json(run_dir / "steps" / folder / "_markers" / f"part-{shard:05d}.json")
+    assert marker["node"].split("/")[1] != doomed.node_id[:8], (marker["node"], doomed.node_id)
 
 
 def test_a_relative_path_that_is_missing_inside_a_job_says_why(tmp_path):

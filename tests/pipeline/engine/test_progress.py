@@ -66,6 +66,17 @@ def test_a_run_prints_a_line_a_stage_or_json_lines_a_script_can_read(demo_corpus
     steps = [e for e in events if e["event"] in ("step_start", "progress", "step_end")]
     assert steps and {"stage", "step", "shards_done", "shards_total", "docs_per_s", "eta_s"} <= set(steps[0])
     ends = {e["step"]: e for e in events if e["event"] == "step_end"}
-    assert "mix" in ends and ends["mix"]["shards_done"] == ends["mix"]["shards_total"] and ends["mix"]["stage"] == "mix"
+    assert "mix" in ends and ends["mix"]["stage"] == "mix"
+    # every step that ran ends once, done, with the shards run.json records, after it started
+    rec = json.loads((tmp_path / "out" / "j" / "run.json").read_text())["steps"]
+    ran = {k for k, v in rec.items() if v["status"] == "SUCCESS" and v.get("shards")}
+    assert ran and ran <= set(ends), sorted(ran - set(ends))
+    for k in ran:
+        assert ends[k]["shards_done"] == ends[k]["shards_total"] == rec[k]["shards"], (k, ends[k], rec[k])
+    order = [(e["event"], e["step"]) for e in events if e["event"] in ("step_start", "step_end")]
+    for k in ends:
+        assert sum(1 for ev, st in order if ev == "step_end" and st == k) == 1, k
+        if ("step_start", k) in order:
+            assert order.index(("step_start", k)) < order.index(("step_end", k)), k
     verbose = curate("run", str(y2), "--workers", "2", "--verbose")
     assert verbose.returncode == 0 and "skip  done" in verbose.stderr  # the plan step by step

@@ -29,7 +29,7 @@ output: {out}
 tokenizer: gpt2
 sources:
   wiki: {{paths: ["{c}/wiki/*.parquet"], id_field: id, filters: [short]}}
-  web: {{paths: ["{c}/web/*.jsonl.zst"], filters: [rep, long], quality: {{classifier: wvw, buckets: 2}}}}
+  web: {{paths: ["{c}/web/*.jsonl.zst"], filters: [rep, long], quality: {{classifier: wvw, buckets: 2}}{web_extra}}}
   code: {{paths: ["{c}/code/*.jsonl"], id_field: id, filters: [huge]}}
 filters:
   rep: {{type: gopher_repetition}}
@@ -39,13 +39,15 @@ filters:
 dedup:
   exact: {{}}
   fuzzy: {{threshold: {threshold}}}
-  paragraph: {{min_chars: 50, max_occurrences: 5}}
+  paragraph: {{min_chars: 50, max_occurrences: 5}}{semantic}
 classifiers:
   wvw: {{type: fasttext, {examples}, max_examples_per_class: 1500, epochs: {epochs}}}
-mixture: {{target_tokens: 150000, weights: {{web/q2: 0.4, wiki: 0.4, code: 0.2}}, shard_tokens: 40000, on_shortfall: renormalize}}
-tokenize: {{formats: [megatron]}}
+mixture: {{{mixture}, shard_tokens: 40000, on_shortfall: renormalize}}
+tokenize: {{formats: [{formats}]}}
 """
-BASE = {"min_chars": 50, "max_chars": 20000, "threshold": 0.8, "epochs": 3, "examples": "positive: [wiki], negative: [web]"}
+BASE = {"min_chars": 50, "max_chars": 20000, "threshold": 0.8, "epochs": 3, "examples": "positive: [wiki], negative: [web]",
+        "web_extra": "", "semantic": "", "formats": "megatron",
+        "mixture": "target_tokens: 150000, weights: {web/q2: 0.4, wiki: 0.4, code: 0.2}"}
 
 
 def _zst(path: Path, lines: list[str]) -> None:
@@ -89,15 +91,18 @@ def _run(corpus: Path, out: Path, name: str, env: dict, **params) -> tuple[Path,
 
 
 def _bytes(run: Path) -> dict[str, str]:
-    """sha256 of the mixture files, token files and published samples (paths to the run
-    directory left out), and the ledger's counts."""
-    got = {}
-    for sub in ("mixture", "tokenized", "samples"):
-        for p in sorted((run / sub).rglob("*")):
-            if p.is_file():
-                got[str(p.relative_to(run))] = hashlib.sha256(p.read_bytes().replace(str(run).encode(), b"RUN")).hexdigest()
-    led = atomic.read_json(run / "ledger.json")
-    got["ledger"] = hashlib.sha256(json.dumps(led["sources"], sort_keys=True).encode()).hexdigest()
+    """sha256 of every output a user reads (bench/fuzz_reuse.outputs: the mixture, token files,
+    samples, validation split, quarantine, report.json, manifest.json and the ledger, less
+    their timings; paths to the run, its store and its output folder left out). The config
+    hash is left out too: a fresh run's YAML names another output folder."""
+    from bench.fuzz_reuse import outputs, timeless
+
+    got = outputs(run, [str(run.parent / "_store"), str(run.parent)])
+    for name in ("report.json", "manifest.json"):  # again, without the config hash
+        if (run / name).exists():
+            doc = json.loads((run / name).read_text())
+            doc.pop("config_hash", None)
+            got[name] = hashlib.sha256(json.dumps(timeless(doc), sort_keys=True).encode()).hexdigest()
     return got
 
 
@@ -326,3 +331,23 @@ def test_a_selection_fanned_out_to_tasks_gives_the_same_bytes(chain, tmp_path):
     assert ms[0]["select_tasks"] >= 2 * 2, ms  # the histogram and at least one bin, in 2 tasks each
     ms = read_markers(out / "_store" / "steps" / steps["samples"]["dir"].split("/")[-1])
     assert any(m.get("merge_tasks", 0) >= 2 for m in ms.values()), ms  # web's picks merged by a tree too
+
+
+SEMANTIC = "\n  semantic: {threshold: 0.9, sample: 500}"
+PHASES = ("phases: [{name: early, target_tokens: 80000, weights: {web/q2: 0.5, wiki: 0.5}}, "
+          "{name: late, target_tokens: 60000, weights: {code: 0.4, wiki: 0.3, web/q2: 0.3}}]")
+
+
+def test_semantic_dedup_topic_clusters_and_levanter_caches_give_the_bytes_of_a_fresh_run(chain):
+    steps, _ = chain.step("semantic", semantic=SEMANTIC, web_extra=", topics: {clusters: 2, sample: 500}",
+                          formats="megatron, levanter")
+    assert computed(steps, "dedup-semantic") >= 1 and computed(steps, "tokens-levanter") >= 1, steps.keys()
+    assert computed(steps, "filter-web") == 0  # what the edit does not touch is not computed
+
+
+def test_phases_then_a_weights_only_edit_give_the_bytes_of_a_fresh_run(chain):
+    chain.step("phases", semantic="", web_extra="", formats="megatron", mixture=PHASES)
+    steps, _ = chain.step("phaseweights", mixture=PHASES.replace("web/q2: 0.5, wiki: 0.5", "web/q2: 0.7, wiki: 0.3"))
+    for s in ("filter-web", "dedup-exact-map", "classify-wvw-web", "tokenize-web", "mix-priority"):
+        assert computed(steps, s) == 0, (s, steps[s])  # a weights edit computes the selection and what follows it only
+    assert steps["mix"]["computed"] >= 1
