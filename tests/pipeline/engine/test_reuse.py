@@ -295,7 +295,7 @@ def test_a_shard_whose_keep_mask_alone_moved_links_its_scores(chain, tmp_path):
     file (every row is scored, kept or not) and reads no text; the bytes are a fresh run's."""
     model = tmp_path / "wvw.bin"
     shutil.copy(next((chain.tmp / "out" / "first" / "steps").glob("classify-wvw-train-*")) / "model.bin", model)
-    text = MIX.replace("  paragraph: {{min_chars: 50, max_occurrences: 5}}\n", "")
+    text = MIX.replace("  paragraph: {{min_chars: 50, max_occurrences: 5}}{semantic}\n", "{semantic}")
     assert text != MIX
 
     def run(out: Path, name: str, max_chars: int) -> dict:

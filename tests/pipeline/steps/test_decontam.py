@@ -137,17 +137,18 @@ def test_planted_eval_items_are_found_and_a_clean_corpus_loses_nothing(planted, 
 def test_shorter_ngrams_are_stated_not_assumed(planted, joined):
     """The same corpus with 8-grams: what it adds on the changed items and costs in false positives."""
     d, n_clean = planted
-    found = {}
+    found, removed = {}, {}
     for n in (13, 8):  # both here: the gain is measured against the defaults in the same test
         _, dec = _run(d, f"dc{n}g", "2", 4000, ngram=n, env=joined)
-        removed = {i for i, (k, _) in dec.items() if k is False}
+        removed[n] = {i for i, (k, _) in dec.items() if k is False}
         changed = [i for i in dec if i.startswith("changed-")]
-        false = [i for i in removed if i.startswith("clean-")]
-        found[n] = (sum(i in removed for i in changed), len(false))
-        assert all(i in removed for i in dec if i.startswith(("verbatim-", "split-", "question-")))
+        false = [i for i in removed[n] if i.startswith("clean-")]
+        found[n] = (sum(i in removed[n] for i in changed), len(false))
+        assert all(i in removed[n] for i in dec if i.startswith(("verbatim-", "split-", "question-")))
     print(f"\nchanged items found: 13-grams {found[13][0]}/{len(changed)}, 8-grams {found[8][0]}/{len(changed)}; "
           f"false positives on {n_clean:,} clean documents: {found[13][1]} and {found[8][1]}")
-    assert found[8][0] > found[13][0]  # shorter n-grams find more of the reworded items ...
+    assert removed[13] <= removed[8]  # shorter n-grams find everything 13-grams find, and the reworded items as often ...
+    assert found[8][0] >= found[13][0] >= len(changed) // 2
     assert found[8][1] <= n_clean // 200  # ... at a cost in false positives stated, not assumed: at most 0.5%
 
 
