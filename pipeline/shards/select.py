@@ -15,7 +15,13 @@ when they are hashes); the answer is exact, the same as one pass over every key.
 
 Cost: the map is part of a per-shard task that reads its shard anyway; the merge reads
 one footer (~70 KB at most) and about one row group per shard: O(shards), not
-O(documents). Past `group` files (1,024: `engine.select_group`) a selecting task given a
+O(documents). The bin that holds an answer is read only when it holds at most `max_bin`
+keys (2^20). A bin of more (scores: a float's top 12 bits put 6-40% of the keys in one
+bin; hashes at 10^10 documents: 2.4 million a bin) is refined first, through the same
+tree: each file's keys in the bin are counted by their next 12 bits (a histogram, never
+the keys, leaves a task), the sub-bin holding the answer is found, and so on until it
+holds at most `max_bin` keys or is one key value. No task holds more than `max_bin` keys
+of a bin, at any size; the answer is the same. Past `group` files (1,024: `engine.select_group`) a selecting task given a
 `mapper` (the steps' rounds of tasks) reads none itself: tasks of `group` files each sum
 their footers' histograms, then read the answer's bin from their files, and the selecting
 task adds up their results. At 2.5x10^10 documents (333,334 shards of scores) one task
@@ -37,6 +43,7 @@ from pipeline.io import atomic, fs
 BITS = 12
 SHIFT = np.uint64(64 - BITS)
 ROWS = 1024
+MAX_BIN = 1 << 20  # keys of the answer's bin read into one task at most; a fuller bin is refined first
 META = b"curate.histogram"
 SCHEMA = pa.schema([("key", pa.uint64()), ("weight", pa.int64())])
 
@@ -117,6 +124,8 @@ class KeySet:
         self.mapper, self.group = mapper, max(2, group)
         self._hist: tuple[np.ndarray, np.ndarray] | None = None
         self.tasks = 0  # tree tasks run
+        self.largest_read = 0  # keys of a bin read into this task at once, at most
+        self.refinements = 0  # sub-histograms taken (bins past max_bin)
 
     def _map(self, fn, *args) -> list:
         got, tasks = grouped(fn, self.paths, self.mapper, self.group, *args)
@@ -133,10 +142,21 @@ class KeySet:
             self._hist = counts, weights
         return self._hist
 
-    def bin(self, d: int) -> pa.Table:
-        """Every key in histogram bin `d` (with its weight), from every file, unsorted."""
-        parts = [t for t in self._map(group_bin, d) if t.num_rows]
+    def bin(self, d: int, bits: int = BITS) -> pa.Table:
+        """Every key whose top `bits` bits are `d` (with its weight), from every file, unsorted."""
+        parts = [t for t in self._map(group_bin, d, bits) if t.num_rows]
+        self.largest_read = max(self.largest_read, sum(t.num_rows for t in parts))
         return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
+
+    def sub_histogram(self, d: int, bits: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, weights) of the keys whose top `bits` bits are `d`, by their next `step` bits."""
+        counts = np.zeros(1 << step, np.int64)
+        weights = np.zeros(1 << step, np.int64)
+        self.refinements += 1
+        for c, w in self._map(group_sub_histogram, d, bits, step):
+            counts += c
+            weights += w
+        return counts, weights
 
 
 def group_histogram(paths: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -149,14 +169,37 @@ def group_histogram(paths: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return counts, weights
 
 
-def group_bin(paths: list[str], d: int) -> pa.Table:
-    """The keys of histogram bin `d` in some key files (row-group statistics skip the rest): a tree task."""
-    lo = np.uint64(d) << SHIFT
-    cond = pc.field("key") >= pa.scalar(lo, pa.uint64())
-    if d + 1 < (1 << BITS):
-        cond = cond & (pc.field("key") < pa.scalar(np.uint64(d + 1) << SHIFT, pa.uint64()))
+def _in_bin(d: int, bits: int):
+    """The filter of the keys whose top `bits` bits are `d`."""
+    shift = 64 - bits
+    lo = d << shift
+    cond = pc.field("key") >= pa.scalar(np.uint64(lo), pa.uint64())
+    if (d + 1) << shift < 1 << 64:
+        cond = cond & (pc.field("key") < pa.scalar(np.uint64((d + 1) << shift), pa.uint64()))
+    return cond
+
+
+def group_bin(paths: list[str], d: int, bits: int = BITS) -> pa.Table:
+    """The keys of bin `d` (top `bits` bits) in some key files (row-group statistics skip the rest): a tree task."""
+    cond = _in_bin(d, bits)
     parts = [t for t in fs.read_many(lambda p: _read(p, cond), paths) if t.num_rows]
     return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
+
+
+def group_sub_histogram(paths: list[str], d: int, bits: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """The keys of bin `d` (top `bits` bits) in some key files, counted by their next `step`
+    bits (counts, weights): a tree task that returns a histogram, never the keys; it holds
+    one file's keys of the bin at a time."""
+    cond = _in_bin(d, bits)
+    counts = np.zeros(1 << step, np.int64)
+    weights = np.zeros(1 << step, np.int64)
+    shift, mask = np.uint64(64 - bits - step), np.uint64((1 << step) - 1)
+    for t in fs.read_many(lambda p: _read(p, cond), paths):
+        if t.num_rows:
+            sub = ((t.column("key").to_numpy() >> shift) & mask).astype(np.int64)
+            counts += np.bincount(sub, minlength=1 << step)
+            weights += np.bincount(sub, weights=t.column("weight").to_numpy(), minlength=1 << step).astype(np.int64)
+    return counts, weights
 
 
 def _keyset(keys) -> KeySet:
@@ -175,9 +218,10 @@ def cutoff(keys, want: int) -> tuple[int, int, int]:
     return cutoffs(keys, [want])[0]
 
 
-def cutoffs(keys, wants: list[int]) -> list[tuple[int, int, int]]:
+def cutoffs(keys, wants: list[int], max_bin: int = MAX_BIN) -> list[tuple[int, int, int]]:
     """`cutoff` for several wants at once (quantile edges): the footers are read once,
-    and each histogram bin that holds an answer is read once."""
+    and each histogram bin that holds an answer is read once (refined first when it holds
+    more than `max_bin` keys: `_refined`)."""
     ks = _keyset(keys)
     counts, weights = ks.histogram()
     cum = np.cumsum(weights)
@@ -191,16 +235,53 @@ def cutoffs(keys, wants: list[int]) -> list[tuple[int, int, int]]:
             where.append((d, want - (int(cum[d - 1]) if d else 0)))
     out: list = [None] * len(wants)
     for d in sorted({d for d, _ in where}):  # one bin in memory at a time
-        t = ks.bin(d).sort_by([("key", "ascending")])  # the order of equal keys changes no answer
-        keys, w = t.column("key").to_numpy(), np.cumsum(t.column("weight").to_numpy())
-        for j, (dj, need) in enumerate(where):
-            if dj != d:
-                continue
-            i = len(keys) - 1 if need is None else int(np.searchsorted(w, need))
-            c = int(keys[i])
-            last = int(np.searchsorted(keys, np.uint64(c), side="right"))  # equal keys: all of them are <= c
-            out[j] = (c, int(counts[:d].sum()) + last, int(weights[:d].sum()) + int(w[last - 1]))
+        js = [j for j, (dj, _) in enumerate(where) if dj == d]
+        if counts[d] > max_bin:  # too many keys for one task: refined through the tree, an answer at a time
+            for j in js:
+                out[j] = _refined(ks, d, where[j][1], int(counts[:d].sum()), int(weights[:d].sum()), max_bin)
+            continue
+        found = _in_keys(ks.bin(d), [where[j][1] for j in js])
+        for j, (c, n, w) in zip(js, found):
+            out[j] = (c, int(counts[:d].sum()) + n, int(weights[:d].sum()) + w)
     return out
+
+
+def _in_keys(t: pa.Table, needs: list[int | None]) -> list[tuple[int, int, int]]:
+    """For each weight still needed (None: the largest key), among these keys: (the cutoff
+    key, keys <= it, their weight)."""
+    t = t.sort_by([("key", "ascending")])  # the order of equal keys changes no answer
+    keys, w = t.column("key").to_numpy(), np.cumsum(t.column("weight").to_numpy())
+    out = []
+    for need in needs:
+        i = len(keys) - 1 if need is None else int(np.searchsorted(w, need))
+        c = int(keys[i])
+        last = int(np.searchsorted(keys, np.uint64(c), side="right"))  # equal keys: all of them are <= c
+        out.append((c, last, int(w[last - 1])))
+    return out
+
+
+def _refined(ks: KeySet, d: int, need: int | None, before_n: int, before_w: int, max_bin: int) -> tuple[int, int, int]:
+    """The cutoff inside bin `d` (top BITS bits) of more than `max_bin` keys: the bin's keys
+    counted by their next BITS bits through the tree, the sub-bin holding the answer kept,
+    until it holds at most `max_bin` keys (then read) or is one key value (64 bits known)."""
+    bits = BITS
+    while True:
+        step = min(BITS, 64 - bits)
+        c, w = ks.sub_histogram(d, bits, step)
+        if need is None:  # the largest key: the last sub-bin that holds one
+            s = int(np.flatnonzero(c)[-1])
+        else:
+            cum = np.cumsum(w)
+            s = min(int(np.searchsorted(cum, need)), len(cum) - 1)
+            need -= int(cum[s - 1]) if s else 0
+        before_n += int(c[:s].sum())
+        before_w += int(w[:s].sum())
+        d, bits = (d << step) | s, bits + step
+        if bits == 64:  # one key value: every key of the sub-bin is it
+            return d, before_n + int(c[s]), before_w + int(w[s])
+        if c[s] <= max_bin:
+            key, n, wt = _in_keys(ks.bin(d, bits), [need])[0]
+            return key, before_n + n, before_w + wt
 
 
 def _read(path, cond) -> pa.Table:

@@ -95,3 +95,38 @@ def test_key_files_name_a_folder_and_a_range_and_read_as_the_paths_would(tmp_pat
     assert select.totals(spec) == select.totals(listed)
     assert select.cutoff(spec, 700) == select.cutoff(listed, 700)
     assert select.totals(select.key_files(str(tmp_path), 3, 3)) == (0, 0)  # a source with no shard
+
+
+@pytest.mark.parametrize("layout", ["random", "clustered", "ties", "floats"])
+def test_a_full_bin_is_refined_and_no_task_reads_more_than_max_bin_keys(tmp_path, layout):
+    """A bin of more than `max_bin` keys is refined by the next 12 bits through the tree
+    before any key is read (float scores put 6-40% of the keys in one top-12-bit bin;
+    hashes at 10^10 documents 2.4 million): the answers are a sort's, and no read gathers
+    more than `max_bin` keys. With max_bin 50, every answer but the random layout's takes a
+    refinement (ties: the answer is one key value, found by its 64 bits)."""
+    from pipeline.steps.rounds import fan_out
+
+    rng = np.random.default_rng({"random": 11, "clustered": 12, "ties": 13, "floats": 14}[layout])
+    files, all_k, all_w = [], [], []
+    for j in range(5):
+        n = [2000, 0, 1500, 1, 2500][j]
+        if layout == "random":
+            k = rng.integers(0, 2**64, n, dtype=np.uint64)
+        elif layout == "clustered":
+            k = (np.uint64(77) << np.uint64(52)) | rng.integers(0, 2**30, n, dtype=np.uint64)
+        elif layout == "ties":
+            k = (np.uint64(5) << np.uint64(52)) | (rng.integers(0, 40, n, dtype=np.uint64) << np.uint64(20))
+        else:  # complemented float32 scores in (0.9, 1), as a quality threshold's keys
+            k = ~(rng.uniform(0.9, 1.0, n).astype(np.float32).view(np.uint32).astype(np.uint64) << np.uint64(32))
+        w = rng.integers(1, 900, n).astype(np.int64) * (rng.random(n) > 0.1)
+        files.append(str(tmp_path / f"s{j}.parquet"))
+        select.write_keys(files[-1], k, w)
+        all_k.append(k)
+        all_w.append(w)
+    keys, weights = np.concatenate(all_k), np.concatenate(all_w)
+    total = int(weights.sum())
+    wants = sorted({1, 777, total // 3, total // 2, total - 1, total, total + 9})
+    for ks in (select.KeySet(files), select.KeySet(files, lambda fn, batch: fan_out(fn, batch), group=2)):
+        assert select.cutoffs(ks, wants, max_bin=50) == [_reference(keys, weights, w) for w in wants]
+        assert ks.largest_read <= 50, ks.largest_read
+        assert (ks.refinements >= len(wants) - 1) == (layout != "random"), ks.refinements
