@@ -9,7 +9,7 @@ semantic (WordLlama embeddings, k-means clusters). A step whose work follows its
 bucket's rows, a cluster's members) must spread them over its reducers; semantic dedup once
 sent every row to one (cluster numbers below 2^32 all fell in partition 0).
 
-    python -m bench.partitions [--docs 1500] [--partitions 8] [--json F]
+    python -m bench.partitions [--docs 1500] [--partitions 8] [--clusters 64] [--json F]
 
 Prints, per reduce step, its tasks, the largest task's rows, the mean and their ratio
 (target: at most 2x). Not a test: nothing here gates CI.
@@ -58,7 +58,7 @@ def corpus(folder: Path, n: int) -> Path:
     return folder
 
 
-def run(folder: Path, partitions: int) -> Path:
+def run(folder: Path, partitions: int, clusters: int) -> Path:
     y = folder / "p.yaml"
     y.write_text(f"""name: p
 output: out
@@ -69,7 +69,7 @@ dedup:
   exact: {{}}
   fuzzy: {{}}
   paragraph: {{}}
-  semantic: {{}}
+  semantic: {{clusters: {clusters}}}
 mixture: {{weights: {{docs: 1.0}}}}
 """)
     r = subprocess.run([sys.executable, "-m", "pipeline", "run", str(y), "--quiet"], cwd=ROOT, capture_output=True, text=True)
@@ -101,11 +101,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=1500, help="documents of each kind, before the planted copies")
     ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--clusters", type=int, default=64, help="semantic dedup's k-means clusters (its partitions are at most k)")
     ap.add_argument("--tmp", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     folder = corpus((a.tmp or Path(tempfile.mkdtemp(prefix="curate-parts-"))) / "corpus", a.docs)
-    res = balance(run(folder, a.partitions))
+    res = balance(run(folder, a.partitions, a.clusters))
     print(f"dedup reducers over {a.partitions} partitions, {a.docs:,} documents of each of 5 kinds (+ copies):")
     print("| step | tasks | rows | largest task | mean | largest / mean |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
