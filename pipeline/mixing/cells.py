@@ -362,6 +362,47 @@ def index(source_cells: list[dict], buckets: np.ndarray | None, n: int, topics: 
     return out
 
 
+def tally(acc: dict, d: dict) -> None:
+    """Add one document shard's counts (its markers': kept, tokens, per bucket, per (topic,
+    bucket), per (axis value, bucket, topic)) to a source's running sums `acc`: O(groups) a
+    shard, whatever the number of cells. `available(cells, tallied(acc))` is then the sum
+    of `available(cells, d)` over the shards, computed once (at 500 cells x 400 groups,
+    per shard it cost 34-63 ms in the driver: hours at 5 x 10^5 shards)."""
+    acc["kept"] = acc.get("kept", 0) + d["kept"]
+    acc["tokens"] = acc.get("tokens", 0) + d["tokens"]
+    if "bucket_docs" in d:
+        for key in ("bucket_docs", "bucket_tokens"):
+            have, add = acc.setdefault(key, []), d[key]
+            if len(add) > len(have):
+                have.extend([0] * (len(add) - len(have)))
+            for i, v in enumerate(add):
+                have[i] += v
+    if "groups" in d:
+        g = acc.setdefault("groups", {})
+        for topic, bucket, nd, nt in d["groups"]:
+            k = (topic, bucket)
+            x = g.get(k)
+            g[k] = (nd, nt) if x is None else (x[0] + nd, x[1] + nt)
+    if "axis_groups" in d:
+        g = acc.setdefault("axis_groups", {})
+        for value, bucket, nd, nt, *topic in d["axis_groups"]:
+            k = (value, bucket, topic[0] if topic else "")
+            x = g.get(k)
+            g[k] = (nd, nt) if x is None else (x[0] + nd, x[1] + nt)
+
+
+def tallied(acc: dict) -> dict:
+    """A source's sums (`tally`) in the shape of one document shard's counts."""
+    out = {"kept": acc.get("kept", 0), "tokens": acc.get("tokens", 0)}
+    if "bucket_docs" in acc:
+        out.update(bucket_docs=acc["bucket_docs"], bucket_tokens=acc["bucket_tokens"])
+    if "groups" in acc:
+        out["groups"] = [[t, b, nd, nt] for (t, b), (nd, nt) in sorted(acc["groups"].items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))]
+    if "axis_groups" in acc:
+        out["axis_groups"] = [[v, b, nd, nt, t] for (v, b, t), (nd, nt) in sorted(acc["axis_groups"].items())]
+    return out
+
+
 def available(cell_list: list[Cell], d: dict) -> dict[str, tuple[int, int]]:
     """(kept docs, kept tokens) per cell of one document shard `d`, from its markers: per
     (topic, bucket) group (a topic step), per bucket (a quality step), or the whole shard."""

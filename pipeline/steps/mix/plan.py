@@ -1,5 +1,7 @@
 """The mix stage's plan: every kept document to the mixture's shards (tasks.py says how).
 
+    mix-budget     one task: each source's cells with their epochs (cells/<source>.json), counted
+                   by the driver from the shards' sums of their markers' groups
     mix-priority   per document shard: priorities and tokens of the kept documents, per cell
     mix-select     one task: each cell's budget and priority cutoff, exact
     mix-route      per document shard: every chosen (document, epoch) to its output shard
@@ -90,18 +92,33 @@ def plan(ctx: Context) -> list[Step]:
         return [{**cell_dicts[k][c.name], "epoch": epochs[k].get(c.name)}
                 for k, ph in enumerate(ph_list) for c in ph["cells"] if c.source == source]
 
+    def budget_shards(st, stats):
+        """One task: each source's cells (membership, seed, epoch) written as cells/<source>.json,
+        and each phase's availability and budget in its marker. The driver counts the cells once
+        from the shards' sums (cell_available), and no per-shard spec carries a cell."""
+        out, epochs = cell_budgets(stats)
+        return [{"sources": {s: of_source(s, epochs) for s in mixed},
+                 "phases": [{"available": a, "available_docs": ad, "budget": b} for a, ad, b in out],
+                 "epochs": epochs, "describe": "the mixture's budget"}]
+
+    budget_step = Step("mix-budget", "mix-budget", cfg, upstream + ([langs] if langs else []), tasks.budget_shard,
+                       shards=budget_shards, cpus=0)
+
     def priority_shards(st, stats):
-        _, epochs = cell_budgets(stats)
-        return ({"doc": d, "seed": m.seed, "cells": of_source(d["source"], epochs),
+        cdir = budget_step.dir(ctx.store) / "cells"
+        return ({"doc": slim(d), "seed": m.seed, "cells": str(cdir / f"{d['source']}.json"),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in mixed_docs(stats))
 
-    # a shard's spec carries all that decides its keys (its cells' membership, seed and epoch): the weights
-    # and targets stay out of its key, so a weights edit recomputes only the sources whose epochs it moves
-    priority = Step("mix-priority", "mix-priority", cfg, upstream + ([langs] if langs else []), tasks.priority_shard,
-                    shards=priority_shards, position_free=True, shard_free=tuple(k for k in cfg if k != "seed"))
+    # a shard's spec names the file of its source's cells (membership, seed and epoch: all that decides its
+    # keys), keyed by its bytes: a weights edit recomputes only the sources whose epochs it moves
+    priority = Step("mix-priority", "mix-priority", cfg, upstream + ([langs] if langs else []) + [budget_step],
+                    tasks.priority_shard, shards=priority_shards, position_free=True,
+                    shard_free=tuple(k for k in cfg if k != "seed"))
 
     def select_shards(st, stats):
-        out, epochs = cell_budgets(stats)
+        b0 = stats[budget_step.name][0]
+        out = [(ph["available"], ph["available_docs"], ph["budget"]) for ph in b0["phases"]]
+        epochs = b0["epochs"]
         pdir = priority.dir(ctx.store)
         span = ctx.source_spans(stats, mixed)  # each source's shards: one run of the mixed shards' numbers
         phases = []
@@ -120,10 +137,8 @@ def plan(ctx: Context) -> list[Step]:
     select.meta["engine"] = {"select_group": ctx.engine.select_group}
 
     def route_shards(st, stats):
-        phases = bm.phase_selections(stats[select.name][0])
-        return ({"doc": d, "seed": m.seed, "phases": [
-                    {"name": name, "cells": [bm.deciding(c) for c in bm.source_cells(sel["sources"][d["source"]])], "n_shards": sel["n_shards"],
-                     "offset": offset} for name, sel, offset in phases],
+        ddir = select.dir(ctx.store) / "decide"  # each source's cells cut to what decides (select writes them)
+        return ({"doc": slim(d), "seed": m.seed, "phases": str(ddir / f"{d['source']}.json"),
                  **({"tokens": str(tok[d["source"]].dir(ctx.store) / f"{shard_name(d['index'])}.parquet")} if tok else {}),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"}
                 for d in mixed_docs(stats))
@@ -148,8 +163,17 @@ def plan(ctx: Context) -> list[Step]:
 
     write = Step("mix", "mix", {}, [route, merged], tasks.write_shard, shards=write_shards)
     ctx.mix = MixSteps(priority, select, route, write, ph_list, mixed_docs)
-    ctx.fate = list(ctx.steps) + ([langs] if langs else []) + [priority, select]  # up to the mixture's selection, not its files
-    return ([langs] if langs else []) + [priority, select, route, merged, write]
+    ctx.fate = list(ctx.steps) + ([langs] if langs else []) + [budget_step, priority, select]  # up to the selection
+    return ([langs] if langs else []) + [budget_step, priority, select, route, merged, write]
+
+
+COUNTS = ("bucket_docs", "bucket_tokens", "groups", "axis_groups")  # the driver's, for the cells' availability
+
+
+def slim(d: dict) -> dict:
+    """A document shard as a task's spec carries it: without the counts only the driver reads
+    (per bucket, topic and axis value: ~cells entries a shard)."""
+    return {k: v for k, v in d.items() if k not in COUNTS}
 
 
 def upstream_steps(step: Step) -> list[Step]:
@@ -208,8 +232,12 @@ def cell_available(docs: Iterable[dict], cell_list: list) -> tuple[dict[str, int
     by_source: dict[str, list] = {}
     for c in cell_list:
         by_source.setdefault(c.source, []).append(c)
-    for d in docs:
-        for name, (nd, nt) in cells.available(by_source.get(d["source"], []), d).items():
+    sums: dict[str, dict] = {}
+    for d in docs:  # a shard's groups added to its source's sums; the cells are counted once, from the sums
+        if d["source"] in by_source:
+            cells.tally(sums.setdefault(d["source"], {}), d)
+    for source, acc in sums.items():
+        for name, (nd, nt) in cells.available(by_source[source], cells.tallied(acc)).items():
             avail[name] += nt
             avail_docs[name] += nd
     return avail, avail_docs
@@ -218,7 +246,7 @@ def cell_available(docs: Iterable[dict], cell_list: list) -> tuple[dict[str, int
 def available_now(ctx: Context) -> tuple[list[str], list[dict[str, int]]]:
     """The kept tokens per cell of each phase as the mix would count them from the current
     outputs: ([], one dict a phase), or (the steps the mix reads that are not done, [])."""
-    upstream = upstream_steps(ctx.mix.priority)
+    upstream = [s for s in upstream_steps(ctx.mix.priority) if s.kind != "mix-budget"]  # what the counts come from
     reads = {s.name for s in upstream}
     pending = [s.name for s in ctx.steps if s.name in reads and committed(s, ctx.store) is None]
     if pending:

@@ -37,7 +37,8 @@ import pyarrow.compute as pc
 
 from pipeline.engine.cutoff import same_as_before
 from pipeline.shards import readkey, shuffle
-from pipeline.mixing.budget import by_phase, cell_epochs, order_key, priority, source_selection, split_epochs
+from pipeline.mixing.budget import (by_phase, cell_epochs, deciding, order_key, phase_selections, priority, source_cells,
+                                    source_selection, split_epochs)
 from pipeline.mixing import cells
 from pipeline.shards import select
 from pipeline.engine.step import task
@@ -60,15 +61,36 @@ class PrioritySpec(TypedDict):
 
     doc: DocShard  # with `axis_groups` when its source is weighted by an axis
     seed: int  # the mixture's (a cell's own `seed` comes first)
-    cells: list[dict]  # the source's cells in every phase, each with its key folder `index`, `phase`, `seed` and `epoch`
+    cells: str | list[dict]  # mix-budget's cells/<source>.json: the source's cells in every phase, each with its key
+    # folder `index`, `phase`, `seed` and `epoch` (or the list itself)
     describe: str
 
 
-@task(version="2")  # 2: one key file per cell
+class BudgetSpec(TypedDict):
+    """The `mix-budget` step's one shard (steps/mix/plan.py `budget_shards`)."""
+
+    sources: dict[str, list[dict]]  # per mixed source, its cells in every phase with `index`, `phase`, `seed`, `epoch`
+    phases: list[dict]  # per phase: available, available_docs, budget (per cell)
+    epochs: list[dict]  # per phase: cell -> the epoch its priority keys are of (None: none needed)
+    describe: str
+
+
+@task(version="1")
+def budget_shard(spec: BudgetSpec, out) -> dict:
+    """Each source's cells as `cells/<source>.json` (what a mix-priority shard reads, keyed by
+    its bytes), and the phases' availability and budgets in the marker (what the select reads)."""
+    for source, cl in spec["sources"].items():
+        atomic.write_json(fs.path(out.dir) / "cells" / f"{source}.json", cl)
+    return {"rows": 0, "phases": spec["phases"], "epochs": spec["epochs"]}
+
+
+@task(version="3")  # 3: the source's cells from the file its spec names; 2: one key file per cell
 def priority_shard(spec: PrioritySpec, out) -> dict:
     """`mix-priority`, per document shard of a source with a cell that needs a partial
     epoch: each such cell's kept documents' priorities and tokens, sorted, one file per
     cell (keys/c<cell>/), for the select's merge (pipeline/shards/select.py)."""
+    if isinstance(spec["cells"], str):  # mix-budget's cells/<source>.json
+        spec = {**spec, "cells": atomic.read_json(spec["cells"])}
     d, todo = spec["doc"], [c for c in spec["cells"] if c["epoch"] is not None]
     p: dict[int, list] = {c["index"]: [] for c in todo}
     t: dict[int, list] = {c["index"]: [] for c in todo}
@@ -142,7 +164,7 @@ class SelectSpec(TypedDict):
     describe: str
 
 
-@task(version="4")  # 4: sources/<source>.json cut to what decides (budget.deciding); 3: sources/<source>.json (2: per cell)
+@task(version="5")  # 5: decide/<source>.json, the route's; 4: sources/<source>.json cut to what decides (budget.deciding); 3: sources/<source>.json (2: per cell)
 def select_shard(spec: SelectSpec, out) -> dict:
     """The selection of every phase (one, unnamed, without phases: its marker is the phase's),
     and each selected source's part of it as `sources/<source>.json`
@@ -151,6 +173,10 @@ def select_shard(spec: SelectSpec, out) -> dict:
     m = selection(spec)
     for source in selected_sources(m):
         atomic.write_json(fs.path(out.dir) / "sources" / f"{source}.json", source_selection(m, source))
+        # what a mix-route shard of the source reads: its cells cut to what decides its documents, per phase
+        atomic.write_json(fs.path(out.dir) / "decide" / f"{source}.json", [
+            {"name": name, "cells": [deciding(c) for c in source_cells(sel["sources"][source])], "n_shards": sel["n_shards"],
+             "offset": offset} for name, sel, offset in phase_selections(m)])
     return m
 
 
@@ -285,7 +311,8 @@ class RouteSpec(TypedDict):
 
     doc: DocShard  # with `axis_groups` when its source is weighted by an axis
     seed: int
-    phases: list[dict]  # per phase: name, cells (budget.source_cells), n_shards, offset (its first output partition)
+    phases: str | list[dict]  # mix-select's decide/<source>.json: per phase, name, cells (budget.deciding), n_shards,
+    # offset (its first output partition), or the list itself
     tokens: NotRequired[str]  # with a tokenize stage: the shard's token ids (tokenize-<source>)
     describe: str
 
@@ -297,6 +324,8 @@ def route_shard(spec: RouteSpec, out) -> dict:
     Read-keyed (engine/cutoff.py): what it reads of the layers is the keep mask, the text
     and count overrides and the attributes the mixture files carry; an old shard whose dedup
     layer changed elsewhere (a new page joined one of its clusters) links its routes."""
+    if isinstance(spec["phases"], str):  # mix-select's decide/<source>.json
+        spec = {**spec, "phases": atomic.read_json(spec["phases"])}
     d, seed = spec["doc"], spec["seed"]
     n = view.num_rows(d["documents"])
     extra = _extra_columns(d, n)

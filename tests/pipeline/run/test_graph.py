@@ -29,7 +29,7 @@ DEMO_STEPS = [
     "decontaminate-index", "decontaminate", "validation-keys", "validation-select", "validation",
     "classify-wiki_vs_web-examples", "classify-wiki_vs_web-train", "classify-wiki_vs_web-web",
     "quality-web-threshold", "quality-web", "tokenize-wiki", "tokenize-web", "tokenize-code",
-    "mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix",
+    "mix-budget", "mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix",
     "tokens-megatron", "tokens-megatron-validation", "tokens-memmap", "tokens-memmap-validation",
     "samples-pick", "samples",
 ]
@@ -101,8 +101,8 @@ def test_an_edit_changes_the_hashes_of_exactly_the_steps_it_touches(demo_yaml, t
     base = _hashes(text, tmp_path / "a.yaml")
     weights = _hashes(text.replace("web/q5: 0.25, web/q3-q4: 0.35", "web/q5: 0.2, web/q3-q4: 0.4"), tmp_path / "b.yaml")
     changed = {s for s in base if base[s] != weights[s]}
-    assert changed == {"mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix", "tokens-megatron", "tokens-memmap",
-                       "samples-pick", "samples"}  # the token files are gathered again, never encoded (tokenize-*)
+    assert changed == {"mix-budget", "mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix", "tokens-megatron",
+                       "tokens-memmap", "samples-pick", "samples"}  # the token files are gathered again, never encoded (tokenize-*)
     threshold = _hashes(text.replace("not_huge: {type: length, max_chars: 20000}", "not_huge: {type: length, max_chars: 15000}"),
                         tmp_path / "c.yaml")
     changed = {s for s in base if base[s] != threshold[s]}

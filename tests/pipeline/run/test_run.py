@@ -115,7 +115,7 @@ def test_rerun_skips_everything_and_mixture_edit_reruns_only_mix(demo_run_yaml, 
     assert "expected mixture" in plan.stdout and "0.400" in plan.stdout
     assert r.returncode == 0, r.stderr
     steps = atomic.read_json(tmp_path / "demo" / "run.json")["steps"]
-    assert {k for k, s in steps.items() if s["status"] == "SUCCESS"} == {"mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix",
+    assert {k for k, s in steps.items() if s["status"] == "SUCCESS"} == {"mix-budget", "mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix",
                                                                         "tokens-megatron", "tokens-memmap", "samples-pick", "samples"}
     # the priority keys of a shard depend on its cells' membership, seed and epoch, not on the weights: a
     # source whose epochs the edit leaves (code) links its shards

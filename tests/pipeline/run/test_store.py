@@ -17,7 +17,7 @@ from pipeline.engine.step import read_markers
 from pipeline.io import atomic
 from tests.conftest import curate, mixture_shas, write_yaml
 
-MIX_AND_SAMPLES = {"mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix", "tokens-megatron", "tokens-memmap",
+MIX_AND_SAMPLES = {"mix-budget", "mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix", "tokens-megatron", "tokens-memmap",
                    "samples-pick", "samples"}  # the demo writes token files: a weights edit gathers them again
 
 

@@ -183,7 +183,7 @@ def test_shortfall_stops_before_writing_or_renormalizes(ray_local, corpus, tmp_p
     steps = atomic.read_json(tmp_path / "e" / "m" / "run.json")["steps"]
     # (an id index the failed run stopped before finishing completes now: nothing depends on it)
     ran = {k for k, v in steps.items() if v["status"] == "SUCCESS" and not k.startswith("id-index-")}
-    assert ran == {"mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix", "samples-pick", "samples"}
+    assert ran == {"mix-budget", "mix-priority", "mix-select", "mix-route", "mix-route-merge", "mix", "samples-pick", "samples"}
     m = atomic.read_json(tmp_path / "e" / "m" / "manifest.json")["sources"]
     assert m["small"]["capped"] and 1.9 < m["small"]["epochs"] <= 2.0 + 1e-9 + 300 / m["small"]["available_tokens"]
     assert m["small"]["realized_weight"] < 0.3 - 0.01 and m["big"]["realized_weight"] > 0.7 + 0.01
