@@ -82,9 +82,10 @@ def link_prior(spec: dict, out, want) -> bool:
     old, new = fs.path(h["dir"]), fs.path(out.dir)
     a, b = shard_name(h["shard"]), shard_name(out.index)
     pairs = [(old / rel, new / renamed(rel, a, b), d) for rel, d in h["out_files"].items() if want(rel)]
-    if not fs.link_all((src, dst) for src, dst, _ in pairs):  # all or none: a half-linked shard is never left
+    refs = fs.link_all((src, dst) for src, dst, _ in pairs)  # all or none: a half-linked shard is never left
+    if refs is None:
         return False
-    fs.recorded([(str(dst), d) for _, dst, d in pairs])
+    fs.recorded([(str(dst), d, refs[str(dst)]) if refs else (str(dst), d) for _, dst, d in pairs])
     return True
 
 

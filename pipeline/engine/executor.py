@@ -430,6 +430,10 @@ def commit(d, step_hash: str, fence: str, markers) -> Path | None:
     else:
         atomic.write_json(d / name, {str(i): m for i, m in sorted(markers.items())})
     rec = {"hash": step_hash, "fence": fence, "markers": name, "shards": len(markers), "finished": time.time()}
+    if not fs.is_local(d):  # the folders its reused shards' objects are in (fs.link_all): gc keeps them with it
+        froms = {t.split("/steps/")[-1].split("/", 1)[0] for i in markers for t in (markers[i].get("refs") or {}).values()}
+        if froms:
+            rec["refs_from"] = sorted(froms)
     if create_exclusive(d / SUCCESS, orjson.dumps(rec, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"):
         return d / name
     (d / name).unlink(missing_ok=True)

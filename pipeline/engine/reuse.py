@@ -9,8 +9,8 @@ engine/task.py, io/fs.recording). Before a step's shards are queued, the keys of
 shards are looked up among the markers of the step's earlier folders (the same step name,
 another hash: the variant before an edit, or before a new input file); a shard found there
 is not computed but linked: its files are hard-linked into the new folder (on an object
-store, a server-side copy: no document byte passes through the driver) and its marker
-copied with the old folder's paths rewritten.
+store, references to the earlier objects in its marker: nothing copied, no document byte
+through the driver) and its marker copied with the old folder's paths rewritten.
 
 Early cutoff comes with it: a shard recomputed to the same bytes has the same digests, so
 the shards that read it keep their keys and are linked, not computed, as in build systems
@@ -333,7 +333,8 @@ def link_shard(old: Path, index_old: int, marker: dict, new: Path, index: int) -
     the files linked before it are removed, and the shard is computed instead."""
     a, b = shard_name(index_old), shard_name(index)
     names = {rel: renamed(rel, a, b) for rel in marker["out_files"]}
-    if not fs.link_all((old / rel, new / to) for rel, to in names.items()):  # all or none of its files
+    refs = fs.link_all((old / rel, new / to) for rel, to in names.items())  # all or none of its files
+    if refs is None:
         return None
     data = orjson.dumps(marker).replace(json_str(old), json_str(new))
     m = orjson.loads(data)
@@ -341,6 +342,9 @@ def link_shard(old: Path, index_old: int, marker: dict, new: Path, index: int) -
         root = str(new) + "/"
         m = {k: (renamed(v, a, b) if isinstance(v, str) and v.startswith(root) else v) for k, v in m.items()}
     m["out_files"] = {names[rel]: d for rel, d in marker["out_files"].items()}
+    m.pop("refs", None)
+    if refs:  # an object store: the files are the earlier objects, named here (fs.ref_target), not copied
+        m["refs"] = {to: refs[str(new / to)] for to in names.values()}
     m["reused_from"] = old.name
     atomic.write_json(new / MARKERS / f"{shard_name(index)}.json", m)
     return m

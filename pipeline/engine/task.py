@@ -127,11 +127,13 @@ def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None
         if prev is not None:
             atomic.set_fence(prev)
     root = str(out.dir).rstrip("/") + "/"
-    stats["out_files"] = {p[len(root):]: d for p, d in sorted(written) if p.startswith(root)}
+    stats["out_files"] = {p[len(root):]: d for p, d, *_ in sorted(written) if p.startswith(root)}
+    if refs := {p[len(root):]: t[0] for p, d, *t in written if t and p.startswith(root)}:
+        stats["refs"] = refs  # files that are an earlier shard's objects (an object store: fs.link_all)
     if len(stats["out_files"]) < len(written):  # (a task may also say so itself)
         stats["reusable"] = False
-        stats["written_elsewhere"] = sorted(p for p, _ in written if not p.startswith(root))[:3]  # why, for the curious
-    if "shuffle_bytes" not in stats and (data := [(p, d) for p, d in written if p.endswith(".data")]):
+        stats["written_elsewhere"] = sorted(p for p, *_ in written if not p.startswith(root))[:3]  # why, for the curious
+    if "shuffle_bytes" not in stats and (data := [(p, d) for p, d, *_ in written if p.endswith(".data")]):
         # what a shuffle writer wrote: the merge tier splits a group past engine.merge_bytes by it (steps/merge.py)
         stats["shuffle_bytes"] = sum(_committed_size(p, d) for p, d in data)
     if key is not None:

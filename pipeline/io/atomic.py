@@ -239,7 +239,7 @@ def file_digest(path) -> tuple[int, str]:
     """(bytes, sha256 hex) of a file, streamed."""
     h = hashlib.sha256()
     n = 0
-    with fs.path(path).open("rb") as f:
+    with fs.open_read(path) as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
             n += len(chunk)

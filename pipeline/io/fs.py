@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import orjson
 import pyarrow.parquet as pq
 
 
@@ -77,11 +79,12 @@ def arrow_target(p) -> tuple[str, object]:
 
 
 def open_read(p, buffering: int = -1):
-    """A binary file for reading (local: a plain buffered file; URLs: fsspec's, read ahead)."""
+    """A binary file for reading (local: a plain buffered file; URLs: fsspec's, read ahead,
+    through a reference where the object is another's: `read_through`)."""
     p = path(p)
     if is_local(p):
         return open(p, "rb", buffering=buffering)
-    return p.open("rb", block_size=max(buffering, 8 << 20))
+    return read_through(lambda q: q.open("rb", block_size=max(buffering, 8 << 20)), p)
 
 
 WHOLE_OBJECT = 64 << 20  # remote Parquet files up to this size are fetched in one request
@@ -94,9 +97,52 @@ def makedirs(p) -> None:
         p.mkdir(parents=True, exist_ok=True)
 
 
+# ---- references: a reused shard's files on an object store ----------------------------------------
+# A shard reused from an earlier step folder on an object store is not copied (at 10^7 reused shards a
+# dump's worth of server-side copies took a day and doubled the storage): the new folder's marker lists,
+# per file, the object that holds its bytes (`refs`: relative name -> URL), and the files are not
+# written. A read of such a name finds no object and follows the reference (`read_through`): the
+# shard's marker is read once per process. Local stores hard-link instead, and have no references.
+_SHARD = re.compile(r"part-(\d{5})")
+_REFS: dict[str, dict] = {}  # a shard marker's URL -> its refs, per process (markers are written once)
+
+
+def ref_target(p):
+    """The object a step folder's file refers to (its shard marker's `refs`), or None: `p`
+    is not in a step folder of an object store, or its shard holds it itself."""
+    p = path(p)
+    if is_local(p):
+        return None
+    s = str(p)
+    head, sep, tail = s.rpartition("/steps/")
+    if not sep or "/" not in tail:
+        return None
+    folder, rel = tail.split("/", 1)
+    found = _SHARD.findall(rel.rsplit("/", 1)[-1])
+    marker = f"{head}/steps/{folder}/_markers/part-{int(found[0]) if found else 0:05d}.json"
+    if marker not in _REFS:
+        try:
+            _REFS[marker] = orjson.loads(_cat(path(marker))).get("refs") or {}
+        except (FileNotFoundError, ValueError):
+            _REFS[marker] = {}
+    target = _REFS[marker].get(rel)
+    return path(target) if target else None
+
+
+def read_through(fn, p, *args, **kw):
+    """fn(p, ...), or, when `p` names no object but a reference (`ref_target`), fn(its target, ...)."""
+    try:
+        return fn(p, *args, **kw)
+    except FileNotFoundError:
+        t = ref_target(p)
+        if t is None:
+            raise
+        return fn(t, *args, **kw)
+
+
 def read_bytes(p) -> bytes:
     p = path(p)
-    return p.read_bytes() if is_local(p) else _cat(p)
+    return p.read_bytes() if is_local(p) else read_through(_cat, p)
 
 
 def _cat(p, end: int | None = None) -> bytes:
@@ -117,7 +163,12 @@ def _remote_source(p):
     makes one request per footer and column chunk: ~30 ms each on an object store.)"""
     import pyarrow as pa
 
-    head = _cat(p, WHOLE_OBJECT)
+    try:
+        head = _cat(p, WHOLE_OBJECT)
+    except FileNotFoundError:  # a reference (a reused shard's file): its object
+        if (t := ref_target(p)) is None:
+            raise
+        p, head = t, _cat(t, WHOLE_OBJECT)
     if len(head) < WHOLE_OBJECT:  # the whole object: no HEAD asked its size
         return pa.BufferReader(head)
     return pa.PythonFile(_Prefixed(head, p), mode="r")  # larger: the rest read ahead, the first 64 MB not again
@@ -176,6 +227,10 @@ def parquet_metadata(p, size: int | None = None) -> pq.FileMetaData:
     p = path(p)
     if is_local(p):
         return pq.read_metadata(str(p))
+    return read_through(_remote_metadata, p, size)
+
+
+def _remote_metadata(p, size: int | None) -> pq.FileMetaData:
     import pyarrow as pa
 
     if size is not None and size < 12:
@@ -228,9 +283,12 @@ def read_table(p, **kw):
         import pyarrow as pa
 
         kw.pop("filters", None)
-        return pq.read_table(pa.BufferReader(_cat(p)), **kw)
-    s, fsys = arrow_target(p)  # a filtered read of a directory (a dataset): pyarrow lists and filters it
-    return pq.read_table(s, filesystem=fsys, **kw)
+        return pq.read_table(pa.BufferReader(read_bytes(p)), **kw)
+
+    def filtered(q):  # a filtered read of a file or a directory (a dataset): pyarrow lists and filters it
+        s, fsys = arrow_target(q)
+        return pq.read_table(s, filesystem=fsys, **kw)
+    return read_through(filtered, p)
 
 
 _WRITTEN: list[list | None] = []  # stack of recorders (None: `unrecorded`): (final path, digest) of each file committed while one is open
@@ -273,7 +331,8 @@ def record(final, digest: str) -> None:
 
 
 def recorded(items) -> None:
-    """Add (path, digest) pairs committed elsewhere (a task of this task's) to the open recorder."""
+    """Add (path, digest) pairs committed elsewhere (a task of this task's) to the open recorder;
+    (path, digest, target): a reference (`link_all` on an object store), not a file."""
     if recording_open():
         _WRITTEN[-1].extend(tuple(x) for x in items)
 
@@ -325,6 +384,8 @@ def read_many(fn, items, threads: int = 32):
 
 def copy(src, dst) -> None:
     src, dst = path(src), path(dst)
+    if not is_local(src) and (t := ref_target(src)) is not None and not src.exists():
+        src = t  # a reference: the object it names
     makedirs(dst.parent)
     if is_local(src) and is_local(dst):
         shutil.copy2(src, dst)
@@ -348,11 +409,24 @@ def link_or_copy(src, dst) -> bool:
     copy(src, dst)
     return False
 
-def link_all(pairs) -> bool:
-    """Every (src, dst) linked (or copied: `link_or_copy`), all or nothing: when one fails,
-    the ones made are removed before it returns False (a source gone: FileNotFoundError) or
-    raises, so a shard is never left half linked in a folder. A `dst` left by a stopped
-    run (the same bytes) is replaced."""
+def link_all(pairs) -> dict[str, str] | None:
+    """Every (src, dst) made to hold src's bytes, all or nothing: None when a source is gone
+    (FileNotFoundError), after removing the ones made; an error raised after the same. On a
+    local disk each is a hard link (`link_or_copy`; a `dst` left by a stopped run, the same
+    bytes, is replaced): returns {}. On an object store nothing is written: returns
+    {dst: the object holding src's bytes} (src's own reference, if it is one), the
+    references its shard's marker lists (`ref_target`), each source checked to exist."""
+    pairs = list(pairs)
+    if pairs and not is_local(pairs[0][1]):
+        refs = {}
+        for src, dst in pairs:
+            src = path(src)
+            t = ref_target(src)
+            target = t if t is not None and not src.exists() else src
+            if not target.exists():
+                return None
+            refs[str(dst)] = str(target)
+        return refs
     done = []
     try:
         for src, dst in pairs:
@@ -369,9 +443,9 @@ def link_all(pairs) -> bool:
             except (OSError, ValueError):
                 pass
         if isinstance(e, FileNotFoundError):
-            return False
+            return None
         raise
-    return True
+    return {}
 
 
 def replace_dir(tmp, dest) -> None:

@@ -42,6 +42,11 @@ class MixSteps:
     write: Step
     phases: list[dict]  # each phase's name, cells, weights or rates, target and seed (mix stage)
     docs: Callable[[dict], Iterator[dict]]  # stats -> the mixed sources' document shards, with every layer it reads
+    budget: Step | None = None  # mix-budget: each source's cells, with their epochs, as cells/<source>.json
+
+    def cells_file(self, store, source: str) -> str:
+        """Where a source's cells are (mix-budget's cells/<source>.json): what a per-shard spec names, not the cells."""
+        return str(self.budget.dir(store) / "cells" / f"{source}.json")
 
 
 @dataclass

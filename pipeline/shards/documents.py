@@ -64,3 +64,12 @@ class LayerMarker(TypedDict):
     tokens_in: int
     tokens_out: int
     removed: dict[str, int]
+
+
+COUNTS = ("bucket_docs", "bucket_tokens", "groups", "axis_groups")  # the driver's, for the cells' availability
+
+
+def slim(d: dict) -> dict:
+    """A document shard as a task's spec carries it: without the counts only the driver reads
+    (per bucket, topic and axis value: as many entries a shard as the source has cells)."""
+    return {k: v for k, v in d.items() if k not in COUNTS}

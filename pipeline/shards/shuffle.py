@@ -5,11 +5,13 @@ every map's data file.
     <step>/buckets/part-00012.data    map shard 12's rows, partition 0's segment first
     <step>/buckets/part-00012.index   P + 1 little-endian uint64 offsets into the .data file
 
-A segment is an Arrow IPC stream (zstd-compressed buffers), or, when it is small and its
-columns are fixed-width numbers or strings without nulls (band keys, pairs, edges, exact
-and paragraph keys with their ids), its columns' raw bytes after a header of its row count and column names and types (`RAW_ROWS`): a stream's
-schema and batch framing are ~450 bytes for two columns, while a segment of a few rows of
-16 bytes is most of what a map writes per partition when partitions grow with the corpus.
+A segment is an Arrow IPC stream (zstd-compressed buffers), or, when it holds at most
+RAW_ROWS rows, its columns' raw bytes (numbers, strings and bytes, with their nulls) after
+a header of its row count and column names and types, zstd-compressed past a KB: a
+stream's schema and batch framing are ~450 bytes for two columns and ~2.5 KB for the
+mixture's fourteen, while a segment of a few rows is most of what a map writes per
+partition when partitions grow with the corpus (band keys, pairs, edges; the route's
+documents, about one a partition at scale).
 Either way a reducer decodes exactly the bytes of its partition: it reads 16 bytes of each index (offsets p and p + 1) and
 then that range of the data file, two small reads per (map, partition), on local disks
 and object stores alike (ranged GETs; no listing: a reducer derives the map files' names
@@ -43,7 +45,7 @@ import pyarrow as pa
 
 from pipeline.io import atomic, fs
 
-VERSION = "3"  # 3: small segments of numbers and ids raw (RAW_ROWS); 2: map outputs as .data + .index files: the version of every step that writes a shuffle
+VERSION = "4"  # 4: small segments of any column raw, nulls and texts too (CRS2); 3: small segments of numbers and ids raw (RAW_ROWS); 2: map outputs as .data + .index files: the version of every step that writes a shuffle
 
 _IPC = pa.ipc.IpcWriteOptions(compression="zstd")
 _written = [0]  # bytes of shuffle data this process has written (`bytes_written`)
@@ -136,7 +138,7 @@ def _read_range(p: Path, start: int, end: int) -> bytes:
         with open(p, "rb") as f:
             f.seek(start)
             return f.read(end - start)
-    return p.fs.cat_file(p.path, start=start, end=end)
+    return fs.read_through(lambda q: q.fs.cat_file(q.path, start=start, end=end), p)
 
 
 def read_segment(base: Path, p: int) -> pa.Table | None:
@@ -158,7 +160,7 @@ def _decode(buf: bytes) -> pa.Table:
     tables = []
     while src.tell() < len(buf):
         at = src.tell()
-        if buf[at:at + 4] == _RAW_MAGIC:
+        if buf[at:at + 4] in (_RAW_MAGIC, _RAW_MAGIC2):
             t, n = _unraw(buf, at)
             tables.append(t)
             src.seek(at + n)
@@ -167,12 +169,14 @@ def _decode(buf: bytes) -> pa.Table:
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
-RAW_ROWS = 256  # a segment of at most this many rows of fixed-width columns is written raw (no IPC framing)
-RAW_STRING_BYTES = 64  # ... and strings of at most this many bytes a row on average (ids; texts compress)
-_RAW_MAGIC = b"CRS1"  # an IPC stream starts with 0xFFFFFFFF: the two never look alike
+RAW_ROWS = 256  # a segment of at most this many rows is written raw (no IPC framing)
+RAW_COMPRESS = 1024  # a raw segment's body past this many bytes is zstd-compressed
+_RAW_MAGIC = b"CRS1"  # shuffle version 3's raw segments (no nulls, numbers and short strings), still read
+_RAW_MAGIC2 = b"CRS2"  # an IPC stream starts with 0xFFFFFFFF: neither looks like it
 _RAW_TYPES = {pa.int64(): "<i8", pa.uint64(): "<u8", pa.int32(): "<i4", pa.uint32(): "<u4", pa.int16(): "<i2",
-              pa.uint16(): "<u2", pa.int8(): "<i1", pa.uint8(): "<u1", pa.float64(): "<f8", pa.float32(): "<f4"}
-_RAW_TYPES[pa.string()] = "str"  # its values' byte lengths (uint32), then their bytes
+              pa.uint16(): "<u2", pa.int8(): "<i1", pa.uint8(): "<u1", pa.float64(): "<f8", pa.float32(): "<f4",
+              pa.string(): "str", pa.large_string(): "lst", pa.binary(): "bin", pa.large_binary(): "lbn"}
+_VARLEN = ("str", "lst", "bin", "lbn")  # their values' byte lengths (uint32), then their bytes
 _RAW_CODES = {v: k for k, v in _RAW_TYPES.items()}
 
 
@@ -185,8 +189,8 @@ def _stream_bytes(t: pa.Table) -> pa.Buffer:
 
 def _raw_layout(schema: pa.Schema) -> bytes | None:
     """The header tail of a raw segment of this schema (column count, then per column its
-    type and name), or None when a column is neither a fixed-width number nor a string, or
-    the schema has metadata (what a raw segment cannot carry, so it could not give the same
+    type and name), or None when a column is not a number, a string or bytes, or the
+    schema has metadata (what a raw segment cannot carry, so it could not give the same
     table back)."""
     if schema.metadata or not len(schema) or len(schema) > 255 or len(set(schema.names)) < len(schema):
         return None
@@ -199,59 +203,106 @@ def _raw_layout(schema: pa.Schema) -> bytes | None:
     return head
 
 
-def _raw(t: pa.Table, layout: bytes) -> bytes | pa.Buffer:
-    """A raw segment: magic, row count (uint32), the layout, then each column's values
-    (little-endian; a string column's byte lengths, then its bytes), or an IPC stream when a
-    column holds a null."""
-    if any(c.null_count for c in t.columns):
-        return _stream_bytes(t)
-    parts = [_RAW_MAGIC, np.uint32(t.num_rows).tobytes(), layout]
+def _raw(t: pa.Table, layout: bytes) -> bytes:
+    """A raw segment (CRS2): magic, row count (uint32), a flags byte, the layout, the body's
+    stored length (uint32), then the body: per column a nulls flag (and its validity bits),
+    then its values (little-endian numbers; a string's or bytes' lengths as uint32, then
+    their bytes), zstd-compressed past RAW_COMPRESS bytes (a page's text compresses; a
+    stream's framing is ~2.5 KB a segment where the mixture's route writes about a
+    document a segment at scale)."""
+    n = t.num_rows
+    parts = []
     for c in t.columns:
-        if c.type == pa.string():
-            a = c.combine_chunks()
-            offs = np.frombuffer(a.buffers()[1], np.int32, len(a) + 1, 4 * a.offset) if len(a) else np.zeros(1, np.int32)
-            if offs[-1] - offs[0] > RAW_STRING_BYTES * len(a):  # texts: a stream's zstd buffers are smaller
-                return _stream_bytes(t)
-            parts.append(np.diff(offs).astype("<u4").tobytes())
-            # the segment's bytes only: a slice of the map's whole column shares its buffer (copying all of it
-            # for every segment would cost the column's bytes x its segments)
-            parts.append(a.buffers()[2].slice(int(offs[0]), int(offs[-1] - offs[0])).to_pybytes() if len(a) else b"")
+        a = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+        if a.null_count:
+            parts.append(b"\x01" + np.packbits(np.asarray(a.is_valid()), bitorder="little").tobytes())
         else:
-            parts.append(np.ascontiguousarray(c.to_numpy(), dtype=_RAW_TYPES[c.type]).tobytes())
-    return b"".join(parts)
+            parts.append(b"\x00")
+        code = _RAW_TYPES[a.type]
+        if code in _VARLEN:
+            wide = code in ("lst", "lbn")
+            bufs = a.buffers()
+            offs = np.frombuffer(bufs[1], np.int64 if wide else np.int32, n + 1, (8 if wide else 4) * a.offset) \
+                if n else np.zeros(1, np.int64)
+            parts.append(np.diff(offs).astype("<u4").tobytes())
+            # the segment's bytes only: a slice of the map's whole column shares its buffer
+            parts.append(bufs[2].slice(int(offs[0]), int(offs[-1] - offs[0])).to_pybytes() if n and bufs[2] is not None else b"")
+        else:
+            parts.append(np.ascontiguousarray(a.fill_null(0).to_numpy(zero_copy_only=False), dtype=code).tobytes())
+    body = b"".join(parts)
+    flags = 0
+    if len(body) > RAW_COMPRESS:
+        import zstandard
+
+        body, flags = zstandard.ZstdCompressor(level=1).compress(body), 1
+    return b"".join([_RAW_MAGIC2, np.uint32(n).tobytes(), bytes([flags]), layout, np.uint32(len(body)).tobytes(), body])
 
 
 def _unraw(buf: bytes, at: int) -> tuple[pa.Table, int]:
-    """The table of the raw segment at `at` of `buf`, and its length in bytes."""
+    """The table of the raw segment at `at` of `buf` (CRS2, or the CRS1 of shuffle version 3),
+    and its length in bytes."""
+    v2 = buf[at:at + 4] == _RAW_MAGIC2
     n = int(np.frombuffer(buf, "<u4", 1, at + 4)[0])
-    pos, ncols = at + 9, buf[at + 8]
+    pos = at + 8
+    flags = buf[pos] if v2 else 0
+    pos += 1 if v2 else 0
+    ncols = buf[pos]
+    pos += 1
     fields = []
     for _ in range(ncols):
         code, k = buf[pos:pos + 3].decode(), buf[pos + 3]
         fields.append((buf[pos + 4:pos + 4 + k].decode(), code))
         pos += 4 + k
+    if v2:
+        stored = int(np.frombuffer(buf, "<u4", 1, pos)[0])
+        pos += 4
+        end = pos + stored
+        body = buf[pos:end]
+        if flags & 1:
+            import zstandard
+
+            body = zstandard.ZstdDecompressor().decompress(body)
+        cols, used = _raw_columns(body, 0, n, fields, True)
+        return pa.table(cols), end - at
+    cols, used = _raw_columns(buf, pos, n, fields, False)
+    return pa.table(cols), used - at
+
+
+def _raw_columns(buf: bytes, pos: int, n: int, fields: list[tuple[str, str]], nulls: bool) -> tuple[dict, int]:
+    """The columns of a raw segment's body from `pos`; and where it ends."""
     cols = {}
     for name, code in fields:
-        if code == "str":
-            lengths = np.frombuffer(buf, "<u4", n, pos).astype(np.int32)
+        validity = None
+        if nulls:
+            flag, pos = buf[pos], pos + 1
+            if flag:
+                k = (n + 7) // 8
+                validity = pa.py_buffer(buf[pos:pos + k])
+                pos += k
+        if code in _VARLEN:
+            lengths = np.frombuffer(buf, "<u4", n, pos)
             pos += 4 * n
-            offsets = np.zeros(n + 1, np.int32)
+            wide = code in ("lst", "lbn")
+            offsets = np.zeros(n + 1, np.int64 if wide else np.int32)
             np.cumsum(lengths, out=offsets[1:])
             data = buf[pos:pos + int(offsets[-1])]
-            cols[name] = pa.StringArray.from_buffers(n, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data))
             pos += int(offsets[-1])
-            continue
-        width = np.dtype(code).itemsize
-        cols[name] = pa.array(np.frombuffer(buf, code, n, pos).astype(np.dtype(code).newbyteorder("=")), _RAW_CODES[code])
-        pos += width * n
-    return pa.table(cols), pos - at
+            arr = pa.Array.from_buffers(_RAW_CODES[code], n, [validity, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
+        else:
+            width = np.dtype(code).itemsize
+            values = np.frombuffer(buf, code, n, pos).astype(np.dtype(code).newbyteorder("="))
+            pos += width * n
+            arr = pa.array(values, _RAW_CODES[code]) if validity is None else \
+                pa.Array.from_buffers(_RAW_CODES[code], n, [validity, pa.py_buffer(values.tobytes())])
+        cols[name] = arr
+    return cols, pos
 
 
 def _stream(p: Path, read_ahead: int):
     """A file read front to back with `read_ahead` bytes buffered (on an object store: GETs of
     that size)."""
     p = fs.path(p)
-    return open(p, "rb", buffering=read_ahead) if fs.is_local(p) else p.open("rb", block_size=read_ahead)
+    return open(p, "rb", buffering=read_ahead) if fs.is_local(p) else fs.open_read(p, read_ahead)
 
 
 def merge(directory, first: int, last: int, base: Path, buffering: int | None = None,
@@ -276,7 +327,8 @@ def merge(directory, first: int, last: int, base: Path, buffering: int | None = 
     win = max(1, index_window // (8 * max(1, len(bases))))
     data = _with(base, ".data")
     out = np.zeros(nparts + 1, _U64)
-    streams = [_stream(_with(b, ".data"), buffering or MERGE_BUFFER) for b in bases]
+    # opened many at a time (an object store answers each open after a request: 7,800 one after another wait ~3 min)
+    streams = list(fs.read_many(lambda b: _stream(_with(b, ".data"), buffering or MERGE_BUFFER), bases))
     try:
         pos = 0
         with atomic.creating(data) as f:

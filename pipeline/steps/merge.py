@@ -44,6 +44,13 @@ FANIN = DEFAULTS["shuffle_fanin"]  # files a reader reads at most: above GROUP x
 MEMORY = 256 << 20  # a merge task's read-ahead over all of its files (4 MB a file up to 64 files)
 # a merge task's memory: a worker's base, the read-ahead of all its files and its offset-index window
 MERGE_TASK_MB = 512 + (MEMORY >> 20) + (shuffle.INDEX_WINDOW >> 20)
+
+
+def task_mb(group_size: int) -> int:
+    """The memory a merge task of `group_size` files declares: a worker's base, the read-ahead
+    of all its open files (past 1,024 files the 256 KB floor a file is more than MEMORY:
+    7,813 files hold 2 GB) and its offset-index window."""
+    return 512 + -(-read_ahead(group_size) * group_size >> 20) + (shuffle.INDEX_WINDOW >> 20)
 SPLIT_BYTES = DEFAULTS["merge_bytes"]  # a merge task copies at most about this much (engine.merge_bytes): larger groups split by partition ranges
 
 
@@ -105,6 +112,7 @@ def merge_step(name: str, src: Step, subs: list[str], count: Callable[[dict], in
         if n <= g:
             return []
         k = group_size(n, g, f)
+        st.memory_mb = task_mb(k)  # what its tasks hold, known once the writers are: declared to Ray at submission
         starts = range(0, n, k)
         ranges = 1
         if split and len(stats[src.name]) == n:  # a file a writer (not a coordinator's many): its marker has its bytes

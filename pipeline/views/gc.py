@@ -7,7 +7,9 @@ gc holds the store's lock exclusively from its plan to its last deletion, and ev
 holds it shared from its plan to its last read (pipeline/engine/storelock.py): gc refuses
 while a run is in progress, and a run that starts while gc deletes waits for it.
 
-A step is deleted commit first: `_SUCCESS`, then its marker index, then its shard markers,
+On an object store a step whose shards were reused from an earlier folder names that folder
+in its commit (`refs_from`: its files are the earlier objects, not copies); gc keeps it as
+long as a kept step refers to it. A step is deleted commit first: `_SUCCESS`, then its marker index, then its shard markers,
 then its data. A gc stopped at any point leaves a step that is not done, whose remaining
 markers each still have their data: the next run that needs it resumes it. The run directories are those in OUTPUT and those the store's registry
 (`<store>/_runs/`) names, so a store shared by several output folders is safe. Everything
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from pipeline.engine import lease, storelock
 from pipeline.engine.lease import Leases
-from pipeline.engine.step import MARKERS, SUCCESS
+from pipeline.engine.step import MARKERS, SUCCESS, success
 from pipeline.errors import RunError, UsageError
 from pipeline.io import atomic, fs
 
@@ -77,6 +79,15 @@ def plan(output, store=None) -> dict:
     for d in runs:
         for st in atomic.read_json(d / "run.json").get("steps", {}).values():
             used.setdefault(st["dir"].rstrip("/").rsplit("/", 1)[-1], []).append(d.name)
+    # on an object store a kept step's reused shards are an earlier step's objects (its markers' refs): the
+    # folders they are in are kept too, as their commits name them (`refs_from`), whatever refers to them
+    todo = list(used)
+    while todo:
+        rec = success(steps_root / todo.pop()) or {}
+        for f in rec.get("refs_from") or []:
+            if f not in used:
+                used[f] = ["(referred to)"]
+                todo.append(f)
     delete, kept, leased = [], [], []
     for step in sorted(steps_root.iterdir(), key=lambda p: p.name):
         if step.name in used:

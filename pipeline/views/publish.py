@@ -61,7 +61,7 @@ def _copy_checked(src, dst: Path, sha256: str) -> int:
     compared with the manifest's; returns its bytes."""
     h, n = hashlib.sha256(), 0
     dst.parent.mkdir(parents=True, exist_ok=True)
-    with fs.path(src).open("rb") as i, open(dst, "wb") as o:
+    with fs.open_read(src) as i, open(dst, "wb") as o:
         while chunk := i.read(1 << 20):
             h.update(chunk)
             o.write(chunk)

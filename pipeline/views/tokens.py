@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipeline.errors import UsageError
-from pipeline.io import atomic
+from pipeline.io import atomic, fs
 from pipeline.steps.tokenize import registry
 from pipeline.steps.tokenize.tasks import PROVENANCE
 
@@ -182,7 +182,7 @@ CHUNK_TOKENS = 1 << 24  # tokens read at a time: a token file is streamed, never
 def _chunks(path, dtype: np.dtype, n: int, digest=None, size: int = CHUNK_TOKENS):
     """(first token, its tokens) of a token file, `size` tokens at a time, from the start;
     `digest` (a hashlib object) takes every byte on the way (the file is read once)."""
-    with path.open("rb") as f:
+    with fs.open_read(path) as f:
         off = 0
         while off < n:
             raw = f.read(min(size, n - off) * dtype.itemsize)

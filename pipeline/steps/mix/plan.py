@@ -27,6 +27,7 @@ from pipeline.io import fs
 from pipeline.mixing import budget as bm
 from pipeline.mixing import cells
 from pipeline.plan.context import Context, MixSteps
+from pipeline.shards.documents import slim
 from pipeline.shards.select import key_files as select_files, select_entry
 from pipeline.steps.merge import merge_step, read_from
 from pipeline.steps.mix import tasks
@@ -105,8 +106,7 @@ def plan(ctx: Context) -> list[Step]:
                        shards=budget_shards, cpus=0)
 
     def priority_shards(st, stats):
-        cdir = budget_step.dir(ctx.store) / "cells"
-        return ({"doc": slim(d), "seed": m.seed, "cells": str(cdir / f"{d['source']}.json"),
+        return ({"doc": slim(d), "seed": m.seed, "cells": ctx.mix.cells_file(ctx.store, d["source"]),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in mixed_docs(stats))
 
     # a shard's spec names the file of its source's cells (membership, seed and epoch: all that decides its
@@ -162,18 +162,10 @@ def plan(ctx: Context) -> list[Step]:
         return out
 
     write = Step("mix", "mix", {}, [route, merged], tasks.write_shard, shards=write_shards)
-    ctx.mix = MixSteps(priority, select, route, write, ph_list, mixed_docs)
+    ctx.mix = MixSteps(priority, select, route, write, ph_list, mixed_docs, budget_step)
     ctx.fate = list(ctx.steps) + ([langs] if langs else []) + [budget_step, priority, select]  # up to the selection
     return ([langs] if langs else []) + [budget_step, priority, select, route, merged, write]
 
-
-COUNTS = ("bucket_docs", "bucket_tokens", "groups", "axis_groups")  # the driver's, for the cells' availability
-
-
-def slim(d: dict) -> dict:
-    """A document shard as a task's spec carries it: without the counts only the driver reads
-    (per bucket, topic and axis value: ~cells entries a shard)."""
-    return {k: v for k, v in d.items() if k not in COUNTS}
 
 
 def upstream_steps(step: Step) -> list[Step]:

@@ -43,16 +43,20 @@ def publish(ctx: Context, stats: dict) -> dict:
             "capped": any(ph["sources"][sname].get("capped", False) for _, ph, _ in phases),
         }
     extra = {}
-    if named:  # per phase: its files, tokens and cells
-        extra["phases"] = {}
-        for name, sel, _ in phases:
-            mk = {i: m for i, m in markers.items() if m.get("phase") == name}
-            ptotal = sum(m["tokens"] for m in mk.values())
-            extra["phases"][name] = {
-                "target_tokens": next(p.target_tokens for p in ctx.mixture.mixture.phases if p.name == name),
-                "total_tokens": ptotal, "total_docs": sum(m["rows"] for m in mk.values()),
-                "files": [f for f in files if f["path"].startswith(f"mixture/{name}/")],
-                "cells": _cells(mk, sel["sources"], ptotal or 1)}
+    if named:  # per phase: its files, tokens and cells, summed in one pass over the markers (not a dict of them a phase)
+        by_phase: dict[str, dict] = {name: {"tokens": 0, "docs": 0, "files": [], "realized": {}} for name, _, _ in phases}
+        for i, f in zip(sorted(markers), files, strict=True):
+            m = markers[i]
+            acc = by_phase[m.get("phase")]
+            acc["tokens"] += m["tokens"]
+            acc["docs"] += m["rows"]
+            acc["files"].append(f)
+            _realize(acc["realized"], m)
+        targets = {p.name: p.target_tokens for p in ctx.mixture.mixture.phases}
+        extra["phases"] = {name: {"target_tokens": targets[name], "total_tokens": by_phase[name]["tokens"],
+                                  "total_docs": by_phase[name]["docs"], "files": by_phase[name]["files"],
+                                  "cells": _cells_of(by_phase[name]["realized"], sel["sources"], by_phase[name]["tokens"] or 1)}
+                           for name, sel, _ in phases}
     return {
         "name": ctx.mixture.name, "config_hash": ctx.lm.config_hash(), "seed": ctx.mixture.seed,
         "cells": _cells(markers, selection, total) if not named else {}, **extra,
@@ -82,15 +86,24 @@ def chosen_docs(route_markers: dict) -> dict[str, int]:
     return out
 
 
+def _realize(realized: dict, m: dict) -> None:
+    """Add one mixture shard's documents and tokens per cell (its marker's) to `realized`."""
+    for name, v in (m.get("per_cell") or {}).items():
+        r = realized.setdefault(name, {"docs": 0, "tokens": 0})
+        r["docs"] += v["docs"]
+        r["tokens"] += v["tokens"]
+
+
 def _cells(markers: dict, selection: dict, total: int) -> dict:
     """Per cell: target and realised weight, tokens, documents (rows), distinct documents
     and epochs (realised tokens over the cell's kept tokens), counted in the mixture files."""
     realized: dict[str, dict] = {}
     for m in markers.values():
-        for name, v in (m.get("per_cell") or {}).items():
-            r = realized.setdefault(name, {"docs": 0, "tokens": 0})
-            r["docs"] += v["docs"]
-            r["tokens"] += v["tokens"]
+        _realize(realized, m)
+    return _cells_of(realized, selection, total)
+
+
+def _cells_of(realized: dict, selection: dict, total: int) -> dict:
     out = {}
     for sname, sel in selection.items():
         for c in bm.source_cells(sel):

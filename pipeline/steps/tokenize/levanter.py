@@ -41,7 +41,7 @@ from pipeline.engine.step import shard_name, task
 from pipeline.io import atomic, fs
 from pipeline.mixing import cells as cellmod
 from pipeline.shards import view
-from pipeline.shards.documents import DocShard
+from pipeline.shards.documents import DocShard, slim
 from pipeline.steps.tokenize import zarr_shard
 
 INNER = 256 * 1024  # levanter.store.jagged_array.DEFAULT_CHUNK_SIZE
@@ -87,10 +87,19 @@ def plan_chunks(cache: str, pieces: list[dict]) -> list[dict]:
             first = t0 if array == "data" else r0 + 1
             bounds.append((first, first + p[count], t0))
             r0, t0 = r0 + p["rows"], t0 + p["tokens"]
+        ends = [b for _, b, _ in bounds]
+        first = 0  # the first piece ending past this chunk's start: the pieces are in order, so linear in all
         for k in range(max(1, -(-size // CHUNK))):
             lo, hi = k * CHUNK, min((k + 1) * CHUNK, size)
-            inputs = [{"path": p["path"], "skip": max(lo, a) - a, "take": min(hi, b) - max(lo, a), "at": max(lo, a),
-                       "base": base} for p, (a, b, base) in zip(pieces, bounds) if a < hi and b > lo]
+            while first < len(pieces) and ends[first] <= lo:
+                first += 1
+            inputs, j = [], first
+            while j < len(pieces) and bounds[j][0] < hi:
+                a, b, base = bounds[j]
+                if b > lo:  # (an empty piece holds no element)
+                    inputs.append({"path": pieces[j]["path"], "skip": max(lo, a) - a, "take": min(hi, b) - max(lo, a),
+                                   "at": max(lo, a), "base": base})
+                j += 1
             out.append({"cache": cache, "array": array, "chunk": k, "lo": lo, "hi": hi, "rows": rows, "inputs": inputs,
                         "describe": f"levanter {cache} {array} chunk {k}"})
     return out
@@ -177,18 +186,20 @@ class CellPiecesSpec(TypedDict):
 
     doc: DocShard
     params: dict  # dtype, bos_id, eos_id, max_file_tokens, tokenizer_name, ids
-    cells: list[dict]  # the source's cells (the first phase's)
+    cells: str | list[dict]  # mix-budget's cells/<source>.json (or the cells): the source's cells (the first phase's)
     tokens: str  # the shard's token ids (tokenize-<source>)
     describe: str
 
 
-@task(version="1")
+@task(version="2")  # 2: no piece for a cell the shard has no document of; its cells from the budget's file
 def cell_pieces(spec: CellPiecesSpec, out) -> dict:
     """Layout cells: one document shard's kept documents, per cell, as pieces
     (`<cell>/<source>-part-XXXXX.ids` with its sidecar), in the shard's row order; every
     kept document once, whatever the weights (they are the trainer's)."""
     from pipeline.steps.tokenize import tasks
 
+    if isinstance(spec["cells"], str):  # mix-budget's cells/<source>.json (one phase: Levanter takes no phases)
+        spec = {**spec, "cells": atomic.read_json(spec["cells"])}
     d, p = spec["doc"], spec["params"]
     tok = fs.read_table(spec["tokens"], columns=["row", "tokens"])
     rows = tok.column("row").to_numpy()
@@ -206,6 +217,8 @@ def cell_pieces(spec: CellPiecesSpec, out) -> dict:
     pieces = []
     for pos, c in enumerate(spec["cells"]):
         ix = np.flatnonzero(where == pos)
+        if not len(ix):  # a piece only where the shard has documents of the cell: not cells x shards files
+            continue
         sub_ids, sub_len = tasks.gather(all_ids, lengths, ix)
         name = f"{c['name'].replace('/', '__')}/{d['source']}-{shard_name(d['part'])}"
         base = fs.path(out.dir) / "levanter" / name
@@ -284,8 +297,8 @@ def plan(ctx, st: dict, write_shard, validation_shard) -> list:
                              "folder with the held-out documents'; rename the source")
         tok = dict(ctx.tokenized)
 
-        def shards(step, stats):
-            return ({"doc": d, "params": params, "cells": [c for c in cell_list if c["source"] == d["source"]],
+        def shards(step, stats):  # a shard names its source's cells file (mix-budget's), not the cells
+            return ({"doc": slim(d), "params": params, "cells": ctx.mix.cells_file(ctx.store, d["source"]),
                      "tokens": str(tok[d["source"]].dir(ctx.store) / f"{shard_name(d['index'])}.parquet"),
                      "describe": f"levanter: {d['source']}/{shard_name(d['part'])}"} for d in ctx.mix.docs(stats))
 

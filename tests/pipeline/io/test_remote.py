@@ -161,8 +161,27 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, smal
     # new step folders, keyed by the objects' ETags: engine/reuse.py), and the bytes are a fresh local run's
     old, new = "rep: {type: gopher_repetition}", "rep: {type: gopher_repetition, max_dup_line_frac: 0.25}"
     text = small_mixture("s3://curate-test/in", "s3://curate-test/runs").replace(old, new).replace("name: remote", "name: edited")
+    mark = len(log.read_text(errors="replace").splitlines())
     r3 = curate("run", str(write_yaml(tmp_path / "e.yaml", text)), "--workers", "2", env=env)
     assert r3.returncode == 0, r3.stderr[-2000:]
+    # a reused shard's files are not copied: its marker refers to the earlier objects (fs.link_all), and no
+    # request writes its data (a PUT, or a server-side copy, which is a PUT of the new key)
+    from pipeline.engine.step import read_markers
+
+    puts = "\n".join(x for x in log.read_text(errors="replace").splitlines()[mark:] if "PUT /curate-test/" in x)
+    store = fs.path("s3://curate-test/runs/_store/steps")
+    reused = 0
+    for rec in atomic.read_json(fs.path("s3://curate-test/runs/edited") / "run.json")["steps"].values():
+        if not rec.get("reused"):
+            continue
+        folder = rec["dir"].rsplit("/", 1)[-1]
+        for m in read_markers(store / folder).values():
+            if "reused_from" in m:
+                reused += 1
+                assert set(m["refs"]) == set(m["out_files"]), m
+                for rel in m["out_files"]:
+                    assert f"/curate-test/runs/_store/steps/{folder}/{rel} " not in puts, (folder, rel)
+    assert reused >= 4, reused
     local = curate("run", str(write_yaml(tmp_path / "l.yaml", small_mixture(str(demo_corpus), str(tmp_path / "local"))
                                          .replace(old, new).replace("name: remote", "name: edited"))), "--workers", "2", env=env)
     assert local.returncode == 0, local.stderr[-2000:]

@@ -206,3 +206,11 @@ def test_merge_groups_grow_so_that_a_reader_reads_at_most_fanin_files():
         assert g * read_ahead(g) <= MEMORY or read_ahead(g) == 256 << 10
     assert group_size(20_000, GROUP) == 313 and read_ahead(313) < 1 << 20
     assert group_size(100, GROUP) == GROUP and read_ahead(GROUP) == 4 << 20
+    # what a merge task declares holds its open files' read-ahead, at any group (7,813 files: 2 GB, where it
+    # declared 832 MB whatever the group)
+    from pipeline.shards.shuffle import INDEX_WINDOW
+    from pipeline.steps.merge import task_mb
+
+    for g in (GROUP, 313, 1024, 7813, 65_536):
+        assert task_mb(g) * 2**20 >= g * read_ahead(g) + INDEX_WINDOW + (512 << 20), g
+    assert task_mb(7813) >= 2450 and task_mb(GROUP) == 512 + 128 + 64  # 32 files of 4 MB
