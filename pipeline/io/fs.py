@@ -124,7 +124,7 @@ def ref_target(p):
         try:
             _REFS[marker] = orjson.loads(_cat(path(marker))).get("refs") or {}
         except (FileNotFoundError, ValueError):
-            _REFS[marker] = {}
+            return None  # no marker yet (a shard not done): asked again later, not remembered
     target = _REFS[marker].get(rel)
     return path(target) if target else None
 

@@ -164,14 +164,42 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, smal
     mark = len(log.read_text(errors="replace").splitlines())
     r3 = curate("run", str(write_yaml(tmp_path / "e.yaml", text)), "--workers", "2", env=env)
     assert r3.returncode == 0, r3.stderr[-2000:]
-    # a reused shard's files are not copied: its marker refers to the earlier objects (fs.link_all), and no
-    # request writes its data (a PUT, or a server-side copy, which is a PUT of the new key)
+    assert _reused_without_copies(log, mark, "s3://curate-test/runs/edited") >= 4
+    local = curate("run", str(write_yaml(tmp_path / "l.yaml", small_mixture(str(demo_corpus), str(tmp_path / "local"))
+                                         .replace(old, new).replace("name: remote", "name: edited"))), "--workers", "2", env=env)
+    assert local.returncode == 0, local.stderr[-2000:]
+    assert mixture_shas("s3://curate-test/runs/edited") == mixture_shas(tmp_path / "local" / "edited")
+    steps = atomic.read_json(fs.path("s3://curate-test/runs/edited") / "run.json")["steps"]
+    assert steps["filter-web"]["computed"] == steps["filter-web"]["shards"]
+    wiki = steps["ingest-wiki"]["shards"]
+    assert steps["dedup-exact-map"]["reused"] >= wiki, steps["dedup-exact-map"]
+    # a new input file: the shards of the others are reused without a copy, and the bytes are a local run's
+    s3.put(str(demo_corpus / "web/crawl-00002.jsonl.zst"), "curate-test/in/web/crawl-00002.jsonl.zst")
+    grown = text.replace("crawl-0000[01]", "crawl-0000[012]")
+    assert grown != text
+    mark = len(log.read_text(errors="replace").splitlines())
+    r4 = curate("run", str(write_yaml(tmp_path / "e.yaml", grown)), "--workers", "2", env=env)  # the file edited in place
+    assert r4.returncode == 0, r4.stderr[-2000:]
+    assert _reused_without_copies(log, mark, "s3://curate-test/runs/edited") >= 10
+    steps = atomic.read_json(fs.path("s3://curate-test/runs/edited") / "run.json")["steps"]
+    assert steps["ingest-web"]["reused"] == 2 and steps["ingest-web"]["computed"] == 1, steps["ingest-web"]
+    local = curate("run", str(write_yaml(tmp_path / "lg.yaml", small_mixture(str(demo_corpus), str(tmp_path / "local2"))
+                                         .replace(old, new).replace("name: remote", "name: edited")
+                                         .replace("crawl-0000[01]", "crawl-0000[012]"))), "--workers", "2", env=env)
+    assert local.returncode == 0, local.stderr[-2000:]
+    assert mixture_shas("s3://curate-test/runs/edited") == mixture_shas(tmp_path / "local2" / "edited")
+
+
+def _reused_without_copies(log, mark: int, run: str) -> int:
+    """The shards a run on S3 reused: each is its marker's references to the earlier objects
+    (fs.link_all), and no request since `mark` wrote its data (a PUT, or a server-side copy,
+    which is a PUT of the new key). Returns their count."""
     from pipeline.engine.step import read_markers
 
     puts = "\n".join(x for x in log.read_text(errors="replace").splitlines()[mark:] if "PUT /curate-test/" in x)
-    store = fs.path("s3://curate-test/runs/_store/steps")
+    store = fs.path(run).parent / "_store" / "steps"
     reused = 0
-    for rec in atomic.read_json(fs.path("s3://curate-test/runs/edited") / "run.json")["steps"].values():
+    for rec in atomic.read_json(fs.path(run) / "run.json")["steps"].values():
         if not rec.get("reused"):
             continue
         folder = rec["dir"].rsplit("/", 1)[-1]
@@ -181,15 +209,7 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, smal
                 assert set(m["refs"]) == set(m["out_files"]), m
                 for rel in m["out_files"]:
                     assert f"/curate-test/runs/_store/steps/{folder}/{rel} " not in puts, (folder, rel)
-    assert reused >= 4, reused
-    local = curate("run", str(write_yaml(tmp_path / "l.yaml", small_mixture(str(demo_corpus), str(tmp_path / "local"))
-                                         .replace(old, new).replace("name: remote", "name: edited"))), "--workers", "2", env=env)
-    assert local.returncode == 0, local.stderr[-2000:]
-    assert mixture_shas("s3://curate-test/runs/edited") == mixture_shas(tmp_path / "local" / "edited")
-    steps = atomic.read_json(fs.path("s3://curate-test/runs/edited") / "run.json")["steps"]
-    assert steps["filter-web"]["computed"] == steps["filter-web"]["shards"]
-    wiki = steps["ingest-wiki"]["shards"]
-    assert steps["dedup-exact-map"]["reused"] >= wiki, steps["dedup-exact-map"]
+    return reused
 
 
 def _s3_race(url):
