@@ -181,24 +181,39 @@ def _inner_blocks(spec: dict):
         yield buf
 
 
+class CellsSpec(TypedDict):
+    """The `tokens-levanter-cells` step's one shard: each source's cells (layout cells)."""
+
+    sources: dict[str, list[dict]]
+    describe: str
+
+
+@task(version="1")
+def cells_shard(spec: CellsSpec, out) -> dict:
+    """Each source's cells as `cells/<source>.json`: what a `tokens-levanter` shard reads."""
+    for source, cl in spec["sources"].items():
+        atomic.write_json(fs.path(out.dir) / "cells" / f"{source}.json", cl)
+    return {"rows": 0}
+
+
 class CellPiecesSpec(TypedDict):
     """A `tokens-levanter` shard with layout cells (levanter.py `plan`): one document shard's kept documents."""
 
     doc: DocShard
     params: dict  # dtype, bos_id, eos_id, max_file_tokens, tokenizer_name, ids
-    cells: str | list[dict]  # mix-budget's cells/<source>.json (or the cells): the source's cells (the first phase's)
+    cells: str | list[dict]  # tokens-levanter-cells' cells/<source>.json (or the cells): the source's cells
     tokens: str  # the shard's token ids (tokenize-<source>)
     describe: str
 
 
-@task(version="2")  # 2: no piece for a cell the shard has no document of; its cells from the budget's file
+@task(version="3")  # 2: no piece for a cell the shard has no document of; 3: its cells from the file its spec names
 def cell_pieces(spec: CellPiecesSpec, out) -> dict:
     """Layout cells: one document shard's kept documents, per cell, as pieces
     (`<cell>/<source>-part-XXXXX.ids` with its sidecar), in the shard's row order; every
     kept document once, whatever the weights (they are the trainer's)."""
     from pipeline.steps.tokenize import tasks
 
-    if isinstance(spec["cells"], str):  # mix-budget's cells/<source>.json (one phase: Levanter takes no phases)
+    if isinstance(spec["cells"], str):  # tokens-levanter-cells' cells/<source>.json (Levanter takes no phases)
         spec = {**spec, "cells": atomic.read_json(spec["cells"])}
     d, p = spec["doc"], spec["params"]
     tok = fs.read_table(spec["tokens"], columns=["row", "tokens"])
@@ -297,13 +312,24 @@ def plan(ctx, st: dict, write_shard, validation_shard) -> list:
                              "folder with the held-out documents'; rename the source")
         tok = dict(ctx.tokenized)
 
-        def shards(step, stats):  # a shard names its source's cells file (mix-budget's), not the cells
-            return ({"doc": slim(d), "params": params, "cells": ctx.mix.cells_file(ctx.store, d["source"]),
+        by_source: dict[str, list[dict]] = {}
+        for c in ctx.mix.phases[0]["cells"]:
+            by_source.setdefault(c.source, []).append(c.to_dict())
+        # each source's cells, from the config alone, as a file the pieces' specs name (keyed by its bytes): no
+        # spec carries a cell (not cells x shards in the driver), and a weights edit moves neither file nor folder
+        members = Step("tokens-levanter-cells", "tokens-cells", {"sources": by_source}, [], cells_shard,
+                       shards=lambda step, stats: [{"sources": by_source, "describe": "levanter: the cells of each source"}],
+                       cpus=0)
+
+        def shards(step, stats):
+            return ({"doc": slim(d), "params": params, "cells": str(members.dir(ctx.store) / "cells" / f"{d['source']}.json"),
                      "tokens": str(tok[d["source"]].dir(ctx.store) / f"{shard_name(d['index'])}.parquet"),
                      "describe": f"levanter: {d['source']}/{shard_name(d['part'])}"} for d in ctx.mix.docs(stats))
 
         pieces = Step("tokens-levanter", "tokens", {**cfg, "layout": "cells", "cells": cell_list},
-                      list(ctx.mix.priority.inputs) + list(tok.values()), cell_pieces, shards=shards, position_free=True)
+                      [s for s in ctx.mix.priority.inputs if s is not ctx.mix.budget] + [members] + list(tok.values()),
+                      cell_pieces, shards=shards,
+                      position_free=True)
     else:
         write = ctx.mix.write
 
@@ -337,7 +363,7 @@ def plan(ctx, st: dict, write_shard, validation_shard) -> list:
 
     out.append(Step("tokens-levanter-cache", "tokens-cache", {"format": "levanter", "chunk": CHUNK, "inner": INNER, "meta": meta},
                     list(out), cache_chunk, shards=chunk_shards, preload=("tensorstore",)))
-    return out
+    return ([members] if tz.layout == "cells" else []) + out
 
 
 def caches(ctx, steps: list, stats: dict) -> dict[str, list[dict]]:

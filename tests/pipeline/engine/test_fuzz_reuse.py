@@ -2,9 +2,8 @@
 the bytes of a fresh run, every output compared (bench/fuzz_reuse.py says which).
 
 The two stale outputs a review found, each as the edit that showed it, then the seeded
-fuzzer: random edits of every kind, each checked against a fresh run (the second half, with
-two variants run at once in the shared store, is tests/pipeline/engine/test_fuzz_reuse_more.py,
-so the two halves run in parallel). Runs are in this process, every step inline.
+fuzzer: random edits of every kind, each checked against a fresh run, twice with two variants
+run at once in the shared store. Runs are in this process, every step inline.
 """
 
 from __future__ import annotations
@@ -93,12 +92,14 @@ def test_a_file_replaced_keeping_its_size_and_mtime_is_read_again_in_content_mod
     assert all(m["read_key"].startswith("content:") for m in ms.values())
 
 
-def test_random_edits_give_the_bytes_of_a_fresh_run(lib, tmp_path):
-    """Random edits of every kind from the first state, each compared with a fresh run:
-    the seeded half of the suite's fuzzing (`python -m bench.fuzz_reuse` runs 500)."""
-    res = fr.fuzz(22, SEED, tmp_path, None, concurrent_every=0, lib=lib, stop_at_first=True)
+def test_random_edits_and_concurrent_variants_give_the_bytes_of_a_fresh_run(lib, tmp_path):
+    """Random edits of every kind (a round of each kind in a random order, then more), each
+    compared with a fresh run, and twice two variants run at once in the shared store (two
+    `curate run` processes): the suite's seeded fuzzing (`python -m bench.fuzz_reuse` runs 500)."""
+    res = fr.fuzz(18, SEED + 1, tmp_path, None, concurrent_every=9, lib=lib, stop_at_first=True)
     assert res["differences"] == 0, json.dumps(res["found"], indent=1, default=str)
-    assert res["edits"] == 22
+    assert res["edits"] == 18 and res["kinds"]["concurrent"] == 4
+    assert set(res["kinds"]) == set(fe.EDITS) | {"concurrent"}  # every kind of edit at least once
 
 
 def test_levanter_caches_with_a_tokenizer_json(lib, tmp_path):
