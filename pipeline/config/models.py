@@ -202,11 +202,14 @@ class SemanticDedupSpec(_EmbeddingKMeans):
                                       "share (word-set Jaccard, estimated from 128 MinHash values): static embeddings put "
                                       "unrelated texts of one language close (docs/dedup.md has the curve); null: cosine alone")
     clusters: int | None = Field(None, ge=1, description="k-means clusters; neighbours are only looked for inside a "
-                                 "cluster; default: one per 2,000 documents that reach the stage, at most one per 20 sampled")
+                                 "cluster; default: one per `cluster_rows` documents that reach the stage, in two levels "
+                                 "past what the sample fits (at most one per 20 sampled): each coarse cluster split by "
+                                 "a k-means of its own sample, so k grows with the corpus (at most 100,000)")
+    cluster_rows: int = Field(2_000, ge=2, description="documents a cluster holds on average, with `clusters` unset")
     max_cluster_rows: int | None = Field(50_000, ge=2, description="a cluster with more members is split by seeded "
                                          "bisection into groups of at most this many before the comparison, so its cost "
-                                         "per document stays flat when k (capped by the sample) cannot grow with the "
-                                         "corpus; null: compare whole clusters (all pairs)")
+                                         "per document stays flat past 100,000 clusters; null: compare whole clusters "
+                                         "(all pairs)")
 
 
 class DedupSpec(Model):

@@ -237,6 +237,8 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base, pl
     prev = list(ctx.layers)
     sem = dd.semantic
     params = code.portable(sem.model_dump(mode="json"))  # a model folder by its files, not its place
+    if params.get("cluster_rows") == SEMANTIC_DOCS_PER_CLUSTER:  # the default: the steps keep their earlier hashes
+        params.pop("cluster_rows")
     # a threshold or overlap edit re-runs the reduce and apply only (the map's sketches do not depend on the value)
     fit = {k: v for k, v in params.items() if k not in ("threshold", "min_overlap")}
     common = {"ranks": ctx.ranks(), "partitions": dd.partitions}
@@ -253,22 +255,38 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base, pl
     def centroid_shards(st, stats):
         kept = sum(m["rows"] for m in stats[sample.name].values())
         sampled = sum(m["sampled"] for m in stats[sample.name].values())
-        k = sem.clusters or max(1, min(math.ceil(kept / SEMANTIC_DOCS_PER_CLUSTER), sampled // SEMANTIC_SAMPLE_PER_CLUSTER))
+        k = sem.clusters or max(1, min(math.ceil(kept / sem.cluster_rows), sampled // SEMANTIC_SAMPLE_PER_CLUSTER))
         return [{"samples": str(sample.dir(ctx.store)), "shards": len(stats[sample.name]),
                  "clusters": k, "seed": sem.seed, "dim": dim, "describe": "k-means"}]
 
     cents = add(Step("dedup-semantic-centroids", "dedup-semantic-centroids", {"params": fit}, [sample],
                      kmeans.centroids_shard, shards=centroid_shards))
 
+    def wanted(kept, stats) -> int:  # clusters two levels aim at (0: the coarse centroids alone)
+        return 0 if sem.clusters else semantic.wanted_clusters(kept, stats[cents.name][0]["clusters"], sem.cluster_rows)
+
+    def fine_extra(kept, d, stats):
+        want = wanted(kept, stats)
+        return {"embedding": emb_path(d), "centroids": stats[cents.name][0]["centroids"], "dim": dim, "seed": sem.seed,
+                "rate": min(1.0, semantic.FINE_SAMPLE * want / max(1, kept)) if want else 0.0,
+                "partitions": max(1, math.ceil(semantic.FINE_SAMPLE * want / semantic.FINE_ROWS))}
+
+    fsample = add(Step("dedup-semantic-fine-sample", "dedup-semantic-fine-sample", {"params": fit, **common},
+                       base + prev + emb + [cents], semantic.fine_sample_shard, shards=per_doc(fine_extra, prev),
+                       position_free=True))
+    fine = reducer("dedup-semantic-fine", {"params": fit}, fsample, semantic.fine_shard, {"seed": sem.seed, "dim": dim})
+
     def map_extra(kept, d, stats):
-        k = stats[cents.name][0]["clusters"]
+        k = stats[cents.name][0]["clusters"] + sum(m.get("fine", 0) for m in stats[fine.name].values())
+        fine_parts = len(stats[fine.name]) if any(m.get("fine") for m in stats[fine.name].values()) else 0
         return {"embedding": emb_path(d), "centroids": stats[cents.name][0]["centroids"], "dim": dim,
                 "sketch": sem.min_overlap is not None,
+                **({"fine": str(fine.dir(ctx.store)), "fine_parts": fine_parts} if fine_parts else {}),
                 "partitions": max(1, min(k, max(dd.partitions or 1, math.ceil(kept / SEMANTIC_ROWS))))}
 
     sketch = {"sketch": True} if sem.min_overlap is not None else {}  # words for min_overlap: the map alone
     mp = add(Step("dedup-semantic-map", "dedup-semantic-map", {"params": {**fit, **sketch}, **common},
-                  base + prev + emb + [cents],
+                  base + prev + emb + [cents, fine],
                   semantic.map_shard, shards=per_doc(map_extra, prev), position_free=True))
     rd = reducer("dedup-semantic-reduce", {"params": params, **placed}, mp, semantic.reduce_shard, {"params": params, **placed})
     ctx.add_layer(apply_step("semantic", rd, apply.run_shard, semantic.COLUMNS, prev), "dedup:semantic")

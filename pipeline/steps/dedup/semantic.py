@@ -7,6 +7,9 @@ sample (per document shard): the documents that reach the stage whose seeded has
     and the hash: a sample that does not depend on sharding.
 centroids (one task): spherical k-means on the sample, in hash order, seeded: `clusters`
     centroids (fewer when the sample is smaller), written as centroids.npy.
+fine-sample, fine (past what the sample fits: two levels): a second sample by coarse
+    cluster, and each coarse cluster's own k-means, so that k grows with the corpus
+    (`wanted_clusters`: one per `cluster_rows` documents, at most MAX_CLUSTERS).
 map (per document shard): each document's nearest centroid; rows (cluster, priority key,
     gid, id, embedding) partitioned by a mixed hash of the cluster, so a cluster is one
     reducer's and the clusters spread evenly over the reducers.
@@ -42,7 +45,7 @@ from pipeline.shards.documents import DocShard
 from pipeline.shards.kmeans import kept, nearest, read_centroids, vectors
 from pipeline.steps.dedup.fuzzy import okey
 
-VERSION = "3"  # 3: partitioned by a mixed hash of the cluster; 2: word sketches for min_overlap
+VERSION = "3"  # 3: partitioned by a mixed hash of the cluster, fine clusters (two levels); 2: word sketches for min_overlap
 COLUMNS = {"reason": "string", "duplicate_of": "string", "duplicate_of_source": "string", "cosine": "float64",
            "cluster": "int64", "cluster_size": "int64"}
 BLOCK = 1024  # members whose similarities to the earlier members are computed at once
@@ -59,6 +62,8 @@ class SemanticMapSpec(TypedDict):
     dim: int
     sketch: bool  # with min_overlap: the documents' word sketches too
     partitions: int
+    fine: NotRequired[str]  # the fine step's folder: each coarse cluster's own centroids (two levels)
+    fine_parts: NotRequired[int]  # its files
     describe: str
 
 
@@ -71,7 +76,10 @@ def map_shard(spec: SemanticMapSpec, out) -> dict:
     if not len(rows):
         return {"rows": 0, "partitions": nparts, "segments": shuffle.write_empty(nparts, base)}
     c = read_centroids(spec["centroids"], spec["dim"])
-    cluster = nearest(vectors(emb), c)
+    v = vectors(emb)
+    cluster = nearest(v, c)
+    if spec.get("fine"):  # the second level: a coarse cluster's documents among its own centroids
+        cluster = fine_clusters(v, cluster, read_fine(spec["fine"], spec["fine_parts"], spec["dim"]), len(c))
     ok, ok2 = okey(doc["rank"], ids)
     cols = {"cluster": cluster, "okey": ok, "okey2": ok2, "gid": shuffle.gid(doc["src"], doc["part"], rows),
             "id": pa.array(ids, pa.string()), "embedding": emb}
@@ -87,6 +95,125 @@ def partition(cluster: np.ndarray, nparts: int) -> np.ndarray:
     integers, and partition_of takes a key's top 32 bits: unmixed, every cluster below 2^32
     went to partition 0 (8 partitions: 6,148 rows in one reducer, none in the seven others)."""
     return shuffle.partition_of(text_hash.fmix64(np.asarray(cluster, np.int64).astype(np.uint64)), nparts)
+
+
+# ---- two levels: k grows with the corpus --------------------------------------------------------
+# The coarse centroids come from the sample (at most one per 20 sampled: 5,000 for the default 100,000);
+# past that, a cluster of 10^9 / 5,000 = 200,000 documents (5 M at 2.5 x 10^10) would be one reducer's
+# and few clusters a partition would balance nothing. So each coarse cluster is split by a k-means of
+# its own members: a second sample (`fine_sample_shard`: FINE_SAMPLE a wanted cluster, in every coarse
+# cluster as it is large), shuffled by coarse cluster to `fine_shard`, which fits each one's centroids;
+# a document is then assigned its coarse cluster's nearest fine centroid (`fine_clusters`). Cluster
+# numbers: a coarse cluster left whole keeps its number, a fine one is numbered after all the coarse.
+FINE_SAMPLE = 20  # sampled documents a fine centroid
+MAX_CLUSTERS = 100_000  # clusters at most (a map task holds every fine centroid: 100 MB at 256 dimensions)
+FINE_ROWS = 200_000  # sampled rows a fine task fits at most
+
+
+def wanted_clusters(kept: int, coarse: int, cluster_rows: int) -> int:
+    """The clusters two levels aim at (0: one level does): one per `cluster_rows` documents, at
+    most MAX_CLUSTERS, when that is more than the sample's coarse centroids."""
+    want = min(MAX_CLUSTERS, -(-kept // cluster_rows))
+    return want if want > coarse else 0
+
+
+class FineSampleSpec(TypedDict):
+    """A `dedup-semantic-fine-sample` shard (steps/dedup/plan.py `semantic_steps`): one document shard's second sample."""
+
+    doc: DocShard
+    embedding: str
+    centroids: str  # the coarse centroids
+    dim: int
+    seed: int
+    rate: float  # the share of every coarse cluster's documents sampled (0: one level, nothing sampled)
+    partitions: int
+    describe: str
+
+
+@task(version="1")
+def fine_sample_shard(spec: FineSampleSpec, out) -> dict:
+    """The second sample: each document whose seeded hash falls below `rate`, with its coarse
+    cluster, its key and its embedding, to the fine task of its coarse cluster (a mixed hash)."""
+    doc, nparts = spec["doc"], spec["partitions"]
+    base = shuffle.map_file(fs.path(out.dir) / "buckets", out.index)
+    if spec["rate"] <= 0:
+        return {"rows": 0, "sampled": 0, "partitions": nparts, "segments": shuffle.write_empty(nparts, base)}
+    from pipeline.shards.kmeans import sample_keys
+
+    rows, ids, emb, _ = kept(doc, spec["embedding"])
+    keys = sample_keys(spec["seed"] + 1, doc["source"], ids)  # independent of the first sample
+    take = np.flatnonzero(keys < np.uint64(min(2**64 - 1, int(spec["rate"] * 2**64))))
+    coarse = nearest(vectors(emb.take(pa.array(take))), read_centroids(spec["centroids"], spec["dim"])) if len(take) else \
+        np.zeros(0, np.int64)
+    t = pa.table({"coarse": pa.array(coarse, pa.int64()), "key": keys[take], "embedding": emb.take(pa.array(take))})
+    segments = shuffle.write_partitions(t, partition(coarse, nparts), nparts, base)
+    return {"rows": len(rows), "sampled": len(take), "partitions": nparts, "segments": segments}
+
+
+class FineSpec(shuffle.ReduceSpec):
+    """A `dedup-semantic-fine` shard: one partition of the second sample."""
+
+    seed: int
+    dim: int
+    describe: str
+
+
+@task(version="1")
+def fine_shard(spec: FineSpec, out) -> dict:
+    """Each coarse cluster of this partition split by a k-means of its sampled members (in key
+    order, seeded by the cluster): FINE_SAMPLE members a centroid; one that would have one
+    centroid stays whole. `fine/<part>.parquet`: coarse cluster, centroid."""
+    from pipeline.shards.kmeans import kmeans
+
+    t = shuffle.read_partition(spec["inputs"], spec["maps"], spec["partition"])
+    coarse_col, cents = [], []
+    if t is not None and t.num_rows:
+        t = t.sort_by([("coarse", "ascending"), ("key", "ascending")])
+        coarse = t.column("coarse").to_numpy()
+        x = vectors(t.column("embedding"))
+        cuts = np.flatnonzero(np.r_[True, coarse[1:] != coarse[:-1], True])
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            k = (b - a) // FINE_SAMPLE
+            if k < 2:
+                continue
+            c = kmeans(x[a:b], k, spec["seed"] * 1_000_003 + int(coarse[a]))
+            coarse_col.append(np.full(k, coarse[a], np.int64))
+            cents.append(c.astype(np.float32))
+    dim = spec["dim"]
+    flat = np.concatenate(cents).ravel() if cents else np.zeros(0, np.float32)
+    atomic.write_table(pa.table({"coarse": np.concatenate(coarse_col) if coarse_col else np.zeros(0, np.int64),
+                                 "centroid": pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), dim)}),
+                       fs.path(out.dir) / "fine" / f"{out.name}.parquet")
+    return {"rows": 0 if t is None else t.num_rows, "split": len(cents), "fine": sum(len(c) for c in cents)}
+
+
+def read_fine(folder: str, parts: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every fine centroid, by coarse cluster (stable): (coarse cluster of each, centroids)."""
+    tables = [t for t in fs.read_many(fs.read_table, [fs.path(folder) / "fine" / f"part-{i:05d}.parquet"
+                                                     for i in range(parts)]) if t.num_rows]
+    if not tables:
+        return np.zeros(0, np.int64), np.zeros((0, dim), np.float32)
+    t = pa.concat_tables(tables)
+    order = np.argsort(t.column("coarse").to_numpy(), kind="stable")
+    cent = t.column("centroid").combine_chunks().flatten().to_numpy().reshape(-1, dim)
+    return t.column("coarse").to_numpy()[order], cent[order]
+
+
+def fine_clusters(v: np.ndarray, coarse: np.ndarray, fine: tuple[np.ndarray, np.ndarray], ncoarse: int) -> np.ndarray:
+    """Each document's cluster: its coarse cluster's number when that cluster stays whole, else
+    `ncoarse` + the global index of the nearest of its coarse cluster's fine centroids."""
+    owner, cents = fine
+    out = coarse.astype(np.int64).copy()
+    if not len(owner):
+        return out
+    starts = np.searchsorted(owner, np.arange(ncoarse), "left")
+    ends = np.searchsorted(owner, np.arange(ncoarse), "right")
+    for c in np.unique(coarse).tolist():
+        a, b = int(starts[c]), int(ends[c])
+        if b > a:
+            mine = np.flatnonzero(coarse == c)
+            out[mine] = ncoarse + a + nearest(v[mine], cents[a:b])
+    return out
 
 
 def sketches(texts: list[str]) -> np.ndarray:

@@ -259,3 +259,28 @@ def test_order_place_keeps_the_first_copy_by_place_not_by_id_hash(tmp_path):
         run_shard("pipeline.steps.dedup.semantic:reduce_shard", spec, str(tmp_path / order), 0)
         got[order] = pq.read_table(tmp_path / order / "clusters" / "part-00000.parquet").select(["id", "duplicate_of"]).to_pylist()
     assert got == {"id": [{"id": "first", "duplicate_of": "second"}], "place": [{"id": "second", "duplicate_of": "first"}]}
+
+
+def test_past_what_the_sample_fits_k_grows_in_two_levels(ray_local, planted, tmp_path):
+    """With `cluster_rows: 20` the corpus wants 28 clusters where its sample of 400 fits 20:
+    each coarse cluster is split by a k-means of its own sample (dedup-semantic-fine), the
+    reducers see more clusters than the sample's k, the planted copies are still found for
+    their base and nothing else, and another sharding gives the same decisions."""
+    got = []
+    for name, shard_bytes in (("two", 1 << 26), ("twoshards", 20_000)):
+        y = write_yaml(tmp_path / f"{name}.yaml", _yaml(tmp_path / "x.yaml", planted["dir"], max_shard_bytes=shard_bytes)
+                       .read_text().replace("clusters: 4, sample: 400", "sample: 400, cluster_rows: 20").replace("name: sem", f"name: {name}"))
+        runner.run(config.load(y), workers=2, output=str(tmp_path), log=lambda m: None, quiet=True)
+        run = tmp_path / name
+        steps = atomic.read_json(run / "run.json")["steps"]
+        coarse = [atomic.read_json(p) for p in (run / steps["dedup-semantic-centroids"]["dir"] / "_markers").glob("*.json")][0]
+        fine = [atomic.read_json(p) for p in (run / steps["dedup-semantic-fine"]["dir"] / "_markers").glob("*.json")]
+        reduce = [atomic.read_json(p) for p in (run / steps["dedup-semantic-reduce"]["dir"] / "_markers").glob("*.json")]
+        assert coarse["clusters"] == 20 and sum(m["fine"] for m in fine) > 0, (coarse, fine)
+        assert sum(m["clusters"] for m in reduce) > coarse["clusters"], reduce
+        dec = _decisions(run)
+        removed = {i: r for i, r in dec.items() if r["keep"] is False}
+        assert all(planted["copies"].get(i) == r["duplicate_of"] for i, r in removed.items())
+        assert len(removed) >= 180, len(removed)  # finer clusters cut a few more pairs apart than 4 did
+        got.append({i: (r["keep"], r["reason"], r["cluster"]) for i, r in dec.items()})
+    assert got[0] == got[1]
