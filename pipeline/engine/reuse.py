@@ -135,7 +135,10 @@ class Keys:
         memo = (folder, rel)
         if memo not in self._folders:  # a folder: the digests of every file under it
             pre = rel + "/" if rel else ""
-            self._folders[memo] = "folder:" + hash_json(sorted((k, d) for k, d in table.items() if k.startswith(pre)))
+            under = sorted((k, d) for k, d in table.items() if k.startswith(pre))
+            # a path that is no file and holds none (a stem a task adds an extension to) keys by
+            # itself, which names the step's hash: never by an empty folder's constant digest
+            self._folders[memo] = "folder:" + hash_json(under) if under or not rel else v
         return self._folders[memo]
 
     def _table(self, folder: str) -> dict[str, str] | None:

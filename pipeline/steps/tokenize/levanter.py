@@ -97,7 +97,9 @@ def plan_chunks(cache: str, pieces: list[dict]) -> list[dict]:
             while j < len(pieces) and bounds[j][0] < hi:
                 a, b, base = bounds[j]
                 if b > lo:  # (an empty piece holds no element)
-                    inputs.append({"path": pieces[j]["path"], "skip": max(lo, a) - a, "take": min(hi, b) - max(lo, a),
+                    # the file it reads, named whole: a shard's key digests the files its spec names
+                    read = pieces[j]["path"] + (".ids" if array == "data" else ".docs.parquet")
+                    inputs.append({"path": read, "skip": max(lo, a) - a, "take": min(hi, b) - max(lo, a),
                                    "at": max(lo, a), "base": base})
                 j += 1
             out.append({"cache": cache, "array": array, "chunk": k, "lo": lo, "hi": hi, "rows": rows, "inputs": inputs,
@@ -112,7 +114,7 @@ def _segments(spec: dict, ids_dtype: str):
     for inp in spec["inputs"]:
         if spec["array"] == "data":
             size = np.dtype(ids_dtype).itemsize
-            with fs.open_read(inp["path"] + ".ids") as f:
+            with fs.open_read(inp["path"]) as f:  # the piece's .ids
                 f.seek(inp["skip"] * size)
                 done = 0
                 while done < inp["take"]:
@@ -120,7 +122,7 @@ def _segments(spec: dict, ids_dtype: str):
                     yield inp["at"] + done, np.frombuffer(f.read(n * size), dtype=np.dtype(ids_dtype).newbyteorder("<"))
                     done += n
         else:  # the ends of the piece's documents, in its tokens, moved to the cache's
-            ends = fs.read_table(inp["path"] + ".docs.parquet", columns=["end"]).column("end").to_numpy()
+            ends = fs.read_table(inp["path"], columns=["end"]).column("end").to_numpy()  # its .docs.parquet
             yield inp["at"], ends[inp["skip"]: inp["skip"] + inp["take"]].astype(np.int64) + inp["base"]
 
 
@@ -133,13 +135,13 @@ class ChunkSpec(TypedDict):
     lo: int  # its elements: [lo, hi)
     hi: int
     rows: int  # the cache's documents
-    inputs: list[dict]  # the pieces' ranges it holds: path, skip, take, at, base
+    inputs: list[dict]  # the pieces' ranges it holds: path (the piece's .ids, or .docs.parquet for offsets), skip, take, at, base
     ids: str  # the pieces' ids dtype
     ledger: NotRequired[dict]  # offsets chunk 0: the cache's ledger (shard_rows, meta)
     describe: str
 
 
-@task(version="2")  # 2: streamed (zarr_shard.py)
+@task(version="3")  # 2: streamed (zarr_shard.py); 3: its inputs name the files read (.ids, .docs.parquet)
 def cache_chunk(spec: ChunkSpec, out) -> dict:
     """One chunk file of a cache's `data` or `offsets`: `<array>/c/<k>` (and `zarr.json` for chunk 0)."""
     array = spec["array"]

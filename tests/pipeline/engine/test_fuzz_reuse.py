@@ -2,8 +2,8 @@
 the bytes of a fresh run, every output compared (bench/fuzz_reuse.py says which).
 
 The two stale outputs a review found, each as the edit that showed it, then the seeded
-fuzzer: random edits of every kind, each checked against a fresh run, twice with two variants
-run at once in the shared store. Runs are in this process, every step inline.
+fuzzer: a random edit of every kind, each checked against a fresh run, then two variants run
+at once in the shared store. Runs are in this process, every step inline.
 """
 
 from __future__ import annotations
@@ -93,12 +93,13 @@ def test_a_file_replaced_keeping_its_size_and_mtime_is_read_again_in_content_mod
 
 
 def test_random_edits_and_concurrent_variants_give_the_bytes_of_a_fresh_run(lib, tmp_path):
-    """Random edits of every kind (a round of each kind in a random order, then more), each
-    compared with a fresh run, and twice two variants run at once in the shared store (two
-    `curate run` processes): the suite's seeded fuzzing (`python -m bench.fuzz_reuse` runs 500)."""
-    res = fr.fuzz(18, SEED + 1, tmp_path, None, concurrent_every=9, lib=lib, stop_at_first=True)
+    """A random edit of every kind (a round of each kind in a random order), each compared
+    with a fresh run, then two variants run at once in the shared store (two `curate run`
+    processes): the suite's seeded fuzzing (`python -m bench.fuzz_reuse` runs 500)."""
+    n = len(fe.EDITS)
+    res = fr.fuzz(n, SEED + 1, tmp_path, None, concurrent_every=n, lib=lib, stop_at_first=True)
     assert res["differences"] == 0, json.dumps(res["found"], indent=1, default=str)
-    assert res["edits"] == 18 and res["kinds"]["concurrent"] == 4
+    assert res["edits"] == n and res["kinds"]["concurrent"] == 2
     assert set(res["kinds"]) == set(fe.EDITS) | {"concurrent"}  # every kind of edit at least once
 
 
@@ -126,3 +127,17 @@ def test_a_section_removed_removes_its_folder_from_the_run_directory(lib, tmp_pa
     assert f.check("tokenize", [(("tokenize",), None), (("mix", "validation"), None)], "no tokenize, no validation") is None
     assert not (run / "tokenized").exists()
     assert {p.parent.name for p in (run / "validation").rglob("*.parquet")} == {"ev"}  # the eval source's items only
+
+
+def test_a_levanter_validation_cache_follows_its_pieces_bytes(lib, tmp_path):
+    """The fuzzer's fourth find (seed 70, edit 17): with Levanter caches, an eval file upper-cased
+    changed the held-out pieces' token counts, and the validation cache's offsets chunk was
+    linked with the old ends. Its spec named each piece by its stem (the path without
+    `.docs.parquet`), which matched no file, and a shard's key digested it as an empty folder:
+    now a chunk names the files it reads, and a path that is no file and holds none keys by
+    itself."""
+    f = fr.Fuzz(tmp_path, lib, state=fe.apply(fe.base_state(), [(("tokenize",), {"tokenizer": None, "formats": ["levanter"], "eos": True})]))
+    f.first()
+    assert (f.shared / "out" / "main" / "tokenized" / "levanter" / "validation").is_dir()
+    f.n = 1
+    assert f.check("eval", [(("eval",), "upper"), (("files", "eval/he.jsonl"), "eval-upper")], "eval file upper-cased") is None
