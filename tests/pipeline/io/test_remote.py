@@ -173,21 +173,60 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, smal
     assert steps["filter-web"]["computed"] == steps["filter-web"]["shards"]
     wiki = steps["ingest-wiki"]["shards"]
     assert steps["dedup-exact-map"]["reused"] >= wiki, steps["dedup-exact-map"]
-    # a new input file: the shards of the others are reused without a copy, and the bytes are a local run's
+    # a new input file, and Levanter caches (through 1% of failing requests again): the shards of the
+    # others are reused without a copy, and the bytes are a local run's, the caches' included
     s3.put(str(demo_corpus / "web/crawl-00002.jsonl.zst"), "curate-test/in/web/crawl-00002.jsonl.zst")
-    grown = text.replace("crawl-0000[01]", "crawl-0000[012]")
-    assert grown != text
+    tz = "\n        tokenize: {formats: [levanter]}\n"
+    grown = text.replace("crawl-0000[01]", "crawl-0000[012]") + tz
+    assert "crawl-0000[012]" in grown
     mark = len(log.read_text(errors="replace").splitlines())
-    r4 = curate("run", str(write_yaml(tmp_path / "e.yaml", grown)), "--workers", "2", env=env)  # the file edited in place
-    assert r4.returncode == 0, r4.stderr[-2000:]
+    proxy = FaultyProxy(int(env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1]), rate=0.01)
+    try:  # the file edited in place
+        r4 = curate("run", str(write_yaml(tmp_path / "e.yaml", grown)), "--workers", "2",
+                    env={**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"})
+    finally:
+        proxy.close()
+    assert r4.returncode == 0 and proxy.faults >= 3, (proxy.faults, r4.stderr[-2000:])
     assert _reused_without_copies(log, mark, "s3://curate-test/runs/edited") >= 10
     steps = atomic.read_json(fs.path("s3://curate-test/runs/edited") / "run.json")["steps"]
     assert steps["ingest-web"]["reused"] == 2 and steps["ingest-web"]["computed"] == 1, steps["ingest-web"]
     local = curate("run", str(write_yaml(tmp_path / "lg.yaml", small_mixture(str(demo_corpus), str(tmp_path / "local2"))
                                          .replace(old, new).replace("name: remote", "name: edited")
-                                         .replace("crawl-0000[01]", "crawl-0000[012]"))), "--workers", "2", env=env)
+                                         .replace("crawl-0000[01]", "crawl-0000[012]") + tz)), "--workers", "2", env=env)
     assert local.returncode == 0, local.stderr[-2000:]
     assert mixture_shas("s3://curate-test/runs/edited") == mixture_shas(tmp_path / "local2" / "edited")
+    _levanter_caches_are_the_local_ones(s3, tmp_path / "local2" / "edited", "curate-test/runs/edited/tokenized/levanter/")
+
+
+def _levanter_caches_are_the_local_ones(s3, local_run, prefix: str) -> None:
+    """The Levanter caches of a run on S3 against a local run's: every cache file the same bytes
+    (the chunk files are committed through the file layer, which retries; tensorstore only
+    encodes); layout mixture: the cache is the mixture files' documents in their order, each
+    decoding to its text."""
+    import pyarrow.parquet as pq
+    import yaml
+
+    from bench.levanter_reader import Cache
+    from pipeline.plan import tokens
+
+    root_l = local_run / "tokenized" / "levanter"
+    got_l = {str(p.relative_to(root_l)): p.read_bytes() for p in root_l.rglob("*") if p.is_file()}
+    got_r = {k[len(prefix):]: s3.cat(k) for k in s3.find(prefix)}
+    assert set(got_r) == set(got_l) and "mixture/train/input_ids/data/c/0" in got_l
+    assert [k for k in got_l if got_l[k] != got_r[k]] == ["levanter-data.yaml"]  # it names its own root
+    cfg = yaml.safe_load(got_r["levanter-data.yaml"])
+    assert cfg["configs"]["mixture"]["cache_dir"] == "s3://" + prefix + "mixture"
+    c = Cache(str(root_l / "mixture" / "train"))
+    m = atomic.read_json(local_run / "manifest.json")
+    assert c.num_rows == sum(f["rows"] for f in m["files"]) and c.data_size == m["tokenized"]["formats"]["levanter"]["tokens"]
+    enc = tokens.load("gpt2")
+    texts = [t for p in sorted((local_run / "mixture").glob("part-*.parquet"))
+             for t in pq.read_table(p, columns=["text"]).column("text").to_pylist()]
+    assert len(texts) == c.num_rows
+    for i, row in c.rows():
+        assert enc.decode(row[:-1].tolist()) == texts[i], i
+    r = curate("verify-tokens", str(local_run))
+    assert r.returncode == 0 and "levanter: 1 caches" in r.stdout, r.stdout + r.stderr
 
 
 def _reused_without_copies(log, mark: int, run: str) -> int:
