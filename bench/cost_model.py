@@ -45,6 +45,14 @@ Per step, at D documents (every assumption is printed beside the table):
   peak + 2.2 KB per shard of the largest step (its specs, bench.driver) + 0.82 KB per
   task of the run (every finished shard's marker stays in the driver: the mean size of
   the 4N run's markers in Python).
+- **the driver's work per shard, measured** (`--sim sim.json`, bench.scale_sim's largest
+  size): each phase's CPU, peak memory and files opened per document shard (planning, shard
+  specs, content keys, resume, the mixture's planning over cells, ledger, report, manifest)
+  x the document shards at D; these replace the per-task guess for those phases. Still
+  modelled, not measured: the driver's CPU per Ray task submitted (`--driver-ms`), the
+  object store's latency per request a phase opens (a file opened = one request), and the
+  phases scale_sim leaves out (the dedup and quality planning between steps, which read
+  one marker a shard as the keys phase does).
 Not modelled: stragglers, retries (1% transient faults cost ~1% more requests), network
 bandwidth, the object store's per-prefix request rate (S3: 5,500 GET/s per prefix).
 """
@@ -339,7 +347,11 @@ def main(argv=None):
                          "with the documents (default: all of it with the documents, an upper bound: a 50,000-row "
                          "task makes about the requests of a bench task of 2,500-5,000 rows)")
     ap.add_argument("--driver-ms", type=float, default=1.7, help="driver CPU per task (bench.driver --tasks; default 1.7)")
+    ap.add_argument("--sim", type=Path, default=None,
+                    help="bench.scale_sim --json output: the driver's phases per document shard, measured")
     a = ap.parse_args(argv)
+    if a.sim is not None:
+        sim_terms(json.loads(a.sim.read_text()), (a.latency_ms or 20) / 1000)
     if a.objstore_json is None:
         print_terms((a.latency_ms or 20) / 1000, a.nodes * a.cores)
         return {}
@@ -403,6 +415,29 @@ def main(argv=None):
         print(f"requests per document in steps: measured {meas[0]:.4f} (N) and {meas[1]:.4f} (4N) at 2,500-5,000-row shards; "
               f"modelled {req / docs:.4f} at {SHARD_DOCS:,}-row shards")
     print_terms(latency, cores)
+    return out
+
+
+def sim_terms(rows: list[dict], latency: float) -> dict[float, dict[str, tuple[float, float, float]]]:
+    """The driver's phases at 10^9 and 2.5x10^10 documents from bench.scale_sim's largest size
+    (per document shard: CPU µs, peak bytes, files opened), one shard per SHARD_DOCS documents."""
+    r = rows[-1]
+    phases = [k[: -len("_cpu_us_per_shard")] for k in r if k.endswith("_cpu_us_per_shard")]
+    print(f"\nthe driver's phases, measured by bench.scale_sim at {r['shards']:,} document shards and {r['cells']} cells "
+          f"(a file opened: one request of {latency * 1000:g} ms, serially: an upper bound)")
+    out = {}
+    for docs in (1e9, 2.5e10):
+        n = docs / SHARD_DOCS
+        got = {p: (r[p + "_cpu_us_per_shard"] * n / 1e6 / 3600, r[p + "_bytes_per_shard"] * n / 2**20,
+                   r[p + "_requests_per_shard"] * n * latency / 3600) for p in phases}
+        out[docs] = got
+        print(f"\n{docs:.2g} documents ({n:,.0f} document shards):\n")
+        print("| phase | driver CPU h | peak driver MB | requests' latency h |")
+        print("| --- | ---: | ---: | ---: |")
+        for p, (cpu, mb, lat) in got.items():
+            print(f"| {p} | {cpu:.3f} | {mb:,.0f} | {lat:.3f} |")
+        print(f"| **total** | {sum(v[0] for v in got.values()):.2f} | {max(v[1] for v in got.values()):,.0f} (largest) | "
+              f"{sum(v[2] for v in got.values()):.2f} |")
     return out
 
 
