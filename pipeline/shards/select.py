@@ -13,6 +13,12 @@ footer, sums the histograms, finds the one bin that holds the answer, and reads 
 each file only the row groups whose keys fall in that bin (about 1/4096 of the keys
 when they are hashes); the answer is exact, the same as one pass over every key.
 
+The mixture's cells share their files: one file a shard with the cell as a column, sorted by
+cell then key, each cell's histogram in the footer (`write_cell_keys`); a cell's set is
+`key_files(folder, first, stop, cell)`, its reads filtered to the cell (row-group
+statistics skip the others), and `prefetch` sums every cell's histograms in one pass over
+the files (a tree past `group` files), not a pass a cell.
+
 Cost: the map is part of a per-shard task that reads its shard anyway; the merge reads
 one footer (~70 KB at most) and about one row group per shard: O(shards), not
 O(documents). The bin that holds an answer is read only when it holds at most `max_bin`
@@ -71,19 +77,60 @@ def write_keys(path, keys: np.ndarray, weights: np.ndarray) -> int:
     return len(keys)
 
 
-def _histogram(path) -> tuple[np.ndarray, np.ndarray]:
+CELL_META = b"curate.cells"
+CELL_SCHEMA = pa.schema([("cell", pa.int32()), ("key", pa.uint64()), ("weight", pa.int64())])
+
+
+def write_cell_keys(path, by_cell: dict[int, tuple[np.ndarray, np.ndarray]]) -> int:
+    """One shard's keys of several cells in one file (not a file a cell and shard: at 475 cells
+    and 5x10^5 shards that is 2.4x10^8 objects): rows sorted by (cell, key), so a row group's
+    statistics skip the other cells, and each cell's histogram in the metadata."""
+    cols, hists = [], {}
+    for cell in sorted(by_cell):
+        keys = np.asarray(by_cell[cell][0], np.uint64)
+        weights = np.asarray(by_cell[cell][1], np.int64)
+        order = np.argsort(keys, kind="stable")
+        keys, weights = keys[order], weights[order]
+        top = (keys >> SHIFT).astype(np.int64)
+        hists[str(cell)] = {"counts": _pack(np.bincount(top, minlength=1 << BITS)),
+                            "weights": _pack(np.bincount(top, weights=weights, minlength=1 << BITS).astype(np.int64))}
+        cols.append((np.full(len(keys), cell, np.int32), keys, weights))
+    import orjson
+
+    cat = [np.concatenate([c[i] for c in cols]) if cols else np.zeros(0, d) for i, d in enumerate((np.int32, np.uint64, np.int64))]
+    table = pa.table({"cell": cat[0], "key": cat[1], "weight": cat[2]},
+                     schema=CELL_SCHEMA.with_metadata({CELL_META: orjson.dumps(hists)}))
+    atomic.write_table(table, path, row_group_size=ROWS, compression="zstd")
+    return len(cat[1])
+
+
+def _histogram(path, cell: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     import orjson
 
     md = fs.parquet_schema(path).metadata or {}
-    h = orjson.loads(md[META])
+    if cell is not None:  # a file of several cells' keys (write_cell_keys): this cell's
+        h = orjson.loads(md[CELL_META]).get(str(cell))
+        if h is None:
+            return np.zeros(1 << BITS, np.int64), np.zeros(1 << BITS, np.int64)
+    else:
+        h = orjson.loads(md[META])
     return _unpack(h["counts"]), _unpack(h["weights"])
 
 
-def key_files(folder: str, first: int, stop: int) -> dict:
+def _histograms(path, cells: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Several cells' histograms from one footer read (cells the file has no key of left out)."""
+    import orjson
+
+    got = orjson.loads((fs.parquet_schema(path).metadata or {})[CELL_META])
+    return {c: (_unpack(got[str(c)]["counts"]), _unpack(got[str(c)]["weights"])) for c in cells if str(c) in got}
+
+
+def key_files(folder: str, first: int, stop: int, cell: int | None = None) -> dict:
     """The key files `folder`/part-<first> .. part-<stop - 1>.parquet as a spec names them: a
     folder and a range, not a path a shard (a selection over 10^6 shards is one task, and its
-    plan should not list them in the driver)."""
-    return {"folder": str(folder), "first": first, "stop": stop}
+    plan should not list them in the driver); with `cell`, that cell's keys in files of
+    several cells' (write_cell_keys)."""
+    return {"folder": str(folder), "first": first, "stop": stop, **({"cell": cell} if cell is not None else {})}
 
 
 def _paths(keys) -> list[str]:
@@ -120,7 +167,8 @@ class KeySet:
     `group` files the reads go to tasks of `group` files each."""
 
     def __init__(self, paths, mapper=None, group: int = GROUP):
-        self.paths = _paths(paths)  # a list of paths, or key_files(folder, first, stop)
+        self.paths = _paths(paths)  # a list of paths, or key_files(folder, first, stop[, cell])
+        self.cell = paths.get("cell") if isinstance(paths, dict) else None
         self.mapper, self.group = mapper, max(2, group)
         self._hist: tuple[np.ndarray, np.ndarray] | None = None
         self.tasks = 0  # tree tasks run
@@ -128,7 +176,7 @@ class KeySet:
         self.refinements = 0  # sub-histograms taken (bins past max_bin)
 
     def _map(self, fn, *args) -> list:
-        got, tasks = grouped(fn, self.paths, self.mapper, self.group, *args)
+        got, tasks = grouped(fn, self.paths, self.mapper, self.group, *args, self.cell)
         self.tasks += tasks
         return got
 
@@ -159,38 +207,80 @@ class KeySet:
         return counts, weights
 
 
-def group_histogram(paths: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def group_histogram(paths: list[str], cell: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The summed histograms (counts, weights) of some key files' footers: a tree task."""
     counts = np.zeros(1 << BITS, np.int64)
     weights = np.zeros(1 << BITS, np.int64)
-    for c, w in fs.read_many(_histogram, paths):
+    for c, w in fs.read_many(lambda p: _histogram(p, cell), paths):
         counts += c
         weights += w
     return counts, weights
 
 
-def _in_bin(d: int, bits: int):
-    """The filter of the keys whose top `bits` bits are `d`."""
+def group_histograms(paths: list[str], cells: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Every cell's summed histograms over some files of several cells' keys, each footer read
+    once: a tree task (the selection of every cell in one pass)."""
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for got in fs.read_many(lambda p: _histograms(p, cells), paths):
+        for c, (n, w) in got.items():
+            if c in out:
+                out[c][0][...] += n
+                out[c][1][...] += w
+            else:
+                out[c] = (n.copy(), w.copy())
+    return out
+
+
+def prefetch(sets: list["KeySet"]) -> None:
+    """The histograms of key sets that are cells of the same files (write_cell_keys), read in one
+    pass over the files (a tree past `group` files) instead of one pass a cell."""
+    by_files: dict[tuple, list[KeySet]] = {}
+    for ks in sets:
+        if ks.cell is not None and ks._hist is None:
+            by_files.setdefault((tuple(ks.paths[:1]), len(ks.paths), ks.paths[-1] if ks.paths else ""), []).append(ks)
+    for group in by_files.values():
+        first = group[0]
+        cells = sorted({ks.cell for ks in group})
+        got, tasks = grouped(group_histograms, first.paths, first.mapper, first.group, cells)
+        first.tasks += tasks
+        total: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for part in got:
+            for c, (n, w) in part.items():
+                if c in total:
+                    total[c][0][...] += n
+                    total[c][1][...] += w
+                else:
+                    total[c] = (n.copy(), w.copy())
+        zero = (np.zeros(1 << BITS, np.int64), np.zeros(1 << BITS, np.int64))
+        for ks in group:
+            ks._hist = total.get(ks.cell, zero)
+
+
+def _in_bin(d: int, bits: int, cell: int | None = None):
+    """The filter of the keys whose top `bits` bits are `d` (and of `cell`)."""
     shift = 64 - bits
     lo = d << shift
     cond = pc.field("key") >= pa.scalar(np.uint64(lo), pa.uint64())
     if (d + 1) << shift < 1 << 64:
         cond = cond & (pc.field("key") < pa.scalar(np.uint64((d + 1) << shift), pa.uint64()))
+    if cell is not None:
+        cond = (pc.field("cell") == pa.scalar(cell, pa.int32())) & cond
     return cond
 
 
-def group_bin(paths: list[str], d: int, bits: int = BITS) -> pa.Table:
+def group_bin(paths: list[str], d: int, bits: int = BITS, cell: int | None = None) -> pa.Table:
     """The keys of bin `d` (top `bits` bits) in some key files (row-group statistics skip the rest): a tree task."""
-    cond = _in_bin(d, bits)
+    cond = _in_bin(d, bits, cell)
     parts = [t for t in fs.read_many(lambda p: _read(p, cond), paths) if t.num_rows]
     return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
 
 
-def group_sub_histogram(paths: list[str], d: int, bits: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+def group_sub_histogram(paths: list[str], d: int, bits: int, step: int,
+                        cell: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The keys of bin `d` (top `bits` bits) in some key files, counted by their next `step`
     bits (counts, weights): a tree task that returns a histogram, never the keys; it holds
     one file's keys of the bin at a time."""
-    cond = _in_bin(d, bits)
+    cond = _in_bin(d, bits, cell)
     counts = np.zeros(1 << step, np.int64)
     weights = np.zeros(1 << step, np.int64)
     shift, mask = np.uint64(64 - bits - step), np.uint64((1 << step) - 1)

@@ -2,7 +2,7 @@
 
     mix-budget     one task: each source's cells with their epochs (cells/<source>.json), counted
                    by the driver from the shards' sums of their markers' groups
-    mix-priority   per document shard: priorities and tokens of the kept documents, per cell
+    mix-priority   per document shard: cells, priorities and tokens of the kept documents, one file
     mix-select     one task: each cell's budget and priority cutoff, exact
     mix-route      per document shard: every chosen (document, epoch) to its output shard
     mix-route-merge  the route's files joined, 32 or more at a time (pipeline/steps/merge.py; no task
@@ -126,7 +126,7 @@ def plan(ctx: Context) -> list[Step]:
             keys = {c: [] for c in b}
             for c in ph["cells"]:
                 if epochs[k][c.name] is not None and c.source in span:
-                    keys[c.name] = select_files(str(pdir / "keys" / f"c{cell_dicts[k][c.name]['index']}"), *span[c.source])
+                    keys[c.name] = select_files(str(pdir / "keys"), *span[c.source], cell=cell_dicts[k][c.name]["index"])
             phases.append({"name": ph["name"], "keys": keys, "budget": b, "available": avail, "available_docs": avail_docs,
                            "cells": cell_dicts[k], "target_tokens": ph["target"]})
         return [{"phases": phases, "seed": m.seed, "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows,

@@ -84,11 +84,12 @@ def budget_shard(spec: BudgetSpec, out) -> dict:
     return {"rows": 0, "phases": spec["phases"], "epochs": spec["epochs"]}
 
 
-@task(version="3")  # 3: the source's cells from the file its spec names; 2: one key file per cell
+@task(version="4")  # 4: one key file a shard, the cell a column; 3: the source's cells from the file its spec names
 def priority_shard(spec: PrioritySpec, out) -> dict:
     """`mix-priority`, per document shard of a source with a cell that needs a partial
     epoch: each such cell's kept documents' priorities and tokens, sorted, one file per
-    cell (keys/c<cell>/), for the select's merge (pipeline/shards/select.py)."""
+    shard (keys/part-XXXXX.parquet, the cell a column, each cell's histogram in its footer),
+    for the select's merge (pipeline/shards/select.py write_cell_keys)."""
     if isinstance(spec["cells"], str):  # mix-budget's cells/<source>.json
         spec = {**spec, "cells": atomic.read_json(spec["cells"])}
     d, todo = spec["doc"], [c for c in spec["cells"] if c["epoch"] is not None]
@@ -112,10 +113,10 @@ def priority_shard(spec: PrioritySpec, out) -> dict:
                     m = np.flatnonzero(where == pos)
                     p[c["index"]].append(priority(c.get("seed", spec["seed"]), d["source"], [ids[i] for i in m], c["epoch"]))
                     t[c["index"]].append(tok[m])
-    for c in todo:
-        k = c["index"]
-        select.write_keys(out.path(".parquet", f"keys/c{k}"), np.concatenate(p[k]) if p[k] else np.zeros(0, np.uint64),
-                          np.concatenate(t[k]) if t[k] else np.zeros(0, np.int64))
+    if todo:  # one file of every cell's keys (a cell column), not a file a cell
+        select.write_cell_keys(out.path(".parquet", "keys"), {
+            c["index"]: (np.concatenate(p[c["index"]]) if p[c["index"]] else np.zeros(0, np.uint64),
+                         np.concatenate(t[c["index"]]) if t[c["index"]] else np.zeros(0, np.int64)) for c in todo})
     return {"rows": rows, "source": d["source"]}
 
 
@@ -164,7 +165,7 @@ class SelectSpec(TypedDict):
     describe: str
 
 
-@task(version="5")  # 5: decide/<source>.json, the route's; 4: sources/<source>.json cut to what decides (budget.deciding); 3: sources/<source>.json (2: per cell)
+@task(version="6")  # 6: a cell's keys in files of every cell's (select.write_cell_keys); 5: decide/<source>.json, the route's; 4: sources/<source>.json cut to what decides (budget.deciding); 3: sources/<source>.json (2: per cell)
 def select_shard(spec: SelectSpec, out) -> dict:
     """The selection of every phase (one, unnamed, without phases: its marker is the phase's),
     and each selected source's part of it as `sources/<source>.json`
@@ -211,6 +212,7 @@ def _key_sets(phases: list[dict], group: int = select.GROUP) -> list[select.KeyS
     for ph in phases:
         ph["keys"] = {c: sets.setdefault(repr(paths), select.KeySet(paths, fan_out, group))
                       for c, paths in ph.get("keys", {}).items()}
+    select.prefetch(list(sets.values()))  # every cell's histograms in one pass over a source's files
     return list(sets.values())
 
 

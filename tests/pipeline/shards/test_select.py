@@ -71,7 +71,7 @@ def test_a_key_set_reads_each_footer_once_and_a_rewritten_file_is_read_afresh(tm
         select.write_keys(f, rng.integers(0, 2**64, 500, dtype=np.uint64), np.ones(500, np.int64))
     reads = []
     orig = select._histogram
-    monkeypatch.setattr(select, "_histogram", lambda p: reads.append(p) or orig(p))
+    monkeypatch.setattr(select, "_histogram", lambda p, cell=None: reads.append(p) or orig(p, cell))
     ks = select.KeySet(files)
     assert select.totals(ks) == (1500, 1500)
     edges = select.cutoffs(ks, [300, 750, 1200])
@@ -130,3 +130,43 @@ def test_a_full_bin_is_refined_and_no_task_reads_more_than_max_bin_keys(tmp_path
         assert select.cutoffs(ks, wants, max_bin=50) == [_reference(keys, weights, w) for w in wants]
         assert ks.largest_read <= 50, ks.largest_read
         assert (ks.refinements >= len(wants) - 1) == (layout != "random"), ks.refinements
+
+
+def test_cells_in_one_file_a_shard_select_as_files_a_cell_would_and_read_each_footer_once(tmp_path, monkeypatch):
+    """mix-priority writes one key file a shard with the cell as a column (not a file a cell and
+    shard: 2.4x10^8 objects at 475 cells and 5x10^5 shards): each cell's cutoffs are the ones of
+    its own files, directly and through a tree of 2-file tasks, and the histograms of every
+    cell come from one read of each footer (select.prefetch)."""
+    from pipeline.steps.rounds import fan_out
+
+    rng = np.random.default_rng(70)
+    cells = [0, 3, 7]
+    own: dict[int, list[str]] = {c: [] for c in cells}
+    shared = []
+    for j in range(5):
+        by_cell = {}
+        for c in cells:
+            n = int(rng.integers(0, 400)) if j != 2 else (0 if c == 3 else 50)
+            k = rng.integers(0, 2**64, n, dtype=np.uint64)
+            if c == 7:  # a cell whose keys all share one top bin: refined
+                k = (np.uint64(9) << np.uint64(52)) | (k >> np.uint64(20))
+            w = rng.integers(1, 900, n).astype(np.int64)
+            by_cell[c] = (k, w)
+            own[c].append(str(tmp_path / f"c{c}-{j}.parquet"))
+            select.write_keys(own[c][-1], k, w)
+        (tmp_path / "keys").mkdir(exist_ok=True)
+        shared.append(str(tmp_path / "keys" / f"part-{j:05d}.parquet"))
+        select.write_cell_keys(shared[-1], by_cell)
+    for mapper, group in ((None, select.GROUP), (lambda fn, batch: fan_out(fn, batch), 2)):
+        reads = []
+        orig = select._histograms
+        monkeypatch.setattr(select, "_histograms", lambda p, cs: reads.append(p) or orig(p, cs))
+        sets = {c: select.KeySet(select.key_files(str(tmp_path / "keys"), 0, 5, cell=c), mapper, group) for c in cells}
+        select.prefetch(list(sets.values()))
+        assert sorted(reads) == sorted(shared)  # every cell's histograms: one read of each footer
+        for c in cells:
+            total = select.totals(own[c])[1]
+            wants = sorted({1, total // 3, total // 2, total - 1, total, total + 5})
+            assert select.totals(sets[c]) == select.totals(own[c])
+            assert select.cutoffs(sets[c], wants, max_bin=60) == select.cutoffs(own[c], wants, max_bin=60), c
+        monkeypatch.undo()
