@@ -261,13 +261,14 @@ def clean_tmp(directory, fence: str | None = None) -> int:
     return n
 
 
-def copy_tree(pairs: list, dest) -> None:
+def copy_tree(pairs: list, dest) -> list[int]:
     """`dest` on an object store as the given (file, relative name) pairs: every file copied
     once to its final name (a server-side copy within one store: a HEAD and a copy request,
     no bytes through this process), 32 at a time; then the files `dest` held before and no
     longer names are deleted, in batches. A reader during the copies may see old and new
     files side by side, as it might during any object-store folder swap; the run's manifest,
-    written after, lists exactly the new ones with their digests."""
+    written after, lists exactly the new ones with their digests. Past COPY_GROUP files inside
+    `copying(mapper)`, the copies are the mapper's tasks. Returns the pids that copied."""
     dest = fs.path(dest)
     root = dest.path.rstrip("/")
     names = {str(rel) for _, rel in pairs}
@@ -275,11 +276,42 @@ def copy_tree(pairs: list, dest) -> None:
         before = [f for f in dest.fs.find(root) if f[len(root) + 1:] not in names]
     except FileNotFoundError:
         before = []
-    for _ in fs.read_many(lambda pr: fs.copy(pr[0], dest / pr[1]), pairs):
-        pass
+    mapper = _COPIERS[-1] if _COPIERS else None
+    if mapper is not None and len(pairs) > COPY_GROUP:  # tasks of COPY_GROUP files each, not the driver's threads
+        calls = [([(str(a), str(b)) for a, b in pairs[i:i + COPY_GROUP]], str(dest)) for i in range(0, len(pairs), COPY_GROUP)]
+        pids = mapper(copy_group, calls)
+    else:
+        pids = [copy_group(pairs, dest)]
     if before:
         dest.fs.rm(before)  # s3fs: one DeleteObjects request per 1,000 keys
     dest.fs.invalidate_cache(root)
+    return pids
+
+
+COPY_GROUP = 2048  # files a publishing task copies on an object store (server-side, 32 at a time)
+_COPIERS: list = []  # mapper(fn, calls) -> results: tasks that run the copies (`copying`), innermost last
+
+
+def copy_group(pairs: list, dest) -> int:
+    """Copy (file, relative name) pairs under `dest`, 32 at a time: a publishing task (or the
+    caller's threads below COPY_GROUP files). Returns the process's pid (which ran it)."""
+    dest = fs.path(dest)
+    for _ in fs.read_many(lambda pr: fs.copy(pr[0], dest / pr[1]), pairs):
+        pass
+    return os.getpid()
+
+
+@contextlib.contextmanager
+def copying(mapper):
+    """Inside the block, a folder published to an object store past COPY_GROUP files is copied
+    by `mapper(copy_group, calls)`'s tasks (pipeline/steps/rounds.py fan_out: Ray tasks when
+    Ray is up), not by this process's threads: at 2x10^7 files, the driver's 32 copies at a
+    time would take a day."""
+    _COPIERS.append(mapper)
+    try:
+        yield
+    finally:
+        _COPIERS.remove(mapper)
 
 
 _LINKED: list[set] = []  # folders link_tree wrote while `linked_trees()` is open

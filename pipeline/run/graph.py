@@ -67,8 +67,10 @@ def build(lm: LoadedMixture, run_dir: Path, store: Path | None = None, stages: l
 def publish(ctx: Context, stats: dict) -> dict:
     """Each stage's publication into the run directory, in stage order; returns the
     manifest, whose keys each stage owns (two stages may not write the same key)."""
+    from pipeline.steps.rounds import fan_out
+
     manifest: dict = {}
-    with atomic.linked_trees() as written:
+    with atomic.linked_trees() as written, atomic.copying(fan_out):  # an object store's copies in tasks
         for stage in ctx.stages:
             if stage.publish is not None:
                 keys = stage.publish(ctx, stats)

@@ -368,3 +368,32 @@ def test_a_parquet_file_past_the_whole_object_size_reads_on_from_its_first_range
     assert pq.ParquetFile(pa.PythonFile(raw, mode="r")).read().equals(t)
     size = s3.size("curate-test/large/t.parquet")
     assert 0 < raw._f.cache.total_requested_bytes <= size - fs.WHOLE_OBJECT + (64 << 10), (raw._f.cache.total_requested_bytes, size)
+
+
+def test_a_large_publication_on_s3_is_copied_by_tasks_not_the_driver(ray_local, s3_server, monkeypatch):
+    """Past COPY_GROUP files, a folder published to an object store is copied by tasks (each
+    COPY_GROUP files, server-side, 32 at a time) that the publishing process hands them to:
+    graph.publish gives fan_out (Ray tasks when Ray is up). Every file lands with its bytes,
+    and a file the folder held before and no longer names is deleted."""
+    env, s3, _ = s3_server
+    monkeypatch.setattr(atomic, "COPY_GROUP", 3)
+    srcs = []
+    for i in range(8):
+        s3.pipe(f"curate-test/pub-src/f{i}.bin", bytes([i]) * (100 + i))
+        srcs.append(f"s3://curate-test/pub-src/f{i}.bin")
+    s3.pipe("curate-test/pub/dest/stale.bin", b"old")
+    remote = ray_local.remote(runtime_env={"env_vars": env})(atomic.copy_group)  # the workers see moto's endpoint
+
+    def mapper(fn, calls):
+        assert fn is atomic.copy_group
+        return ray_local.get([remote.remote(*c) for c in calls])
+
+    with atomic.copying(mapper):
+        pids = atomic.link_tree([(s, f"sub/{i}.bin") for i, s in enumerate(srcs)], fs.path("s3://curate-test/pub/dest"))
+    assert len(pids) == 3 and os.getpid() not in pids  # ceil(8 / 3) tasks, none of them this process
+    s3.invalidate_cache()
+    assert sorted(k.rsplit("/", 1)[1] for k in s3.find("curate-test/pub/dest")) == [f"{i}.bin" for i in range(8)]
+    assert all(s3.cat(f"curate-test/pub/dest/sub/{i}.bin") == bytes([i]) * (100 + i) for i in range(8))
+    # below COPY_GROUP files, the publishing process copies them itself
+    with atomic.copying(mapper):
+        assert atomic.link_tree([(srcs[0], "a.bin")], fs.path("s3://curate-test/pub/one")) == [os.getpid()]
