@@ -41,13 +41,13 @@ TEST_WORKERS ?= 2
 test: setup browser
 	$(BIN)/lint-imports --no-cache  # the layers and the no-cycle rule (pyproject.toml)
 	@$(BIN)/python -m compileall -q pipeline filters tests bench >/dev/null  # see `install`: ~1 s, saves it in every process
-	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25
+	CURATE_FSYNC=0 CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # the tests that need no Ray (no `ray` or `e2e` marker, tests/conftest.py): config, planning,
 # filters, formats, readers, the views of small fixtures; a test there that would start a
 # Ray fails naming the marker it lacks. `make test` runs everything.
 test-fast: setup
-	CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m pytest -q tests -n $(TEST_WORKERS) --dist load -m "not ray and not e2e" --durations=10
+	CURATE_FSYNC=0 CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m pytest -q tests -n $(TEST_WORKERS) --dist load -m "not ray and not e2e" --durations=10
 
 # the end-to-end benchmark against datatrove (bench/e2e.py; ~25 min on 2 cores); BENCH_ARGS="--docs 5000 --scales 1" for a quick look
 bench: setup

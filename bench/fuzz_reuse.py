@@ -46,11 +46,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from bench import fuzz_edits as fe  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-VOLATILE = ("second", "timing", "started", "finished", "run_id", "host", "created", "elapsed", "wall", "cpu", "rss")
+# the code's commit too (curate_commit, git_commit): a run holds it fixed; one made while the tree moves is no data
+VOLATILE = ("second", "timing", "started", "finished", "run_id", "host", "created", "elapsed", "wall", "cpu", "rss", "_commit")
 COMPARED = ("mixture", "tokenized", "samples", "validation", "quarantine")
 JSONS = ("report.json", "manifest.json", "ledger.json")
 CARD_STEPS = re.compile(rb"(\| [\w.-]+ \| [0-9a-f]{64} \| \d+ \|) \d+ \| \d+ \|")  # a step's computed and reused shards
-CARD_VOLATILE = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d UTC|Run `[^`]+` \([0-9a-f]+\)|[\d.]+ s;|\d+ of \d+ steps were reused")
+CARD_VOLATILE = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d UTC|Run `[^`]+` \([0-9a-f]+\)|[\d.]+ s;|\d+ of \d+ steps were reused"
+                           rb"|commit `[0-9a-f]+`( with uncommitted changes)?")
 
 
 # ----- one run and its outputs --------------------------------------------------------------------

@@ -2,8 +2,9 @@
 the bytes of a fresh run, every output compared (bench/fuzz_reuse.py says which).
 
 The two stale outputs a review found, each as the edit that showed it, then the seeded
-fuzzer: a random edit of every kind, each checked against a fresh run, then two variants run
-at once in the shared store. Runs are in this process, every step inline.
+fuzzer: 20 random edits of every kind, each checked against a fresh run, then two variants run
+at once in the shared store (the other 20 are in test_fuzz_reuse_more.py: the halves run in
+parallel). Runs are in this process, every step inline.
 """
 
 from __future__ import annotations
@@ -92,14 +93,21 @@ def test_a_file_replaced_keeping_its_size_and_mtime_is_read_again_in_content_mod
     assert all(m["read_key"].startswith("content:") for m in ms.values())
 
 
+HALF = 20  # edits a half of the suite's fuzzing makes: 40 a CI run, in two files that run in parallel
+
+
 def test_random_edits_and_concurrent_variants_give_the_bytes_of_a_fresh_run(lib, tmp_path):
-    """A random edit of every kind (a round of each kind in a random order), each compared
-    with a fresh run, then two variants run at once in the shared store (two `curate run`
-    processes): the suite's seeded fuzzing (`python -m bench.fuzz_reuse` runs 500)."""
-    n = len(fe.EDITS)
-    res = fr.fuzz(n, SEED + 1, tmp_path, None, concurrent_every=n, lib=lib, stop_at_first=True)
+    """Random edits, a round of every kind in a random order then more, each compared with a
+    fresh run, then two variants run at once in the shared store (two `curate run` processes):
+    the first half of the suite's seeded fuzzing (the second: test_fuzz_reuse_more.py; `python
+    -m bench.fuzz_reuse` runs 500)."""
+    check_random_edits(lib, tmp_path, SEED)
+
+
+def check_random_edits(lib, tmp_path, seed: int) -> None:
+    res = fr.fuzz(HALF, seed, tmp_path, None, concurrent_every=HALF, lib=lib, stop_at_first=True)
     assert res["differences"] == 0, json.dumps(res["found"], indent=1, default=str)
-    assert res["edits"] == n and res["kinds"]["concurrent"] == 2
+    assert res["edits"] == HALF and res["kinds"]["concurrent"] == 2
     assert set(res["kinds"]) == set(fe.EDITS) | {"concurrent"}  # every kind of edit at least once
 
 
