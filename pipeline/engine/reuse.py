@@ -70,6 +70,7 @@ class Keys:
         self.stats = stats
         self._files: dict[str, dict[str, str] | None] = {}
         self._folders: dict[tuple[str, str], str] = {}
+        self._dir_index: dict[str, dict[str, list]] = {}
         self._inner = re.compile(re.escape(self.root) + r"[^'\"\s,\]\}\)]+")
 
     def begin(self, step: Step) -> None:
@@ -79,6 +80,7 @@ class Keys:
         for folder in [f for f in self._files if f not in keep]:
             del self._files[folder]
         self._folders = {k: v for k, v in self._folders.items() if k[0] in keep}
+        self._dir_index = {k: v for k, v in self._dir_index.items() if k in keep}
 
     def key(self, step: Step, index: int, spec: dict) -> str:
         return self.both(step, index, spec)[0]
@@ -134,12 +136,26 @@ class Keys:
             return "digest:" + got
         memo = (folder, rel)
         if memo not in self._folders:  # a folder: the digests of every file under it
-            pre = rel + "/" if rel else ""
-            under = sorted((k, d) for k, d in table.items() if k.startswith(pre))
-            # a path that is no file and holds none (a stem a task adds an extension to) keys by
-            # itself, which names the step's hash: never by an empty folder's constant digest
-            self._folders[memo] = "folder:" + hash_json(under) if under or not rel else v
+            under = self._dirs(folder, table).get(rel)
+            # a path that is no file and holds none (a stem a task adds an extension to, a file a
+            # shard did not write) keys by itself, which names the step's hash: never by an empty
+            # folder's constant digest
+            self._folders[memo] = "folder:" + hash_json(sorted(under)) if under or not rel else v
         return self._folders[memo]
+
+    def _dirs(self, folder: str, table: dict[str, str]) -> dict[str, list]:
+        """Every folder of a step's files -> the (file, digest) pairs under it ("" : all), built
+        once a step in one pass: a lookup a path, not a scan of the step's files (a scan was
+        quadratic in the shards where each spec names a path that is no file)."""
+        got = self._dir_index.get(folder)
+        if got is None:
+            got = {"": list(table.items())}
+            for k, d in table.items():
+                parts = k.split("/")
+                for i in range(1, len(parts)):
+                    got.setdefault("/".join(parts[:i]), []).append((k, d))
+            self._dir_index[folder] = got
+        return got
 
     def _table(self, folder: str) -> dict[str, str] | None:
         """relative path -> digest of every file a step's shards wrote, built once per step
