@@ -220,9 +220,14 @@ def group_histogram(paths: list[str], cell: int | None = None) -> tuple[np.ndarr
 def group_histograms(paths: list[str], cells: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Every cell's summed histograms over some files of several cells' keys, each footer read
     once: a tree task (the selection of every cell in one pass)."""
+    return _sum_by_cell(fs.read_many(lambda p: _histograms(p, cells), paths))
+
+
+def _sum_by_cell(parts) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """cell -> (counts, weights) summed over some {cell: (counts, weights)} (a cell missing from a part adds nothing)."""
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for got in fs.read_many(lambda p: _histograms(p, cells), paths):
-        for c, (n, w) in got.items():
+    for part in parts:
+        for c, (n, w) in part.items():
             if c in out:
                 out[c][0][...] += n
                 out[c][1][...] += w
@@ -243,14 +248,7 @@ def prefetch(sets: list["KeySet"]) -> None:
         cells = sorted({ks.cell for ks in group})
         got, tasks = grouped(group_histograms, first.paths, first.mapper, first.group, cells)
         first.tasks += tasks
-        total: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for part in got:
-            for c, (n, w) in part.items():
-                if c in total:
-                    total[c][0][...] += n
-                    total[c][1][...] += w
-                else:
-                    total[c] = (n.copy(), w.copy())
+        total = _sum_by_cell(got)
         zero = (np.zeros(1 << BITS, np.int64), np.zeros(1 << BITS, np.int64))
         for ks in group:
             ks._hist = total.get(ks.cell, zero)
