@@ -13,7 +13,7 @@ document shards without its documents.
    committed with N (or its plan's count of) markers copied from the template's (shard j
    from template shard j mod S, paths renamed), and the mix-axes markers carry C cells'
    worth of (language, bucket) groups. No task runs and no document is written.
-3. The phases, each measured alone in this process (CPU, peak Python memory, file opens:
+3. The phases, each measured alone in this process (CPU, peak memory, file opens:
    what a request costs on an object store):
      plan      graph.build: inputs listed and fingerprinted, every stage planned
      shards    every step's shard specs from its inputs' markers (the executor's activation)
@@ -28,8 +28,8 @@ document shards without its documents.
     python -m bench.scale_sim --shards 10000 --cells 500 --json sim.json
     python -m bench.scale_sim --shards 10000,100000 --cells 500           # several sizes, one table
 
-The JSON holds `<phase>_cpu_us_per_shard`, `<phase>_bytes_per_shard` (peak traced
-memory), `<phase>_requests_per_shard` (files opened) per size. Flat per shard (x1.3 at most
+The JSON holds `<phase>_cpu_us_per_shard`, `<phase>_bytes_per_shard` (the phase's
+peak memory), `<phase>_requests_per_shard` (files opened) per size. Flat per shard (x1.3 at most
 from 10^4 to 10^6 shards) is the target. Not a test: timings never gate CI.
 """
 
@@ -198,7 +198,10 @@ class Synth:
 
 
 class Meter:
-    """CPU, peak Python memory and file opens of one phase."""
+    """CPU, peak memory and file opens of one phase. Peak memory is the process's peak resident
+    set over the phase less its resident set at the phase's start (Linux: VmHWM reset through
+    /proc/self/clear_refs), what a driver's host pays; `--memory` traces Python's allocations
+    instead (exact, ~2x slower)."""
 
     opens = 0
 
@@ -213,15 +216,36 @@ class Meter:
         self.memory = memory
         self.out: dict[str, dict] = {}
 
+    @staticmethod
+    def _status(field: str) -> int:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
     def run(self, phase: str, fn):
+        import gc
+
+        gc.collect()
+        _trim()  # what earlier phases freed goes back to the system: their pages are not this phase's
         if self.memory:
             tracemalloc.start()
+        else:
+            try:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")  # the peak resident set starts again from the current one
+            except OSError:
+                pass
+        rss0 = 0 if self.memory else self._status("VmRSS")
         o0, c0 = Meter.opens, time.process_time()
         got = fn()
         cpu, opens = time.process_time() - c0, Meter.opens - o0
-        peak = tracemalloc.get_traced_memory()[1] if self.memory else 0
         if self.memory:
+            peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
+        else:
+            peak = max(0, self._status("VmHWM") - rss0)
         self.out[phase] = {"cpu_s": cpu, "peak_bytes": peak, "opens": opens}
         return got
 
@@ -297,7 +321,8 @@ def simulate(work: Path, n: int, cells: int, memory: bool) -> dict:
     meter.run("rerun", rerun)
     meter.run("report", lambda: report.build(out / "sim"))
     docs = n
-    res = {"shards": n, "cells": cells, "steps": len(ctx.steps), "build_s": round(build_s, 1)}
+    res = {"shards": n, "cells": cells, "steps": len(ctx.steps), "build_s": round(build_s, 1),
+           "memory": "tracemalloc" if memory else "rss", "peak_rss_bytes": _peak_rss()}
     for phase, v in meter.out.items():
         res[f"{phase}_cpu_us_per_shard"] = round(v["cpu_s"] / docs * 1e6, 2)
         res[f"{phase}_bytes_per_shard"] = round(v["peak_bytes"] / docs, 1)
@@ -308,11 +333,29 @@ def simulate(work: Path, n: int, cells: int, memory: bool) -> dict:
 TEMPLATE: list = []
 
 
+def _trim() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _peak_rss() -> int:
+    """The process's peak resident set since it started (ru_maxrss survives clear_refs)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shards", default="10000", help="document shards, comma-separated sizes")
     ap.add_argument("--cells", type=int, default=500)
-    ap.add_argument("--memory", action="store_true", help="trace peak Python memory (slows every phase ~2x)")
+    ap.add_argument("--memory", action="store_true",
+                    help="trace peak Python memory with tracemalloc (exact, slows every phase ~2x); "
+                         "by default a phase's peak is its rise of the resident set")
     ap.add_argument("--tmp", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
@@ -320,7 +363,12 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     Meter.install()
     TEMPLATE[:] = template(work, a.cells)
-    rows = [simulate(work, int(n), a.cells, a.memory) for n in a.shards.split(",")]
+    rows = []
+    for n in a.shards.split(","):
+        rows.append(simulate(work, int(n), a.cells, a.memory))
+        print(json.dumps(rows[-1]), flush=True)  # each size as it ends: a long size's row is not lost with a later one
+        if a.json:
+            a.json.write_text(json.dumps(rows, indent=1))
     phases = [k[: -len("_cpu_us_per_shard")] for k in rows[0] if k.endswith("_cpu_us_per_shard")]
     print(f"driver per document shard, {a.cells} cells ({rows[0]['steps']} steps):")
     print("| phase | " + " | ".join(f"{r['shards']:,} shards: µs CPU, bytes, opens" for r in rows) + " | ratio |")
@@ -330,8 +378,6 @@ def main(argv=None) -> int:
                  for r in rows]
         ratio = rows[-1][p + "_cpu_us_per_shard"] / max(rows[0][p + "_cpu_us_per_shard"], 1e-9)
         print(f"| {p} | " + " | ".join(cells) + f" | {ratio:.2f} |")
-    if a.json:
-        a.json.write_text(json.dumps(rows, indent=1))
     return 0
 
 
