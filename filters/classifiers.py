@@ -189,6 +189,14 @@ def family(name: str) -> ClassifierFamily:
     return FAMILIES.get(name)()
 
 
+def embeddings_of(classifiers: dict, c) -> list[tuple[str, int, str]]:
+    """(model, max_tokens, dtype) of the embeddings classifier `c` scores from: its own, or its
+    members' (an ensemble; `classifiers`: the mixture's, by name)."""
+    if family(c.type).reads_vectors:
+        return [(c.model, c.max_tokens, c.dtype)]
+    return [r for n in (getattr(c, "members", None) or {}) for r in embeddings_of(classifiers, classifiers[n])]
+
+
 def describe_registry() -> str:
     """Every classifier family with its parameters and defaults (`curate classifiers`)."""
     from filters.base import type_name

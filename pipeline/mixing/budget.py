@@ -249,3 +249,9 @@ def key_epoch(b: dict, avail: int) -> int | None:
         return 0 if (b["pool_tokens"] < avail or partial > 0) else None
     whole, partial = split_epochs(b["target"], avail)
     return whole if partial > 0 else None
+
+
+def selected_sources(marker: dict) -> list[str]:
+    """The sources a mix-select marker chooses documents of, in any phase."""
+    phases = marker["phases"].values() if "phases" in marker else [marker]
+    return sorted({s for ph in phases for s in ph["sources"]})

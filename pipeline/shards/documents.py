@@ -23,6 +23,8 @@ DOC_SCHEMA = pa.schema(
         ("n_tokens", pa.int64()),
     ]
 )
+# the rows of a mixture shard (mix) and of the token files written from it (tokenize), in this order
+MIX_ORDER = [("order", "ascending"), ("source", "ascending"), ("id", "ascending"), ("epoch", "ascending")]
 
 
 def content_id(place: str, text: str) -> str:

@@ -110,10 +110,6 @@ def embed_shard(spec: EmbedSpec, out) -> dict:
             "chars": nbytes}
 
 
-def embedding_path(step: Step, store, source: str, part: int) -> str:
-    return str(apply.attribute_path(step.dir(store), source, part))
-
-
 def texts_cut_later(m) -> bool:
     """Whether a layer after the filters rewrites documents' texts (paragraph dedup, a
     decontamination that cuts): then a classifier's text is not the one embed-<source>
@@ -125,25 +121,17 @@ def vector_readers(m) -> dict[str, tuple[str, int, str]]:
     """Source -> (model, max_tokens, dtype) of the classifier that scores it (quality or topic) from
     document embeddings (a family with `reads_vectors`: embedding probes, regression heads),
     when it can read embed-<source>'s vectors (no later layer rewrites the texts)."""
+    from filters.classifiers import embeddings_of
+
     if texts_cut_later(m):
         return {}
     out = {}
     for sname, src in m.sources.items():
         for use in (src.quality, src.topic):
             c = m.classifiers.get(use.classifier) if use else None
-            for r in embeddings_of(m, c) if c is not None else []:
+            for r in embeddings_of(m.classifiers, c) if c is not None else []:
                 out.setdefault(sname, r)
     return out
-
-
-def embeddings_of(m, c) -> list[tuple[str, int, str]]:
-    """(model, max_tokens, dtype) of the embeddings classifier `c` scores from: its own, or its
-    members' (an ensemble)."""
-    from filters.classifiers import family
-
-    if family(c.type).reads_vectors:
-        return [(c.model, c.max_tokens, c.dtype)]
-    return [r for n in (getattr(c, "members", None) or {}) for r in embeddings_of(m, m.classifiers[n])]
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -190,15 +178,6 @@ def plan(ctx: Context) -> list[Step]:
         ctx.embed[sname] = step
         steps.append(step)
     return steps
-
-
-def vectors_step(ctx: Context, sname: str, c) -> Step | None:
-    """The `embed-<source>` step classifier `c` (or one of its members) reads vectors from,
-    when the run embeds every row of the source with that embedding; else None."""
-    st = ctx.embed.get(sname)
-    if st is None or st.config.get("rows") != "all":  # "all" only when no later layer rewrites the texts (vector_readers)
-        return None
-    return st if st.meta.get("ref") in embeddings_of(ctx.mixture, c) else None
 
 
 STAGE = Stage("embed", plan)

@@ -14,14 +14,14 @@ its registered version and libraries enter the training, scoring and topic steps
 
 from __future__ import annotations
 
-from filters.classifiers import family
+from filters.classifiers import embeddings_of, family
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
 from pipeline.plan import code
 from pipeline.plan.code import portable
+from pipeline.shards.apply import attribute_path
 from pipeline.shards.select import select_entry
 from pipeline.plan.context import Context
-from pipeline.steps import embed
 from pipeline.steps.classify import clusters
 from pipeline.steps.classify import quality
 from pipeline.steps.classify import tasks as classify
@@ -138,7 +138,7 @@ def plan(ctx: Context) -> list[Step]:
             ([train] if train else []) + [base[sname]] + dedup + ([vec] if vec else []), quality.score_shard,
             shards=lambda st, stats, source_docs=source_docs, model_path=model_path, c=c, options=options, vec=vec: (
                 {"doc": d, "model": model_path, "type": c.type, "label": c.label, "options": options,
-                 **({"vectors": embed.embedding_path(vec, ctx.store, d["source"], d["part"]),
+                 **({"vectors": str(attribute_path(vec.dir(ctx.store), d["source"], d["part"])),
                      "vectors_ref": list(vec.meta["ref"])} if vec else {}),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in source_docs(stats)),
             code=code.family_code(c.type), position_free=True, read_keyed=("layers",),
@@ -188,7 +188,7 @@ def plan(ctx: Context) -> list[Step]:
         def topic_shards(st, stats, sname=sname, before=before, model_path=model_path, c=c, options=options, vec=vec):
             after = {sname: before} if before else None
             return ({"doc": d, "model": model_path, "type": c.type, "options": options,
-                     **({"vectors": embed.embedding_path(vec, ctx.store, d["source"], d["part"])} if vec else {}),
+                     **({"vectors": str(attribute_path(vec.dir(ctx.store), d["source"], d["part"]))} if vec else {}),
                      "describe": f"{d['source']}/{shard_name(d['part'])}"}
                     for d in ctx.doc_shards(stats, dedup, after) if d["source"] == sname)
 
@@ -214,7 +214,10 @@ OWN_STEPS = ("examples", "train")  # classify-<name>-examples, classify-<name>-t
 def _vectors(ctx: Context, sname: str, c) -> Step | None:
     """The embed step whose vectors classifier `c` scores `sname` from (an embedding family on
     the run's embedding, or an ensemble with such members), or None: it embeds the texts itself."""
-    return embed.vectors_step(ctx, sname, c)
+    st = ctx.embed.get(sname)
+    if st is None or st.config.get("rows") != "all":  # "all" only when no later layer rewrites the texts (embed.vector_readers)
+        return None
+    return st if st.meta.get("ref") in embeddings_of(ctx.mixture.classifiers, c) else None
 
 
 def score_name(cname: str, source: str) -> str:

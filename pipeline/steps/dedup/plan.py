@@ -17,7 +17,6 @@ from pipeline.io import fs
 from pipeline.plan import code
 from pipeline.plan.context import Context
 from pipeline.shards import apply, combine, kmeans
-from pipeline.steps import embed
 from pipeline.steps.dedup import exact, fuzzy, paragraph, salt, semantic
 from pipeline.steps.merge import merge_step, read_from
 from pipeline.plan.stage import Stage
@@ -246,7 +245,7 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base, pl
     dim = embeddings.identity(sem.model)["dim"]
 
     def emb_path(d: dict) -> str:
-        return embed.embedding_path(ctx.embed[d["source"]], ctx.store, d["source"], d["part"])
+        return str(apply.attribute_path(ctx.embed[d["source"]].dir(ctx.store), d["source"], d["part"]))
 
     sample = add(Step("dedup-semantic-sample", "dedup-semantic-sample", {"params": fit, **common}, base + prev + emb,
                       kmeans.sample_shard, shards=per_doc(lambda kept, d, stats: {

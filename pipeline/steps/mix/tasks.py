@@ -37,14 +37,14 @@ import pyarrow.compute as pc
 
 from pipeline.engine.cutoff import same_as_before
 from pipeline.shards import readkey, shuffle
-from pipeline.mixing.budget import (by_phase, cell_epochs, deciding, order_key, phase_selections, priority, source_cells,
-                                    source_selection, split_epochs)
+from pipeline.mixing.budget import (by_phase, cell_epochs, deciding, order_key, phase_selections, priority, selected_sources,
+                                    source_cells, source_selection, split_epochs)
 from pipeline.mixing import cells
 from pipeline.shards import select
 from pipeline.engine.step import task
 from pipeline.io import atomic, fs
 from pipeline.shards import view
-from pipeline.shards.documents import DocShard
+from pipeline.shards.documents import MIX_ORDER, DocShard
 
 MIX_SCHEMA = pa.schema([
     ("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("source_id", pa.string()),
@@ -52,7 +52,6 @@ MIX_SCHEMA = pa.schema([
     ("topic", pa.string()), ("topic_score", pa.float32()), ("lang", pa.string()),
 ])
 ROW_GROUP = 2048
-MIX_ORDER = [("order", "ascending"), ("source", "ascending"), ("id", "ascending"), ("epoch", "ascending")]  # a shard's rows
 ALL = pc.CountOptions(mode="all")  # rows, null token counts included
 
 
@@ -194,12 +193,6 @@ def selection(spec: SelectSpec) -> dict:
             "phases": {ph["name"]: g for ph, g in zip(spec["phases"], got, strict=True)},
             "rows": sum(g["rows"] for g in got), "tokens": sum(g["tokens"] for g in got)}
     return m
-
-
-def selected_sources(marker: dict) -> list[str]:
-    """The sources a mix-select marker chooses documents of, in any phase."""
-    phases = marker["phases"].values() if "phases" in marker else [marker]
-    return sorted({s for ph in phases for s in ph["sources"]})
 
 
 def _key_sets(phases: list[dict], group: int = select.GROUP) -> list[select.KeySet]:

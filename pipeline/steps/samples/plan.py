@@ -18,7 +18,6 @@ from pipeline.mixing import budget
 from pipeline.plan.context import Context
 from pipeline.shards.select import select_entry
 from pipeline.steps.samples import tasks
-from pipeline.steps.mix import tasks as mix_tasks
 from pipeline.plan.stage import Stage
 
 
@@ -39,7 +38,7 @@ def plan(ctx: Context) -> list[Step]:
         # a selected source's part of the selection is a file mix-select wrote (keyed by its bytes); an
         # unselected one's is a few bytes, carried inline (its documents are all `excluded`)
         sel = stats[select.name][0] if select is not None else None
-        chosen = set(mix_tasks.selected_sources(sel)) if sel is not None else set()
+        chosen = set(budget.selected_sources(sel)) if sel is not None else set()
         by_source = {s: (str(select.dir(ctx.store) / "sources" / f"{s}.json") if s in chosen else budget.source_selection(sel, s))
                      if sel is not None else None for s in m.sources}
         for d in every_shard(stats):

@@ -29,9 +29,8 @@ from pipeline.engine.step import shard_name, task
 from pipeline.io import atomic, fs
 from pipeline.plan import tokens
 from pipeline.engine.cutoff import Prior, key_array, prior_rows, same_as_before, text_keys
-from pipeline.shards.documents import DocShard
+from pipeline.shards.documents import MIX_ORDER, DocShard
 from pipeline.shards import readkey, shuffle, view
-from pipeline.steps.mix.tasks import MIX_ORDER
 from pipeline.steps.tokenize import formats, pack, registry
 
 # ids back to back, `ids_dtype` little-endian; text_key: xxh3-128 of the text encoded (a variant's lookup)
