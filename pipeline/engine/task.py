@@ -95,6 +95,7 @@ def run_shard_retrying(retries: int, *args) -> dict:
         except TransientError:
             if attempt == retries:
                 raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def run_shard(fn: str, spec: dict, step_dir: str, index: int, writer: str | None = None, key: str | None = None,

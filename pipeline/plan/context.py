@@ -208,18 +208,18 @@ class Context:
                     paths.append(f"{d}/{name}")
                     mk = stats[st.name][k]
                     kept, tokens = mk["docs_out"], mk["tokens_out"]
-                extra = {}
+                shard: DocShard = {"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": k,
+                                   "slot": slots[si] + i, "documents": f"{ing_dir}/{name}", "layers": paths,
+                                   "kept": kept, "tokens": tokens}
                 for last, d in last_dirs:
                     paths.append(f"{d}/{name}")
                     mk = stats[last.name][j]
-                    kept, tokens = mk["docs_out"], mk["tokens_out"]
+                    shard["kept"], shard["tokens"] = mk["docs_out"], mk["tokens_out"]
                     if "bucket_docs" in mk:  # kept documents and tokens per quality bucket
-                        extra.update({"bucket_docs": mk["bucket_docs"], "bucket_tokens": mk["bucket_tokens"]})
+                        shard["bucket_docs"], shard["bucket_tokens"] = mk["bucket_docs"], mk["bucket_tokens"]
                     if "groups" in mk:  # ... per (topic, bucket)
-                        extra["groups"] = mk["groups"]
-                yield {"source": sname, "src": si, "rank": rk[sname], "part": i, "index": j, "k": k, "slot": slots[si] + i,
-                       "documents": f"{ing_dir}/{name}",
-                       "layers": paths, "kept": kept, "tokens": tokens, **extra}
+                        shard["groups"] = mk["groups"]
+                yield shard
                 k += 1
 
     def all_doc_shards(self) -> Callable[[dict], Iterator[DocShard]]:

@@ -13,7 +13,7 @@ Every document of an eval source is written there too (reason `eval_source`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,7 @@ from pipeline.shards import apply
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
 from pipeline.shards import view
-from pipeline.shards.documents import DocShard
+from pipeline.shards.documents import DocShard, LayerMarker
 from pipeline.plan.stage import Stage
 
 if TYPE_CHECKING:  # a worker does not load the config models
@@ -95,7 +95,23 @@ class HeldOutSpec(TypedDict):
     describe: str
 
 
-def apply_shard(spec: HeldOutSpec, out) -> dict:
+class HeldFile(TypedDict):
+    """The held-out documents of one document shard: `docs/<file>`, with its counts and digest."""
+
+    file: str
+    rows: int
+    bytes: int
+    sha256: str
+    tokens: int
+
+
+class ValidationMarker(LayerMarker):
+    """A `validation` shard's marker: a layer's, and the file of what it held out, if any."""
+
+    held: NotRequired[HeldFile]
+
+
+def apply_shard(spec: HeldOutSpec, out) -> ValidationMarker:
     """`validation`, per document shard: the held-out rows leave training and are written out."""
     d = spec["doc"]
     total = view.num_rows(d["documents"])
@@ -120,7 +136,7 @@ def apply_shard(spec: HeldOutSpec, out) -> dict:
     apply.write_attributes(out.dir, d, pa.table({"id": ids, "keep": pa.array(np.where(seen, keep, False), pa.bool_(), mask=~seen),
                                                  "reason": pa.array(reason, pa.string())}))
     n_held = sum(b.num_rows for b in held)
-    st = apply.stage_stats(d, rows, chars, toks, keep[rows], {why: n_held} if n_held else {})
+    st: ValidationMarker = {**apply.stage_stats(d, rows, chars, toks, keep[rows], {why: n_held} if n_held else {})}
     if held:
         t = pa.Table.from_batches(held)
         path = fs.path(out.dir) / "docs" / d["source"] / f"part-{d['part']:05d}.parquet"

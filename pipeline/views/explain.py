@@ -85,7 +85,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["stages"].append({"stage": "text rewritten", "result": f"{doc['n_chars']:,} -> {rec['n_chars']:,} chars"})
             info["excerpt"] = rec["text"][:200]
             info["rewrite"] = _first_change(doc["text"], rec["text"])
-    attrs: dict = {}  # every later layer's values of this row: a stage's mixture axis is one of them
+    later: dict = {}  # every later layer's values of this row: a stage's mixture axis is one of them
     for stage, name in decisions.layer_names(rj, source):
         if stage == "filter":
             continue
@@ -93,7 +93,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         if info["status"] != "kept":
             continue
         rec = fs.read_table(path).slice(row, 1).to_pylist()[0]
-        attrs.update(rec)
+        later.update(rec)
         scores = {"score": rec["score"]} if rec.get("score") is not None else {}
         if rec.get("bucket") is not None:
             scores["bucket"] = info["quality_bucket"] = rec["bucket"]
@@ -125,7 +125,7 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
             info["stages"].append({"stage": stage, "result": "kept", "scores": scores})
     if info["status"] == "kept":
         info["mixture_file"], cell, phased = _mixture_file(run_dir, rj, source, doc["id"], info.get("quality_bucket"),
-                                                           info.get("topic"), info.get("lang"), attrs)
+                                                           info.get("topic"), info.get("lang"), later)
         if cell is not None:
             info["cell"] = cell["name"] or source
         if info["mixture_file"] is None:

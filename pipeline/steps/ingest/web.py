@@ -75,13 +75,15 @@ class Extraction:
             if not isinstance(e, _Page):
                 e()
                 continue
-            text = self._outcome(*e.result, *e.where)
+            (status, value), (excerpt, file, where, url) = e.result, e.where
+            text = self._outcome(status, value, excerpt, file, where, url)
             if text is not None:
                 e.on_text(text)
 
     def text_now(self, html: str, file: dict, where: dict, url: str | None) -> str | None:
         """The page's text ("" when there is none), or None when it went to quarantine."""
-        return self._outcome(*self.sandbox.extract(html), html[:EXCERPT], file, where, url)
+        status, value = self.sandbox.extract(html)
+        return self._outcome(status, value, html[:EXCERPT], file, where, url)
 
     def _outcome(self, status: str, value: str, excerpt: str, file: dict, where: dict, url) -> str | None:
         self.stats["pages"] += 1
@@ -106,7 +108,7 @@ class _Page:
 
     __slots__ = ("on_text", "result", "where")
 
-    def __init__(self, where: tuple, on_text):
+    def __init__(self, where: tuple[str, dict, dict, str | None], on_text):
         self.where = where  # (excerpt, file, where, url) for a quarantine entry
         self.on_text = on_text
         self.result: tuple[str, str] | None = None
