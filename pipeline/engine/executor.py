@@ -110,7 +110,7 @@ class Executor(Where):
         todo = [s for s in steps if s.name not in self.stats]
         if not todo:
             return self.stats
-        self.progress.expect([s.name for s in todo])
+        self.progress.expect({s.name: s.stage or "other" for s in todo})
         self._start_pool(todo)
         queue = _Queue()
         in_flight: dict = {}

@@ -3,8 +3,9 @@
 A run is some 70 steps; a person watching wants to know which stage is running, how far it
 is, how fast and how long is left. The executor reports step events it already counts
 (start with its shards, a shard done with its documents, finish, a note for a failure, a
-retry or a reused step); they are folded into the run's stages (`stage_of`: ingest, filter,
-dedup, decontaminate, validation, classify, tokenize, mix, samples):
+retry or a reused step); they are folded into the run's stages, each step under the one its
+stage declares (`Step.stage`, from `Stage.label`: ingest, filter, embed, dedup, decontaminate,
+validation, classify, tokenize, mix, samples, and any stage a plugin adds):
 
 - `live` (stdout or stderr is a terminal): rich's live display, one line per stage with
   its bar over shards, documents/s, elapsed and ETA; a finished stage stays as one line
@@ -29,20 +30,9 @@ import json
 import sys
 import time
 
-STAGES = ("ingest", "filter", "dedup", "decontaminate", "validation", "classify", "tokenize", "mix", "samples")
-_PREFIX = (("ids-", "ingest"), ("merge-ids-", "ingest"), ("ingest-", "ingest"), ("id-index-", "ingest"),
-           ("merge-id-index-", "ingest"), ("unique-ids-", "ingest"), ("filter-", "filter"),
-           ("dedup-", "dedup"), ("decontam", "decontaminate"), ("validation", "validation"), ("classify-", "classify"),
-           ("quality-", "classify"), ("topic", "classify"), ("embed-", "classify"), ("tokenize-", "tokenize"),
-           ("tokens-", "tokenize"), ("mix", "mix"), ("samples", "samples"))
 TEXT_EVERY = 30.0
 JSON_EVERY = 2.0
 MODES = ("live", "text", "json", "verbose", "quiet")
-
-
-def stage_of(step: str) -> str:
-    """The stage a step belongs to, by its name."""
-    return next((stage for prefix, stage in _PREFIX if step.startswith(prefix)), "other")
 
 
 def mode_for(log_format: str = "text", quiet: bool = False, verbose: bool = False, stream=sys.stderr) -> str:
@@ -91,14 +81,17 @@ class Progress:
         self.mode = mode or ("quiet" if quiet else "verbose")
         self.quiet = self.mode == "quiet"
         self.stages: dict[str, _Stage] = {}
+        self.shown: dict[str, str] = {}  # step -> the stage it shows under (expect)
         self.steps: dict[str, dict] = {}
         self.last_print = 0.0
         self._live = None
         self._console = console  # a rich Console (tests record one); default: one on `stream`
 
     # ---- what the executor calls
-    def expect(self, steps: list[str]) -> None:
-        """The steps this run computes (the others are done): a stage ends when all of its have."""
+    def expect(self, steps: dict[str, str]) -> None:
+        """The steps this run computes (the others are done), each with the stage it shows
+        under: a stage ends when all of its have."""
+        self.shown.update(steps)
         for name in steps:
             self._stage(name).expected.add(name)
 
@@ -190,7 +183,7 @@ class Progress:
 
     # ---- inside
     def _stage(self, name: str) -> _Stage:
-        stage = stage_of(name)
+        stage = self.shown.get(name, "other")
         if stage not in self.stages:
             self.stages[stage] = _Stage(stage)
         return self.stages[stage]
@@ -203,7 +196,7 @@ class Progress:
         el = max(time.time() - s.get("t0", time.time()), 1e-6)
         new = s.get("done", 0) - s.get("done0", 0)
         eta = el / new * (s["total"] - s["done"]) if new else None
-        print(json.dumps({"event": event, "stage": stage_of(name), "step": name, "shards_done": s.get("done", 0),
+        print(json.dumps({"event": event, "stage": self.shown.get(name, "other"), "step": name, "shards_done": s.get("done", 0),
                           "shards_total": s.get("total", 0), "docs": s.get("docs", 0),
                           "docs_per_s": round((s.get("docs", 0) - s.get("docs0", 0)) / el, 1),
                           "eta_s": None if eta is None else round(eta, 1), "elapsed_s": round(el, 3), **extra}),

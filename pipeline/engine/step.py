@@ -118,6 +118,8 @@ class Step:
     shards: Callable[[Step, dict], list[dict]]  # (step, stats of finished steps), called once inputs are done
     cpus: float = 1  # CPU slots a task takes (0 for a coordinator that waits on tasks of its own)
     memory_mb: int | None = None  # memory a task may hold, declared to Ray so it packs no more per node (not hashed)
+    gpus: float = 0  # GPUs a task takes (Ray's num_gpus; not hashed)
+    stage: str = ""  # the stage it shows under in progress and `curate plan` (its stage's label; not hashed)
     code: dict = field(default_factory=dict)  # what of the code decides the output beside the task (plan/code.py)
     meta: dict = field(default_factory=dict)  # not hashed: the shard specs once listed, for error messages
     # config keys left out of its shards' content keys (engine/reuse.py), because each shard's spec

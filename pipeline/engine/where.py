@@ -109,11 +109,13 @@ def _keys(s: Step, idx: int) -> tuple[str, str | None]:
 
 
 def task_options(s: Step, node_mb: float) -> dict:
-    """Ray options beyond the defaults: CPU slots, and the memory the step declares, at most
+    """Ray options beyond the defaults: CPU and GPU slots, and the memory the step declares, at most
     80% of the largest node's (a task that asks for more than any node has never starts)."""
     opts: dict = {}
     if s.cpus != 1:
         opts["num_cpus"] = s.cpus
+    if s.gpus:
+        opts["num_gpus"] = s.gpus
     if s.memory_mb and node_mb:
         opts["memory"] = int(min(s.memory_mb, 0.8 * node_mb) * 2**20)
     return opts

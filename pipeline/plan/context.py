@@ -98,14 +98,20 @@ class Context:
         return self.lm.mixture
 
     def add(self, stage: str, steps: list[Step]) -> None:
-        """The loop's part: record a stage's steps (names must be unique in a run)."""
+        """The loop's part: record a stage's steps (names must be unique in a run), each with
+        what its stage declares of its kind of task (memory, GPUs) and the stage it shows under."""
+        record = next((st for st in self.stages if st.name == stage), None)
         for s in steps:
             if s.name in self.stage_of:
                 raise UsageError(f"{self.lm.path}: two steps would be named {s.name} (stages {self.stage_of[s.name]} and "
                                  f"{stage}): a source or classifier name makes another's step name; rename one of them")
             self.stage_of[s.name] = stage
+            s.stage = record.shown_as if record is not None else stage
+            kind = record.task(s.kind) if record is not None else None
             if s.memory_mb is None:
-                s.memory_mb = memory.estimate_mb(s.kind, self.mixture)
+                s.memory_mb = memory.estimate_mb(kind, self.mixture)
+            if kind is not None and kind.gpus and not s.gpus:
+                s.gpus = kind.gpus
             self.steps.append(s)
 
     def declare(self, role: str, step: Step, source: str | None = None) -> Step:

@@ -81,16 +81,14 @@ def run(lm: LoadedMixture, workers: int | None = None, output: str | None = None
 def plan_lines(ctx, store, prev, log, verbose: bool) -> None:
     """The plan before a run: a line a step with `verbose` (its action and why), else a line
     a stage (its steps to run and cached); `curate plan` prints the full table."""
-    from pipeline.engine.progress import STAGES, stage_of
-
-    per: dict[str, list[int]] = {}
+    per: dict[str, list[int]] = {}  # stage -> [steps to run, cached], in the order stages plan
     for s in ctx.steps:
         action, why = status(s, store, prev, ctx.engine_env)
         if verbose:
             log(f"{s.name:<24} {action:<5} {why}")
-        per.setdefault(stage_of(s.name), [0, 0])[0 if action == "run" else 1] += 1
+        per.setdefault(s.stage or "other", [0, 0])[0 if action == "run" else 1] += 1
     if not verbose:
-        order = [x for x in STAGES if x in per] + [x for x in per if x not in STAGES]
+        order = list(per)
         log("plan: " + ", ".join(f"{x} {per[x][0]} to run" + (f" ({per[x][1]} cached)" if per[x][1] else "")
                                  for x in order if per[x][0]) +
             (f"; cached: {', '.join(x for x in order if not per[x][0])}" if any(not per[x][0] for x in order) else ""))

@@ -37,7 +37,7 @@ from pipeline.io import atomic, fs, readers
 from pipeline.io.discover import format_from_name
 from pipeline.shards import view
 from pipeline.shards.documents import DocShard
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 
 if TYPE_CHECKING:  # a worker does not load the config models
     from pipeline.plan.context import Context
@@ -372,4 +372,4 @@ def plan(ctx: Context) -> list[Step]:
     return [index, layer]
 
 
-STAGE = Stage("decontam", plan)
+STAGE = Stage("decontam", plan, tasks=texts("decontaminate"), label="decontaminate")

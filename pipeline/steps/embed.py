@@ -25,7 +25,7 @@ import pyarrow as pa
 from pipeline.engine.step import Step, shard_name, task
 from pipeline.errors import InputError
 from pipeline.io import fs
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 from pipeline.shards import apply, view
 
 if TYPE_CHECKING:
@@ -180,4 +180,4 @@ def plan(ctx: Context) -> list[Step]:
     return steps
 
 
-STAGE = Stage("embed", plan)
+STAGE = Stage("embed", plan, tasks=texts("embed"))

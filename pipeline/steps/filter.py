@@ -33,7 +33,7 @@ from filters.web import EXTRACT_FILTER, EXTRACT_STAGE
 from pipeline.plan import code, tokens
 from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 
 if TYPE_CHECKING:  # a worker running the filter task does not load the config models
     from pipeline.plan.context import Context
@@ -73,7 +73,7 @@ def filter_chain(spec, extracts: bool) -> list[str]:
     return ([EXTRACT_STAGE] if extracts else []) + list(spec.filters)
 
 
-STAGE = Stage("filter", plan)
+STAGE = Stage("filter", plan, tasks=texts("filter"))
 
 
 class FilterSpec(TypedDict):

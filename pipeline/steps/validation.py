@@ -25,7 +25,7 @@ from pipeline.engine.step import Step, shard_name
 from pipeline.io import atomic, fs
 from pipeline.shards import view
 from pipeline.shards.documents import DocShard, LayerMarker
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 
 if TYPE_CHECKING:  # a worker does not load the config models
     from pipeline.plan.context import Context
@@ -211,4 +211,4 @@ def publish(ctx: Context, stats: dict) -> dict:
     return {"validation": {s_: e for s_, e in out.items() if e["role"] == "eval" or s_ in sel}}  # what validation/ holds
 
 
-STAGE = Stage("validation", plan, publish=publish, outputs=("validation",))
+STAGE = Stage("validation", plan, publish=publish, outputs=("validation",), tasks=texts("validation"))

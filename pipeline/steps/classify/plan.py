@@ -25,7 +25,7 @@ from pipeline.plan.context import Context
 from pipeline.steps.classify import clusters
 from pipeline.steps.classify import quality
 from pipeline.steps.classify import tasks as classify
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -206,7 +206,7 @@ def plan(ctx: Context) -> list[Step]:
     return steps
 
 
-STAGE = Stage("classify", plan)
+STAGE = Stage("classify", plan, tasks=texts("classify-examples", "classify-train", "classify-score", "topic"))
 
 OWN_STEPS = ("examples", "train")  # classify-<name>-examples, classify-<name>-train
 

@@ -19,7 +19,7 @@ from pipeline.plan.context import Context
 from pipeline.shards import apply, combine, kmeans
 from pipeline.steps.dedup import exact, fuzzy, paragraph, salt, semantic
 from pipeline.steps.merge import merge_step, read_from
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 
 PARTITION_ROWS = 4_000_000
 PARAGRAPHS_PER_DOC = 8  # a planning guess: web pages have a few to a few dozen
@@ -291,4 +291,5 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base, pl
     ctx.add_layer(apply_step("semantic", rd, apply.run_shard, semantic.COLUMNS, prev), "dedup:semantic")
 
 
-STAGE = Stage("dedup", plan)
+STAGE = Stage("dedup", plan, tasks=texts("dedup-fuzzy-signatures", "dedup-fuzzy-fetch", "dedup-fuzzy-verify",
+                                          "dedup-paragraph-map", "dedup-paragraph"))

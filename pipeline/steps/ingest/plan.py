@@ -27,7 +27,7 @@ from pipeline.plan.context import Context
 from pipeline.plan.sources import fingerprint
 from pipeline.steps.ingest import documents, idindex, ids, splits
 from pipeline.steps.merge import merge_step, read_from
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -158,4 +158,4 @@ def publish(ctx: Context, stats: dict) -> dict:
     return {}
 
 
-STAGE = Stage("ingest", plan, publish=publish, outputs=("quarantine",))
+STAGE = Stage("ingest", plan, publish=publish, outputs=("quarantine",), tasks=texts("ingest"))

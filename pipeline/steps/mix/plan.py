@@ -32,7 +32,7 @@ from pipeline.shards.select import key_files as select_files, select_entry
 from pipeline.steps.merge import merge_step, read_from
 from pipeline.steps.mix import tasks
 from pipeline.steps.mix.publish import publish
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -280,4 +280,4 @@ def expected(ctx: Context) -> list[str]:
     return lines
 
 
-STAGE = Stage("mix", plan, publish=publish, expected=expected, outputs=("mixture",))
+STAGE = Stage("mix", plan, publish=publish, expected=expected, outputs=("mixture",), tasks=texts("mix-route", "mix"))

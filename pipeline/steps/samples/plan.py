@@ -18,7 +18,7 @@ from pipeline.mixing import budget
 from pipeline.plan.context import Context
 from pipeline.shards.select import select_entry
 from pipeline.steps.samples import tasks
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -97,4 +97,4 @@ def publish(ctx: Context, stats: dict) -> dict:
     return {"samples": listed + [{"path": "samples/index.html", "documents": len(records)}]}
 
 
-STAGE = Stage("samples", plan, publish=publish, outputs=("samples",))
+STAGE = Stage("samples", plan, publish=publish, outputs=("samples",), tasks=texts("samples-pick", "samples"))

@@ -18,7 +18,7 @@ from pipeline.engine.step import Step
 from pipeline.errors import UsageError
 from pipeline.plan import tokens
 from pipeline.plan.context import Context
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 from pipeline.steps.tokenize import formats, registry, tasks
 
 
@@ -98,4 +98,4 @@ def plan(ctx: Context) -> list[Step]:
     return out
 
 
-STAGE = Stage("tokenize", plan)
+STAGE = Stage("tokenize", plan, tasks=texts("tokenize"))

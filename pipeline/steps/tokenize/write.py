@@ -10,7 +10,7 @@ from __future__ import annotations
 from pipeline.engine.step import Step
 from pipeline.io import atomic
 from pipeline.plan.context import Context
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 from pipeline.steps.tokenize import blends, registry, tasks
 from pipeline.steps.tokenize.plan import settings
 
@@ -115,4 +115,4 @@ def _mixture_config(ctx: Context, fmt: str, b: dict) -> str | None:
     return f.trainer_file
 
 
-STAGE = Stage("tokens", plan, publish=publish, outputs=("tokenized",))
+STAGE = Stage("tokens", plan, publish=publish, outputs=("tokenized",), tasks=texts("tokens"), label="tokenize")

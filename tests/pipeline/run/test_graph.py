@@ -11,6 +11,7 @@ import pytest
 
 from pipeline import config
 from pipeline.engine.step import Step
+from pipeline.plan.stage import Stage, texts
 from pipeline.run import graph
 from tests.conftest import ROOT, curate, demo_mixture, write_yaml
 
@@ -166,3 +167,21 @@ def test_text_carrying_tasks_declare_their_memory_and_a_declaration_always_fits_
     assert task_options(steps["dedup-fuzzy-clusters"], node_mb=16_000) == {"num_cpus": 0}
     assert task_options(steps["ids-wiki"], node_mb=16_000) == {}
     assert "memory_mb" not in str(steps["filter-web"].config)  # not in the hash: the bytes never depend on it
+
+
+def test_progress_folds_every_step_under_the_stage_that_planned_it(demo_yaml, tmp_path):
+    """Each step shows under the stage that planned it, as its Stage record names it (a label,
+    else its name): derived from graph.STAGES, never a list of step-name prefixes."""
+    ctx = graph.build(config.load(demo_yaml), tmp_path / "run")
+    shown = {s.name: s.stage for s in ctx.steps}
+    want = {"ids-wiki": "ingest", "merge-ids-wiki": "ingest", "id-index-web": "ingest", "ingest-web": "ingest",
+            "filter-web": "filter", "dedup-fuzzy-buckets": "dedup", "decontaminate-index": "decontaminate",
+            "classify-wiki_vs_web-train": "classify", "quality-web": "classify", "mix-route": "mix",
+            "samples-pick": "samples"}
+    assert {n: shown.get(n) for n in want} == want
+    assert {s.stage for s in ctx.steps} <= {st.label or st.name for st in graph.STAGES}
+    assert all(shown[n] == "tokenize" for n in shown if n.startswith(("tokenize-", "tokens-"))), shown
+    # a stage from elsewhere shows under its own name, and its text-carrying tasks declare memory
+    extra = Stage("toxicity", lambda ctx: [], tasks=texts("toxicity-score"))
+    ctx = graph.build(config.load(demo_yaml), tmp_path / "run2", stages=[*graph.STAGES, extra])
+    assert ctx.stages[-1].task("toxicity-score").text_copies == 6
