@@ -214,6 +214,7 @@ def load(path: str | Path) -> LoadedMixture:
             except ValidationError as e:
                 problems.extend(_errors_from_pydantic(e, ("filters", fname), raw))
         data["filters"] = parsed_filters
+    plugin_stages, data["stages"] = _plugins(raw, problems)
     mixture = None
     try:
         mixture = Mixture.model_validate(data)
@@ -228,7 +229,59 @@ def load(path: str | Path) -> LoadedMixture:
         mixture = _resolve_embedding_paths(mixture, path.parent.resolve())
     if problems:
         raise UsageError(format_problems(path, lines, problems))
-    return LoadedMixture(mixture, path, lines, raw)
+    return LoadedMixture(mixture, path, lines, raw, plugin_stages)
+
+
+ENTRY_POINTS = "curate.stages"  # an installed package's stages: `[project.entry-points."curate.stages"] x = "pkg.mod:STAGE"`
+
+
+def _plugins(raw: dict, problems: list) -> tuple[tuple, dict]:
+    """The STAGE of every installed package's `curate.stages` entry point and of every module
+    `plugins:` names, and `stages:` parsed by each one's config model; what is wrong goes to
+    `problems`, at its YAML key."""
+    import importlib
+    from importlib.metadata import entry_points
+
+    names, found = raw.get("plugins") or [], []
+    for ep in entry_points(group=ENTRY_POINTS):
+        try:
+            found.append(ep.load())
+        except Exception as e:  # noqa: BLE001 -- an installed package's stage: which one, and why
+            problems.append((("plugins",), f"the installed stage {ep.name!r} ({ep.value}, entry point group "
+                             f"{ENTRY_POINTS}) cannot load: {type(e).__name__}: {e}"))
+    for i, mod in enumerate(names if isinstance(names, list) else []):
+        try:
+            stage = getattr(importlib.import_module(str(mod)), "STAGE", None)
+        except Exception as e:  # noqa: BLE001 -- the user's module: what failed, at its key
+            problems.append((("plugins", i), f"cannot import {mod!r}: {type(e).__name__}: {e}; the module must be "
+                             "importable where the run and its workers run (installed, or on PYTHONPATH)"))
+            continue
+        if not (callable(getattr(stage, "plan", None)) and isinstance(getattr(stage, "name", None), str)):
+            problems.append((("plugins", i), f"module {mod!r} declares no STAGE (a pipeline.plan.stage.Stage); "
+                             "see docs/extending.md"))
+            continue
+        found.append(stage)
+    by_name = {s.name: s for s in found}
+    parsed, sections = {}, raw.get("stages") or {}
+    for name, section in (sections.items() if isinstance(sections, dict) else []):
+        stage = by_name.get(name)
+        if stage is None:
+            problems.append((("stages", name), f"no plugin stage is named {name!r}" + (
+                f" (plugins declare: {', '.join(sorted(by_name))})" if by_name else "; add its module to `plugins:`")))
+        elif stage.config is None:
+            problems.append((("stages", name), f"stage {name!r} takes no settings; remove this section"))
+        else:
+            try:
+                parsed[name] = stage.config.model_validate(section or {})
+            except ValidationError as e:
+                problems.extend(_errors_from_pydantic(e, ("stages", name), raw))
+    for name, stage in by_name.items():  # a stage whose settings all have defaults needs no section
+        if name not in parsed and stage.config is not None and name not in sections:
+            try:
+                parsed[name] = stage.config()
+            except ValidationError:
+                problems.append((("stages",), f"stage {name!r} needs its settings: add `stages: {{{name}: ...}}`"))
+    return tuple(found), parsed
 
 
 def _resolve_classifier_paths(m: Mixture, base: Path) -> Mixture:

@@ -393,6 +393,11 @@ class Mixture(Model):
                                "between runs")
     engine: EngineSpec = Field(default_factory=EngineSpec, description="how steps are laid out (merge groups, fan-in, "
                                "LSH salt); never what the mixture holds; recorded in run.json, outside `config`")
+    plugins: list[str] = Field(default_factory=list, description="modules (dotted import names, importable where the "
+                               "run and its workers run) that each declare a `STAGE`: stages from outside Curate, "
+                               "planned with the built-in ones (docs/extending.md)")
+    stages: dict[str, Any] = Field(default_factory=dict, description="each plugin stage's settings, by stage name, "
+                                   "checked by the model its `STAGE` names (`config`)")
 
     def excluded(self) -> set[str]:
         """Sources left out of the mixture: `mixture.exclude` and every eval or reference source."""
@@ -417,8 +422,9 @@ class Mixture(Model):
 class LoadedMixture:
     """A validated mixture plus where it came from (for paths and error lines)."""
 
-    def __init__(self, mixture: Mixture, path: Path, lines: dict[tuple, int], raw: dict):
+    def __init__(self, mixture: Mixture, path: Path, lines: dict[tuple, int], raw: dict, plugin_stages: tuple = ()):
         self.mixture = mixture
+        self.plugin_stages = plugin_stages  # the STAGE of each module `plugins:` names, in its order
         self.path = path
         self.base_dir = path.parent.resolve()
         self.lines = lines
@@ -461,6 +467,9 @@ class LoadedMixture:
         d = self.mixture.model_dump(mode="json", serialize_as_any=True, exclude={"engine"})
         if d.get("inputs") == InputsSpec().model_dump(mode="json"):
             d.pop("inputs")
+        for k in ("plugins", "stages"):  # only when used: a config without them hashes as before they existed
+            if not d.get(k):
+                d.pop(k, None)
         return d
 
     def engine(self):

@@ -31,6 +31,7 @@ import functools
 import hashlib
 import importlib
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,16 @@ def task_version(fn: Callable) -> str:
     return getattr(fn, "version", "1")
 
 
+def _outside_digest(fn: Callable) -> str | None:
+    """sha256 of the file defining `fn` when it is not Curate's own code (a plugin stage's task,
+    docs/extending.md): its `@task(version=...)` is the author's promise, its bytes are the proof."""
+    mod = getattr(fn, "__module__", "") or ""
+    if mod.split(".")[0] in ("pipeline", "filters"):
+        return None
+    path = getattr(sys.modules.get(mod), "__file__", None)
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path and Path(path).is_file() else None
+
+
 @dataclass
 class Step:
     """One hashed, resumable unit of work: a task run once per shard.
@@ -142,6 +153,8 @@ class Step:
         self.task = task_name(self.fn)  # what a worker imports; the hash never includes it
         self.version = task_version(self.fn)  # the task's code version, in the hash
         self.code = {"task": self.version, **self.code}  # what code_hash covers (step.json and run.json record it)
+        if (digest := _outside_digest(self.fn)) is not None:  # a plugin's task: an edit of its file re-runs it
+            self.code["source"] = digest
 
     # computed once: a step's config, code and inputs do not change after the plan builds it
     @functools.cached_property

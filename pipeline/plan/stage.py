@@ -49,6 +49,10 @@ class Stage:
     outputs: tuple[str, ...] = ()
     tasks: tuple[TaskKind, ...] = ()  # the kinds of task its steps run that ask more than one CPU's default
     label: str = ""  # the stage its steps show under in progress and `curate plan` (default: `name`)
+    # a stage from outside Curate (a module the YAML's `plugins:` names): the pydantic model of its
+    # settings under `stages.<name>` (None: it has none), and the stage it is planned after
+    config: type | None = None
+    after: str = "classify"
 
     @property
     def shown_as(self) -> str:

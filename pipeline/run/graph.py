@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.config import LoadedMixture
+from pipeline.errors import UsageError
 from pipeline.io import atomic, fs
 from pipeline.plan import sources
 from pipeline.plan.context import Context
@@ -58,10 +59,23 @@ def build(lm: LoadedMixture, run_dir: Path, store: Path | None = None, stages: l
     than STAGES (a stage being written: tests/pipeline/run/test_stages.py)."""
     files, tokenizer = sources.check(lm)
     ctx = Context(lm, run_dir, store if store is not None else run_dir, files, tokenizer, identity(tokenizer),
-                  stages=list(STAGES if stages is None else stages))
+                  stages=with_plugins(list(STAGES if stages is None else stages), lm))
     for stage in ctx.stages:
         ctx.add(stage.name, stage.plan(ctx))
     return ctx
+
+
+def with_plugins(stages: list[Stage], lm: LoadedMixture) -> list[Stage]:
+    """`stages` with each stage the YAML's `plugins:` declares, after the stage it names (`after`)."""
+    for p in getattr(lm, "plugin_stages", ()):
+        names = [s.name for s in stages]
+        if p.name in names:
+            raise UsageError(f"{lm.path}: plugins: stage {p.name!r} is already a stage of the run; rename it")
+        if p.after not in names:
+            raise UsageError(f"{lm.path}: plugins: stage {p.name!r} is planned after {p.after!r}, which is not a stage "
+                             f"(stages: {', '.join(names)})")
+        stages.insert(names.index(p.after) + 1, p)
+    return stages
 
 
 def publish(ctx: Context, stats: dict) -> dict:

@@ -1,19 +1,28 @@
 """A toy scoring stage: each kept document's length class (short, medium or long, by its
-characters) as a mixture axis, so that a mixture may weight `web/length=long`. The worked
-example of docs/extending.md (tests/pipeline/run/test_axes.py checks the two agree and runs it)."""
+characters) as a mixture axis, so that a mixture may weight `web/length=long`. A module of
+its own, outside Curate: a mixture adds it with `plugins: [tests.pipeline.run.length_stage]`
+and sets it under `stages: {length: {edges: [500, 2000]}}`. The worked example of
+docs/extending.md (tests/pipeline/run/test_axes.py checks the two agree and runs it)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.engine.step import Step, shard_name, task
 from pipeline.io import fs
 from pipeline.plan.context import Context
-from pipeline.plan.stage import Stage
+from pipeline.plan.stage import Stage, texts
 from pipeline.shards import apply, view
 
-EDGES = (500, 2000)  # characters: short below 500, long from 2,000
+
+
+class LengthSettings(BaseModel):
+    """`stages: {length: ...}` in the YAML (all optional)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    edges: tuple[int, int] = Field((500, 2000), description="characters: short below the first, long from the second")
 
 
 @task(version="1")
@@ -25,8 +34,9 @@ def length_shard(spec: dict, out) -> dict:
     rows, chars, toks = apply.sizes(d)  # the rows that reached the stage, their characters and tokens
     seen = np.zeros(total, bool)
     seen[rows] = True
+    short, long = spec["edges"]
     length = np.full(total, None, dtype=object)
-    length[rows] = np.where(chars < EDGES[0], "short", np.where(chars < EDGES[1], "medium", "long"))
+    length[rows] = np.where(chars < short, "short", np.where(chars < long, "medium", "long"))
     ids = fs.read_table(d["documents"], columns=["id"]).column("id")
     apply.write_attributes(out.dir, d, pa.table({"id": ids, "keep": pa.array(seen, pa.bool_(), mask=~seen),
                                                  "reason": pa.nulls(total, pa.string()),
@@ -38,11 +48,13 @@ def plan(ctx: Context) -> list[Step]:
     """`length`, a layer over every document shard that removes nothing, declared as the
     axis `length` of every source."""
     prev = list(ctx.layers)
+    edges = list(ctx.mixture.stages.get("length", LengthSettings()).edges)
 
     def shards(step, stats):
-        return ({"doc": d, "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in ctx.doc_shards(stats, prev))
+        return ({"doc": d, "edges": edges, "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                for d in ctx.doc_shards(stats, prev))
 
-    step = Step("length", "length", {"edges": list(EDGES)}, ctx.base() + prev, length_shard, shards=shards,
+    step = Step("length", "length", {"edges": edges}, ctx.base() + prev, length_shard, shards=shards,
                 position_free=True)
     ctx.add_layer(step, "length")
     for source in ctx.mixture.sources:
@@ -50,4 +62,5 @@ def plan(ctx: Context) -> list[Step]:
     return [step]
 
 
-STAGE = Stage("length", plan)
+# planned after validation, before classify and mix read the layers; its tasks carry text
+STAGE = Stage("length", plan, config=LengthSettings, after="validation", tasks=texts("length"))

@@ -1,6 +1,7 @@
-"""A mixture axis from a stage (docs/extending.md): the toy `length` stage (length_stage.py)
-declares an axis, and `web/length=long` is a weight key with no mixing code of its own:
-the cells, their budgets, the selection, the manifest, explain and the ledger follow."""
+"""A mixture axis from a stage (docs/extending.md): the toy `length` stage (length_stage.py),
+a module outside Curate that the YAML names under `plugins:`, declares an axis, and
+`web/length=long` is a weight key with no mixing code of its own: the cells, their budgets,
+the selection, the manifest, explain and the ledger follow."""
 
 from __future__ import annotations
 
@@ -16,16 +17,41 @@ from pipeline.io import atomic
 from pipeline.run import graph, runner
 from pipeline.views import explain
 from tests.conftest import ROOT, small_mixture, write_yaml
-from tests.pipeline.run import length_stage
 
-STAGES = [*graph.STAGES[:graph.STAGES.index(next(s for s in graph.STAGES if s.name == "classify"))],
-          length_stage.STAGE,  # the one line: before the stages that read the layers (classify, mix)
-          *graph.STAGES[[s.name for s in graph.STAGES].index("classify"):]]
+PLUGIN = "plugins: [tests.pipeline.run.length_stage]\n"
 
 
-def _yaml(tmp_path, demo_corpus, weights: str):
+def _yaml(tmp_path, demo_corpus, weights: str, extra: str = PLUGIN):
     text = textwrap.dedent(small_mixture(str(demo_corpus), str(tmp_path / "out")))
-    return write_yaml(tmp_path / "m.yaml", text.replace("weights: {web: 0.5, wiki: 0.5}", f"weights: {{{weights}}}"))
+    return write_yaml(tmp_path / "m.yaml", text.replace("weights: {web: 0.5, wiki: 0.5}", f"weights: {{{weights}}}")
+                      + extra)
+
+
+def test_a_plugin_stage_is_planned_from_the_yaml_alone_with_its_settings_checked_at_their_key(tmp_path, demo_corpus):
+    weights = "web/length=long: 0.5, web/length=other: 0.1, wiki: 0.4"
+    lm = config.load(_yaml(tmp_path, demo_corpus, weights, PLUGIN + "stages:\n  length: {edges: [400, 1500]}\n"))
+    ctx = graph.build(lm, tmp_path / "out" / "m", tmp_path / "out" / "_store")  # graph.STAGES: no list of ours
+    names = [s.name for s in ctx.stages]
+    assert names.index("length") == names.index("validation") + 1  # `after`
+    step = ctx.step("length")
+    assert step.config == {"edges": [400, 1500]} and step.stage == "length"
+    shard_mb = max(s.max_shard_bytes for s in lm.mixture.sources.values()) / 2**20
+    assert step.memory_mb == int(512 + 6 * shard_mb)  # what its Stage declares of its kind of task
+    assert "source" in step.code  # a task outside Curate: keyed by its file's bytes
+    assert ctx.step("mix-axes") is not None and "length" in ctx.axes["web"]
+    plain = graph.build(config.load(_yaml(tmp_path, demo_corpus, weights)), tmp_path / "out" / "m", tmp_path / "o2")
+    assert plain.step("length").config == {"edges": [500, 2000]}  # the settings' defaults without a section
+    # what is wrong is said at its key, with what to do
+    for extra, want in (
+            ("plugins: [no_such.module]\n", r"m.yaml:\d+: plugins\[0\]: cannot import 'no_such.module': "
+                                            r"ModuleNotFoundError.*importable where the run and its workers run"),
+            ("plugins: [tests.conftest]\n", r"plugins\[0\]: module 'tests.conftest' declares no STAGE"),
+            (PLUGIN + "stages:\n  lenght: {}\n", r"stages\.lenght: no plugin stage is named 'lenght' "
+                                                  r"\(plugins declare: length\)"),
+            (PLUGIN + "stages:\n  length: {edge: [1, 2]}\n", r"m.yaml:\d+: stages\.length\.edge"),
+            ("stages:\n  length: {}\n", r"no plugin stage is named 'length'; add its module to `plugins:`")):
+        with pytest.raises(UsageError, match=want):
+            config.load(_yaml(tmp_path, demo_corpus, "web: 0.5, wiki: 0.5", extra))
 
 
 def test_the_extending_doc_shows_the_axis_stage_that_runs():
@@ -38,7 +64,7 @@ def test_an_axis_no_stage_declares_is_refused_at_plan_time(tmp_path, demo_corpus
     lm = config.load(_yaml(tmp_path, demo_corpus, "web/size=big: 0.5, web/size=other: 0.1, wiki: 0.4"))
     with pytest.raises(UsageError, match=r"web/size=big names axis 'size', but no stage declares it for web; "
                                          r"its axes: lang, length"):
-        graph.build(lm, tmp_path / "out" / "m", tmp_path / "out" / "_store", STAGES)
+        graph.build(lm, tmp_path / "out" / "m", tmp_path / "out" / "_store")
     with pytest.raises(UsageError, match=r"m.yaml:\d+: mixture.weights.web: web: give every weight key of web the "
                                          r"same axis"):  # one axis a source: checked as the file loads
         config.load(_yaml(tmp_path, demo_corpus, "web/length=long: 0.5, web: 0.1, wiki: 0.4"))
@@ -46,10 +72,10 @@ def test_an_axis_no_stage_declares_is_refused_at_plan_time(tmp_path, demo_corpus
 
 def test_a_stage_declared_axis_is_a_mixture_cell(tmp_path, demo_corpus, ray_local):
     lm = config.load(_yaml(tmp_path, demo_corpus, "web/length=long: 0.3, web/length=other: 0.2, wiki: 0.5"))
-    ctx = graph.build(lm, lm.output_dir(), lm.store_dir(), STAGES)
+    ctx = graph.build(lm, lm.output_dir(), lm.store_dir())
     assert [c.name for c in ctx.mix.phases[0]["cells"] if c.source == "web"] == \
         ["web/length=long", "web/length=other"]
-    run_dir = runner.run(lm, workers=2, log=lambda m: None, quiet=True, stages=STAGES)
+    run_dir = runner.run(lm, workers=2, log=lambda m: None, quiet=True)
     man = atomic.read_json(run_dir / "manifest.json")
     cells = man["cells"]
     assert cells["web/length=long"]["length"] == "long" and cells["web/length=other"]["length"] == "other"
@@ -66,3 +92,20 @@ def test_a_stage_declared_axis_is_a_mixture_cell(tmp_path, demo_corpus, ray_loca
         assert got["cell"] == ("web/length=long" if len(r["text"]) >= 2000 else "web/length=other"), got
     led = atomic.read_json(run_dir / "ledger.json")
     assert led["sources"]["web"]["conservation"] is True
+
+
+def test_an_installed_package_registers_its_stage_by_an_entry_point(tmp_path, demo_corpus, monkeypatch):
+    """An entry point in the group `curate.stages` (what `pip install` of a package declaring one
+    writes: a dist-info folder on the path) adds its stage to every run, no `plugins:` needed."""
+    dist = tmp_path / "site" / "curate_length-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: curate-length\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[curate.stages]\nlength = tests.pipeline.run.length_stage:STAGE\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    lm = config.load(_yaml(tmp_path, demo_corpus, "web/length=long: 0.5, web/length=other: 0.1, wiki: 0.4", extra=""))
+    assert [s.name for s in lm.plugin_stages] == ["length"]
+    assert graph.build(lm, tmp_path / "out" / "m", tmp_path / "out" / "_store").step("length") is not None
+    (dist / "entry_points.txt").write_text("[curate.stages]\nlength = tests.pipeline.run.no_such_module:STAGE\n")
+    with pytest.raises(UsageError, match=r"the installed stage 'length' \(tests.pipeline.run.no_such_module:STAGE, "
+                                         r"entry point group curate.stages\) cannot load: ModuleNotFoundError"):
+        config.load(_yaml(tmp_path, demo_corpus, "web: 0.5, wiki: 0.5", extra=""))
