@@ -7,7 +7,7 @@ and its text, so exact copies keep distinct ids until dedup decides between them
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import NotRequired, TypedDict, cast
 
 import pyarrow as pa
 import xxhash
@@ -71,7 +71,8 @@ class LayerMarker(TypedDict):
 COUNTS = ("bucket_docs", "bucket_tokens", "groups", "axis_groups")  # the driver's, for the cells' availability
 
 
-def slim(d: dict) -> dict:
+def slim(d: DocShard) -> DocShard:
     """A document shard as a task's spec carries it: without the counts only the driver reads
-    (per bucket, topic and axis value: as many entries a shard as the source has cells)."""
-    return {k: v for k, v in d.items() if k not in COUNTS}
+    (per bucket, topic and axis value: as many entries a shard as the source has cells; keys a
+    DocShard may leave out)."""
+    return cast(DocShard, {k: v for k, v in d.items() if k not in COUNTS})

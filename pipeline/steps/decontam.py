@@ -347,7 +347,7 @@ def plan(ctx: Context) -> list[Step]:
     hashed = [{k: v for k, v in s.items() if k != "files"} for s in sets]  # contents, not where the files are
     prev = list(layers)
 
-    def index_shards(st, stats):
+    def index_shards(st, stats) -> list[IndexSpec]:
         docs = [{"source": d["source"], "documents": d["documents"], "layers": d["layers"]}
                 for d in (ctx.doc_shards(stats, prev) if sources else []) if d["source"] in sources]
         return [{"sets": sets, "sources": docs, "ngram": dc.ngram, "describe": "eval index"}]

@@ -166,7 +166,7 @@ def plan(ctx: Context) -> list[Step]:
         cfg = {"embedding": {**e, "model": named, "files": ident["files"]}, "dtype": dtype,
                **({"rows": "all"} if every else {})}  # only then: a run without probes keeps its hashes
 
-        def shards(st, stats, sname=sname, ing=ing, flt=flt, every=every):  # this source's only: no other waits
+        def shards(st, stats, sname=sname, ing=ing, flt=flt, every=every) -> list[EmbedSpec]:  # this source's only: no other waits
             return [{"doc": {"source": sname, "part": i, "documents": str(ing.dir(ctx.store) / f"{shard_name(i)}.parquet"),
                              "layers": [str(flt.dir(ctx.store) / f"{shard_name(i)}.parquet")] if flt else []},
                      "embedding": e, "every_row": every, "describe": f"{sname}/{shard_name(i)}"}

@@ -52,7 +52,7 @@ def plan(ctx: Context) -> list[Step]:
         fl = [(f, ctx.mixture.filters[f].model_dump(mode="json") if f != EXTRACT_STAGE else EXTRACT_FILTER)
               for f in chain]
 
-        def filter_shards(st, stats, ing=ing, fl=fl):
+        def filter_shards(st, stats, ing=ing, fl=fl) -> list[FilterSpec]:
             d = ing.dir(ctx.store)
             return [{"documents": str(d / f"{shard_name(i)}.parquet"), "filters": fl, "tokenizer": ctx.tokenizer,
                      "describe": f"{ing.name}/{shard_name(i)}"} for i in sorted(stats[ing.name])]

@@ -13,6 +13,7 @@ Every document of an eval source is written there too (reason `eval_source`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
@@ -165,18 +166,21 @@ def plan(ctx: Context) -> list[Step]:
     def train_docs(stats):
         return (d for d in ctx.doc_shards(stats, prev) if d["source"] in train)
 
-    ks = Step("validation-keys", "validation-keys", cfg, base + prev, keys_shard,
-              shards=lambda st, stats: ({"doc": d, "seed": m.seed, "by": by, "describe": f"{d['source']}/{shard_name(d['part'])}"}
-                                        for d in train_docs(stats)), position_free=True)
+    def key_shards(st, stats) -> Iterator[KeysSpec]:
+        return ({"doc": d, "seed": m.seed, "by": by, "describe": f"{d['source']}/{shard_name(d['part'])}"}
+                for d in train_docs(stats))
 
-    def select_shards(st, stats):  # each source's key files as a folder and a range, not a path a shard
+    ks = Step("validation-keys", "validation-keys", cfg, base + prev, keys_shard, shards=key_shards, position_free=True)
+
+    def select_shards(st, stats) -> list[HoldSpec]:  # each source's key files as a folder and a range, not a path a shard
         span = ctx.source_spans(stats, train)
         paths = {s: select.key_files(str(ks.dir(ctx.store)), *span[s]) for s in train}
-        return [{"keys": paths, "fraction": cfg["fraction"], "tokens": cfg["tokens"], "describe": "validation selection"}]
+        return [{"keys": paths, "fraction": v.fraction if v else None, "tokens": v.tokens if v else None,
+                 "describe": "validation selection"}]
 
     sel = Step("validation-select", "validation-select", cfg, [ks], select_shard, shards=select_shards)
 
-    def apply_shards(st, stats):
+    def apply_shards(st, stats) -> Iterator[HeldOutSpec]:
         cut = stats[sel.name][0]["sources"]
         return ({"doc": d, "seed": m.seed, "role": m.sources[d["source"]].role,
                  "cutoff": (cut.get(d["source"]) or {}).get("cutoff"), "describe": f"{d['source']}/{shard_name(d['part'])}"}

@@ -94,7 +94,7 @@ def plan(ctx: Context) -> list[Step]:
                 out.append((side, mine, classify.tau(cap, sum(d["kept"] for d in mine))))
             return out
 
-        def example_shards(st, stats, side_docs=side_docs, seed=params["seed"]):
+        def example_shards(st, stats, side_docs=side_docs, seed=params["seed"]) -> list[classify.ExamplesSpec]:
             return [{"doc": d, "seed": seed, "tau": bound, "describe": f"{side} examples {d['source']}/{shard_name(d['part'])}"}
                     for side, mine, bound in side_docs(stats) for d in mine]
 
@@ -164,15 +164,14 @@ def plan(ctx: Context) -> list[Step]:
         thr.meta["engine"] = {"select_group": ctx.engine.select_group}
         ctx.declare("quality_threshold", thr, sname)
         steps.append(thr)
-        apply = Step(
-            f"quality-{sname}", "quality-apply", {}, [thr], quality.apply_shard,
-            shards=lambda st, stats, scores_of=scores_of, thr=thr, q=q: [
-                {"doc": d, "scores": p, "threshold": stats[thr.name][0]["threshold"], "key": stats[thr.name][0]["key"],
-                 "bucket_keys": stats[thr.name][0].get("bucket_keys"), "edges": q.edges, "n_buckets": q.n_buckets(),
-                 "max_score": stats[thr.name][0].get("max_score"),
-                 "describe": f"{d['source']}/{shard_name(d['part'])}"} for d, p in scores_of(stats)],
-            position_free=True,
-        )
+        def apply_shards(st, stats, scores_of=scores_of, thr=thr, q=q) -> list[quality.QualityApplySpec]:
+            t = stats[thr.name][0]
+            return [{"doc": d, "scores": p, "threshold": t["threshold"], "key": t["key"], "bucket_keys": t.get("bucket_keys"),
+                     "edges": q.edges, "n_buckets": q.n_buckets(), "max_score": t.get("max_score"),
+                     "describe": f"{d['source']}/{shard_name(d['part'])}"} for d, p in scores_of(stats)]
+
+        apply = Step(f"quality-{sname}", "quality-apply", {}, [thr], quality.apply_shard, shards=apply_shards,
+                     position_free=True)
         steps.append(apply)
         ctx.quality[sname] = apply
 

@@ -9,6 +9,8 @@ holds at most about PARTITION_ROWS rows (~40 bytes each, plus the id strings).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import itertools
 import math
 
@@ -145,7 +147,7 @@ def plan(ctx: Context) -> list[Step]:
         bk = reducer("dedup-fuzzy-buckets", {}, sig, fuzzy.buckets_shard, reduce_heavy)
         bkm = merged(bk, ["to"], lambda stats, bk=bk: len(stats[bk.name]))
 
-        def fetch_shards(st, stats, prev=prev, params=hashing, sig=sig, bk=bk, bkm=bkm):
+        def fetch_shards(st, stats, prev=prev, params=hashing, sig=sig, bk=bk, bkm=bkm) -> Iterator[fuzzy.FetchSpec]:
             pairs = sum(m["pairs"] for m in stats[bk.name].values())
             docs = sum(m["docs"] for m in stats[sig.name].values())
             avg = sum(m["text_bytes"] for m in stats[sig.name].values()) / max(1, docs)
@@ -159,7 +161,7 @@ def plan(ctx: Context) -> list[Step]:
                       read_keyed=("layers", "pairs")))  # its own rows' pairs: an old shard a new file adds none to links
         fem = merged(fe, ["pairs", "texts"], lambda stats, fe=fe: len(stats[fe.name]), split=True)  # texts
 
-        def verify_shards(st, stats, fe=fe, fem=fem, params=params):
+        def verify_shards(st, stats, fe=fe, fem=fem, params=params) -> list[fuzzy.VerifySpec]:
             folder, files = read_from(stats, fe, fem, len(stats[fe.name]), ctx.store)
             n = stats[fe.name][0]["partitions"] if stats[fe.name] else 0
             prior = fuzzy.verified_before(ctx.store, st, params, n) if n else []

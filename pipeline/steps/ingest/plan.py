@@ -109,7 +109,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
                    **keyed)
         idmg = merge_step(f"merge-ids-{sname}", idm, ["buckets"], lambda stats: len(stats[idm.name]), ctx.store, ctx.engine)
 
-        def unique_shards(st, stats):
+        def unique_shards(st, stats) -> list[ids.IdsReduceSpec]:
             ms = stats[idm.name]
             n = ms[0]["partitions"] if ms else 0
             folder, files = read_from(stats, idm, idmg, len(ms), ctx.store)
@@ -134,7 +134,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
 
     ingm = merge_step(f"merge-id-index-{sname}", ing, ["index"], lambda stats: len(stats[ing.name]), ctx.store, ctx.engine)
 
-    def index_shards(st, stats):
+    def index_shards(st, stats) -> list[idindex.IdIndexSpec]:
         ms = stats[ing.name]
         n = ms[0]["index_partitions"] if ms else 0
         folder, files = read_from(stats, ing, ingm, len(ms), ctx.store)

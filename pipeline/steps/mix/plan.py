@@ -17,6 +17,8 @@ publish.py.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import math
 from collections.abc import Iterable
 
@@ -50,7 +52,7 @@ def plan(ctx: Context) -> list[Step]:
     by_axis = {c.source: c.axis for ph in ph_list for c in ph["cells"] if c.axis is not None}  # one axis a source
     langs = None
     if by_axis:  # axis cells (a language, a stage's axis): kept documents and tokens per (value, bucket) of each shard
-        def axis_shards(st, stats):
+        def axis_shards(st, stats) -> Iterator[tasks.AxisSpec]:
             return ({"doc": d, "axis": by_axis[d["source"]], "describe": f"{d['source']}/{shard_name(d['part'])}"}
                     for d in raw_docs(stats) if d["source"] in by_axis)
 
@@ -93,7 +95,7 @@ def plan(ctx: Context) -> list[Step]:
         return [{**cell_dicts[k][c.name], "epoch": epochs[k].get(c.name)}
                 for k, ph in enumerate(ph_list) for c in ph["cells"] if c.source == source]
 
-    def budget_shards(st, stats):
+    def budget_shards(st, stats) -> list[tasks.BudgetSpec]:
         """One task: each source's cells (membership, seed, epoch) written as cells/<source>.json,
         and each phase's availability and budget in its marker. The driver counts the cells once
         from the shards' sums (cell_available), and no per-shard spec carries a cell."""
@@ -105,7 +107,7 @@ def plan(ctx: Context) -> list[Step]:
     budget_step = Step("mix-budget", "mix-budget", cfg, upstream + ([langs] if langs else []), tasks.budget_shard,
                        shards=budget_shards, cpus=0)
 
-    def priority_shards(st, stats):
+    def priority_shards(st, stats) -> Iterator[tasks.PrioritySpec]:
         return ({"doc": slim(d), "seed": m.seed, "cells": ctx.mix.cells_file(ctx.store, d["source"]),
                  "describe": f"{d['source']}/{shard_name(d['part'])}"} for d in mixed_docs(stats))
 
@@ -150,10 +152,10 @@ def plan(ctx: Context) -> list[Step]:
     merged = merge_step("mix-route-merge", route, ["to"], lambda stats: len(stats[route.name]), ctx.store, ctx.engine,
                         split=True)
 
-    def write_shards(st, stats):
+    def write_shards(st, stats) -> list[tasks.WriteSpec]:
         folder, maps = read_from(stats, route, merged, len(stats[route.name]), ctx.store)
         root = str(fs.path(folder) / "to")
-        out = []
+        out: list[tasks.WriteSpec] = []
         for name, sel, offset in bm.phase_selections(stats[select.name][0]):
             for p in range(sel["n_shards"]):
                 out.append({"inputs": root, "maps": maps, "partition": offset + p, "phase": name,

@@ -10,6 +10,8 @@ Publishes `samples/<source>/{kept,removed}.jsonl` and `samples/index.html`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import orjson
 
 from pipeline.engine.step import Step, shard_name
@@ -31,7 +33,7 @@ def plan(ctx: Context) -> list[Step]:
     stages = ctx.layer_stages()  # the layers every_shard gives, in the same order: taken at the same time
     select = ctx.mix.select if ctx.mix is not None else None
 
-    def pick_shards(st, stats):
+    def pick_shards(st, stats) -> Iterator[tasks.PickSpec]:
         """Each shard's spec names what its decisions read, never the run directory: its
         layer files, its source's role and part of the selection (decisions.OneShard), so
         a variant that leaves them the same links the picks (engine/reuse.py)."""

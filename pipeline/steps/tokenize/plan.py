@@ -14,6 +14,8 @@ routing gathers the ids with the texts (pipeline/steps/mix/plan.py). The writers
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from pipeline.engine.step import Step
 from pipeline.errors import UsageError
 from pipeline.plan import tokens
@@ -86,7 +88,7 @@ def plan(ctx: Context) -> list[Step]:
     mixed = [s for s in ctx.mixture.sources if s not in ctx.mixture.excluded()]
     out = []
     for sname in mixed:
-        def shards(step, stats, sname=sname):
+        def shards(step, stats, sname=sname) -> Iterator[tasks.EncodeSpec]:
             return ({"doc": d, "tokenizer": st["tokenizer"], "ids": st["ids"], "describe": f"{sname} shard {d['part']}"}
                     for d in ctx.doc_shards(stats, layers) if d["source"] == sname)
 

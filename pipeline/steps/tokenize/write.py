@@ -41,7 +41,7 @@ def plan(ctx: Context) -> list[Step]:
                         list(write.inputs), tasks.write_shard, shards=shards))
         held = ctx.step("validation")
         if held is not None:  # validation/ as token files too, under <format>/validation/
-            def vshards(step, stats, fmt=fmt, params=params, held=held):
+            def vshards(step, stats, fmt=fmt, params=params, held=held) -> list[tasks.TokensValidationSpec]:
                 return [{"input": str(held.dir(ctx.store) / "docs" / m["held"]["file"]), "name": m["held"]["file"],
                          "format": fmt, "params": params, "tokenizer": st["tokenizer"],
                          "describe": f"{fmt}: validation/{m['held']['file']}"}
