@@ -310,8 +310,11 @@ def link_earlier(store: Path, s: Step, running, keys: list[str], missing: list[i
     d = s.dir(store)
     prev = atomic.set_fence(fence)  # the markers' temporary names carry the run's fence
     try:
-        # read_many holds at most 4 x 8 results: the linked markers go to `running` (a spill) as they come
-        linked = fs.read_many(lambda h: link_shard(h[1][0], h[1][1], found.marker(h[0]), d, h[0]), hits, threads=8)
+        # read_many holds at most 4 x threads results: the linked markers go to `running` (a spill) as they come.
+        # On an object store a link is requests (a marker read, a HEAD a file, the new marker's PUT), each
+        # tens of milliseconds: 32 in flight, as the shuffle reads keep; a local link is a system call
+        threads = 8 if fs.is_local(d) else 32
+        linked = fs.read_many(lambda h: link_shard(h[1][0], h[1][1], found.marker(h[0]), d, h[0]), hits, threads=threads)
         for (i, _), m in zip(hits, linked):
             if m is not None:
                 running[i] = m
