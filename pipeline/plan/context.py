@@ -74,9 +74,9 @@ class Context:
     # shard; `add_layer` appends one with its ledger stage (layer_stage)
     layers: list[Step] = field(default_factory=list)
     layer_stage: dict[str, str] = field(default_factory=dict)  # layer step name -> its ledger stage
-    # classify stage: per source, its quality and topic steps (after dedup), and the topic labels cells name
-    quality: dict[str, Step] = field(default_factory=dict)
-    topic: dict[str, Step] = field(default_factory=dict)
+    # per-source layers after dedup (a classifier's quality or topic, any stage's), in the order they
+    # were added: (source, ledger stage, step); `add_source_layer`. And the topic labels cells name
+    source_layers: list[tuple[str, str, Step]] = field(default_factory=list)
     topic_labels: dict[str, list[str]] = field(default_factory=dict)
     # tokenize stage: per mixed source, the step holding its kept documents' token ids
     tokenized: dict[str, Step] = field(default_factory=dict)
@@ -127,18 +127,13 @@ class Context:
         self.axes.setdefault(source, set()).add(axis)
 
     def roles(self) -> dict:
-        """run.json's `roles`: per source and for the run, role -> step name. explain, the
-        report, diff and the samples find a finished run's steps by role, never by a step
-        name of their own (pipeline/shards/decisions.py `role_of`)."""
-        out: dict = {"sources": {}, "run": {}}
-        for s in self.mixture.sources:
-            typed = {"ingest": self.ingest.get(s), "filter": self.filter.get(s), "quality": self.quality.get(s),
-                     "topic": self.topic.get(s)}
-            out["sources"][s] = {r: st.name for r, st in typed.items() if st is not None}
+        """run.json's `roles`: per source and for the run, role -> step name, as the stages
+        declared them (`declare`). explain, the report, diff and the samples find a finished
+        run's steps by role, never by a step name of their own (pipeline/shards/decisions.py
+        `role_of`)."""
+        out: dict = {"sources": {s: {} for s in self.mixture.sources}, "run": {}}
         for (role, source), name in self.declared.items():
             (out["sources"].setdefault(source, {}) if source else out["run"])[role] = name
-        if self.mix is not None:
-            out["run"]["selection"] = self.mix.select.name
         return out
 
     def add_layer(self, step: Step, stage: str) -> None:
@@ -148,13 +143,21 @@ class Context:
         self.layers.append(step)
         self.layer_stage[step.name] = stage
 
+    def add_source_layer(self, source: str, stage: str, step: Step, role: str | None = None) -> None:
+        """A per-source attribute layer after dedup (a file per document shard of `source`,
+        `<step>/<source>/part-...`, same rows as the documents), the ledger stage it removes
+        documents under, and the role run.json gives it (`declare`)."""
+        self.source_layers.append((source, stage, step))
+        if role is not None:
+            self.declare(role, step, source)
+
     def base(self) -> list[Step]:
         """Per source (YAML order), the step its document shards come from: its filter step, else its ingest."""
         return [self.filter.get(s) or self.ingest[s] for s in self.mixture.sources]
 
     def after(self) -> dict[str, list[Step]]:
-        """Per source, its steps after dedup (quality, then topic)."""
-        return {s: [st for st in (self.quality.get(s), self.topic.get(s)) if st] for s in self.mixture.sources}
+        """Per source, its layers after dedup (quality, then topic, then any other), in the order added."""
+        return {s: [st for src, _, st in self.source_layers if src == s] for s in self.mixture.sources}
 
     def layer_stages(self) -> dict[str, list[list[str]]]:
         """Per source, its attribute layers in the order they decide: [ledger stage, step
@@ -163,13 +166,10 @@ class Context:
         run.json records it, so whatever reads a finished run (explain, the samples, diff)
         follows the layers the run had without a list of step names of its own."""
         out = {}
-        for s, spec in self.mixture.sources.items():
+        for s in self.mixture.sources:
             rows = [["filter", self.filter[s].name]] if s in self.filter else []
             rows += [[self.layer_stage[st.name], st.name] for st in self.layers]
-            if s in self.quality:
-                rows.append([f"quality:{spec.quality.classifier}", self.quality[s].name])
-            if s in self.topic:
-                rows.append([f"topic:{spec.topic.classifier}" if spec.topic else "topic:clusters", self.topic[s].name])
+            rows += [[stage, st.name] for src, stage, st in self.source_layers if src == s]
             out[s] = rows
         return out
 

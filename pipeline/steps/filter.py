@@ -64,6 +64,7 @@ def plan(ctx: Context) -> list[Step]:
         flt = Step(f"filter-{sname}", "filter", cfg, [ing], run_shard, shards=filter_shards, code=used)
         steps.append(flt)
         ctx.filter[sname] = flt
+        ctx.declare("filter", flt, sname)
     return steps
 
 

@@ -30,7 +30,7 @@ from pipeline.plan.stage import Stage, texts
 
 def plan(ctx: Context) -> list[Step]:
     """The classifiers' steps; records each source's quality and topic steps and the topic
-    labels its cells may name (ctx.quality, ctx.topic, ctx.topic_labels)."""
+    labels its cells may name (ctx.add_source_layer, ctx.topic_labels)."""
     m = ctx.mixture
     used = {s: spec.quality for s, spec in m.sources.items() if spec.quality}
     topics = {s: spec.topic for s, spec in m.sources.items() if spec.topic}
@@ -123,6 +123,7 @@ def plan(ctx: Context) -> list[Step]:
         steps += [ex, train]
         models[cname] = (train, str(train.dir(ctx.store) / family(c.type).model_file), None)
 
+    quality_of: dict[str, Step] = {}  # source -> its quality step: what its topic step reads after
     for sname, q in used.items():
         c = m.classifiers[q.classifier]
         train, model_path, model_id = models[q.classifier]
@@ -173,13 +174,14 @@ def plan(ctx: Context) -> list[Step]:
         apply = Step(f"quality-{sname}", "quality-apply", {}, [thr], quality.apply_shard, shards=apply_shards,
                      position_free=True)
         steps.append(apply)
-        ctx.quality[sname] = apply
+        ctx.add_source_layer(sname, f"quality:{q.classifier}", apply, role="quality")
+        quality_of[sname] = apply
 
     for sname, tp in topics.items():
         c = m.classifiers[tp.classifier]
         train, model_path, model_id = models[tp.classifier]
         ctx.topic_labels[sname] = list(c.labels) if c.labels else _model_labels(ctx, tp.classifier, c.pretrained, model_id)
-        before = [ctx.quality[sname]] if sname in ctx.quality else []
+        before = [quality_of[sname]] if sname in quality_of else []
         options = family(c.type).options(c.model_dump(mode="json"))
 
         vec = _vectors(ctx, sname, c)
@@ -196,12 +198,12 @@ def plan(ctx: Context) -> list[Step]:
                     classify.topic_shard,
                     shards=topic_shards, code=code.family_code(c.type), position_free=True)
         steps.append(step)
-        ctx.topic[sname] = step
+        ctx.add_source_layer(sname, f"topic:{tp.classifier}", step, role="topic")
     for sname in clustered:  # embedding clusters as topics (clusters.py)
-        before = [ctx.quality[sname]] if sname in ctx.quality else []
+        before = [quality_of[sname]] if sname in quality_of else []
         cl = clusters.steps(ctx, sname, before, dedup, base[sname])
         steps += cl
-        ctx.topic[sname] = cl[-1]
+        ctx.add_source_layer(sname, "topic:clusters", cl[-1], role="topic")
     return steps
 
 

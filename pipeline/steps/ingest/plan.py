@@ -143,6 +143,7 @@ def _source(ctx: Context, sname: str, spec) -> list[Step]:
 
     idx = Step(f"id-index-{sname}", "id-index", {}, [ing, ingm], idindex.reduce_shard, shards=index_shards)
     ctx.ingest[sname] = ing
+    ctx.declare("ingest", ing, sname)
     ctx.declare("id_index", idx, sname)
     return steps + [ing, ingm, idx]
 

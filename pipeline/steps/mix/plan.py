@@ -40,7 +40,7 @@ from pipeline.plan.stage import Stage, texts
 def plan(ctx: Context) -> list[Step]:
     """mix-priority, mix-select, mix-route and mix, after every step whose decisions the
     mixture reads; records them (ctx.mix) and what a document's fate depends on (ctx.fate)."""
-    upstream = ctx.base() + ctx.layers + list(ctx.quality.values()) + list(ctx.topic.values())
+    upstream = ctx.base() + ctx.layers + [st for _, _, st in ctx.source_layers]
     m = ctx.mixture
     mx = m.mixture
     mixed = [s for s in m.sources if s not in m.excluded()]
@@ -165,6 +165,7 @@ def plan(ctx: Context) -> list[Step]:
 
     write = Step("mix", "mix", {}, [route, merged], tasks.write_shard, shards=write_shards)
     ctx.mix = MixSteps(priority, select, route, write, ph_list, mixed_docs, budget_step)
+    ctx.declare("selection", select)
     ctx.fate = list(ctx.steps) + ([langs] if langs else []) + [budget_step, priority, select]  # up to the selection
     return ([langs] if langs else []) + [budget_step, priority, select, route, merged, write]
 
