@@ -201,7 +201,7 @@ class Meter:
     """CPU, peak memory and file opens of one phase. Peak memory is the process's peak resident
     set over the phase less its resident set at the phase's start (Linux: VmHWM reset through
     /proc/self/clear_refs), what a driver's host pays; `--memory` traces Python's allocations
-    instead (exact, ~2x slower)."""
+    instead (exact, 3-10x slower)."""
 
     opens = 0
 
@@ -354,7 +354,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shards", default="10000", help="document shards, comma-separated sizes")
     ap.add_argument("--cells", type=int, default=500)
     ap.add_argument("--memory", action="store_true",
-                    help="trace peak Python memory with tracemalloc (exact, slows every phase ~2x); "
+                    help="trace peak Python memory with tracemalloc (exact, but 3-10x slower: for 10^4 shards, not 10^6); "
                          "by default a phase's peak is its rise of the resident set")
     ap.add_argument("--tmp", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
