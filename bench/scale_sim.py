@@ -215,6 +215,7 @@ class Meter:
     def __init__(self, memory: bool):
         self.memory = memory
         self.out: dict[str, dict] = {}
+        self.peak_rss = 0  # the process's peak resident set over every phase (and what came before them)
 
     @staticmethod
     def _status(field: str) -> int:
@@ -232,6 +233,7 @@ class Meter:
         if self.memory:
             tracemalloc.start()
         else:
+            self.peak_rss = max(self.peak_rss, self._status("VmHWM"))  # before the reset forgets it
             try:
                 with open("/proc/self/clear_refs", "w") as f:
                     f.write("5")  # the peak resident set starts again from the current one
@@ -245,7 +247,9 @@ class Meter:
             peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
         else:
-            peak = max(0, self._status("VmHWM") - rss0)
+            hwm = self._status("VmHWM")
+            self.peak_rss = max(self.peak_rss, hwm)
+            peak = max(0, hwm - rss0)
         self.out[phase] = {"cpu_s": cpu, "peak_bytes": peak, "opens": opens}
         return got
 
@@ -322,7 +326,8 @@ def simulate(work: Path, n: int, cells: int, memory: bool) -> dict:
     meter.run("report", lambda: report.build(out / "sim"))
     docs = n
     res = {"shards": n, "cells": cells, "steps": len(ctx.steps), "build_s": round(build_s, 1),
-           "memory": "tracemalloc" if memory else "rss", "peak_rss_bytes": _peak_rss()}
+           "memory": "tracemalloc" if memory else "rss",
+           "peak_rss_bytes": _peak_rss() if memory else meter.peak_rss}
     for phase, v in meter.out.items():
         res[f"{phase}_cpu_us_per_shard"] = round(v["cpu_s"] / docs * 1e6, 2)
         res[f"{phase}_bytes_per_shard"] = round(v["peak_bytes"] / docs, 1)
@@ -343,7 +348,8 @@ def _trim() -> None:
 
 
 def _peak_rss() -> int:
-    """The process's peak resident set since it started (ru_maxrss survives clear_refs)."""
+    """The process's peak resident set since it started (ru_maxrss: clear_refs resets it too,
+    so the default mode keeps its own maximum, Meter.peak_rss)."""
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
