@@ -67,7 +67,7 @@ def build(lm: LoadedMixture, run_dir: Path, store: Path | None = None, stages: l
 
 def with_plugins(stages: list[Stage], lm: LoadedMixture) -> list[Stage]:
     """`stages` with each stage the YAML's `plugins:` declares, after the stage it names (`after`)."""
-    for p in getattr(lm, "plugin_stages", ()):
+    for p in lm.plugin_stages:
         names = [s.name for s in stages]
         if p.name in names:
             raise UsageError(f"{lm.path}: plugins: stage {p.name!r} is already a stage of the run; rename it")

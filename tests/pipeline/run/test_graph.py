@@ -3,6 +3,7 @@ fraction of a second, and an edit changes the hashes of exactly the steps it tou
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,7 +12,8 @@ import pytest
 
 from pipeline import config
 from pipeline.engine.step import Step
-from pipeline.plan.stage import Stage, texts
+from pipeline.engine.where import task_options
+from pipeline.plan.stage import TaskKind
 from pipeline.run import graph
 from tests.conftest import ROOT, curate, demo_mixture, write_yaml
 
@@ -181,7 +183,15 @@ def test_progress_folds_every_step_under_the_stage_that_planned_it(demo_yaml, tm
     assert {n: shown.get(n) for n in want} == want
     assert {s.stage for s in ctx.steps} <= {st.label or st.name for st in graph.STAGES}
     assert all(shown[n] == "tokenize" for n in shown if n.startswith(("tokenize-", "tokens-"))), shown
-    # a stage from elsewhere shows under its own name, and its text-carrying tasks declare memory
-    extra = Stage("toxicity", lambda ctx: [], tasks=texts("toxicity-score"))
-    ctx = graph.build(config.load(demo_yaml), tmp_path / "run2", stages=[*graph.STAGES, extra])
-    assert ctx.stages[-1].task("toxicity-score").text_copies == 6
+    # a stage from elsewhere: its steps show under its own name, and what its Stage record declares of
+    # their kind of task reaches Ray's options (memory from the text copies, GPUs)
+    from tests.pipeline.run import length_stage
+
+    extra = dataclasses.replace(length_stage.STAGE, tasks=(TaskKind("length", text_copies=3, gpus=1),))
+    lm = config.load(demo_yaml)
+    ctx = graph.build(lm, tmp_path / "run2", stages=[*graph.STAGES, extra])
+    step = ctx.step("length")
+    shard_mb = max(s.max_shard_bytes for s in lm.mixture.sources.values()) / 2**20
+    assert step.stage == "length" and step.gpus == 1 and step.memory_mb == int(512 + 3 * shard_mb)
+    assert task_options(step, node_mb=16_000) == {"num_gpus": 1, "memory": step.memory_mb * 2**20}
+    assert ctx.step("filter-web").gpus == 0  # a built-in kind declares none
