@@ -36,13 +36,15 @@ demo: setup
 
 # two pytest processes, a test file each at a time (module fixtures stay in one process) keep
 # 2 cores busy (95% of their CPU seconds on a clean clone: 17.1 min of tests, 18.1 with setup;
-# three processes were slower, 21.8 min). TEST_WORKERS=0 runs it in one process.
+# three processes were slower, 21.8 min). TEST_WORKERS=0 runs it in one process. Files go out
+# longest first (tests/file_times.json, refreshed by tests/file_times.py): xdist's own order,
+# by the number of tests in a file, started the one-test fuzzing file last, 2 min of one idle core.
 TEST_WORKERS ?= 2
 test: setup browser
 	$(BIN)/lint-imports --no-cache  # the layers and the no-cycle rule (pyproject.toml)
 	$(BIN)/mypy  # the type checker on pipeline/ and filters/ ([tool.mypy] in pyproject.toml; ~10 s)
 	@$(BIN)/python -m compileall -q pipeline filters tests bench >/dev/null  # see `install`: ~1 s, saves it in every process
-	CURATE_FSYNC=0 CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25
+	CURATE_FSYNC=0 CURATE_WHEEL_DIR=$(abspath $(WHEELS)) $(BIN)/python -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # the type checker alone; typecheck-all also reports the error codes [tool.mypy] still switches off (issue 71)
 typecheck: setup

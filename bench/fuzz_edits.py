@@ -139,7 +139,8 @@ def render(state: dict, corpus: Path, lib: "Library") -> str:
         lines.append(f"classifiers: {{wvw: {{type: fasttext, model: \"{lib.root / c['pinned']}\"}}}}")
     else:
         lines.append(f"classifiers: {{wvw: {{type: fasttext, positive: [{names['wiki'] if 'wiki' in kinds else 'ev'}], "
-                     f"negative: [{web}], max_examples_per_class: {c['max_examples']}, epochs: {c['epochs']}}}}}")
+                     f"negative: [{web}], max_examples_per_class: {c['max_examples']}, epochs: {c['epochs']}, "
+                     "dim: 16, bucket: 20000}}")  # a small model: the fuzzer tests reuse, not the classifier
     lines += _mixture(st, kinds, nb)
     tz = st["tokenize"]
     if tz is not None:

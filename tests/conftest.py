@@ -55,6 +55,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.e2e)
     if "not ray" in (config.getoption("markexpr") or ""):
         os.environ["CURATE_FORBID_RAY"] = "1"
+    # the longest files first (tests/file_times.py), each file's tests in their order: with
+    # `--no-loadscope-reorder` (the Makefile) the two processes take files in this order
+    from tests.file_times import load
+
+    took = load()
+    order = {id(it): i for i, it in enumerate(items)}
+    items.sort(key=lambda it: (-took.get(it.nodeid.split("::")[0], 5.0), order[id(it)]))
 
 
 def _fixture_source(item, name: str) -> str:

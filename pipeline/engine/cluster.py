@@ -43,8 +43,9 @@ def start_ray(workers: int | None) -> bool:
                        "the test that ran it needs the `ray` or `e2e` marker (tests/conftest.py sets them)")
     # after a failed shard the others are cancelled; their errors are not news
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+    if os.environ.get("RAY_ADDRESS"):  # Ray's own INFO lines ("Connecting to existing Ray cluster") would break
+        # `--log-format json`'s one JSON object a line, and say nothing the run's first line does not
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True, logging_level="ERROR")
         return True
     msg = _clear_stale_local_ray()
     if msg:

@@ -128,7 +128,7 @@ mixture: {{target_tokens: 1000, weights: {{wiki: 1.0}}, on_shortfall: renormaliz
 """
 
 
-def test_a_run_routes_by_the_chains_language_filter_and_a_chain_without_one_is_a_config_error(tmp_path, demo_corpus):
+def test_a_run_routes_by_the_chains_language_filter_and_a_chain_without_one_is_a_config_error(tmp_path, demo_corpus, joined_1cpu):
     bad = write_yaml(tmp_path / "bad.yaml", _run_yaml(tmp_path, demo_corpus, "{type: gopher_quality, per_language: fineweb2}", "[gq]"))
     r = curate("plan", str(bad))
     assert r.returncode != 0 and "sources.wiki.filters[0]: gq has per_language" in r.stderr and "Traceback" not in r.stderr, r.stderr
@@ -137,7 +137,7 @@ def test_a_run_routes_by_the_chains_language_filter_and_a_chain_without_one_is_a
     assert r.returncode != 0 and "filters.gq.per_language: no such file" in r.stderr, r.stderr
     (tmp_path / "langs.yaml").write_text("fr: {min_stop_words: 0}\nes: {min_stop_words: 0}\n")
     y = write_yaml(tmp_path / "ok.yaml", _run_yaml(tmp_path, demo_corpus, "{type: gopher_quality, per_language: langs.yaml}", "[lid, gq]"))
-    r = curate("run", str(y), "--workers", "1")
+    r = curate("run", str(y), "--workers", "1", env=joined_1cpu)
     assert r.returncode == 0, r.stderr[-3000:]
     rec = atomic.read_json(tmp_path / "out" / "langs" / "run.json")
     d = tmp_path / "out" / "_store" / "steps" / rec["steps"]["filter-wiki"]["dir"].split("/")[-1]

@@ -42,9 +42,9 @@ def test_the_live_display_is_one_line_a_stage_with_notes_above_it():
     assert "merge-ids" not in con.export_text()
 
 
-def test_a_run_prints_a_line_a_stage_or_json_lines_a_script_can_read(demo_corpus, tmp_path):
+def test_a_run_prints_a_line_a_stage_or_json_lines_a_script_can_read(demo_corpus, tmp_path, joined):
     y = write_yaml(tmp_path / "r.yaml", small_mixture(str(demo_corpus), str(tmp_path / "out")))
-    r = curate("run", str(y), "--workers", "2")
+    r = curate("run", str(y), "--workers", "2", env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
     err = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(err) <= 12, err  # the plan in a line, a line a stage (and progress every 30 s)
@@ -52,7 +52,7 @@ def test_a_run_prints_a_line_a_stage_or_json_lines_a_script_can_read(demo_corpus
     assert not any(x.startswith("[ids-") or " run   new" in x for x in err)  # no step lines
     y2 = write_yaml(tmp_path / "j.yaml", small_mixture(str(demo_corpus), str(tmp_path / "out")).replace("name: remote", "name: j")
                     .replace("web: 0.5, wiki: 0.5", "web: 0.6, wiki: 0.4"))
-    r = curate("run", str(y2), "--workers", "2", "--log-format", "json")
+    r = curate("run", str(y2), "--workers", "2", "--log-format", "json", env=joined)
     assert r.returncode == 0, r.stderr[-3000:]
     events = [json.loads(x) for x in r.stderr.splitlines() if x.strip()]  # every line is JSON
     steps = [e for e in events if e["event"] in ("step_start", "progress", "step_end")]
@@ -70,5 +70,5 @@ def test_a_run_prints_a_line_a_stage_or_json_lines_a_script_can_read(demo_corpus
         assert sum(1 for ev, st in order if ev == "step_end" and st == k) == 1, k
         if ("step_start", k) in order:
             assert order.index(("step_start", k)) < order.index(("step_end", k)), k
-    verbose = curate("run", str(y2), "--workers", "2", "--verbose")
+    verbose = curate("run", str(y2), "--workers", "2", "--verbose", env=joined)
     assert verbose.returncode == 0 and "skip  done" in verbose.stderr  # the plan step by step

@@ -109,6 +109,11 @@ class FaultyProxy:
         self.server.shutdown()
 
 
+# the local runs the S3 runs are compared with, as `curate run` runs a mixture this small by
+# default: without Ray (engine/pool.py); the S3 runs are on Ray
+SMALL_RUN = {"CURATE_INLINE_DOCS": "5000"}
+
+
 def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, small_run, tmp_path):
     """... with 1% of its store requests failing (500 InternalError): the client's retries,
     then the shard's, then Ray's."""
@@ -166,7 +171,7 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, smal
     assert r3.returncode == 0, r3.stderr[-2000:]
     assert _reused_without_copies(log, mark, "s3://curate-test/runs/edited") >= 4
     local = curate("run", str(write_yaml(tmp_path / "l.yaml", small_mixture(str(demo_corpus), str(tmp_path / "local"))
-                                         .replace(old, new).replace("name: remote", "name: edited"))), "--workers", "2", env=env)
+                                         .replace(old, new).replace("name: remote", "name: edited"))), "--workers", "2", env=SMALL_RUN)
     assert local.returncode == 0, local.stderr[-2000:]
     assert mixture_shas("s3://curate-test/runs/edited") == mixture_shas(tmp_path / "local" / "edited")
     steps = atomic.read_json(fs.path("s3://curate-test/runs/edited") / "run.json")["steps"]
@@ -192,7 +197,7 @@ def test_a_run_on_s3_gives_the_bytes_of_a_local_run(s3_server, demo_corpus, smal
     assert steps["ingest-web"]["reused"] == 2 and steps["ingest-web"]["computed"] == 1, steps["ingest-web"]
     local = curate("run", str(write_yaml(tmp_path / "lg.yaml", small_mixture(str(demo_corpus), str(tmp_path / "local2"))
                                          .replace(old, new).replace("name: remote", "name: edited")
-                                         .replace("crawl-0000[01]", "crawl-0000[012]") + tz)), "--workers", "2", env=env)
+                                         .replace("crawl-0000[01]", "crawl-0000[012]") + tz)), "--workers", "2", env=SMALL_RUN)
     assert local.returncode == 0, local.stderr[-2000:]
     assert mixture_shas("s3://curate-test/runs/edited") == mixture_shas(tmp_path / "local2" / "edited")
     _levanter_caches_are_the_local_ones(s3, tmp_path / "local2" / "edited", "curate-test/runs/edited/tokenized/levanter/")

@@ -43,12 +43,13 @@ mixture:
 
 
 @pytest.fixture(scope="module")
-def runs(demo_corpus, tmp_path_factory):
+def runs(demo_corpus, tmp_path_factory, joined, joined_1cpu):
+    """1 and 2 workers, each on a Ray of the session with as many CPUs (tests/conftest.py `joined`)."""
     d = tmp_path_factory.mktemp("langcells")
     out = {}
-    for w in (1, 2):
+    for w, env in ((1, joined_1cpu), (2, joined)):
         y = write_yaml(d / f"w{w}.yaml", _yaml(demo_corpus, d / f"out{w}"))
-        r = curate("run", str(y), "--workers", str(w))
+        r = curate("run", str(y), "--workers", str(w), env=env)
         assert r.returncode == 0, r.stderr[-3000:]
         out[w] = d / f"out{w}" / "langs"
     return out
