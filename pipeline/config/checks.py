@@ -16,7 +16,7 @@ from pathlib import Path
 from filters import base as filter_base
 from filters import classifiers as classifier_registry
 from pipeline.config.models import LoadedMixture, Mixture
-from pipeline.mixing import cells
+from pipeline.mixing import keys as weight_keys
 from pipeline.io import fs
 
 
@@ -281,7 +281,7 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
                         "{name, paths, text_fields} for eval files"))
     w = m.mixture.weights
     if w is not None:
-        out += cells.problems(m)
+        out += weight_keys.problems(m)
         total = sum(w.values())
         if not m.mixture.normalize and abs(total - 1.0) > 1e-6:
             out.append((("mixture", "weights"), f"weights sum to {total:g}, not 1; fix them or set mixture.normalize: true"))
@@ -290,7 +290,7 @@ def check_references(m: Mixture) -> list[tuple[tuple, str]]:
     mx = m.mixture
     out += _phase_problems(m)
     if mx.sample_rates is not None:
-        out += cells.problems(m, "sample_rates")
+        out += weight_keys.problems(m, "sample_rates")
         if w is not None:
             out.append((("mixture", "sample_rates"), "give weights (token shares) or sample_rates (multiples of each cell's "
                         "kept tokens), not both"))
@@ -332,7 +332,7 @@ def _phase_problems(m: Mixture) -> list[tuple[tuple, str]]:
         for field in ("weights", "sample_rates"):
             if getattr(ph, field) is not None:
                 view = m.model_copy(update={"mixture": mx.model_copy(update={"weights": None, "sample_rates": None, field: getattr(ph, field)})})
-                out += [((*loc, *where[1:]), msg) for where, msg in cells.problems(view, field)]
+                out += [((*loc, *where[1:]), msg) for where, msg in weight_keys.problems(view, field)]
         if ph.weights is not None and not mx.normalize and abs(sum(ph.weights.values()) - 1.0) > 1e-6:
             out.append(((*loc, "weights"), f"weights sum to {sum(ph.weights.values()):g}, not 1; fix them or set mixture.normalize: true"))
     if mx.disjoint:

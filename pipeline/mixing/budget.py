@@ -169,7 +169,7 @@ def source_selection(marker: dict, source: str) -> dict | None:
 
 
 # what decides a cell's documents: which documents it holds, which (document, epoch) it takes
-DECIDES = ("name", "source", "topic", "lo", "hi", "lang", "axis", "value", "others",
+DECIDES = ("name", "source", "topic", "lo", "hi", "lang", "axis", "value", "others", "axes",
            "seed", "whole_epochs", "cutoff", "after_cutoff", "pool_cutoff", "priority_epoch")
 
 

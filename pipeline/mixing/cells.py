@@ -11,7 +11,9 @@ sample rates, Marin's (cluster, quality) weights). A weight key is
     web/lang=fr    the documents of an axis value: `lang` (a language filter's detected
                    language; `lang=other` the languages no key names) or any axis a stage
                    declares (its layer's column named after the axis: `web/perplexity=3`),
-                   combinable with buckets (`web/lang=fr/q5`)
+                   combinable with buckets (`web/lang=fr/q5`), a topic (`web/topic=code`
+                   is `web/code`) and other axes, in any order: `web/lang=fr/toxicity=t1/q2`
+                   (every key of a source names the same axes; `other` per axis)
 
 Every kept document of a mixed source belongs to exactly one cell: the cells the YAML
 names, and for a source with bucketed cells, one implicit cell (weight 0) per run of
@@ -25,16 +27,15 @@ source (pipeline/steps/mix/tasks.py); a cell's documents are chosen by the same 
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
-CELL = re.compile(r"^(?P<source>[A-Za-z0-9][A-Za-z0-9_.-]*)"
-                  r"(?:/(?P<axis>[a-z][a-z0-9_]*)=(?P<value>[A-Za-z0-9][A-Za-z0-9_.-]*))?"
-                  r"(?:/(?!q\d+(?:-q\d+)?(?:/|$))(?![a-z][a-z0-9_]*=)(?P<topic>[A-Za-z0-9][A-Za-z0-9_.-]*))?"
-                  r"(?:/q(?P<lo>\d+)(?:-q(?P<hi>\d+))?)?$")
-LANG = re.compile(r"^(?:[a-z]{2,3}(?:_[A-Z][a-z]{3})?|other)$")  # a `lang=` value: ISO 639 (+ script), or other
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a source, a topic, an axis value
+AXIS = re.compile(r"^(?P<axis>[a-z][a-z0-9_]*)=(?P<value>[A-Za-z0-9][A-Za-z0-9_.-]*)$")
+BUCKETS = re.compile(r"^q(?P<lo>\d+)(?:-q(?P<hi>\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -45,36 +46,80 @@ class Cell:
     hi: int | None = None  # last bucket, inclusive
     named: bool = True  # False: what no weight names (weight 0)
     topic: str | None = None  # None: every topic
-    value: str | None = None  # of `axis`; None: every value; "other": the values no cell of the source names
-    others: tuple[str, ...] = ()  # value "other": the values the source's cells name
-    axis: str | None = None  # "lang", or an axis a stage declares
+    # (axis, value, others) per axis, in the source's axis order: `lang` or an axis a stage declares;
+    # value "other": the values of that axis no cell of the source names (others)
+    axes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    @property
+    def axis(self) -> str | None:
+        """The first axis (a source weighted by one axis: its axis), or None."""
+        return self.axes[0][0] if self.axes else None
 
     @property
     def lang(self) -> str | None:
-        return self.value if self.axis == "lang" else None
+        return next((v for a, v, _ in self.axes if a == "lang"), None)
 
     def to_dict(self) -> dict:
         d = {"name": self.name, "source": self.source, "topic": self.topic, "lo": self.lo, "hi": self.hi,
              "named": self.named}
-        if self.axis == "lang":  # only then: a mixture without axis cells keeps its config (language cells theirs)
-            d.update({"lang": self.value, "others": list(self.others)})
-        elif self.axis is not None:
-            d.update({"axis": self.axis, "value": self.value, "others": list(self.others)})
+        if len(self.axes) == 1:  # a mixture of one axis (or none) keeps its config: language cells theirs
+            axis, value, others = self.axes[0]
+            d.update({"lang": value} if axis == "lang" else {"axis": axis, "value": value})
+            d["others"] = list(others)
+        elif self.axes:
+            d["axes"] = [[a, v, list(o)] for a, v, o in self.axes]
         return d
 
 
-def axis_value(c: dict) -> tuple[str, str] | None:
-    """(axis, value) of a cell's dict (Cell.to_dict), or None when it names no axis."""
+def cell_axes(c: dict) -> list[tuple[str, str, list]]:
+    """(axis, value, others) per axis of a cell's dict (Cell.to_dict), in the source's axis order."""
     if c.get("lang") is not None:
-        return "lang", c["lang"]
+        return [("lang", c["lang"], c.get("others", []))]
     if c.get("axis") is not None:
-        return c["axis"], c["value"]
-    return None
+        return [(c["axis"], c["value"], c.get("others", []))]
+    return [(a, v, o) for a, v, o in c.get("axes", ())]
 
 
-def source_axis(source_cells: list[dict]) -> str | None:
-    """The axis a source's cells are cut by (one per source), or None."""
-    return next((av[0] for c in source_cells if (av := axis_value(c)) is not None), None)
+def source_axes(source_cells: list[dict]) -> list[str]:
+    """The axes a source's cells are cut by (the same for each of its cells), or []."""
+    return next(([a for a, _, _ in ax] for c in source_cells if (ax := cell_axes(c))), [])
+
+
+@dataclass(frozen=True)
+class Key:
+    """A weight key, parsed: its axes as written (topic and buckets apart)."""
+
+    source: str
+    axes: tuple[tuple[str, str], ...] = ()
+    topic: str | None = None
+    lo: int | None = None
+    hi: int | None = None
+
+
+def parse_key(key: str) -> Key | None:
+    """`source[/<axis>=<value>...][/<topic>][/q<a>[-q<b>]]`, the axes and the topic in any order
+    (`topic=<label>` names the topic too), the buckets last; None when it is not a key."""
+    source, *rest = key.split("/")
+    if not NAME.match(source):
+        return None
+    lo = hi = None
+    if rest and (b := BUCKETS.match(rest[-1])):
+        lo = int(b["lo"])
+        hi = int(b["hi"]) if b["hi"] else lo
+        rest = rest[:-1]
+    axes: list[tuple[str, str]] = []
+    topic = None
+    for part in rest:
+        if (a := AXIS.match(part)) and a["axis"] != "topic":
+            if any(x == a["axis"] for x, _ in axes):
+                return None
+            axes.append((a["axis"], a["value"]))
+            continue
+        label = a["value"] if a else part
+        if topic is not None or BUCKETS.match(part) or not NAME.match(label):
+            return None
+        topic = label
+    return Key(source, tuple(axes), topic, lo, hi)
 
 
 def bucket_name(source: str, lo: int, hi: int, topic: str | None = None) -> str:
@@ -83,30 +128,31 @@ def bucket_name(source: str, lo: int, hi: int, topic: str | None = None) -> str:
 
 
 def parse(key: str) -> tuple[str, str | None, int | None, int | None] | None:
-    """(source, topic, lo, hi) of a weight key, or None when it is not one (lang_of: its language)."""
-    m = CELL.match(key)
-    if not m:
-        return None
-    lo = int(m["lo"]) if m["lo"] else None
-    hi = int(m["hi"]) if m["hi"] else lo
-    return m["source"], m["topic"], lo, hi
+    """(source, topic, lo, hi) of a weight key, or None when it is not one (parse_key: its axes)."""
+    k = parse_key(key)
+    return None if k is None else (k.source, k.topic, k.lo, k.hi)
 
 
 def axis_of(key: str) -> tuple[str, str] | None:
-    """(axis, value) of a weight key (`web/lang=fr/q5` -> (lang, fr)), None when it names none."""
-    m = CELL.match(key)
-    return (m["axis"], m["value"]) if m and m["axis"] else None
+    """(axis, value) of a weight key's first axis (`web/lang=fr/q5` -> (lang, fr)), None when it names none."""
+    k = parse_key(key)
+    return k.axes[0] if k and k.axes else None
 
 
 def lang_of(key: str) -> str | None:
     """The language of a weight key (`web/lang=fr/q5` -> fr), None when it names none."""
-    av = axis_of(key)
-    return av[1] if av and av[0] == "lang" else None
+    k = parse_key(key)
+    return next((v for a, v in k.axes if a == "lang"), None) if k else None
+
+
+def axes_name(source: str, axes, topic: str | None = None, lo: int | None = None, hi: int | None = None) -> str:
+    """The key of a cell: `source/<axis>=<value>.../<topic>/q<lo>-q<hi>` (axes: (axis, value, ...) each)."""
+    head = source + "".join(f"/{a}={v}" for a, v, *_ in axes) + (f"/{topic}" if topic else "")
+    return head if lo is None else bucket_name(head, lo, hi)
 
 
 def axis_name(source: str, axis: str, value: str, lo: int | None = None, hi: int | None = None) -> str:
-    head = f"{source}/{axis}={value}"
-    return head if lo is None else bucket_name(head, lo, hi)
+    return axes_name(source, [(axis, value)], None, lo, hi)
 
 
 def topics_of(m) -> dict[str, list[str] | None]:
@@ -126,99 +172,6 @@ def cluster_labels(k: int) -> list[str]:
     return [f"c{i}" for i in range(k)]
 
 
-def _overlap(a: tuple, b: tuple) -> bool:
-    """Do two (topic, lo, hi) rectangles of a source's topic x bucket grid share a document?"""
-    (ta, la, ha), (tb, lb, hb) = a, b
-    topics = ta is None or tb is None or ta == tb
-    buckets = la is None or lb is None or not (ha < lb or hb < la)
-    return topics and buckets
-
-
-def problems(m, field: str = "weights", topics: dict | None = None,
-             axes: dict[str, set[str]] | None = None) -> list[tuple[tuple, str]]:
-    """What is wrong with the cell keys of `m` (a config.Mixture) under mixture.<field>
-    (weights or sample_rates): (YAML location, message). `axes`: per source, the axes its
-    stages declare (the plan's; None when loading the file, where only `lang` is checked)."""
-    w = getattr(m.mixture, field) or {}
-    topics = topics_of(m) if topics is None else topics
-    out: list[tuple[tuple, str]] = []
-    defined = ", ".join(m.sources)
-    taken: dict[str, list[tuple[tuple, str]]] = {}
-    for key, value in w.items():
-        loc = ("mixture", field, key)
-        p = parse(key)
-        if p is None:
-            out.append((loc, f"{key!r} is not a cell: write a source (web), a bucket (web/q5), a range of buckets "
-                             "(web/q3-q4), a topic (web/code) or a topic's buckets (web/code/q5)"))
-            continue
-        source, topic, lo, hi = p
-        if source not in m.sources:
-            out.append((loc, f"{key} has weight {value} but no source named {source}; defined: {defined}"))
-            continue
-        spec = m.sources[source]
-        if spec.role != "train":
-            out.append((loc, f"{source} has role: {spec.role}, which is never mixed; remove its weight, or make it role: train"))
-            continue
-        if lo is not None:
-            n = spec.quality.n_buckets() if spec.quality else None
-            if n is None:
-                out.append((loc, f"{key} names a quality bucket, but source {source} has no buckets; set "
-                                 f"sources.{source}.quality.buckets (e.g. 5) or weight the whole source"))
-                continue
-            if not (1 <= lo <= hi <= n):
-                out.append((loc, f"{key}: buckets of {source} are q1..q{n} (q1 the lowest scores); "
-                                 f"a range is q<a>-q<b> with a <= b"))
-                continue
-        if topic is not None:
-            if source not in topics:
-                out.append((loc, f"{key} names a topic, but source {source} has no topic classifier; set "
-                                 f"sources.{source}.topic.classifier (a classifier with labels) or "
-                                 f"sources.{source}.topics.clusters (embedding clusters)"))
-                continue
-            if topics[source] is not None and topic not in topics[source]:
-                if spec.topics:
-                    out.append((loc, f"{key}: {topic!r} is not a cluster of {source}; its clusters: c0 .. "
-                                     f"c{spec.topics.clusters - 1} (sources.{source}.topics.clusters)"))
-                else:
-                    out.append((loc, f"{key}: {topic!r} is not a topic of {source}'s classifier; its labels: "
-                                     f"{', '.join(topics[source])}"))
-                continue
-        av = axis_of(key)
-        if av is not None:
-            axis, value = av
-            if axis == "lang":
-                chain = [m.filters[f].type for f in spec.filters if f in m.filters]
-                if not LANG.match(value):
-                    out.append((loc, f"{key}: {value!r} is not a language code; write lang=<ISO 639 code>[_<Script>] "
-                                     "(fr, zh_Hans) or lang=other"))
-                    continue
-                if "language" not in chain:
-                    out.append((loc, f"{key} names a language, but {source}'s filters have no language filter to detect "
-                                     f"it; add one to sources.{source}.filters (type: language, label_only: true keeps "
-                                     "every document)"))
-                    continue
-            elif axes is not None and axis not in axes.get(source, ()):  # the plan knows the stages' axes
-                out.append((loc, f"{key} names axis {axis!r}, but no stage declares it for {source}; its axes: "
-                                 f"{', '.join(['lang'] + sorted(axes.get(source, ())))} (docs/extending.md: a mixture axis)"))
-                continue
-        axis = av[0] if av else None
-        differ = [o[0] if (o := axis_of(other)) else None for r, other in taken.get(source, [])]
-        if any(a != axis for a in differ):
-            out.append((loc, f"{key}: give every weight key of {source} a language (lang=<code>, lang=other for the "
-                             "rest), or none" if "lang" in [axis, *differ] else
-                             f"{key}: give every weight key of {source} the same axis (<axis>=<value>, <axis>=other "
-                             "for the rest), or none"))
-            continue
-        rect = (topic, lo, hi)
-        clash = next((other for r, other in taken.get(source, []) if axis_of(other) == av and _overlap(rect, r)), None)
-        if clash is not None:
-            out.append((loc, f"{key} overlaps {clash}: a document may be in one cell only; "
-                             "weight the whole source or disjoint cells"))
-            continue
-        taken.setdefault(source, []).append((rect, key))
-    return out
-
-
 def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]:
     """Every cell of the mixed sources, in YAML source order, then topic and bucket order.
     Documents no key names form cells of weight 0: per topic (when keys name topics), the
@@ -229,17 +182,16 @@ def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]
     excluded = m.excluded()
     named: dict[str, list[Cell]] = {}
     for key in w:
-        p = parse(key)
-        if p is not None and p[0] in m.sources:
-            av = axis_of(key)
-            named.setdefault(p[0], []).append(Cell(key, p[0], p[2], p[3], topic=p[1], value=av and av[1],
-                                                   axis=av and av[0]))
+        k = parse_key(key)
+        if k is not None and k.source in m.sources:
+            named.setdefault(k.source, []).append(Cell(key, k.source, k.lo, k.hi, topic=k.topic,
+                                                       axes=tuple((a, v, ()) for a, v in k.axes)))
     out = []
     for s in m.sources:
         if s in excluded:
             continue
         mine = named.get(s)
-        if mine and any(c.axis is not None for c in mine):
+        if mine and any(c.axes for c in mine):
             out += _axis_cells(m, s, mine, topics)
             continue
         if not mine or any(c.lo is None and c.topic is None for c in mine):
@@ -262,30 +214,32 @@ def cells(m, topics: dict | None = None, keys: dict | None = None) -> list[Cell]
 
 
 def _axis_cells(m, s: str, mine: list[Cell], topics: dict) -> list[Cell]:
-    """A source weighted by an axis (its language, or a stage's): its named cells, and for
-    each named value (and `other`, the values no key names), per topic when keys name topics
-    (`web/lang=fr/code/q5`), the runs of buckets no key covers, weight 0."""
-    axis = mine[0].axis
-    values = list(dict.fromkeys(c.value for c in mine if c.value != "other"))
-    others = tuple(values)
+    """A source weighted by axes (its language, a stage's, or several): its named cells, and
+    for each combination of the named values of every axis (and `other` per axis, the values
+    no key names), per topic when keys name topics (`web/lang=fr/code/q5`), the runs of
+    buckets no key covers, weight 0. The source's axis order is its first key's."""
+    order = [a for a, _, _ in mine[0].axes]
+
+    def values_of(c: Cell) -> tuple[str, ...]:
+        got = {a: v for a, v, _ in c.axes}
+        return tuple(got[a] for a in order)
+    per_axis = [list(dict.fromkeys(values_of(c)[i] for c in mine if values_of(c)[i] != "other")) for i in range(len(order))]
     by_bucket = any(c.lo is not None for c in mine)
     by_topic = any(c.topic for c in mine)
     labels = list(topics.get(s) or []) if by_topic else [None]
     rank = {t: i for i, t in enumerate(labels)}
     n = m.sources[s].quality.n_buckets() if by_bucket else 1
     out = []
-    for v in values + ["other"]:
-        own = [c for c in mine if c.value == v]
-        rest = others if v == "other" else ()
-        named = [Cell(c.name, s, c.lo, c.hi, topic=c.topic, value=v, others=rest, axis=axis)
-                 for c in sorted(own, key=lambda c: c.lo or 0)]
+    for combo in itertools.product(*[vs + ["other"] for vs in per_axis]):
+        own = [c for c in mine if values_of(c) == combo]
+        axes = tuple((a, v, tuple(per_axis[i]) if v == "other" else ()) for i, (a, v) in enumerate(zip(order, combo)))
+        named = [Cell(c.name, s, c.lo, c.hi, topic=c.topic, axes=axes) for c in sorted(own, key=lambda c: c.lo or 0)]
         filled = []
         for t in labels:
             for b, e in _uncovered([c for c in own if c.topic is None or c.topic == t], n):
                 whole = not by_bucket or (b == 1 and e == n)
-                head = axis_name(s, axis, v) + (f"/{t}" if t else "")
-                filled.append(Cell(head if whole else bucket_name(head, b, e), s, None if whole else b,
-                                   None if whole else e, named=False, topic=t, value=v, others=rest, axis=axis))
+                filled.append(Cell(axes_name(s, axes, t, None if whole else b, None if whole else e), s,
+                                   None if whole else b, None if whole else e, named=False, topic=t, axes=axes))
         # without topics: the named cells, then the uncovered (the order language cells always had)
         out += named + filled if not by_topic else sorted(named + filled, key=lambda c: (rank.get(c.topic, -1), c.lo or 0))
     return out
@@ -328,24 +282,25 @@ def weights(m, cell_list: list[Cell], w: dict | None = None) -> dict[str, float]
 
 
 def index(source_cells: list[dict], buckets: np.ndarray | None, n: int, topics: np.ndarray | None = None,
-          values: np.ndarray | None = None) -> np.ndarray:
-    """For each of n rows of one source (their quality buckets, topics and values of the
-    source's axis (source_axis), or None), the position of its cell in `source_cells` (dicts
-    of Cell.to_dict)."""
+          values: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """For each of n rows of one source (their quality buckets, topics and values of each of
+    the source's axes (source_axes: axis -> values), or None), the position of its cell in
+    `source_cells` (dicts of Cell.to_dict)."""
     if len(source_cells) == 1 and source_cells[0]["lo"] is None and source_cells[0].get("topic") is None \
-            and axis_value(source_cells[0]) is None:
+            and not cell_axes(source_cells[0]):
         return np.zeros(n, np.int64)
     out = np.full(n, -1, np.int64)
     for pos, c in enumerate(source_cells):
         m = np.ones(n, bool)
-        if (av := axis_value(c)) is not None:
-            if values is None:
-                raise ValueError(f"cell {c['name']} is a value of {av[0]}, but the source's documents carry none")
-            if av[1] == "other":
-                named = set(c["others"])
-                m &= np.fromiter((x not in named for x in values), bool, n)
+        for axis, value, others in cell_axes(c):
+            got = None if values is None else values.get(axis)
+            if got is None:
+                raise ValueError(f"cell {c['name']} is a value of {axis}, but the source's documents carry none")
+            if value == "other":
+                named = set(others)
+                m &= np.fromiter((x not in named for x in got), bool, n)
             else:
-                m &= np.fromiter((x == av[1] for x in values), bool, n)
+                m &= np.fromiter((x == value for x in got), bool, n)
         if c.get("topic") is not None:
             if topics is None:
                 raise ValueError(f"cell {c['name']} is a topic, but the source's documents carry no topic")
@@ -383,10 +338,10 @@ def tally(acc: dict, d: dict) -> None:
             k = (topic, bucket)
             x = g.get(k)
             g[k] = (nd, nt) if x is None else (x[0] + nd, x[1] + nt)
-    if "axis_groups" in d:
+    if "axis_groups" in d:  # a value: a string (one axis), or a list of one per axis
         g = acc.setdefault("axis_groups", {})
         for value, bucket, nd, nt, *topic in d["axis_groups"]:
-            k = (value, bucket, topic[0] if topic else "")
+            k = (tuple(value) if isinstance(value, list) else value, bucket, topic[0] if topic else "")
             x = g.get(k)
             g[k] = (nd, nt) if x is None else (x[0] + nd, x[1] + nt)
 
@@ -399,7 +354,8 @@ def tallied(acc: dict) -> dict:
     if "groups" in acc:
         out["groups"] = [[t, b, nd, nt] for (t, b), (nd, nt) in sorted(acc["groups"].items(), key=lambda kv: (str(kv[0][0]), kv[0][1]))]
     if "axis_groups" in acc:
-        out["axis_groups"] = [[v, b, nd, nt, t] for (v, b, t), (nd, nt) in sorted(acc["axis_groups"].items())]
+        out["axis_groups"] = [[list(v) if isinstance(v, tuple) else v, b, nd, nt, t]
+                              for (v, b, t), (nd, nt) in sorted(acc["axis_groups"].items())]
     return out
 
 
@@ -408,13 +364,14 @@ def available(cell_list: list[Cell], d: dict) -> dict[str, tuple[int, int]]:
     (topic, bucket) group (a topic step), per bucket (a quality step), or the whole shard."""
     out = {}
     for c in cell_list:
-        if c.axis is not None:  # the mix-axes step's counts per (value, bucket)
+        if c.axes:  # the mix-axes step's counts per (value, bucket): a value per axis, in the cell's axis order
             docs = tok = 0
             for value, bucket, nd, nt, *topic in d["axis_groups"]:  # a 5th value: the topic ("" for none)
                 if c.topic is not None and (topic[0] if topic else "") != c.topic:
                     continue
-                if (value not in c.others if c.value == "other" else value == c.value) and \
-                        (c.lo is None or c.lo <= bucket <= c.hi):
+                vs = value if isinstance(value, (list, tuple)) else (value,)
+                if all((v not in others if want == "other" else v == want) for (_, want, others), v in zip(c.axes, vs)) \
+                        and (c.lo is None or c.lo <= bucket <= c.hi):
                     docs, tok = docs + nd, tok + nt
             out[c.name] = (docs, tok)
         elif c.lo is None and c.topic is None:

@@ -182,7 +182,7 @@ def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: boo
     surv_id = np.array([None] * n, dtype=object)
     surv_gid = np.array([None] * n, dtype=object)
     scores: list[dict] = [{} for _ in range(n)]
-    buckets = topics = langs = None  # quality buckets, topics and detected languages, when the source has them
+    buckets = topics = None  # quality buckets and topics, when the source has them
     rewritten_by: list[list[str] | None] = [None] * n  # the stages (filters by name) that changed a row's text
     layers = run.layers(source, part)
     n_tokens = docs.column("n_tokens")
@@ -195,7 +195,8 @@ def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: boo
         return list(zip(scored, (col if score_rows is None else col.take(at)).to_pylist()))
     selected = budget.phase_selections(run.selection) if run.selection else []
     first = selected[0][1]["sources"].get(source) if selected else None
-    axis = cells.source_axis(budget.source_cells(first)) if first else None  # the source's mixture axis, if any
+    axes = cells.source_axes(budget.source_cells(first)) if first else []  # the source's mixture axes, if any
+    axis_values: dict[str, np.ndarray] = {}  # each axis's value per row
     for label, path in layers:
         if ("names", str(path)) not in tables:
             tables[("names", str(path))] = fs.parquet_schema(path).names
@@ -222,8 +223,8 @@ def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: boo
                 reason[i] = rs[j]
         if label == "filter":
             lang_cols = [c for c in names if c.endswith(".lang")]
-            if lang_cols:  # the chain's first language filter: language cells
-                langs = np.array(t.column(lang_cols[0]).to_pylist(), dtype=object)
+            if lang_cols and "lang" in axes:  # the chain's first language filter: language cells
+                axis_values["lang"] = np.array(t.column(lang_cols[0]).to_pylist(), dtype=object)
             for c in names:
                 if "." in c:
                     for i, v in values(t, c):
@@ -253,11 +254,12 @@ def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: boo
                 for i in scored:
                     if buckets[i] >= 1:
                         scores[i]["quality_bucket"] = int(buckets[i])
-        if axis not in (None, "lang") and axis in names and label != "filter":  # a stage's axis: its layer's column
-            langs = np.array(t.column(axis).cast(pa.string()).to_pylist(), dtype=object)
-            for i in scored:
-                if langs[i] is not None:
-                    scores[i][axis] = langs[i]
+        for axis in axes:
+            if axis != "lang" and axis in names and label != "filter":  # a stage's axis: its layer's column
+                got = axis_values[axis] = np.array(t.column(axis).cast(pa.string()).to_pylist(), dtype=object)
+                for i in scored:
+                    if got[i] is not None:
+                        scores[i][axis] = got[i]
         if label.startswith("topic:"):
             topics = np.array(t.column("topic").to_pylist(), dtype=object)
             for i, p in values(t, "topic_score"):
@@ -283,7 +285,8 @@ def shard_decisions(run: Run | OneShard, source: str, part: Path, with_text: boo
             for name, ph, _ in phases:
                 cl = budget.source_cells(ph["sources"][source])
                 where = cells.index(cl, None if buckets is None else buckets[kept_idx], len(kept_idx),
-                                    None if topics is None else topics[kept_idx], None if langs is None else langs[kept_idx])
+                                    None if topics is None else topics[kept_idx],
+                                    {a: v[kept_idx] for a, v in axis_values.items()} or None)
                 for pos, c in enumerate(cl):
                     inside = np.flatnonzero(where == pos)
                     why[inside] = budget.not_selected_reason(c, phased=name is not None)

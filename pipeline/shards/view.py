@@ -131,6 +131,16 @@ def shard_axis(d: DocShard, axis: str) -> np.ndarray | None:
     return None
 
 
+def shard_axes(d: DocShard, axes: list[str]) -> dict[str, np.ndarray | None] | None:
+    """shard_axis of each of `axes` (None for an axis no layer gives), or None without axes."""
+    return {a: shard_axis(d, a) for a in axes} or None
+
+
+def rows_of(values: dict[str, np.ndarray | None] | None, rows) -> dict[str, np.ndarray | None] | None:
+    """Each axis's values (shard_axes) at `rows`."""
+    return None if values is None else {a: None if v is None else v[rows] for a, v in values.items()}
+
+
 # The attributes the mix reads of a document shard's layers, found by the columns the layer
 # that gives them declares (never by its step's name): a classifier's quality layer has
 # `score` (and `bucket` when the source has buckets), its topic layer `topic` and

@@ -232,11 +232,10 @@ def _mixture_file(run_dir: Path, rj: dict, source: str, doc_id: str, bucket: int
     places, cell = [], None
     for name, sel, _ in phases:
         cl = budget.source_cells(sel["sources"][source])
-        axis = cells.source_axis(cl)
-        value = lang if axis in (None, "lang") else (attrs or {}).get(axis)
+        got = {a: lang if a == "lang" else (attrs or {}).get(a) for a in cells.source_axes(cl)}
         c = cl[int(cells.index(cl, None if bucket is None else np.array([bucket]), 1,
                                None if topic is None else np.array([topic], dtype=object),
-                               np.array([None if value is None else str(value)], dtype=object))[0])]
+                               {a: np.array([None if v is None else str(v)], dtype=object) for a, v in got.items()})[0])]
         cell = cell or c
         epochs = [e for e, m in budget.cell_epochs(c, seed, source, [doc_id]) if m is None or m[0]]
         folder = f"mixture/{name}/" if name else "mixture/"

@@ -28,6 +28,7 @@ from pipeline.errors import RunError, UsageError
 from pipeline.io import fs
 from pipeline.mixing import budget as bm
 from pipeline.mixing import cells
+from pipeline.mixing import keys as weight_keys
 from pipeline.plan.context import Context, MixSteps
 from pipeline.shards.documents import slim
 from pipeline.shards.select import key_files as select_files, select_entry
@@ -49,7 +50,9 @@ def plan(ctx: Context) -> list[Step]:
     def raw_docs(stats):  # the document shards of the sources in the mixture, with all their layers (a generator)
         return (d for d in every_shard(stats) if d["source"] in mixed)
     ph_list = phases(ctx)
-    by_axis = {c.source: c.axis for ph in ph_list for c in ph["cells"] if c.axis is not None}  # one axis a source
+    # a source's axes: its one axis by name (as a mixture of one axis always had), several as a list
+    by_axis: dict[str, str | list[str]] = {c.source: c.axes[0][0] if len(c.axes) == 1 else [a for a, _, _ in c.axes]
+                                           for ph in ph_list for c in ph["cells"] if c.axes}
     langs = None
     if by_axis:  # axis cells (a language, a stage's axis): kept documents and tokens per (value, bucket) of each shard
         def axis_shards(st, stats) -> Iterator[tasks.AxisSpec]:
@@ -75,7 +78,7 @@ def plan(ctx: Context) -> list[Step]:
            **({"phases": [p.model_dump() for p in mx.phases], "disjoint": mx.disjoint} if mx.phases else {}),
            "max_epochs": {s: (m.sources[s].max_epochs or mx.max_epochs) for s in mixed}, "on_shortfall": mx.on_shortfall,
            "shard_tokens": mx.shard_tokens, "shard_rows": mx.shard_rows, "sources": mixed}
-    if any(c.lo is not None or c.topic is not None or c.axis is not None for ph in ph_list for c in ph["cells"]):
+    if any(c.lo is not None or c.topic is not None or c.axes for ph in ph_list for c in ph["cells"]):
         cfg["cells"] = [[c.to_dict() for c in ph["cells"]] for ph in ph_list] if mx.phases else \
             [c.to_dict() for c in ph_list[0]["cells"]]  # only then: a mixture without cells keeps its config
 
@@ -197,7 +200,7 @@ def phases(ctx: Context) -> list[dict]:
         keys, field = (w, "weights") if w is not None else (r, "sample_rates")
         if keys:
             view = m.model_copy(update={"mixture": mx.model_copy(update={"weights": None, "sample_rates": None, field: keys})})
-            wrong = cells.problems(view, field, ctx.topic_labels, ctx.axes)
+            wrong = weight_keys.problems(view, field, ctx.topic_labels, ctx.axes)
             if wrong:  # a pretrained topic model's labels are known only now
                 loc = ("mixture",) if name is None else ("mixture", "phases", k)
                 raise UsageError(format_problems(ctx.lm.path, ctx.lm.lines, [((*loc, *x[1:]), msg) for x, msg in wrong]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pipeline.io import atomic
 from pipeline.mixing import budget as bm
+from pipeline.mixing import cells
 from pipeline.plan.context import Context
 
 
@@ -110,8 +111,7 @@ def _cells_of(realized: dict, selection: dict, total: int) -> dict:
             name = c["name"] or sname
             r = realized.get(name, {"docs": 0, "tokens": 0})
             out[name] = {"source": sname, "buckets": [c["lo"], c["hi"]] if c["lo"] is not None else None,
-                         "topic": c.get("topic"), **({"lang": c["lang"]} if c.get("lang") else {}),
-                         **({c["axis"]: c["value"]} if c.get("axis") else {}),
+                         "topic": c.get("topic"), **{a: v for a, v, _ in cells.cell_axes(c)},  # lang=fr: "lang": "fr"
                          "target_weight": c.get("weight"), "realized_weight": round(r["tokens"] / total, 6),
                          "target_tokens": c["target"], "tokens": r["tokens"], "documents": r["docs"],
                          "distinct_documents": c["distinct_docs"], "available_tokens": c["available"],

@@ -97,15 +97,14 @@ def priority_shard(spec: PrioritySpec, out) -> dict:
     rows = 0
     if todo:
         buckets, topics = view.shard_buckets(d), view.shard_topics(d)
-        axis = cells.source_axis(spec["cells"])
-        values = view.shard_axis(d, axis) if axis else None
+        values = view.shard_axes(d, cells.source_axes(spec["cells"]))
         for r, b in view.kept_batches(d["documents"], d["layers"], ["id", "n_tokens"]):
             ids = b.column("id").to_pylist()
             rows += len(ids)
             tok = b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
             for group in by_phase(spec["cells"]):  # each phase partitions the documents into its own cells
                 where = cells.index(group, None if buckets is None else buckets[r], len(ids), None if topics is None else topics[r],
-                                    None if values is None else values[r])
+                                    view.rows_of(values, r))
                 for pos, c in enumerate(group):
                     if c["epoch"] is None:
                         continue
@@ -123,17 +122,22 @@ class AxisSpec(TypedDict):
     """A `mix-axes` shard (steps/mix/plan.py `axis_shards`): one document shard of a source weighted by an axis."""
 
     doc: DocShard
-    axis: str  # the source's axis (lang, or one a stage declares)
+    axis: str | list[str]  # the source's axis (lang, or one a stage declares), or its axes in the cells' order
     describe: str
 
 
 @task(version="3")  # 2: any axis (`axis` in the spec), `axis_groups`; 3: per topic too
 def axis_groups_shard(spec: AxisSpec, out) -> dict:
-    """`mix-axes`, per document shard of a source weighted by an axis (its language, or an
-    axis a stage declares): its kept documents and tokens per (value, quality bucket; -1
-    without buckets), what the budget of its axis cells is computed from (cells.available)."""
+    """`mix-axes`, per document shard of a source weighted by axes (its language, an axis a
+    stage declares, or several): its kept documents and tokens per (value, quality bucket; -1
+    without buckets), what the budget of its axis cells is computed from (cells.available).
+    A value is the row's value of the one axis, or a list of its values of each axis."""
     d = spec["doc"]
-    langs, buckets = view.shard_axis(d, spec["axis"]), view.shard_buckets(d)
+    one = isinstance(spec["axis"], str)
+    names = [spec["axis"]] if one else list(spec["axis"])
+    got = view.shard_axes(d, names) or {}
+    cols = [got.get(a) for a in names]
+    buckets = view.shard_buckets(d)
     topics = view.shard_topics(d)  # with a topic classifier: per (value, bucket, topic), for cells like web/lang=fr/code
     groups: dict[tuple, list[int]] = {}
     rows = 0
@@ -141,11 +145,12 @@ def axis_groups_shard(spec: AxisSpec, out) -> dict:
         tok = b.column("n_tokens").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         rows += len(r)
         for i, t in zip(r.tolist(), tok.tolist()):
-            g = groups.setdefault((langs[i] if langs is not None else None, int(buckets[i]) if buckets is not None else -1,
+            vs = tuple((col[i] or "") if col is not None else "" for col in cols)
+            g = groups.setdefault((vs[0] if one else vs, int(buckets[i]) if buckets is not None else -1,
                                    (topics[i] or "") if topics is not None else None), [0, 0])
             g[0] += 1
             g[1] += t
-    return {"rows": rows, "axis_groups": sorted([v or "", bk, nd, nt, *([tp] if tp is not None else [])]
+    return {"rows": rows, "axis_groups": sorted([v if one else list(v), bk, nd, nt, *([tp] if tp is not None else [])]
                                                 for (v, bk, tp), (nd, nt) in groups.items())}
 
 
@@ -324,11 +329,13 @@ def route_shard(spec: RouteSpec, out) -> dict:
     d, seed = spec["doc"], spec["seed"]
     n = view.num_rows(d["documents"])
     extra = _extra_columns(d, n)
-    axis = cells.source_axis([c for ph in spec["phases"] for c in ph["cells"]])  # only axis cells read it
-    values = (np.array(extra["lang"].to_pylist(), dtype=object) if axis == "lang" else view.shard_axis(d, axis)) \
-        if axis else None
-    rk, state = readkey.shard(d, view.OVERRIDES, pa.table(extra),
-                              pa.table({"axis": pa.array(list(values), pa.string())}) if values is not None else None)
+    axes = cells.source_axes([c for ph in spec["phases"] for c in ph["cells"]])  # only axis cells read them
+    values = {a: np.array(extra["lang"].to_pylist(), dtype=object) if a == "lang" else view.shard_axis(d, a)
+              for a in axes} or None
+    present = {a: v for a, v in (values or {}).items() if v is not None}
+    read = pa.table({"axis" if len(axes) == 1 else a: pa.array(list(v), pa.string()) for a, v in present.items()}) \
+        if present else None  # one axis: the column `axis` (the read keys routes always had)
+    rk, state = readkey.shard(d, view.OVERRIDES, pa.table(extra), read)
     if (st := same_as_before(spec, out, rk)) is not None:
         return st
     bucket_all = extra["quality_bucket"]
@@ -349,7 +356,7 @@ def route_shard(spec: RouteSpec, out) -> dict:
         for ph in spec["phases"]:
             cl = ph["cells"]
             where = cells.index(cl, None if buckets is None else buckets[rows], len(ids), None if topics is None else topics[rows],
-                                None if values is None else values[rows])
+                                view.rows_of(values, rows))
             for pos, c in enumerate(cl):
                 inside = np.flatnonzero(where == pos)
                 if len(inside) == 0:

@@ -226,10 +226,10 @@ def cell_pieces(spec: CellPiecesSpec, out) -> dict:
         ids += b.column("id").to_pylist()
     if len(ids) != len(rows):
         raise RuntimeError(f"{spec['tokens']}: {len(rows):,} encoded documents, {len(ids):,} kept; its tokenize step is stale")
-    axis = cellmod.source_axis(spec["cells"])
-    buckets, topics, values = view.shard_buckets(d), view.shard_topics(d), view.shard_axis(d, axis) if axis else None
+    buckets, topics = view.shard_buckets(d), view.shard_topics(d)
+    values = view.shard_axes(d, cellmod.source_axes(spec["cells"]))
     where = cellmod.index(spec["cells"], None if buckets is None else buckets[rows], len(rows),
-                          None if topics is None else topics[rows], None if values is None else values[rows])
+                          None if topics is None else topics[rows], view.rows_of(values, rows))
     all_ids, lengths = tasks.with_specials(offs, vals, p["bos_id"], p["eos_id"])
     pieces = []
     for pos, c in enumerate(spec["cells"]):

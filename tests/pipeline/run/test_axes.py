@@ -66,7 +66,7 @@ def test_an_axis_no_stage_declares_is_refused_at_plan_time(tmp_path, demo_corpus
                                          r"its axes: lang, length"):
         graph.build(lm, tmp_path / "out" / "m", tmp_path / "out" / "_store")
     with pytest.raises(UsageError, match=r"m.yaml:\d+: mixture.weights.web: web: give every weight key of web the "
-                                         r"same axis"):  # one axis a source: checked as the file loads
+                                         r"same axes \(length=<value>, as web/length=long does"):  # checked as the file loads
         config.load(_yaml(tmp_path, demo_corpus, "web/length=long: 0.5, web: 0.1, wiki: 0.4"))
 
 
@@ -92,6 +92,58 @@ def test_a_stage_declared_axis_is_a_mixture_cell(tmp_path, demo_corpus, ray_loca
         assert got["cell"] == ("web/length=long" if len(r["text"]) >= 2000 else "web/length=other"), got
     led = atomic.read_json(run_dir / "ledger.json")
     assert led["sources"]["web"]["conservation"] is True
+
+
+AXES = """
+name: axes
+output: {out}
+tokenizer: gpt2
+plugins: [tests.pipeline.run.length_stage]
+stages: {{length: {{edges: [300, 600]}}}}
+sources:
+  wiki:
+    paths: ["{c}/wiki/summaries_es.parquet", "{c}/wiki/summaries_fr.parquet", "{c}/wiki/summaries_en.parquet"]
+    id_field: id
+    max_shard_rows: 4000
+    filters: [lid]
+filters:
+  lid: {{type: language, label_only: true}}
+mixture:
+  target_tokens: 300000
+  shard_tokens: 100000
+  weights: {{wiki/lang=fr/length=long: 0.15, wiki/lang=fr/length=short: 0.15, wiki/lang=fr/length=other: 0.1,
+            wiki/length=long/lang=es: 0.2, wiki/lang=es/length=other: 0.1, wiki/lang=en/length=other: 0.3}}
+"""
+
+
+def test_a_stage_axis_and_languages_combined_are_cells_realised_within_0_003(tmp_path, demo_corpus, ray_local):
+    """The plugin's `length` (edges 300 and 600 characters) and the detected language, combined
+    in one key in either order: 12 cells (3 named languages and `other`, 2 named lengths and
+    `other`), the named ones realised within 0.003 of their weights, the rest empty; the
+    manifest and the report name each cell's language and length, and explain a document's."""
+    lm = config.load(write_yaml(tmp_path / "a.yaml", AXES.format(out=tmp_path / "out", c=demo_corpus)))
+    ctx = graph.build(lm, lm.output_dir(), lm.store_dir())
+    names = [c.name for c in ctx.mix.phases[0]["cells"]]
+    assert len(names) == 12 and "wiki/length=long/lang=es" in names and "wiki/lang=other/length=other" in names, names
+    run_dir = runner.run(lm, workers=2, log=lambda m: None, quiet=True)
+    man = atomic.read_json(run_dir / "manifest.json")
+    weights = dict(lm.mixture.mixture.weights)
+    worst = 0.0
+    for name, c in man["cells"].items():
+        worst = max(worst, abs(c["realized_weight"] - weights.get(name, 0.0)))
+        lang, length = (kv.split("=")[1] for kv in sorted(p for p in name.split("/")[1:]))
+        assert (c["lang"], c["length"]) == (lang, length), (name, c)
+    print(f"\nlanguage x length cells: worst realised-weight error {worst:.5f}")
+    assert worst <= 0.003, {k: (c["realized_weight"], weights.get(k)) for k, c in man["cells"].items()}
+    assert atomic.read_json(run_dir / "report.json")["cells"]["cells"].keys() == man["cells"].keys()
+    t = pq.read_table(run_dir / "mixture", columns=["id", "text", "lang"]).to_pylist()
+    for r in t[:: max(1, len(t) // 12)]:
+        got = [i for i in explain.find(run_dir, r["id"]) if i["source"] == "wiki"][0]
+        n = len(r["text"])
+        length = "long" if n >= 600 else "short" if n < 300 else "other"
+        lang = r["lang"] if r["lang"] in ("fr", "es", "en") else "other"
+        assert got["status"] == "kept" and set(got["cell"].split("/")[1:]) == {f"lang={lang}", f"length={length}"}, got
+    assert atomic.read_json(run_dir / "ledger.json")["sources"]["wiki"]["conservation"] is True
 
 
 def test_an_installed_package_registers_its_stage_by_an_entry_point(tmp_path, demo_corpus, monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.mixing import cells
+from pipeline.mixing import cells, keys
 from pipeline import config
 from pipeline.shards import select
 from pipeline.errors import UsageError
@@ -176,7 +176,7 @@ def test_every_bucket_is_in_exactly_one_cell(n, data):
     m = config.Mixture.model_validate({
         "name": "x", "sources": {"web": {"paths": ["x"], "quality": {"classifier": "c", "buckets": n}}},
         "classifiers": {"c": {"model": "m.bin"}}, "mixture": {"weights": w, "normalize": True}})
-    assert not cells.problems(m)
+    assert not keys.problems(m)
     got = cells.cells(m)
     covered = [b for c in got for b in range(c.lo, c.hi + 1)]
     assert covered == list(range(1, n + 1))  # in order, once each
@@ -267,7 +267,7 @@ def test_language_by_topic_by_bucket_cells_cover_every_document_once():
         "classifiers": {"q": {"model": "m.bin"}, "t": {"labels": {"code": ["c.txt"], "prose": ["p.txt"]}}},
         "mixture": {"weights": {"web/lang=fr/code/q3-q4": 0.4, "web/lang=fr/prose": 0.3, "web/lang=es": 0.2,
                                 "web/lang=other/q4": 0.1}}})
-    assert not cells.problems(m)
+    assert not keys.problems(m)
     got = cells.cells(m)
     names = [c.name for c in got]
     assert names == ["web/lang=fr/code/q1-q2", "web/lang=fr/code/q3-q4", "web/lang=fr/prose", "web/lang=es",
@@ -277,12 +277,57 @@ def test_language_by_topic_by_bucket_cells_cover_every_document_once():
     rows = [(lang, t, b) for lang in langs for t in topics for b in range(1, 5)]
     dicts = [c.to_dict() for c in got]
     idx = cells.index(dicts, np.array([b for _, _, b in rows]), len(rows), np.array([t for _, t, _ in rows], dtype=object),
-                      np.array([lang for lang, _, _ in rows], dtype=object))
+                      {"lang": np.array([lang for lang, _, _ in rows], dtype=object)})
     for (lang, t, b), i in zip(rows, idx.tolist()):
         c = got[i]
-        assert (c.value == lang if c.value != "other" else lang not in ("fr", "es")) and c.topic in (None, t) \
+        assert (c.lang == lang if c.lang != "other" else lang not in ("fr", "es")) and c.topic in (None, t) \
             and (c.lo is None or c.lo <= b <= c.hi), (lang, t, b, c.name)
     groups = [[lang, b, 1, 10 * b, t] for lang, t, b in rows]  # mix-axes' rows: value, bucket, docs, tokens, topic
     avail = cells.available(got, {"axis_groups": groups})
     assert sum(d for d, _ in avail.values()) == len(rows) and sum(t for _, t in avail.values()) == sum(10 * b for *_, b in rows)
     assert avail["web/lang=fr/code/q3-q4"] == (2, 70) and avail["web/lang=other/q4"] == (4, 160)
+
+
+def test_cells_over_two_axes_in_any_order_cover_every_document_once():
+    """Two axes combined (a language and a stage's `length`), written in either order, with
+    buckets: the named cells, one cell (weight 0) for each other combination of the named
+    values and `other` per axis (and each run of buckets no key covers), every (language,
+    length, bucket) row in exactly one cell, and the budget's counts (mix-axes' groups, a
+    value per axis) adding up. A key that leaves out an axis the others name is refused."""
+    from filters import base as filter_base
+
+    def mixture(weights):
+        return config.Mixture.model_validate({
+            "name": "x", "filters": {"lid": filter_base.parse_params({"type": "language", "label_only": True})},
+            "sources": {"web": {"paths": ["x"], "filters": ["lid"], "quality": {"classifier": "q", "buckets": 2}}},
+            "classifiers": {"q": {"model": "m.bin"}}, "mixture": {"weights": weights}})
+    m = mixture({"web/lang=fr/length=long/q2": 0.4, "web/length=short/lang=en": 0.3, "web/lang=other/length=other": 0.3})
+    assert not keys.problems(m, axes={"web": {"length"}})
+    got = cells.cells(m)
+    assert [c.name for c in got] == [
+        "web/lang=fr/length=long/q2", "web/lang=fr/length=long/q1", "web/lang=fr/length=short", "web/lang=fr/length=other",
+        "web/lang=en/length=long", "web/length=short/lang=en", "web/lang=en/length=other",
+        "web/lang=other/length=long", "web/lang=other/length=short", "web/lang=other/length=other"]
+    assert [c.named for c in got] == [True, False, False, False, False, True, False, False, False, True]
+    assert got[5].axes == (("lang", "en", ()), ("length", "short", ()))  # the source's axis order, whatever the key's
+    assert got[9].axes == (("lang", "other", ("fr", "en")), ("length", "other", ("long", "short")))
+    d = got[0].to_dict()
+    assert d["axes"] == [["lang", "fr", []], ["length", "long", []]] and "lang" not in d and "axis" not in d
+    rows = [(lang, ln, b) for lang in ("fr", "en", "de") for ln in ("long", "short", "mid") for b in (1, 2)]
+    idx = cells.index([c.to_dict() for c in got], np.array([b for *_, b in rows]), len(rows), None,
+                      {"lang": np.array([r[0] for r in rows], dtype=object), "length": np.array([r[1] for r in rows], dtype=object)})
+    for (lang, ln, b), i in zip(rows, idx.tolist()):
+        (_, cl, _), (_, cn, _) = got[i].axes
+        assert (cl == lang or (cl == "other" and lang == "de")) and (cn == ln or (cn == "other" and ln == "mid")), (lang, ln, got[i].name)
+        assert got[i].lo is None or got[i].lo == b
+    groups = [[[lang, ln], b, 1, 10 * b] for lang, ln, b in rows]  # mix-axes' rows: [value per axis], bucket, docs, tokens
+    acc: dict = {}
+    cells.tally(acc, {"kept": len(rows), "tokens": 0, "axis_groups": groups[:7]})
+    cells.tally(acc, {"kept": 0, "tokens": 0, "axis_groups": groups[7:]})
+    avail = cells.available(got, cells.tallied(acc))
+    assert sum(d for d, _ in avail.values()) == len(rows) and avail["web/lang=other/length=other"] == (2, 30)
+    assert avail["web/lang=fr/length=long/q2"] == (1, 20) and avail["web/lang=fr/length=long/q1"] == (1, 10)
+    wrong = keys.problems(mixture({"web/lang=fr/length=long": 0.5, "web/lang=en": 0.5}), axes={"web": {"length"}})
+    assert wrong and "give every weight key of web the same axes (lang=<value>, length=<value>" in wrong[0][1], wrong
+    wrong = keys.problems(mixture({"web/lang=fr/size=big": 1.0}), axes={"web": {"length"}})
+    assert wrong and "names axis 'size', but no stage declares it for web" in wrong[0][1], wrong
