@@ -139,8 +139,7 @@ def render(state: dict, corpus: Path, lib: "Library") -> str:
         lines.append(f"classifiers: {{wvw: {{type: fasttext, model: \"{lib.root / c['pinned']}\"}}}}")
     else:
         lines.append(f"classifiers: {{wvw: {{type: fasttext, positive: [{names['wiki'] if 'wiki' in kinds else 'ev'}], "
-                     f"negative: [{web}], max_examples_per_class: {c['max_examples']}, epochs: {c['epochs']}, "
-                     "dim: 16, bucket: 20000}}")  # a small model: the fuzzer tests reuse, not the classifier
+                     f"negative: [{web}], max_examples_per_class: {c['max_examples']}, epochs: {c['epochs']}}}}}")
     lines += _mixture(st, kinds, nb)
     tz = st["tokenize"]
     if tz is not None:
@@ -173,6 +172,19 @@ def _mixture(st: dict, kinds: list[str], nb: int | None) -> list[str]:
         share = w.pop(web)
         w[f"{web}/q{nb}"] = round(share * 0.6, 4)
         w[f"{web}/q1-q{nb - 1}" if nb > 2 else f"{web}/q1"] = round(share * 0.4, 4)
+    if m["cells"] == "langs":  # language cells (the `english` filter's label) on each source whose chain has it
+        for k in kinds:
+            src = names.get(k, k)
+            if src not in w or "english" not in st["chains"][k]:
+                continue
+            share = w.pop(src)
+            if k == "web" and nb:  # with the quality buckets: an axis and buckets in one key
+                w[f"{src}/lang=en/q{nb}"] = round(share * 0.6, 4)
+                w[f"{src}/lang=en/q1-q{nb - 1}" if nb > 2 else f"{src}/lang=en/q1"] = round(share * 0.3, 4)
+                w[f"{src}/lang=other"] = round(share * 0.1, 4)
+            else:
+                w[f"{src}/lang=en"] = round(share * 0.8, 4)
+                w[f"{src}/lang=other"] = round(share * 0.2, 4)
     total = sum(w.values())
     w = {k: round(v / total, 4) for k, v in w.items()}
     last = sorted(w)[-1]
@@ -286,7 +298,7 @@ def _e_weights(rng, s, lib):
 
 def _e_mixture(rng, s, lib):
     what = rng.choice(["cells", "phases", "max_epochs", "target", "validation"])
-    v = {"cells": ["source", "buckets"], "phases": [True, False], "max_epochs": [1, 2, 3, 5],
+    v = {"cells": ["source", "buckets", "langs"], "phases": [True, False], "max_epochs": [1, 2, 3, 5],
          "target": [20000, 40000, 60000], "validation": [None, 0.05, 0.1]}[what]
     v = rng.choice([x for x in v if x != s["mix"][what]])
     return [(("mix", what), v)], f"mixture {what} = {v}"

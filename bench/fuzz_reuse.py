@@ -3,7 +3,7 @@ shared store gives the bytes of a fresh run (issue 69).
 
 It starts from a small corpus and its mixture (bench/fuzz_edits.py), applies random edits
 (filters and thresholds, per_language, dedup kinds, order and thresholds, the classifier
-and its pinning, the quality cells, topics, the tokenizer and the token formats, weights,
+and its pinning, the quality and language cells (an axis with buckets), topics, the tokenizer and the token formats, weights,
 cells and phases, eval sets and their content, sources added, removed and renamed, input
 files added, removed and replaced, one of them keeping its size and mtime, engine
 settings, gc between runs) and after each one runs the mixture twice: in the store every
