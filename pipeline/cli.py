@@ -286,7 +286,9 @@ def _dispatch(args) -> int:
                   f"epoch {at['epoch']}, {at.get('row_of', 'mixture')} row {at['row']:,}")
         if not args.id:
             raise UsageError("curate explain needs --id ID or --token FILE:OFFSET (or --all --out FILE.parquet)")
-        infos = explain.find(fs.path(args.run_dir), args.id)
+        from pipeline.run import graph
+
+        infos = explain.find(fs.path(args.run_dir), args.id, graph.run_stages(args.run_dir))
         if args.json:
             import orjson
 
@@ -310,7 +312,10 @@ def _dispatch(args) -> int:
     if args.cmd == "report":
         from pipeline.views import report
 
-        print(report.write(_run_dir(args.run_dir)))
+        from pipeline.run import graph
+
+        run_dir = _run_dir(args.run_dir)
+        print(report.write(run_dir, graph.run_stages(run_dir)))
         return 0
     if args.cmd == "samples":
         return _samples(args)

@@ -235,6 +235,12 @@ def load(path: str | Path) -> LoadedMixture:
 ENTRY_POINTS = "curate.stages"  # an installed package's stages: `[project.entry-points."curate.stages"] x = "pkg.mod:STAGE"`
 
 
+def plugin_stages(modules: list[str]) -> tuple:
+    """The stages of `modules` (a mixture's `plugins:`) and of installed packages' entry points,
+    for what reads a finished run (its report, `curate explain`); one that cannot load is left out."""
+    return _plugins({"plugins": list(modules)}, [])[0]
+
+
 def _plugins(raw: dict, problems: list) -> tuple[tuple, dict]:
     """The STAGE of every installed package's `curate.stages` entry point and of every module
     `plugins:` names, and `stages:` parsed by each one's config model; what is wrong goes to

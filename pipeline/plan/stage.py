@@ -5,7 +5,8 @@ run. Each stage module declares one `STAGE`; pipeline/run/graph.py lists them in
 
 What the rest of the run needs of a stage is derived from this record, never listed
 elsewhere: the memory its tasks declare to Ray (plan/memory.py, from `tasks`), the stage
-progress and `curate plan` show its steps under (`label`).
+progress and `curate plan` show its steps under (`label`), its section of the report and its
+values in `curate explain` (`report`, `explain`).
 
 The callables take the planning context (plan/context.py); this module does not import it,
 so a worker that imports a stage's task module does not load the config models.
@@ -53,6 +54,12 @@ class Stage:
     # settings under `stages.<name>` (None: it has none), and the stage it is planned after
     config: type | None = None
     after: str = "classify"
+    # what the views show of it, from what its steps wrote (the views call these; none reads a config):
+    # `report`: (views' decisions.Run, source) -> its figures for the source (report.json's
+    # sources.<source>.stages.<name>, a table in report.html), or None; `explain`: (its layer's row for
+    # one document) -> the values `curate explain` prints beside the stage (a class, a score)
+    report: Callable[[Any, str], dict | None] | None = None
+    explain: Callable[[dict], dict] | None = None
 
     @property
     def shown_as(self) -> str:

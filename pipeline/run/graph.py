@@ -65,6 +65,16 @@ def build(lm: LoadedMixture, run_dir: Path, store: Path | None = None, stages: l
     return ctx
 
 
+def run_stages(run_dir) -> list[Stage]:
+    """The stages of a finished run: Curate's, and those its mixture's `plugins:` (run.json's
+    config) or an installed package's entry point add, for the views' hooks (report, explain)."""
+    from pipeline.config.load import plugin_stages
+
+    names = {s.name for s in STAGES}
+    cfg = atomic.read_json(fs.path(run_dir) / "run.json").get("config") or {}
+    return list(STAGES) + [s for s in plugin_stages(cfg.get("plugins") or []) if s.name not in names]
+
+
 def with_plugins(stages: list[Stage], lm: LoadedMixture) -> list[Stage]:
     """`stages` with each stage the YAML's `plugins:` declares, after the stage it names (`after`)."""
     for p in lm.plugin_stages:

@@ -140,7 +140,7 @@ def _run(lm: LoadedMixture, run_dir: Path, store, leases: Leases, workers, log, 
     if bad:
         record["error"] = "conservation check failed"
     record_mod.finish_record(record, ctx, run_dir, ex, t0)
-    report.write(run_dir)
+    report.write(run_dir, ctx.stages)
     if bad:
         raise RunError("conservation check failed, documents are unaccounted for:\n  " + "\n  ".join(bad)
                        + f"\nsee {run_dir / 'ledger.json'}")

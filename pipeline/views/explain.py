@@ -33,8 +33,10 @@ def _steps(run_dir: Path) -> dict:
     return rj
 
 
-def find(run_dir: Path, doc_id: str) -> list[dict]:
-    """Every document with this id (ids are unique within a source, not across sources)."""
+def find(run_dir: Path, doc_id: str, stages=()) -> list[dict]:
+    """Every document with this id (ids are unique within a source, not across sources);
+    `stages` (plan/stage.py records) add the values their `explain` hooks show."""
+    hooks = {st.name: st.explain for st in stages if st.explain is not None}
     rj = _steps(run_dir)
     steps = rj["steps"]
     out = []
@@ -46,17 +48,17 @@ def find(run_dir: Path, doc_id: str) -> list[dict]:
             for shard, row in idindex.lookup(fs.join(run_dir, index["dir"]), index["shards"], doc_id):
                 part = d / f"{shard_name(shard)}.parquet"
                 if _read_row(part, row, ["id"])["id"] == doc_id:  # a 64-bit hash may name another id
-                    out.append(_explain_row(run_dir, rj, source, part, row))
+                    out.append(_explain_row(run_dir, rj, source, part, row, hooks))
             continue
         for part in sorted(d.glob("part-*.parquet")):  # a run from before the index: every shard's ids
             ids = fs.read_table(part, columns=["id"]).column("id")
             hits = pc.indices_nonzero(pc.equal(ids, doc_id)).to_pylist()
             for row in hits:
-                out.append(_explain_row(run_dir, rj, source, part, row))
+                out.append(_explain_row(run_dir, rj, source, part, row, hooks))
     return out
 
 
-def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> dict:
+def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int, hooks: dict | None = None) -> dict:
     doc = _read_row(part, row, ["id", "source_id", "n_chars", "n_tokens", "text"])
     info = {"id": doc["id"], "source": source, "source_id": doc["source_id"], "n_chars": doc["n_chars"],
             "n_tokens": doc["n_tokens"], "excerpt": doc["text"][:200], "stages": [], "status": "kept"}
@@ -100,6 +102,9 @@ def _explain_row(run_dir: Path, rj: dict, source: str, part: Path, row: int) -> 
         if rec.get("topic") is not None:
             scores["topic"] = info["topic"] = rec["topic"]
             scores["topic_score"] = rec["topic_score"]
+        hook = (hooks or {}).get(stage.split(":")[0])  # a stage's layer (label `name` or `name:...`): its values
+        if hook is not None:
+            scores.update(hook(rec))
         if rec["keep"] is False:
             info["stages"].append({"stage": stage, "result": "removed", "reason": rec["reason"]})
             info["status"] = "removed"

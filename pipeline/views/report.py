@@ -141,7 +141,8 @@ def _rewritten(stages: list[dict]) -> dict[str, dict[str, int]]:
     return out
 
 
-def build(run_dir: Path) -> dict:
+def build(run_dir: Path, stages=()) -> dict:
+    """report.json's figures; `stages` (plan/stage.py records) add theirs (`Stage.report`)."""
     run = dec.Run(run_dir)
     led = atomic.read_json(run_dir / "ledger.json")
     man = atomic.read_json(run_dir / "manifest.json")
@@ -157,6 +158,9 @@ def build(run_dir: Path) -> dict:
             "mixture": man["sources"].get(s),
             "extraction": e.get("extraction"), "skipped_records": e["stages"][0].get("skipped_records"),
         }
+        figures = {st.name: f for st in stages if st.report is not None and (f := st.report(run, s)) is not None}
+        if figures:  # only then: a run whose stages report nothing of their own keeps its report.json
+            sources[s]["stages"] = figures
     steps = {k: {"status": v["status"], "seconds": v.get("seconds"), "shards": v.get("shards")} for k, v in run.steps.items()}
     return {"name": run.record["name"], "status": run.record["status"], "seconds": run.record.get("seconds"),
             "config_hash": run.record["config_hash"], "sources": sources, "totals": led["totals"],
@@ -230,6 +234,14 @@ def _plots(rep: dict) -> dict[str, str]:
     return out
 
 
+def _figures(fig: dict) -> str:
+    """A stage's figures as a table: a row a key; a value that is a dict gives a column a key of it."""
+    cols = sorted({c for v in fig.values() if isinstance(v, dict) for c in v})
+    if not cols:
+        return _table(["", "value"], [[k, v] for k, v in fig.items()])
+    return _table(["", *cols], [[k, *(v.get(c) for c in cols)] if isinstance(v, dict) else [k, v] for k, v in fig.items()])
+
+
 def _table(head: list[str], rows: list[list]) -> str:
     h = "".join(f"<th>{html.escape(str(c))}</th>" for c in head)
     b = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in r) + "</tr>" for r in rows)
@@ -294,6 +306,8 @@ def render(rep: dict) -> str:
     for s, e in rep["sources"].items():
         parts += [f"<h2>{html.escape(s)}</h2>", plots[f"funnel-{s}"],
                   _table(["stage", "documents", "tokens"], [[f["stage"], f["docs"], "not counted" if f["tokens"] is None else f["tokens"]] for f in e["funnel"]])]
+        for name, fig in (e.get("stages") or {}).items():  # a stage's own figures (Stage.report)
+            parts += [f"<h3>{html.escape(name)}</h3>", _figures(fig)]
         x = e.get("extraction")
         if x:
             rate = x["pages"] / x["cpu_seconds"] if x["cpu_seconds"] else None
@@ -347,8 +361,8 @@ def render(rep: dict) -> str:
                       style="svg { max-width: 100%; height: auto; } .warn { color: #a40; font-weight: 600; }")
 
 
-def write(run_dir: Path) -> Path:
-    rep = build(run_dir)
+def write(run_dir: Path, stages=()) -> Path:
+    rep = build(run_dir, stages)
     atomic.write_json(run_dir / "report.json", rep)
     atomic.write_bytes(run_dir / "report.html", render(rep).encode("utf-8"))
     return run_dir / "report.html"

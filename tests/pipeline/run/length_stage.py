@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.engine.step import Step, shard_name, task
+from pipeline.engine.step import Step, read_markers, shard_name, task
 from pipeline.io import fs
 from pipeline.plan.context import Context
 from pipeline.plan.stage import Stage, texts
@@ -25,10 +25,14 @@ class LengthSettings(BaseModel):
     edges: tuple[int, int] = Field((500, 2000), description="characters: short below the first, long from the second")
 
 
-@task(version="1")
+CLASSES = ("short", "medium", "long")
+
+
+@task(version="2")  # 2: its marker counts the rows of each class
 def length_shard(spec: dict, out) -> dict:
     """One document shard's layer: every row, `keep` true where the row reached this stage
-    (null where an earlier layer removed it), and its class in the column named after the axis."""
+    (null where an earlier layer removed it), and its class in the column named after the axis;
+    its marker counts the rows of each class (what the report reads)."""
     d = spec["doc"]
     total = view.num_rows(d["documents"])
     rows, chars, toks = apply.sizes(d)  # the rows that reached the stage, their characters and tokens
@@ -41,7 +45,27 @@ def length_shard(spec: dict, out) -> dict:
     apply.write_attributes(out.dir, d, pa.table({"id": ids, "keep": pa.array(seen, pa.bool_(), mask=~seen),
                                                  "reason": pa.nulls(total, pa.string()),
                                                  "length": pa.array(length, pa.string())}))
-    return apply.stage_stats(d, rows, chars, toks, np.ones(len(rows), bool), {})
+    classes = {c: int((length[rows] == c).sum()) for c in CLASSES}
+    return {**apply.stage_stats(d, rows, chars, toks, np.ones(len(rows), bool), {}), "classes": classes}
+
+
+def report(run, source: str) -> dict | None:
+    """report.json's `sources.<source>.stages.length`: the documents of each class, summed
+    from the step's markers (no document read)."""
+    d = run.step_dir("length")
+    if d is None:
+        return None
+    got = dict.fromkeys(CLASSES, 0)
+    for m in read_markers(d).values():
+        if m.get("source") == source:
+            for c, n in m["classes"].items():
+                got[c] += n
+    return {c: {"documents": n} for c, n in got.items()}
+
+
+def explain(row: dict) -> dict:
+    """What `curate explain` prints beside the stage: the document's class."""
+    return {"length": row["length"]} if row.get("length") is not None else {}
 
 
 def plan(ctx: Context) -> list[Step]:
@@ -63,4 +87,5 @@ def plan(ctx: Context) -> list[Step]:
 
 
 # planned after validation, before classify and mix read the layers; its tasks carry text
-STAGE = Stage("length", plan, config=LengthSettings, after="validation", tasks=texts("length"))
+STAGE = Stage("length", plan, config=LengthSettings, after="validation", tasks=texts("length"),
+              report=report, explain=explain)

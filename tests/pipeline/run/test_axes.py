@@ -86,12 +86,21 @@ def test_a_stage_declared_axis_is_a_mixture_cell(tmp_path, demo_corpus, ray_loca
     t = pq.read_table(run_dir / "mixture", columns=["id", "source", "text"]).to_pylist()
     web = [r for r in t if r["source"] == "web"]
     assert web and any(len(r["text"]) >= 2000 for r in web) and any(len(r["text"]) < 2000 for r in web)
+    stages = graph.run_stages(run_dir)  # Curate's and the plugin run.json's config names: its hooks
     for r in [x for x in web if len(x["text"]) >= 2000][:3] + [x for x in web if len(x["text"]) < 500][:3]:
-        info = explain.find(run_dir, r["id"])
+        info = explain.find(run_dir, r["id"], stages)
         got = [i for i in info if i["source"] == "web"][0]
         assert got["cell"] == ("web/length=long" if len(r["text"]) >= 2000 else "web/length=other"), got
+        shown = next(st for st in got["stages"] if st["stage"] == "length")  # the stage's explain hook
+        assert shown["scores"] == {"length": "long" if len(r["text"]) >= 2000 else "short"}, got["stages"]
     led = atomic.read_json(run_dir / "ledger.json")
     assert led["sources"]["web"]["conservation"] is True
+    # the stage's report hook: documents per class, from its markers, in report.json and report.html
+    rep = atomic.read_json(run_dir / "report.json")
+    fig = rep["sources"]["web"]["stages"]["length"]
+    reached = next(f["docs"] for f in rep["sources"]["web"]["funnel"] if f["stage"] == "length")
+    assert set(fig) == {"short", "medium", "long"} and sum(v["documents"] for v in fig.values()) == reached > 0, (fig, reached)
+    assert "<h3>length</h3>" in (run_dir / "report.html").read_text()
 
 
 AXES = """
