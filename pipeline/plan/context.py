@@ -68,8 +68,6 @@ class Context:
     # filter stage
     filter: dict[str, Step] = field(default_factory=dict)  # source -> filter-<source> (sources with a chain)
     chains: dict[str, list[str]] = field(default_factory=dict)  # source -> its filter step's stages, in order
-    # embed stage: source -> embed-<source> (its documents' embeddings, an attribute per document shard)
-    embed: dict[str, Step] = field(default_factory=dict)
     # global attribute layers, in order (dedup kinds, decontaminate, validation): one file per document
     # shard; `add_layer` appends one with its ledger stage (layer_stage)
     layers: list[Step] = field(default_factory=list)
@@ -78,12 +76,12 @@ class Context:
     # were added: (source, ledger stage, step); `add_source_layer`. And the topic labels cells name
     source_layers: list[tuple[str, str, Step]] = field(default_factory=list)
     topic_labels: dict[str, list[str]] = field(default_factory=dict)
-    # tokenize stage: per mixed source, the step holding its kept documents' token ids
-    tokenized: dict[str, Step] = field(default_factory=dict)
     # mix stage
     mix: MixSteps | None = None
     fate: list[Step] = field(default_factory=list)  # what a document's fate depends on: every step up to the selection
-    samples: Step | None = None
+    # what a stage's steps provide to later stages, by what it is, never by the stage (`provide`):
+    # ("embeddings", source) -> embed-<source>, ("token_ids", source) -> tokenize-<source>, ...
+    provided: dict[tuple[str, str | None], Step] = field(default_factory=dict)
     declared: dict[tuple[str, str | None], str] = field(default_factory=dict)  # (role, source) -> step name (declare)
     # per source, the mixture axes its stages declare beyond `lang` (weight keys `source/<axis>=<value>`): the
     # layer that gives one has a column named after it (declare_axis)
@@ -119,6 +117,20 @@ class Context:
         the run's `selection`, `decontaminate_index`), for what reads a finished run."""
         self.declared[(role, source)] = step.name
         return step
+
+    def provide(self, what: str, step: Step, source: str | None = None) -> Step:
+        """`step` provides `what` (of `source`) to the stages planned after it: embeddings, token
+        ids ... A later stage asks for it by what it is (`provider`), not by the stage that made it."""
+        self.provided[(what, source)] = step
+        return step
+
+    def provider(self, what: str, source: str | None = None) -> Step | None:
+        """The step that provides `what` (of `source`), or None."""
+        return self.provided.get((what, source))
+
+    def providers(self, what: str) -> dict[str | None, Step]:
+        """Per source, in the order provided, the step that provides `what`."""
+        return {src: st for (w, src), st in self.provided.items() if w == what}
 
     def declare_axis(self, axis: str, source: str) -> None:
         """A mixture axis of `source`: a layer this stage adds (ctx.add_layer, or a source's

@@ -175,7 +175,7 @@ def plan(ctx: Context) -> list[Step]:
         step = Step(f"embed-{sname}", "embed", cfg, [ing, flt] if flt else [ing], embed_shard, shards=shards,
                     code=code.code({"embedding": {cls.name: cls.version}}, cls.libraries))
         step.meta["ref"] = ref
-        ctx.embed[sname] = step
+        ctx.provide("embeddings", step, sname)
         steps.append(step)
     return steps
 

@@ -121,7 +121,7 @@ def steps(ctx: Context, sname: str, before: list[Step], dedup: list[Step], base:
 
     tp = ctx.mixture.sources[sname].topics
     params = portable(tp.model_dump(mode="json"))  # a model folder by its files, not its place
-    emb = ctx.embed[sname]
+    emb = ctx.provider("embeddings", sname)
     dim = embeddings.identity(tp.model)["dim"]
 
     def docs(stats):

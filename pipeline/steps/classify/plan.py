@@ -215,7 +215,7 @@ OWN_STEPS = ("examples", "train")  # classify-<name>-examples, classify-<name>-t
 def _vectors(ctx: Context, sname: str, c) -> Step | None:
     """The embed step whose vectors classifier `c` scores `sname` from (an embedding family on
     the run's embedding, or an ensemble with such members), or None: it embeds the texts itself."""
-    st = ctx.embed.get(sname)
+    st = ctx.provider("embeddings", sname)
     if st is None or st.config.get("rows") != "all":  # "all" only when no later layer rewrites the texts (embed.vector_readers)
         return None
     return st if st.meta.get("ref") in embeddings_of(ctx.mixture.classifiers, c) else None

@@ -243,11 +243,11 @@ def semantic_steps(ctx: Context, dd, add, per_doc, reducer, apply_step, base, pl
     # a threshold or overlap edit re-runs the reduce and apply only (the map's sketches do not depend on the value)
     fit = {k: v for k, v in params.items() if k not in ("threshold", "min_overlap")}
     common = {"ranks": ctx.ranks(), "partitions": dd.partitions}
-    emb = [ctx.embed[s] for s in ctx.mixture.sources]
+    emb = [ctx.provider("embeddings", s) for s in ctx.mixture.sources]
     dim = embeddings.identity(sem.model)["dim"]
 
     def emb_path(d: dict) -> str:
-        return str(apply.attribute_path(ctx.embed[d["source"]].dir(ctx.store), d["source"], d["part"]))
+        return str(apply.attribute_path(ctx.provider("embeddings", d["source"]).dir(ctx.store), d["source"], d["part"]))
 
     sample = add(Step("dedup-semantic-sample", "dedup-semantic-sample", {"params": fit, **common}, base + prev + emb,
                       kmeans.sample_shard, shards=per_doc(lambda kept, d, stats: {

@@ -148,7 +148,7 @@ def plan(ctx: Context) -> list[Step]:
                  "describe": f"{d['source']}/{shard_name(d['part'])}"}
                 for d in mixed_docs(stats))
 
-    tok = dict(ctx.tokenized)  # tokenize: the sources' token ids ride with their texts (pipeline/steps/tokenize/)
+    tok = ctx.providers("token_ids")  # tokenize: the sources' token ids ride with their texts (pipeline/steps/tokenize/)
     route = Step("mix-route", "mix-route", {}, [select, *tok.values()], tasks.route_shard, shards=route_shards,
                  position_free=True, read_keyed=("layers",))
 

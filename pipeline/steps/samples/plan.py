@@ -71,16 +71,17 @@ def plan(ctx: Context) -> list[Step]:
                  "describe": f"samples of {s}"}
                 for i, s in enumerate(m.sources)]
 
-    ctx.samples = Step("samples", "samples", cfg, [pick, *([index] if index is not None else [])], tasks.sample_shard, shards=sample_shards,
-                       cpus=0)  # past engine.select_group pick files a coordinator: its tree's tasks take the CPUs
-    ctx.samples.meta["engine"] = {"select_group": ctx.engine.select_group}
-    return [pick, ctx.samples]
+    merge = Step("samples", "samples", cfg, [pick, *([index] if index is not None else [])], tasks.sample_shard, shards=sample_shards,
+                 cpus=0)  # past engine.select_group pick files a coordinator: its tree's tasks take the CPUs
+    merge.meta["engine"] = {"select_group": ctx.engine.select_group}
+    ctx.provide("samples", merge)
+    return [pick, merge]
 
 
 def publish(ctx: Context, stats: dict) -> dict:
     """samples/<source>/{kept,removed}.jsonl (links into the samples step) and samples/index.html."""
     m = ctx.mixture
-    sdir = ctx.samples.dir(ctx.store)
+    sdir = ctx.provider("samples").dir(ctx.store)
     pairs, listed, records = [], [], []
     for source in m.sources:
         for name in ("kept.jsonl", "removed.jsonl"):

@@ -312,7 +312,7 @@ def plan(ctx, st: dict, write_shard, validation_shard) -> list:
         if "validation" in {cache_name(c["name"]) for c in cell_list}:  # the held-out documents' cache has that name
             raise UsageError(f"{ctx.lm.where(('sources',))}: a cell named `validation` would share its Levanter cache "
                              "folder with the held-out documents'; rename the source")
-        tok = dict(ctx.tokenized)
+        tok = ctx.providers("token_ids")
 
         by_source: dict[str, list[dict]] = {}
         for c in ctx.mix.phases[0]["cells"]:

@@ -95,7 +95,7 @@ def plan(ctx: Context) -> list[Step]:
         step = Step(f"tokenize-{sname}", "tokenize", {"source": sname, "tokenizer": st["identity"]}, ctx.base() + layers,
                     tasks.encode_shard, shards=shards, position_free=True,
                     read_keyed=("layers",))
-        ctx.tokenized[sname] = step
+        ctx.provide("token_ids", step, sname)
         out.append(step)
     return out
 
