@@ -50,8 +50,7 @@ test: setup browser
 typecheck: setup
 	$(BIN)/mypy
 
-MYPY_OFF = attr-defined arg-type var-annotated union-attr assignment index misc operator annotation-unchecked \
-           return-value dict-item override call-overload type-var list-item
+MYPY_OFF = attr-defined arg-type var-annotated union-attr assignment index misc operator annotation-unchecked override
 typecheck-all: setup
 	-$(BIN)/mypy $(foreach c,$(MYPY_OFF),--enable-error-code $(c)) | tail -n 1
 

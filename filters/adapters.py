@@ -42,7 +42,7 @@ def _resolve(path: str, default_module: str | None = None):
         raise ValueError(f"cannot import {path!r}: {e}") from None
 
 
-def _module_of(path: str, default_module: str | None = None) -> str:
+def _module_of(path: str, default_module: str | None = None) -> str | None:
     if ":" in path:
         return path.partition(":")[0]
     return path.rpartition(".")[0] if "." in path else default_module
@@ -69,7 +69,7 @@ class DatatroveFilter(Filter):
     Params = DatatroveParams
 
     @classmethod
-    def dependencies(cls, params: DatatroveParams) -> list[tuple[str, str | None]]:
+    def dependencies(cls, params: DatatroveParams) -> list[tuple[str | None, str | None]]:
         """datatrove's own declaration: `_requires_dependencies` along the class's MRO."""
         try:
             klass = _resolve(params.class_, "datatrove.pipeline.filters")
@@ -115,7 +115,7 @@ class PythonFilter(Filter):
     Params = PythonParams
 
     @classmethod
-    def dependencies(cls, params: PythonParams) -> list[tuple[str, str | None]]:
+    def dependencies(cls, params: PythonParams) -> list[tuple[str | None, str | None]]:
         return [(_module_of(params.callable), None)]
 
     @classmethod

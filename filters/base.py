@@ -22,7 +22,7 @@ the type (pipeline/plan/code.py), as its parameters do.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, cast
 
 import numpy as np
 import pyarrow as pa
@@ -230,7 +230,7 @@ def build(params: FilterParams) -> Filter:
     if params.per_language is not None:
         from filters.routing import Routed
 
-        return Routed(params, lambda p: filter_class(p.type)(p))
+        return cast(Filter, Routed(params, lambda p: filter_class(p.type)(p)))  # Routed has a Filter's methods
     return filter_class(params.type)(params)
 
 

@@ -141,7 +141,7 @@ class Routed:
             s = script_of(text, self.scripts[lang])
             if s and f"{lang}_{s}" in self.table:
                 return f"{lang}_{s}"
-        return lang if lang in self.table and lang != "default" else "default"
+        return lang if lang is not None and lang in self.table and lang != "default" else "default"
 
     def apply(self, batch: pa.RecordBatch, langs: pa.Array | None = None):
         if self.params.type == "language":  # routes by its own label

@@ -73,7 +73,7 @@ class StepMarkers(Mapping):
     def __repr__(self) -> str:
         return f"StepMarkers({self.index}, {self.count} shards)"
 
-    def _load(self) -> dict[int, dict]:
+    def _load(self) -> Mapping[int, dict]:
         key = str(self.index)
         with _lock:
             got = _cache.get(key)
@@ -81,17 +81,17 @@ class StepMarkers(Mapping):
                 _cache.move_to_end(key)
                 return got
         try:
-            got = read_index(self.index, self.count)
+            loaded = read_index(self.index, self.count)
         except (FileNotFoundError, ValueError) as e:
             raise RunError(f"{self.index}: the marker index of a finished step cannot be read ({type(e).__name__}); "
                            "delete its _SUCCESS so the step resumes from its shard markers, and run again") from None
-        if len(got) != self.count:
-            raise RunError(f"{self.index}: {len(got)} markers where _SUCCESS says {self.count}; delete the step's "
+        if len(loaded) != self.count:
+            raise RunError(f"{self.index}: {len(loaded)} markers where _SUCCESS says {self.count}; delete the step's "
                            "_SUCCESS so it resumes from its shard markers, and run again")
         with _lock:
-            _cache[key] = got
+            _cache[key] = loaded
             _evict()
-        return got
+        return loaded
 
 
 def _evict() -> None:

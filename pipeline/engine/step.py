@@ -92,7 +92,7 @@ def task_name(fn: Callable) -> str:
 def resolve(name: str) -> Callable:
     """The function a `module:qualname` task name denotes."""
     mod, _, qual = name.partition(":")
-    obj = importlib.import_module(mod)
+    obj: Any = importlib.import_module(mod)
     for part in qual.split("."):
         obj = getattr(obj, part)
     return obj

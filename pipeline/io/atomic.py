@@ -343,7 +343,8 @@ def link_tree(pairs: list, dest) -> None:
     for got in _LINKED:
         got.add(str(dest))
     if not fs.is_local(dest):
-        return copy_tree(pairs, dest)
+        copy_tree(pairs, dest)
+        return
     tmp = dest.with_name(dest.name + ".tmp")
     fs.rmtree(tmp)
     fs.makedirs(tmp)

@@ -27,6 +27,7 @@ import shutil
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 import orjson
 import pyarrow.parquet as pq
@@ -51,7 +52,7 @@ def path(p) -> Path:
             from pipeline.errors import UsageError
 
             raise UsageError(f"{s}: {e}; {install_hint(u.protocol)}") from None
-        return u
+        return cast(Path, u)  # a UPath: the Path API over its filesystem
     return Path(s)
 
 

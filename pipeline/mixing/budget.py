@@ -124,7 +124,7 @@ def _rates_budget(avail: dict[str, int], sample_rates: dict[str, float], max_epo
         rows = [f"  {c}: sample rate {sr[c]:g} > max_epochs {max_epochs[c]:g}" for c in short]
         raise RunError("mixture: sample rates above max_epochs; nothing was written\n" + "\n".join(rows)
                        + "\nlower those rates, raise max_epochs, or set mixture.on_shortfall: renormalize (caps them)")
-    rate = {c: (min(sr[c], max_epochs[c]) if c in short else sr[c]) for c in avail}
+    rate = {c: (min(sr[c], float(max_epochs[c] or 0)) if c in short else sr[c]) for c in avail}  # short: a cap is set
     target = {c: int(round(rate[c] * avail[c])) for c in avail}
     total = sum(target.values()) or 1
     return {c: {"weight": target[c] / total, "target": target[c], "epochs": rate[c] if avail[c] else 0.0,

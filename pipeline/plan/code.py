@@ -54,7 +54,7 @@ def library_version(name: str) -> str | None:
 def _packages_distributions() -> dict[str, list[str]]:
     from importlib import metadata
 
-    return metadata.packages_distributions()
+    return dict(metadata.packages_distributions())
 
 
 def source_digest(ref: str) -> str | None:

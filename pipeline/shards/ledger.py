@@ -90,7 +90,7 @@ def source_entry(name: str, ingest: dict[int, dict], filt: dict[int, dict] | Non
     for m in ingest.values():
         _merge_counts(quarantined, m.get("quarantined") or {})
     stream_errors = [m["stream_error"] for m in ingest.values() if m.get("stream_error")]
-    stages = [{
+    stages: list[dict] = [{
         "stage": "ingest", "docs_in": records_in, "docs_out": _sum(ingest, "docs_out"),
         "chars_out": _sum(ingest, "chars"), "tokens_out": None if any(m.get("tokens", 0) is None for m in ingest.values()) else _sum(ingest, "tokens"),
         "quarantined": sum(quarantined.values()),

@@ -245,7 +245,7 @@ def prefetch(sets: list["KeySet"]) -> None:
             by_files.setdefault((tuple(ks.paths[:1]), len(ks.paths), ks.paths[-1] if ks.paths else ""), []).append(ks)
     for group in by_files.values():
         first = group[0]
-        cells = sorted({ks.cell for ks in group})
+        cells = sorted({ks.cell for ks in group if ks.cell is not None})  # each is (the group's condition)
         got, tasks = grouped(group_histograms, first.paths, first.mapper, first.group, cells)
         first.tasks += tasks
         total = _sum_by_cell(got)

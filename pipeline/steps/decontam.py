@@ -241,7 +241,7 @@ def apply_shard(spec: DecontamSpec, out) -> dict:
     keep[rows] = True
     seen = keep.copy()
     cols = {c: [None] * total for c in COLUMNS}
-    reason = [None] * total
+    reason: list[str | None] = [None] * total
     removed: dict[str, int] = {}
     stats_sets: dict[str, dict] = {}
     items_hit: set[int] = set()
@@ -301,7 +301,9 @@ def apply_shard(spec: DecontamSpec, out) -> dict:
     if cut:  # the text after the cut, with its counts, as paragraph dedup writes them
         changed = sorted(new_text)
         counts = tokens.count(spec.get("tokenizer"), [new_text[x] for x in changed]) if changed else None
-        nt, nc, nk = [None] * total, [None] * total, [None] * total
+        nt: list[str | None] = [None] * total
+        nc: list[int | None] = [None] * total
+        nk: list[int | None] = [None] * total
         chars_in, toks_in = int(chars.sum()), int(toks.sum())  # before the rewritten counts replace the old
         pos = {x: j for j, x in enumerate(rows.tolist())}
         for j, x in enumerate(changed):

@@ -73,11 +73,11 @@ class HoldSpec(TypedDict):
 def select_shard(spec: HoldSpec, out) -> dict:
     """`validation-select`: per train source, the largest key held out (exact: the smallest
     key whose cumulative weight reaches the share)."""
-    res = {}
+    res: dict[str, dict] = {}
     for source, paths in spec["keys"].items():
         paths = select.KeySet(paths)  # footers read once for both questions
         n, total = select.totals(paths)  # documents, and their weight (documents again, or tokens)
-        want = round(spec["fraction"] * n) if spec["fraction"] is not None else min(spec["tokens"], total)
+        want = round(spec["fraction"] * n) if spec["fraction"] is not None else min(spec["tokens"] or 0, total)
         if want <= 0:
             res[source] = {"cutoff": None, "docs": 0, "weight": 0, "available": total}
             continue

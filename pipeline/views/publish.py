@@ -254,7 +254,8 @@ def _write(run_dir: Path, tmp: Path, record: dict, led: dict, man: dict, license
 
     (tmp / "data").mkdir(parents=True)
     files: list[dict] = []
-    groups = [(name, f"data/{name}/", man["phases"][name]["files"]) for name in card.phase_names(record, man)] \
+    groups: list[tuple[str | None, str, list]] = \
+        [(name, f"data/{name}/", man["phases"][name]["files"]) for name in card.phase_names(record, man)] \
         or [(None, "data/", man["files"])]
     jobs = []
     for _, prefix, fl in groups:

@@ -149,7 +149,7 @@ def plan(ctx: Context) -> list[Step]:
         def scores_of(stats, score=score, source_docs=source_docs):
             return [(d, str(score.dir(ctx.store) / f"{shard_name(j)}.parquet")) for j, d in enumerate(source_docs(stats))]
 
-        thr_cfg = {"min_score": q.min_score, "keep_fraction": q.keep_fraction}
+        thr_cfg: dict[str, object] = {"min_score": q.min_score, "keep_fraction": q.keep_fraction}
         if q.n_buckets():  # only then: a mixture without buckets keeps its step hashes
             thr_cfg.update({"buckets": q.buckets, "edges": q.edges})
         if q.max_score is not None:

@@ -370,7 +370,7 @@ def verify_shard(spec: VerifySpec, out) -> dict:
                 looked += 1
             jac[i] = j
         edge = jac >= p["threshold"]
-        digests = {"lo_digest": [dig[x] for x in lo], "hi_digest": [dig[x] for x in hi]}
+        digests: dict[str, list] = {"lo_digest": [dig[x] for x in lo], "hi_digest": [dig[x] for x in hi]}
     else:
         jac = np.full(len(lo), np.nan)
         edge = np.ones(len(lo), bool)

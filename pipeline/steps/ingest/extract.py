@@ -80,8 +80,8 @@ def decode(payload: bytes, declared: str | None) -> tuple[str, str]:
                 return payload.decode(enc), codecs.lookup(enc).name
             except UnicodeDecodeError:
                 continue
-    enc = detect_encoding(payload)
-    return bytes_to_str(payload, enc, errors="replace"), codecs.lookup(enc).name if _known(enc) else enc
+    found: str = detect_encoding(payload)
+    return bytes_to_str(payload, found, errors="replace"), codecs.lookup(found).name if _known(found) else found
 
 
 def _known(enc: str) -> bool:

@@ -6,7 +6,7 @@ Parquet splits by row groups, and every split stays under `max_shard_rows` and
 from __future__ import annotations
 
 import math
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import pyarrow as pa
 
@@ -37,7 +37,7 @@ def plan_splits(files: list[dict], spec: dict, line_counts: dict[str, int]) -> l
     """Deterministic splits of a source's files: a function of file sizes, counts and limits."""
     max_rows, max_bytes = spec["max_shard_rows"], spec["max_shard_bytes"]
     footers = _footers(files)
-    out = []
+    out: list[dict[str, Any]] = []
     html: list[dict] = []  # html files go in groups of up to max_rows pages
     for f in files:
         if f["format"] == "html":

@@ -158,7 +158,7 @@ def write_shard(spec: TokensSpec, out) -> dict:
                              "'_', '.', '-', '/' only); rename the topic model's labels or use tokenize.layout: mixture")
         runs = [(c, f"{head + '/' if head else ''}{c}/{shard}", np.array(ix, np.int64)) for c, ix in sorted(by_cell.items())]
     else:
-        runs = [(None, name, None)]  # every document, as it is
+        runs = [(None, name, None)]  # type: ignore[list-item]  # every document, as it is (no cell)
     files, per_cell, total = [], {}, 0
     for cell, stem0, ix in runs:
         sub_ids, sub_len = (ids, lengths) if ix is None else gather(ids, lengths, ix)
