@@ -335,7 +335,7 @@ def linked_trees():
         _LINKED.remove(got)
 
 
-def link_tree(pairs: list, dest) -> None:
+def link_tree(pairs: list, dest) -> list[int] | None:
     """Replace the folder `dest` with hard links (copies across filesystems and on object
     stores) to the given (file, relative name) pairs, in one rename. On an object store,
     which has no rename (a move is a copy and a delete) and no directory to swap, each file
@@ -343,8 +343,7 @@ def link_tree(pairs: list, dest) -> None:
     for got in _LINKED:
         got.add(str(dest))
     if not fs.is_local(dest):
-        copy_tree(pairs, dest)
-        return
+        return copy_tree(pairs, dest)  # the ids of the processes that copied (copy_tree)
     tmp = dest.with_name(dest.name + ".tmp")
     fs.rmtree(tmp)
     fs.makedirs(tmp)
@@ -353,3 +352,4 @@ def link_tree(pairs: list, dest) -> None:
         fs.makedirs(target.parent)
         fs.link_or_copy(src, target)
     fs.replace_dir(tmp, dest)
+    return None
