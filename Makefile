@@ -35,7 +35,7 @@ demo: setup
 	$(BIN)/curate run mixtures/demo.yaml
 
 # two pytest processes, a test file each at a time (module fixtures stay in one process) keep
-# 2 cores busy (95% of their CPU seconds on a clean clone: 17.1 min of tests, 18.1 with setup;
+# 2 cores busy (on a clean clone: 16.3 min of tests, 17.2 with setup, 2026-12-07;
 # three processes were slower, 21.8 min). TEST_WORKERS=0 runs it in one process. Files go out
 # longest first (tests/file_times.json, refreshed by tests/file_times.py): xdist's own order,
 # by the number of tests in a file, started the one-test fuzzing file last, 2 min of one idle core.
