@@ -97,34 +97,53 @@ def top_labels(model, texts: list[str], lowercase: bool) -> tuple[list[str], np.
             np.clip(np.array([float(ps[0]) if len(ps) else 0.0 for ps in probs], np.float32), 0.0, 1.0))
 
 
-def train(path: str, params: dict, seed: int):
-    """fastText's supervised mode on a local file of `__label__x text` lines."""
-    import fasttext
+# fastText trains in a process of its own: a second training of the same file in one process can give
+# another model (with `bucket: 20000`, 1 of 3 in a bare process, and "Encountered NaN" after other
+# work), so a model depended on what the worker had run before. The first training of a fresh
+# process gives the same bytes every time (5 of 5); a child costs ~0.2 s, once per classifier.
+_CHILD = """
+import json, sys
+import fasttext
+a = json.loads(sys.argv[1])
+try:
+    model = fasttext.train_supervised(**a)
+except RuntimeError as e:
+    print(e, file=sys.stderr)
+    sys.exit(3 if "NaN" in str(e) else 1)
+model.save_model(sys.argv[2])
+"""
 
-    try:
-        return fasttext.train_supervised(
-            input=path, epoch=params["epochs"], lr=params["lr"], wordNgrams=params["word_ngrams"], dim=params["dim"],
-            minCount=params["min_count"], loss=params["loss"], bucket=params["bucket"], thread=1, seed=seed, verbose=0,
-        )
-    except RuntimeError as e:
-        if "NaN" not in str(e):
-            raise
+
+def train(path: str, params: dict, seed: int, out: str):
+    """fastText's supervised mode on a local file of `__label__x text` lines, in a fresh
+    process (above), the model written to the local file `out` and loaded from it."""
+    import json
+    import subprocess
+    import sys
+
+    args = {"input": path, "epoch": params["epochs"], "lr": params["lr"], "wordNgrams": params["word_ngrams"],
+            "dim": params["dim"], "minCount": params["min_count"], "loss": params["loss"], "bucket": params["bucket"],
+            "thread": 1, "seed": seed, "verbose": 0}
+    r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args), out], capture_output=True, text=True,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if r.returncode == 3:
         from pipeline.errors import InputError
 
         raise InputError(
             f"fastText diverged while training (its loss became NaN) with lr {params['lr']}, dim {params['dim']}, "
             f"{params['epochs']} epochs: it happens on some example orders with a high learning rate or few dimensions; "
             "lower the classifier's `lr` (e.g. 0.05), raise `dim` (the default is 100), or change `seed`") from None
+    if r.returncode != 0:
+        raise RuntimeError(f"fastText's training process failed (exit {r.returncode}): {r.stderr.strip()[-2000:]}")
+    return open_model(out)  # not `load`: its cache is keyed by a path that is about to be removed
 
 
-def save(model, final) -> None:
-    """The model at `final` (local or a URL), written to a temporary name and renamed into place."""
+def save(local: str, final) -> None:
+    """The model file `local` at `final` (local or a URL), written to a temporary name and renamed into place."""
     from pipeline.io import atomic, fs
 
     tmp = atomic.tmp_path(final)
-    with tempfile.TemporaryDirectory(prefix="curate-model-") as local:  # fastText writes a local file
-        model.save_model(f"{local}/model.bin")
-        fs.copy(f"{local}/model.bin", tmp)
+    fs.copy(local, tmp)
     atomic.commit(tmp, final)
 
 
@@ -144,15 +163,12 @@ class FastText(ClassifierFamily):
         return {"lowercase": params["lowercase"]}
 
     def train(self, examples: list[tuple[str, str]], params: dict, seed: int, path):
-        fd, local = tempfile.mkstemp(prefix="curate-train-", suffix=".txt")  # fastText reads a local file
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with tempfile.TemporaryDirectory(prefix="curate-train-") as d:  # fastText reads and writes local files
+            with open(f"{d}/train.txt", "w", encoding="utf-8") as f:
                 for lab, text in examples:
                     f.write(f"{lab} {preprocess(text, params['lowercase'])}\n")
-            model = train(local, params, seed)
-        finally:
-            os.unlink(local)
-        save(model, path)
+            model = train(f"{d}/train.txt", params, seed, f"{d}/model.bin")
+            save(f"{d}/model.bin", path)
         return model
 
     def load(self, path: str):

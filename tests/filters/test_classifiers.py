@@ -112,3 +112,21 @@ def test_a_texts_own_label_words_never_become_labels(tmp_path):
     assert fam.score(model, ["ALPHA __LABEL__hq"], "__label__hq", lowered) == fam.score(model, ["alpha _label__hq"], "__label__hq", lowered)
     plain = "Text without the prefix: lines\njoined, tabs\tkept, CASE kept."
     assert preprocess(plain, False) == "Text without the prefix: lines joined, tabs\tkept, CASE kept."
+
+
+def test_fasttext_trains_the_same_model_whatever_the_process_trained_before(tmp_path, wiki_texts):
+    """A second training of the same examples in one process gave another model with small
+    `bucket`s (1 of 3 with 20,000 here; "Encountered NaN" after other work), so a classifier
+    depended on what its worker had run before. Each training is a process of its own now:
+    five trainings in this process, the same model bytes."""
+    fam = classifiers.family("fasttext")
+    params = FastTextParams(positive=["p"], negative=["n"], epochs=3, bucket=20000).model_dump(mode="json")
+    words = " ".join(wiki_texts[:400]).split()
+    rng = np.random.default_rng(1)
+    examples = [(fam.class_label("p"), t) for t in wiki_texts[:300]] + \
+        [(fam.negative_label, " ".join(rng.choice(words, 60))) for _ in range(300)]
+    got = set()
+    for i in range(5):
+        fam.train(examples, params, 0, tmp_path / f"m{i}.bin")
+        got.add((tmp_path / f"m{i}.bin").read_bytes())
+    assert len(got) == 1
