@@ -51,11 +51,6 @@ class Cell:
     axes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
     @property
-    def axis(self) -> str | None:
-        """The first axis (a source weighted by one axis: its axis), or None."""
-        return self.axes[0][0] if self.axes else None
-
-    @property
     def lang(self) -> str | None:
         return next((v for a, v, _ in self.axes if a == "lang"), None)
 
@@ -127,32 +122,10 @@ def bucket_name(source: str, lo: int, hi: int, topic: str | None = None) -> str:
     return f"{head}/q{lo}" if lo == hi else f"{head}/q{lo}-q{hi}"
 
 
-def parse(key: str) -> tuple[str, str | None, int | None, int | None] | None:
-    """(source, topic, lo, hi) of a weight key, or None when it is not one (parse_key: its axes)."""
-    k = parse_key(key)
-    return None if k is None else (k.source, k.topic, k.lo, k.hi)
-
-
-def axis_of(key: str) -> tuple[str, str] | None:
-    """(axis, value) of a weight key's first axis (`web/lang=fr/q5` -> (lang, fr)), None when it names none."""
-    k = parse_key(key)
-    return k.axes[0] if k and k.axes else None
-
-
-def lang_of(key: str) -> str | None:
-    """The language of a weight key (`web/lang=fr/q5` -> fr), None when it names none."""
-    k = parse_key(key)
-    return next((v for a, v in k.axes if a == "lang"), None) if k else None
-
-
 def axes_name(source: str, axes, topic: str | None = None, lo: int | None = None, hi: int | None = None) -> str:
     """The key of a cell: `source/<axis>=<value>.../<topic>/q<lo>-q<hi>` (axes: (axis, value, ...) each)."""
     head = source + "".join(f"/{a}={v}" for a, v, *_ in axes) + (f"/{topic}" if topic else "")
     return head if lo is None else bucket_name(head, lo, hi)
-
-
-def axis_name(source: str, axis: str, value: str, lo: int | None = None, hi: int | None = None) -> str:
-    return axes_name(source, [(axis, value)], None, lo, hi)
 
 
 def topics_of(m) -> dict[str, list[str] | None]:
@@ -296,11 +269,11 @@ def index(source_cells: list[dict], buckets: np.ndarray | None, n: int, topics: 
             got = None if values is None else values.get(axis)
             if got is None:
                 raise ValueError(f"cell {c['name']} is a value of {axis}, but the source's documents carry none")
+            # numpy compares the object array elementwise (None equals no value): no Python loop over rows
             if value == "other":
-                named = set(others)
-                m &= np.fromiter((x not in named for x in got), bool, n)
+                m &= ~np.logical_or.reduce([got == v for v in others], initial=False) if others else True
             else:
-                m &= np.fromiter((x == value for x in got), bool, n)
+                m &= got == value
         if c.get("topic") is not None:
             if topics is None:
                 raise ValueError(f"cell {c['name']} is a topic, but the source's documents carry no topic")
